@@ -1,0 +1,1124 @@
+/* redis_conn.c: see redis_conn.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "redis_conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis.h>
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+
+#if defined(HIREDIS_MAJOR) && HIREDIS_MAJOR >= 1
+typedef size_t lb_array_len_t;
+#else
+typedef int lb_array_len_t;
+#endif
+
+#define LB_ERRSTR_SIZE 512
+#define LB_RBUF_SIZE (64 * 1024)
+#define LB_ARENA_BLOCK (64 * 1024)
+
+/* ----------------------------------------------------------------- names */
+
+const char *lb_redis_status_name(lb_redis_status st)
+{
+    switch (st) {
+    case LB_REDIS_OK: return "ok";
+    case LB_REDIS_ERR_CONNECT: return "connect";
+    case LB_REDIS_ERR_IO: return "io";
+    case LB_REDIS_ERR_TIMEOUT: return "timeout";
+    case LB_REDIS_ERR_PROTOCOL: return "protocol";
+    case LB_REDIS_ERR_REPLY: return "reply";
+    case LB_REDIS_ERR_WRONGTYPE: return "wrongtype";
+    case LB_REDIS_ERR_AUTH: return "auth";
+    case LB_REDIS_ERR_URL: return "url";
+    case LB_REDIS_ERR_TLS: return "tls";
+    case LB_REDIS_ERR_MISMATCH: return "mismatch";
+    case LB_REDIS_ERR_NOTFOUND: return "notfound";
+    case LB_REDIS_ERR_ARG: return "arg";
+    case LB_REDIS_ERR_NOMEM: return "nomem";
+    }
+    return "unknown";
+}
+
+/* ---------------------------------------------------------------- config */
+
+void lb_redis_config_init(lb_redis_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+}
+
+void lb_redis_config_free(lb_redis_config *cfg)
+{
+    free(cfg->host);
+    free(cfg->unix_path);
+    free(cfg->username);
+    free(cfg->password);
+    lb_redis_config_init(cfg);
+}
+
+static char *dup_bytes(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+lb_redis_status lb_redis_config_set(char **field, const char *value)
+{
+    char *d = NULL;
+    if (value && !(d = dup_bytes(value, strlen(value))))
+        return LB_REDIS_ERR_NOMEM;
+    free(*field);
+    *field = d;
+    return LB_REDIS_OK;
+}
+
+/* ------------------------------------------------------------------- URL */
+
+static lb_redis_status url_err(lb_redis_config *cfg, lb_redis_status st, char *err,
+                               size_t errlen, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+static lb_redis_status url_err(lb_redis_config *cfg, lb_redis_status st, char *err,
+                               size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    lb_redis_config_free(cfg);
+    return st;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s[0..n) into a new string.  Returns NULL and sets *bad = 1
+ * on a malformed escape or a %00 (C strings), *bad = 0 when out of memory. */
+static char *pct_decode(const char *s, size_t n, int *bad)
+{
+    char *d = malloc(n + 1), *o = d;
+    *bad = 0;
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            if (i + 2 >= n) {
+                free(d);
+                *bad = 1;
+                return NULL;
+            }
+            int a = hexval(s[i + 1]), b = hexval(s[i + 2]);
+            if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+                free(d);
+                *bad = 1;
+                return NULL;
+            }
+            *o++ = (char)(a * 16 + b);
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return d;
+}
+
+/* Parse a non-negative decimal integer s[0..n) (no sign, no spaces) <= max. */
+static int parse_uint(const char *s, size_t n, long max, long *out)
+{
+    long v = 0;
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v > max)
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Seconds (decimal, may be fractional, > 0) to milliseconds (rounded up, >= 1). */
+static int parse_seconds_ms(const char *s, int *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno || !(v > 0) || !isfinite(v) || v > 2147483.0)
+        return -1;
+    double m = ceil(v * 1000.0);
+    *ms = m < 1 ? 1 : (int)m;
+    return 0;
+}
+
+static int take_decoded(char **field, const char *s, size_t n, int *bad)
+{
+    char *d = pct_decode(s, n, bad);
+    if (!d)
+        return -1;
+    free(*field);
+    *field = d;
+    return 0;
+}
+
+lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, char *err,
+                                         size_t errlen)
+{
+    int bad;
+    lb_redis_config_init(cfg);
+    if (err && errlen)
+        err[0] = '\0';
+    if (!url)
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen, "the Redis URL is missing");
+
+    const char *sep = strstr(url, "://");
+    if (!sep)
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                       "invalid Redis URL: expected redis://host[:port][/db], "
+                       "unix:///path/to/socket or rediss://");
+    size_t slen = (size_t)(sep - url);
+    int is_unix = 0;
+    if (slen == 5 && strncasecmp(url, "redis", 5) == 0) {
+        is_unix = 0;
+    } else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
+        is_unix = 1;
+    } else if (slen == 6 && strncasecmp(url, "rediss", 6) == 0) {
+        return url_err(cfg, LB_REDIS_ERR_TLS, err, errlen,
+                       "rediss:// (TLS) is not supported: the hiredis this module was built "
+                       "with (%d.%d.%d) has no TLS; use redis:// or unix://, or a TLS tunnel",
+                       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+    } else {
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                       "unsupported URL scheme '%.*s://' (expected redis://, unix:// or rediss://)",
+                       (int)(slen > 32 ? 32 : slen), url);
+    }
+
+    const char *rest = sep + 3;
+    for (const char *p = rest; *p; p++) {
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "invalid Redis URL: it contains a space or control character "
+                           "(percent-encode it)");
+    }
+    if (strchr(rest, '#'))
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                       "invalid Redis URL: '#' is not allowed (percent-encode it as %%23)");
+
+    const char *q = strchr(rest, '?');
+    const char *end = q ? q : rest + strlen(rest);
+    const char *slash = memchr(rest, '/', (size_t)(end - rest));
+    const char *netloc = rest;
+    const char *netend = slash ? slash : end;
+    const char *path = slash; /* NULL when absent */
+
+    /* userinfo: up to the last '@' of the netloc. */
+    const char *at = NULL;
+    for (const char *p = netloc; p < netend; p++)
+        if (*p == '@')
+            at = p;
+    const char *hostpart = netloc;
+    if (at) {
+        const char *colon = memchr(netloc, ':', (size_t)(at - netloc));
+        const char *uend = colon ? colon : at;
+        if (uend > netloc && take_decoded(&cfg->username, netloc, (size_t)(uend - netloc), &bad))
+            goto decode_fail_user;
+        if (colon && at > colon + 1 &&
+            take_decoded(&cfg->password, colon + 1, (size_t)(at - colon - 1), &bad))
+            goto decode_fail_pass;
+        hostpart = at + 1;
+    }
+
+    if (is_unix) {
+        if (hostpart != netend)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "a unix:// URL must not name a host ('%.*s'); write unix:///path/to/socket",
+                           (int)(netend - hostpart > 64 ? 64 : netend - hostpart), hostpart);
+        if (!path || end - path <= 1)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "a unix:// URL needs a socket path: unix:///path/to/socket[?db=N]");
+        if (take_decoded(&cfg->unix_path, path, (size_t)(end - path), &bad)) {
+            if (!bad)
+                goto nomem;
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "bad percent-escape in the socket path of the unix:// URL");
+        }
+    } else {
+        const char *h = hostpart, *hend = netend, *portp = NULL;
+        if (h < hend && *h == '[') {
+            const char *rb = memchr(h, ']', (size_t)(hend - h));
+            if (!rb)
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid Redis URL: '[' of an IPv6 address without its ']'");
+            if (rb == h + 1)
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid Redis URL: empty IPv6 address '[]'");
+            for (const char *p = h + 1; p < rb; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+                      (*p >= 'A' && *p <= 'Z') || *p == ':' || *p == '.' || *p == '%'))
+                    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                   "invalid IPv6 address '%.*s' in Redis URL",
+                                   (int)(rb - h + 1 > 64 ? 64 : rb - h + 1), h);
+            if (rb + 1 < hend) {
+                if (rb[1] != ':')
+                    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                   "invalid Redis URL: unexpected text after ']' (expected ':port')");
+                portp = rb + 2;
+            }
+            if (take_decoded(&cfg->host, h + 1, (size_t)(rb - h - 1), &bad)) {
+                if (!bad)
+                    goto nomem;
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "bad percent-escape in the IPv6 zone of the Redis URL");
+            }
+        } else {
+            const char *colon = memchr(h, ':', (size_t)(hend - h));
+            const char *hostend = colon ? colon : hend;
+            if (colon && memchr(colon + 1, ':', (size_t)(hend - colon - 1)))
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid Redis URL: too many ':' in host:port "
+                               "(write an IPv6 address in brackets: redis://[::1]:6379)");
+            for (const char *p = h; p < hostend; p++)
+                if (*p == '[' || *p == ']' || *p == '%' || *p == '\\')
+                    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                   "invalid character '%c' in the host of the Redis URL", *p);
+            if (hostend > h && !(cfg->host = dup_bytes(h, (size_t)(hostend - h))))
+                goto nomem;
+            if (colon)
+                portp = colon + 1;
+        }
+        if (portp) {
+            long port;
+            if (parse_uint(portp, (size_t)(hend - portp), 65535, &port) || port == 0)
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid port '%.*s' in Redis URL (expected 1..65535)",
+                               (int)(hend - portp > 16 ? 16 : hend - portp), portp);
+            cfg->port = (int)port;
+        }
+        if (path && end - path > 1) {
+            long db;
+            if (parse_uint(path + 1, (size_t)(end - path - 1), INT_MAX, &db))
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid database '%.*s' in the Redis URL path "
+                               "(expected /N, a non-negative integer)",
+                               (int)(end - path - 1 > 32 ? 32 : end - path - 1), path + 1);
+            cfg->db = (int)db;
+        }
+    }
+
+    /* Query options. */
+    if (q) {
+        const char *p = q + 1;
+        while (*p) {
+            const char *amp = strchr(p, '&');
+            const char *segend = amp ? amp : p + strlen(p);
+            if (segend > p) {
+                const char *eq = memchr(p, '=', (size_t)(segend - p));
+                if (!eq)
+                    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                   "URL option '%.*s' has no value (expected name=value)",
+                                   (int)(segend - p > 32 ? 32 : segend - p), p);
+                char *name = NULL, *val = NULL;
+                if (take_decoded(&name, p, (size_t)(eq - p), &bad)) {
+                    if (!bad)
+                        goto nomem;
+                    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                   "bad percent-escape in a URL option name");
+                }
+                if (take_decoded(&val, eq + 1, (size_t)(segend - eq - 1), &bad)) {
+                    lb_redis_status st = url_err(
+                        cfg, bad ? LB_REDIS_ERR_URL : LB_REDIS_ERR_NOMEM, err, errlen,
+                        bad ? "bad percent-escape in the value of URL option '%.32s'"
+                            : "out of memory parsing option '%.32s'",
+                        name);
+                    free(name);
+                    return st;
+                }
+                lb_redis_status st = LB_REDIS_OK;
+                if (strcmp(name, "db") == 0) {
+                    long db;
+                    if (parse_uint(val, strlen(val), INT_MAX, &db))
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option db='%.32s' (expected a non-negative integer)",
+                                     val);
+                    else
+                        cfg->db = (int)db;
+                } else if (strcmp(name, "password") == 0) {
+                    free(cfg->password);
+                    cfg->password = val[0] ? val : NULL;
+                    if (val[0])
+                        val = NULL;
+                } else if (strcmp(name, "username") == 0) {
+                    free(cfg->username);
+                    cfg->username = val[0] ? val : NULL;
+                    if (val[0])
+                        val = NULL;
+                } else if (strcmp(name, "socket_timeout") == 0 ||
+                           strcmp(name, "socket_connect_timeout") == 0) {
+                    int ms;
+                    if (parse_seconds_ms(val, &ms))
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option %s='%.32s' (expected seconds > 0)", name,
+                                     val);
+                    else if (name[7] == 't')
+                        cfg->timeout_ms = ms;
+                    else
+                        cfg->connect_timeout_ms = ms;
+                } else {
+                    st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                 "unknown URL option '%.32s' (known: db, username, password, "
+                                 "socket_timeout, socket_connect_timeout)",
+                                 name);
+                }
+                free(name);
+                free(val);
+                if (st != LB_REDIS_OK)
+                    return st;
+            }
+            if (!amp)
+                break;
+            p = amp + 1;
+        }
+    }
+    return LB_REDIS_OK;
+
+decode_fail_user:
+    if (!bad)
+        goto nomem;
+    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                   "bad percent-escape in the user name of the Redis URL");
+decode_fail_pass:
+    if (!bad)
+        goto nomem;
+    return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                   "bad percent-escape in the password of the Redis URL");
+nomem:
+    return url_err(cfg, LB_REDIS_ERR_NOMEM, err, errlen, "out of memory parsing the Redis URL");
+}
+
+/* ----------------------------------------------------------------- arena */
+
+typedef struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    /* data follows, 16-aligned */
+} arena_block;
+
+#define ARENA_HDR ((sizeof(arena_block) + 15) & ~(size_t)15)
+
+typedef struct {
+    arena_block *head;   /* the block being filled */
+    arena_block *big;    /* dedicated blocks of large objects */
+} arena;
+
+static void *arena_alloc(arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n > LB_ARENA_BLOCK / 4) {
+        arena_block *b = malloc(ARENA_HDR + n);
+        if (!b)
+            return NULL;
+        b->cap = b->used = n;
+        b->next = a->big;
+        a->big = b;
+        return (char *)b + ARENA_HDR;
+    }
+    if (!a->head || a->head->cap - a->head->used < n) {
+        arena_block *b = malloc(ARENA_HDR + LB_ARENA_BLOCK);
+        if (!b)
+            return NULL;
+        b->cap = LB_ARENA_BLOCK;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+    }
+    void *p = (char *)a->head + ARENA_HDR + a->head->used;
+    a->head->used += n;
+    return p;
+}
+
+/* Free everything but one block, so memory stays flat between calls. */
+static void arena_reset(arena *a)
+{
+    while (a->big) {
+        arena_block *n = a->big->next;
+        free(a->big);
+        a->big = n;
+    }
+    if (a->head) {
+        arena_block *keep = a->head, *b = keep->next;
+        while (b) {
+            arena_block *n = b->next;
+            free(b);
+            b = n;
+        }
+        keep->next = NULL;
+        keep->used = 0;
+    }
+}
+
+static void arena_free(arena *a)
+{
+    arena_reset(a);
+    free(a->head);
+    a->head = NULL;
+}
+
+/* ---------------------------------------------------------- connection */
+
+struct lb_redis {
+    lb_redis_config cfg;
+    redisContext *ctx;    /* NULL when not connected */
+    redisReader *reader;  /* our reader with arena-backed replies */
+    pid_t pid;            /* the process that opened ctx */
+    arena arena;
+    lb_reply **replies;   /* top-level replies of the last round trip */
+    size_t replies_cap;
+    char *rbuf;           /* recv buffer, LB_RBUF_SIZE */
+    unsigned long connects;
+    lb_redis_status status;
+    long err_index;
+    char errstr[LB_ERRSTR_SIZE];
+};
+
+lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *fmt, ...)
+{
+    r->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errstr, sizeof r->errstr, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void clear_error(lb_redis *r)
+{
+    r->status = LB_REDIS_OK;
+    r->err_index = -1;
+    r->errstr[0] = '\0';
+}
+
+const char *lb_redis_errstr(const lb_redis *r) { return r->errstr; }
+lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->status; }
+long lb_redis_err_index(const lb_redis *r) { return r->err_index; }
+unsigned long lb_redis_connect_count(const lb_redis *r) { return r->connects; }
+void lb_redis_set_timeout(lb_redis *r, int timeout_ms) { r->cfg.timeout_ms = timeout_ms < 0 ? 0 : timeout_ms; }
+
+int lb_redis_is_connected(const lb_redis *r)
+{
+    return r->ctx != NULL && r->pid == getpid();
+}
+
+/* --- reader callbacks: replies are built in the arena, no malloc per reply. */
+
+static void attach(const redisReadTask *task, lb_reply *x)
+{
+    if (task->parent) {
+        lb_reply *p = task->parent->obj;
+        p->element[task->idx] = x;
+    }
+}
+
+static void *cb_string(const redisReadTask *task, char *str, size_t len)
+{
+    lb_redis *r = task->privdata;
+    lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply) + len + 1);
+    if (!x)
+        return NULL;
+    x->type = task->type;
+    x->integer = 0;
+    x->len = len;
+    x->str = (char *)(x + 1);
+    memcpy(x->str, str, len);
+    x->str[len] = '\0';
+    x->element = NULL;
+    attach(task, x);
+    return x;
+}
+
+static void *cb_array(const redisReadTask *task, lb_array_len_t n)
+{
+    lb_redis *r = task->privdata;
+    size_t cnt = n > 0 ? (size_t)n : 0;
+    lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply) + cnt * sizeof(lb_reply *));
+    if (!x)
+        return NULL;
+    x->type = LB_REPLY_ARRAY;
+    x->integer = 0;
+    x->len = cnt;
+    x->str = NULL;
+    x->element = (lb_reply **)(x + 1);
+    for (size_t i = 0; i < cnt; i++)
+        x->element[i] = NULL;
+    attach(task, x);
+    return x;
+}
+
+static void *cb_integer(const redisReadTask *task, long long v)
+{
+    lb_redis *r = task->privdata;
+    lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply));
+    if (!x)
+        return NULL;
+    x->type = LB_REPLY_INTEGER;
+    x->integer = v;
+    x->len = 0;
+    x->str = NULL;
+    x->element = NULL;
+    attach(task, x);
+    return x;
+}
+
+static void *cb_nil(const redisReadTask *task)
+{
+    lb_redis *r = task->privdata;
+    lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply));
+    if (!x)
+        return NULL;
+    memset(x, 0, sizeof *x);
+    x->type = LB_REPLY_NIL;
+    attach(task, x);
+    return x;
+}
+
+static void cb_free(void *obj) { (void)obj; /* arena-owned */ }
+
+static redisReplyObjectFunctions lb_reply_fns = {
+    .createString = cb_string,
+    .createArray = cb_array,
+    .createInteger = cb_integer,
+    .createNil = cb_nil,
+    .freeObject = cb_free,
+};
+
+lb_redis *lb_redis_new(const lb_redis_config *cfg)
+{
+    lb_redis *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->err_index = -1;
+    r->cfg.port = cfg->port;
+    r->cfg.db = cfg->db;
+    r->cfg.connect_timeout_ms = cfg->connect_timeout_ms < 0 ? 0 : cfg->connect_timeout_ms;
+    r->cfg.timeout_ms = cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
+    if (lb_redis_config_set(&r->cfg.host, cfg->host) ||
+        lb_redis_config_set(&r->cfg.unix_path, cfg->unix_path) ||
+        lb_redis_config_set(&r->cfg.username, cfg->username) ||
+        lb_redis_config_set(&r->cfg.password, cfg->password) ||
+        !(r->rbuf = malloc(LB_RBUF_SIZE))) {
+        lb_redis_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Close the socket and forget the connection.  Nothing is sent: hiredis's
+ * redisFree only close()s the fd (no QUIT, no shutdown()), so a forked
+ * child dropping an inherited socket leaves the parent's connection intact. */
+static void drop(lb_redis *r)
+{
+    if (r->ctx) {
+        redisFree(r->ctx);
+        r->ctx = NULL;
+    }
+    if (r->reader) {
+        redisReaderFree(r->reader);
+        r->reader = NULL;
+    }
+    arena_reset(&r->arena);
+}
+
+void lb_redis_disconnect(lb_redis *r)
+{
+    drop(r);
+}
+
+void lb_redis_free(lb_redis *r)
+{
+    if (!r)
+        return;
+    drop(r);
+    arena_free(&r->arena);
+    free(r->replies);
+    free(r->rbuf);
+    lb_redis_config_free(&r->cfg);
+    free(r);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void where(const lb_redis *r, char *buf, size_t n)
+{
+    if (r->cfg.unix_path)
+        snprintf(buf, n, "unix:%s", r->cfg.unix_path);
+    else if (r->cfg.host && strchr(r->cfg.host, ':'))
+        snprintf(buf, n, "[%s]:%d", r->cfg.host, r->cfg.port ? r->cfg.port : 6379);
+    else
+        snprintf(buf, n, "%s:%d", r->cfg.host ? r->cfg.host : "localhost",
+                 r->cfg.port ? r->cfg.port : 6379);
+}
+
+/* One round trip on the connected socket: send buf[0..len) while reading,
+ * until n replies were parsed into out[].  *received counts reply bytes. */
+static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_t n,
+                                 lb_reply **out, size_t *received)
+{
+    const int fd = r->ctx->fd;
+    const int tmo = r->cfg.timeout_ms;
+    size_t sent = 0, got = 0;
+    int64_t deadline = tmo > 0 ? now_ms() + tmo : 0;
+    char w[160];
+    *received = 0;
+
+    for (;;) {
+        /* Hand out every reply already parsed. */
+        while (got < n) {
+            void *rep = NULL;
+            if (redisReaderGetReply(r->reader, &rep) != REDIS_OK) {
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                          "protocol error from Redis at %s: %s", w,
+                                          r->reader->errstr);
+            }
+            if (!rep)
+                break;
+            out[got++] = rep;
+        }
+        if (got == n) {
+            if (sent < len || r->reader->pos < r->reader->len) {
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                          "protocol error: Redis at %s sent more replies than "
+                                          "commands",
+                                          w);
+            }
+            return LB_REDIS_OK;
+        }
+
+        int progress = 0;
+        if (sent < len) {
+            ssize_t k = send(fd, buf + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                sent += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                int e = errno;
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_IO,
+                                          "connection to Redis at %s lost while sending: %s", w,
+                                          strerror(e));
+            }
+        }
+        if (!progress) {
+            struct pollfd pfd = {fd, POLLIN, 0};
+            if (sent < len)
+                pfd.events |= POLLOUT;
+            int wait = -1;
+            if (tmo > 0) {
+                int64_t left = deadline - now_ms();
+                wait = left > 0 ? (int)left : 0;
+            }
+            int pr = poll(&pfd, 1, wait);
+            if (pr < 0) {
+                if (errno == EINTR)
+                    continue;
+                int e = errno;
+                return lb_redis_set_error(r, LB_REDIS_ERR_IO, "poll failed: %s", strerror(e));
+            }
+            if (pr == 0) {
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_TIMEOUT,
+                                          "timeout: Redis at %s did not answer within %d ms "
+                                          "(%zu of %zu replies read)",
+                                          w, tmo, got, n);
+            }
+            if (!(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
+                continue; /* writable only: send on the next turn */
+        }
+        ssize_t k = recv(fd, r->rbuf, LB_RBUF_SIZE, MSG_DONTWAIT);
+        if (k > 0) {
+            *received += (size_t)k;
+            if (redisReaderFeed(r->reader, r->rbuf, (size_t)k) != REDIS_OK)
+                return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
+            progress = 1;
+        } else if (k == 0) {
+            where(r, w, sizeof w);
+            return lb_redis_set_error(r, LB_REDIS_ERR_IO,
+                                      "connection to Redis at %s closed by the server "
+                                      "(%zu of %zu replies read)",
+                                      w, got, n);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            where(r, w, sizeof w);
+            return lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s", w,
+                                      strerror(e));
+        }
+        if (progress && tmo > 0)
+            deadline = now_ms() + tmo;
+    }
+}
+
+/* Batches ----------------------------------------------------------------- */
+
+void lb_redis_batch_init(lb_redis_batch *b)
+{
+    memset(b, 0, sizeof *b);
+}
+
+void lb_redis_batch_free(lb_redis_batch *b)
+{
+    free(b->buf);
+    lb_redis_batch_init(b);
+}
+
+void lb_redis_batch_clear(lb_redis_batch *b)
+{
+    if (b->cap > ((size_t)4 << 20)) {
+        free(b->buf);
+        b->buf = NULL;
+        b->cap = 0;
+    }
+    b->len = 0;
+    b->ncmds = 0;
+    b->args_left = 0;
+    b->failed = 0;
+}
+
+static int batch_reserve(lb_redis_batch *b, size_t more)
+{
+    if (b->failed)
+        return -1;
+    if (b->cap - b->len >= more)
+        return 0;
+    size_t need = b->len + more;
+    if (need < b->len) {
+        b->failed = LB_REDIS_ERR_NOMEM;
+        return -1;
+    }
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need)
+        cap = cap * 2 > cap ? cap * 2 : need;
+    char *nb = realloc(b->buf, cap);
+    if (!nb) {
+        b->failed = LB_REDIS_ERR_NOMEM;
+        return -1;
+    }
+    b->buf = nb;
+    b->cap = cap;
+    return 0;
+}
+
+/* Write v in decimal at p; returns the number of characters. */
+static size_t fmt_u64(char *p, uint64_t v)
+{
+    char t[24];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = t[n - 1 - i];
+    return n;
+}
+
+void lb_redis_batch_cmd(lb_redis_batch *b, int argc)
+{
+    if (b->failed)
+        return;
+    if (argc < 1 || b->args_left != 0) {
+        b->failed = LB_REDIS_ERR_ARG;
+        return;
+    }
+    if (batch_reserve(b, 32))
+        return;
+    char *p = b->buf + b->len;
+    *p++ = '*';
+    p += fmt_u64(p, (uint64_t)argc);
+    *p++ = '\r';
+    *p++ = '\n';
+    b->len = (size_t)(p - b->buf);
+    b->args_left = argc;
+    b->ncmds++;
+}
+
+void lb_redis_batch_arg(lb_redis_batch *b, const void *data, size_t len)
+{
+    if (b->failed)
+        return;
+    if (b->args_left <= 0) {
+        b->failed = LB_REDIS_ERR_ARG;
+        return;
+    }
+    if (batch_reserve(b, len + 32))
+        return;
+    char *p = b->buf + b->len;
+    *p++ = '$';
+    p += fmt_u64(p, len);
+    *p++ = '\r';
+    *p++ = '\n';
+    if (len)
+        memcpy(p, data, len);
+    p += len;
+    *p++ = '\r';
+    *p++ = '\n';
+    b->len = (size_t)(p - b->buf);
+    b->args_left--;
+}
+
+void lb_redis_batch_arg_str(lb_redis_batch *b, const char *s)
+{
+    lb_redis_batch_arg(b, s, strlen(s));
+}
+
+void lb_redis_batch_arg_u64(lb_redis_batch *b, uint64_t v)
+{
+    char t[24];
+    lb_redis_batch_arg(b, t, fmt_u64(t, v));
+}
+
+void lb_redis_batch_arg_i64(lb_redis_batch *b, int64_t v)
+{
+    char t[24];
+    if (v < 0) {
+        t[0] = '-';
+        lb_redis_batch_arg(b, t, 1 + fmt_u64(t + 1, (uint64_t)0 - (uint64_t)v));
+    } else {
+        lb_redis_batch_arg(b, t, fmt_u64(t, (uint64_t)v));
+    }
+}
+
+void lb_redis_batch_argv(lb_redis_batch *b, int argc, const char *const *argv, const size_t *lens)
+{
+    lb_redis_batch_cmd(b, argc);
+    for (int i = 0; i < argc; i++)
+        lb_redis_batch_arg(b, argv[i], lens ? lens[i] : strlen(argv[i]));
+}
+
+/* Connecting -------------------------------------------------------------- */
+
+static lb_redis_status do_connect(lb_redis *r)
+{
+    char w[160];
+    const int ct = r->cfg.connect_timeout_ms;
+    struct timeval tv = {ct / 1000, (ct % 1000) * 1000};
+    const char *host = r->cfg.host ? r->cfg.host : "localhost";
+    const int port = r->cfg.port ? r->cfg.port : 6379;
+    redisContext *c;
+
+    where(r, w, sizeof w);
+    errno = 0;
+    if (r->cfg.unix_path)
+        c = ct > 0 ? redisConnectUnixWithTimeout(r->cfg.unix_path, tv)
+                   : redisConnectUnix(r->cfg.unix_path);
+    else
+        c = ct > 0 ? redisConnectWithTimeout(host, port, tv) : redisConnect(host, port);
+    int e = errno;
+    if (!c)
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory connecting to %s", w);
+    if (c->err) {
+        int timed_out = e == ETIMEDOUT || e == EINPROGRESS || strstr(c->errstr, "timed out") ||
+                        strstr(c->errstr, "Timed out");
+        lb_redis_status st = timed_out ? LB_REDIS_ERR_TIMEOUT : LB_REDIS_ERR_CONNECT;
+        lb_redis_set_error(r, st, "%s connecting to Redis at %s: %s",
+                           timed_out ? "timeout" : "error", w, c->errstr);
+        redisFree(c);
+        return st;
+    }
+    int fl = fcntl(c->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        int e2 = errno;
+        redisFree(c);
+        return lb_redis_set_error(r, LB_REDIS_ERR_CONNECT, "cannot set up the socket to %s: %s",
+                                  w, strerror(e2));
+    }
+    if (!r->cfg.unix_path)
+        (void)redisEnableKeepAlive(c); /* best effort */
+    redisReader *rd = redisReaderCreateWithFunctions(&lb_reply_fns);
+    if (!rd) {
+        redisFree(c);
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory connecting to %s", w);
+    }
+    rd->privdata = r; /* redisReaderSetPrivdata warns in 0.14 */
+    r->ctx = c;
+    r->reader = rd;
+    r->pid = getpid();
+    r->connects++;
+
+    /* Handshake: AUTH and SELECT in one round trip. */
+    if (!r->cfg.password && !r->cfg.username && r->cfg.db == 0)
+        return LB_REDIS_OK;
+    lb_redis_batch hb;
+    lb_redis_batch_init(&hb);
+    int auth = -1, sel = -1, n = 0;
+    if (r->cfg.password || r->cfg.username) {
+        if (r->cfg.username) {
+            lb_redis_batch_cmd(&hb, 3);
+            lb_redis_batch_arg_str(&hb, "AUTH");
+            lb_redis_batch_arg_str(&hb, r->cfg.username);
+            lb_redis_batch_arg_str(&hb, r->cfg.password ? r->cfg.password : "");
+        } else {
+            lb_redis_batch_cmd(&hb, 2);
+            lb_redis_batch_arg_str(&hb, "AUTH");
+            lb_redis_batch_arg_str(&hb, r->cfg.password);
+        }
+        auth = n++;
+    }
+    if (r->cfg.db != 0) {
+        lb_redis_batch_cmd(&hb, 2);
+        lb_redis_batch_arg_str(&hb, "SELECT");
+        lb_redis_batch_arg_u64(&hb, (uint64_t)r->cfg.db);
+        sel = n++;
+    }
+    lb_reply *hr[2];
+    size_t received;
+    lb_redis_status st;
+    if (hb.failed)
+        st = lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building the handshake");
+    else
+        st = roundtrip(r, hb.buf, hb.len, hb.ncmds, hr, &received);
+    lb_redis_batch_free(&hb);
+    if (st == LB_REDIS_OK && auth >= 0 && hr[auth]->type == LB_REPLY_ERROR)
+        st = lb_redis_set_error(r, LB_REDIS_ERR_AUTH, "Redis at %s refused AUTH%s%s: %s", w,
+                                r->cfg.username ? " for user " : "",
+                                r->cfg.username ? r->cfg.username : "", hr[auth]->str);
+    else if (st == LB_REDIS_OK && sel >= 0 && hr[sel]->type == LB_REPLY_ERROR)
+        st = lb_redis_set_error(r, LB_REDIS_ERR_REPLY, "SELECT %d failed on Redis at %s: %s",
+                                r->cfg.db, w, hr[sel]->str);
+    if (st != LB_REDIS_OK)
+        drop(r);
+    return st;
+}
+
+/* Make sure this process has an open connection.  *fresh = 1 when it was
+ * opened by this call. */
+static lb_redis_status ensure_connected(lb_redis *r, int *fresh)
+{
+    *fresh = 0;
+    if (r->ctx && r->pid != getpid())
+        drop(r); /* inherited over fork(): close our copy of the fd, send nothing */
+    if (r->ctx)
+        return LB_REDIS_OK;
+    *fresh = 1;
+    return do_connect(r);
+}
+
+lb_redis_status lb_redis_connect(lb_redis *r)
+{
+    int fresh;
+    clear_error(r);
+    return ensure_connected(r, &fresh);
+}
+
+/* Exec -------------------------------------------------------------------- */
+
+lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies)
+{
+    clear_error(r);
+    if (replies)
+        *replies = NULL;
+    if (b->failed == LB_REDIS_ERR_NOMEM)
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building a Redis batch");
+    if (b->failed || b->args_left != 0)
+        return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
+                                  "malformed Redis batch (argument count does not match)");
+    if (b->ncmds == 0) {
+        if (replies)
+            *replies = r->replies;
+        return LB_REDIS_OK;
+    }
+    if (r->replies_cap < b->ncmds || r->replies_cap > b->ncmds * 4 + 1024) {
+        lb_reply **nr = realloc(r->replies, b->ncmds * sizeof *nr);
+        if (!nr)
+            return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory for %zu replies",
+                                      b->ncmds);
+        r->replies = nr;
+        r->replies_cap = b->ncmds;
+    }
+
+    lb_redis_status st;
+    for (int attempt = 0;; attempt++) {
+        int fresh;
+        st = ensure_connected(r, &fresh);
+        if (st != LB_REDIS_OK)
+            return st;
+        arena_reset(&r->arena);
+        size_t received = 0;
+        st = roundtrip(r, b->buf, b->len, b->ncmds, r->replies, &received);
+        if (st == LB_REDIS_OK)
+            break;
+        drop(r);
+        if (st == LB_REDIS_ERR_IO && (flags & LB_REDIS_IDEMPOTENT) && !fresh && received == 0 &&
+            attempt == 0)
+            continue; /* a stale connection: try once more on a new one */
+        return st;
+    }
+
+    if (replies)
+        *replies = r->replies;
+    if (!(flags & LB_REDIS_RAW_ERRORS)) {
+        for (size_t i = 0; i < b->ncmds; i++) {
+            const lb_reply *x = r->replies[i];
+            if (x->type == LB_REPLY_ERROR) {
+                r->err_index = (long)i;
+                int wt = x->len >= 9 && memcmp(x->str, "WRONGTYPE", 9) == 0;
+                return lb_redis_set_error(r, wt ? LB_REDIS_ERR_WRONGTYPE : LB_REDIS_ERR_REPLY,
+                                          "%s", x->str);
+            }
+        }
+    }
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
+                                      const size_t *lens, int flags, lb_reply **reply)
+{
+    lb_redis_batch b;
+    lb_reply **rs = NULL;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, argc, argv, lens);
+    lb_redis_status st = lb_redis_exec(r, &b, flags, &rs);
+    lb_redis_batch_free(&b);
+    if (reply)
+        *reply = rs ? rs[0] : NULL;
+    return st;
+}

@@ -1,0 +1,215 @@
+/* redis_conn.h: one Redis connection on hiredis (>= 0.14), its URL, and pipelining.
+ *
+ * Pure C, no Python.  hiredis is used for connecting (TCP with timeout, unix
+ * sockets, IPv6) and for its RESP2 reply parser; the socket I/O of a round
+ * trip is done here with poll() on a non-blocking fd, so that
+ *   - a whole batch goes out as one buffer (one write when the socket takes it),
+ *     and replies are read while the rest is still being written (no deadlock
+ *     on huge pipelines);
+ *   - the operation timeout is an inactivity timeout (no byte could be sent or
+ *     received for timeout_ms -> LB_REDIS_ERR_TIMEOUT), as redis-py's
+ *     socket_timeout;
+ *   - we know whether anything of the batch was answered (for safe retry).
+ * RESP2 only: every server speaks it.  No TLS (hiredis 0.14 has none).
+ *
+ * Threads: an lb_redis is used by one thread at a time (the binding holds a
+ * lock around every call and releases the GIL during it).  There is no locking
+ * inside and no global state.
+ *
+ * Fork: the connection remembers the pid that opened its socket.  When it is
+ * used in another process (a forked child), the inherited socket is closed
+ * without sending anything on it and a new connection is opened.
+ *
+ * Connection discipline: any failure in the middle of a round trip (timeout,
+ * EOF, reset, protocol error) discards the connection: a reply read for the
+ * wrong command is the worst bug a client can have.  A server error reply
+ * (-ERR ..., -WRONGTYPE ...) does not: every reply of the batch is still read,
+ * so the stream stays in step and the connection is kept. */
+#ifndef LB_REDIS_CONN_H
+#define LB_REDIS_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error kinds.  Suggested Python mapping in brackets. */
+typedef enum {
+    LB_REDIS_OK = 0,
+    LB_REDIS_ERR_CONNECT,   /* cannot connect (refused, unknown host, ...)  [RedisConnectionError] */
+    LB_REDIS_ERR_IO,        /* connection lost during a round trip          [RedisConnectionError] */
+    LB_REDIS_ERR_TIMEOUT,   /* connect or operation timed out               [RedisTimeoutError]    */
+    LB_REDIS_ERR_PROTOCOL,  /* unparsable or unexpected reply               [RedisError]           */
+    LB_REDIS_ERR_REPLY,     /* server error reply; errstr = its text        [RedisResponseError]   */
+    LB_REDIS_ERR_WRONGTYPE, /* -WRONGTYPE reply; errstr names the key       [WrongTypeError]       */
+    LB_REDIS_ERR_AUTH,      /* AUTH refused (text in errstr)                [RedisConnectionError] */
+    LB_REDIS_ERR_URL,       /* bad URL or config                            [ValueError]           */
+    LB_REDIS_ERR_TLS,       /* rediss:// asked, this hiredis has no TLS     [NotSupportedError]    */
+    LB_REDIS_ERR_MISMATCH,  /* stored geometry differs (redis_bitmap)       [GeometryMismatchError]*/
+    LB_REDIS_ERR_NOTFOUND,  /* no filter stored at that key (redis_bitmap)  [BloomError/KeyError]  */
+    LB_REDIS_ERR_ARG,       /* invalid argument                             [ValueError]           */
+    LB_REDIS_ERR_NOMEM      /* allocation failed                            [MemoryError]          */
+} lb_redis_status;
+
+/* A short constant name of a status ("connect", "io", "timeout", ...). */
+const char *lb_redis_status_name(lb_redis_status st);
+
+/* ------------------------------------------------------------------ config */
+
+/* Connection settings.  String fields are malloc'd, owned by the config, and
+ * freed by lb_redis_config_free (set them with lb_redis_config_set or strdup).
+ * NULL means "not given".  lb_redis_new copies everything it needs. */
+typedef struct {
+    char *host;              /* TCP host name or address (IPv6 without brackets); NULL -> "localhost" */
+    int port;                /* 1..65535; 0 -> 6379 */
+    char *unix_path;         /* unix socket path; when set, host/port are ignored */
+    int db;                  /* SELECT db when != 0 */
+    char *username;          /* Redis 6 ACL user: AUTH username password */
+    char *password;          /* AUTH password (AUTH user "" when only a username is given) */
+    int connect_timeout_ms;  /* 0 = no timeout (the OS's) */
+    int timeout_ms;          /* operation (inactivity) timeout, 0 = none */
+} lb_redis_config;
+
+void lb_redis_config_init(lb_redis_config *cfg);   /* all zero / NULL */
+void lb_redis_config_free(lb_redis_config *cfg);   /* frees the strings, re-inits */
+/* Replace one string field (a pointer to a field of cfg) by a copy of value
+ * (NULL clears it).  Returns LB_REDIS_OK or LB_REDIS_ERR_NOMEM. */
+lb_redis_status lb_redis_config_set(char **field, const char *value);
+
+/* Parse a URL in redis-py's form into cfg (cfg is initialised first):
+ *   redis://[[username]:password@]host[:port][/db][?option=value&...]
+ *   redis://[username@]host...          (username only, as redis-py)
+ *   redis://[::1]:6380/2                (IPv6 in brackets)
+ *   unix://[[username]:password@]/path/to/sock[?db=N&password=...]
+ *   rediss://...                        -> LB_REDIS_ERR_TLS
+ * Userinfo and option values are percent-decoded.  Options: db, username,
+ * password, socket_timeout and socket_connect_timeout (seconds, may be
+ * fractional).  An option given in the query wins over the URL's own field
+ * (as redis-py).  Empty host -> localhost, no port -> 6379, no db -> 0.
+ * On error returns LB_REDIS_ERR_URL or LB_REDIS_ERR_TLS with a message in
+ * err (err may be NULL) and leaves cfg initialised and empty. */
+lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url,
+                                         char *err, size_t errlen);
+
+/* -------------------------------------------------------------- connection */
+
+typedef struct lb_redis lb_redis;
+
+/* Create an unconnected connection object (connects lazily on first use).
+ * Returns NULL when out of memory. */
+lb_redis *lb_redis_new(const lb_redis_config *cfg);
+/* Close the socket (nothing is sent) and free everything.  NULL is fine. */
+void lb_redis_free(lb_redis *r);
+
+/* Connect now if not connected (or connected by another process): connect,
+ * AUTH, SELECT.  Not needed before lb_redis_exec, which does it itself. */
+lb_redis_status lb_redis_connect(lb_redis *r);
+/* Drop the connection (close the fd, send nothing); the next call reconnects. */
+void lb_redis_disconnect(lb_redis *r);
+/* 1 when a socket is open and belongs to this process. */
+int lb_redis_is_connected(const lb_redis *r);
+/* Change the operation timeout (ms, 0 = none); applies from the next round trip. */
+void lb_redis_set_timeout(lb_redis *r, int timeout_ms);
+
+/* The text of the last error ("" after success).  For REPLY and WRONGTYPE it
+ * is the server's text (WRONGTYPE: followed by " (key 'name')" when the layer
+ * above knows the key).  Valid until the next call on r. */
+const char *lb_redis_errstr(const lb_redis *r);
+/* The status of the last call. */
+lb_redis_status lb_redis_last_status(const lb_redis *r);
+/* For REPLY/WRONGTYPE: index in the batch of the first command whose reply
+ * was an error, else -1. */
+long lb_redis_err_index(const lb_redis *r);
+/* Set the error state (for the layers above); returns st.  printf-style. */
+lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Number of connections this object opened so far (tests, diagnostics). */
+unsigned long lb_redis_connect_count(const lb_redis *r);
+
+/* ------------------------------------------------------------------ batches */
+
+/* A pipeline being built: commands are encoded straight into one RESP buffer.
+ * Usage:
+ *     lb_redis_batch b; lb_redis_batch_init(&b);
+ *     lb_redis_batch_cmd(&b, 3); arg_str(&b,"SET"); arg(&b,key,len); arg_u64(&b,1);
+ *     ...
+ *     lb_redis_exec(r, &b, flags, &replies);
+ *     lb_redis_batch_free(&b);
+ * Append errors (out of memory, wrong argument count) are sticky: they are
+ * reported by lb_redis_exec (NOMEM / ARG) without sending anything. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    size_t ncmds;       /* commands begun */
+    long args_left;     /* arguments still owed to the current command */
+    int failed;         /* 0, or LB_REDIS_ERR_NOMEM / LB_REDIS_ERR_ARG */
+} lb_redis_batch;
+
+void lb_redis_batch_init(lb_redis_batch *b);
+void lb_redis_batch_free(lb_redis_batch *b);
+/* Empty the batch, keeping its buffer (shrunk when it grew past 4 MiB). */
+void lb_redis_batch_clear(lb_redis_batch *b);
+/* Begin a command of argc >= 1 arguments (the command name included). */
+void lb_redis_batch_cmd(lb_redis_batch *b, int argc);
+void lb_redis_batch_arg(lb_redis_batch *b, const void *data, size_t len);
+void lb_redis_batch_arg_str(lb_redis_batch *b, const char *s);
+void lb_redis_batch_arg_u64(lb_redis_batch *b, uint64_t v);
+void lb_redis_batch_arg_i64(lb_redis_batch *b, int64_t v);
+/* A whole command from an argv array (lens may be NULL for C strings). */
+void lb_redis_batch_argv(lb_redis_batch *b, int argc, const char *const *argv, const size_t *lens);
+
+/* ------------------------------------------------------------------ replies */
+
+enum {
+    LB_REPLY_STRING = 1,
+    LB_REPLY_ARRAY = 2,
+    LB_REPLY_INTEGER = 3,
+    LB_REPLY_NIL = 4,
+    LB_REPLY_STATUS = 5,
+    LB_REPLY_ERROR = 6
+};
+
+/* One reply (the same type numbers as hiredis's REDIS_REPLY_*).  Replies live
+ * in an arena inside the lb_redis and stay valid until the next round trip
+ * (or lb_redis_free / disconnect). */
+typedef struct lb_reply {
+    int type;
+    long long integer;          /* INTEGER */
+    size_t len;                 /* STRING/STATUS/ERROR: bytes; ARRAY: elements */
+    char *str;                  /* STRING/STATUS/ERROR: NUL-terminated too */
+    struct lb_reply **element;  /* ARRAY */
+} lb_reply;
+
+/* Flags of lb_redis_exec. */
+#define LB_REDIS_IDEMPOTENT 1   /* the batch may run twice (SETBIT, GETBIT, BITFIELD,
+                                   EXPIRE, DEL, SET of the same value, ...) */
+#define LB_REDIS_RAW_ERRORS 2   /* do not turn error replies into a failed status */
+
+/* Send the batch in one round trip and read its b->ncmds replies in order.
+ *
+ * On LB_REDIS_OK, *replies (if replies != NULL) points to b->ncmds replies.
+ * Unless LB_REDIS_RAW_ERRORS is given, the first error reply makes the call
+ * return LB_REDIS_ERR_WRONGTYPE (a reply starting with "WRONGTYPE") or
+ * LB_REDIS_ERR_REPLY, with the server text in errstr and its index in
+ * lb_redis_err_index; *replies is still set (all replies were read) and the
+ * connection is kept.
+ *
+ * CONNECT, AUTH, TIMEOUT, IO, PROTOCOL: the connection is discarded (the next
+ * call reconnects); *replies is NULL.
+ *
+ * Retry: with LB_REDIS_IDEMPOTENT, when a connection opened by an earlier call
+ * turns out dead (EOF / reset / broken pipe) before any byte of a reply came
+ * back, as after a server restart, the batch is sent once more on a fresh
+ * connection.  Timeouts are never retried; non-idempotent batches never are.
+ *
+ * An empty batch returns LB_REDIS_OK without connecting. */
+lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
+                              lb_reply ***replies);
+
+/* Convenience for one command (tests, handshakes): builds a batch and runs
+ * it; *reply valid until the next call. */
+lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
+                                      const size_t *lens, int flags, lb_reply **reply);
+
+#endif

@@ -1,0 +1,518 @@
+/* test_redis_core.c: C tests of csrc/core/redis_conn and redis_bitmap against
+ * a real redis-server started on a free port of 127.0.0.1.
+ * Run: make -C tests/c test   (or: tests/c/test_redis_core [name-filter]) */
+#include "redis_harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+
+#include "../../csrc/core/redis_conn.h"
+#ifdef LB_TEST_BITMAP
+#include "../../csrc/core/hash.h"
+#include "../../csrc/core/redis_bitmap.h"
+#endif
+
+static t_server srv; /* the main server of the run */
+
+static lb_redis *conn_port(int port, int timeout_ms)
+{
+    lb_redis_config cfg;
+    lb_redis_config_init(&cfg);
+    lb_redis_config_set(&cfg.host, "127.0.0.1");
+    cfg.port = port;
+    cfg.connect_timeout_ms = 2000;
+    cfg.timeout_ms = timeout_ms;
+    lb_redis *r = lb_redis_new(&cfg);
+    lb_redis_config_free(&cfg);
+    return r;
+}
+
+static lb_redis *conn_url(const char *url)
+{
+    lb_redis_config cfg;
+    char err[256];
+    if (lb_redis_config_from_url(&cfg, url, err, sizeof err) != LB_REDIS_OK) {
+        fprintf(stderr, "bad url %s: %s\n", url, err);
+        return NULL;
+    }
+    lb_redis *r = lb_redis_new(&cfg);
+    lb_redis_config_free(&cfg);
+    return r;
+}
+
+/* Run one command given as a string of space-separated words. */
+static lb_redis_status cmd(lb_redis *r, lb_reply **out, const char *line)
+{
+    char buf[512];
+    const char *argv[32];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "%s", line);
+    for (char *t = strtok(buf, " "); t && argc < 32; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    return lb_redis_command_argv(r, argc, argv, NULL, 0, out);
+}
+
+static long long cmd_int(lb_redis *r, const char *line)
+{
+    lb_reply *x;
+    if (cmd(r, &x, line) != LB_REDIS_OK || x->type != LB_REPLY_INTEGER) {
+        fprintf(stderr, "cmd_int(%s): %s\n", line, lb_redis_errstr(r));
+        return -999;
+    }
+    return x->integer;
+}
+
+/* ------------------------------------------------------------------ URLs */
+
+static void test_url_good(void)
+{
+    lb_redis_config c;
+    char err[256];
+
+    CHECK(lb_redis_config_from_url(&c, "redis://localhost", err, sizeof err) == LB_REDIS_OK);
+    CHECK(c.host && strcmp(c.host, "localhost") == 0 && c.port == 0 && c.db == 0);
+    CHECK(!c.username && !c.password && !c.unix_path);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "redis://h.example:6380/3", err, sizeof err) == 0);
+    CHECK(strcmp(c.host, "h.example") == 0 && c.port == 6380 && c.db == 3);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "REDIS://:s%40cr%3At@127.0.0.1:7000/0", err, sizeof err) == 0);
+    CHECK(!c.username && c.password && strcmp(c.password, "s@cr:t") == 0 && c.port == 7000);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "redis://al%20ice:p%2Fw@host/12", err, sizeof err) == 0);
+    CHECK(c.username && strcmp(c.username, "al ice") == 0);
+    CHECK(c.password && strcmp(c.password, "p/w") == 0 && c.db == 12);
+    lb_redis_config_free(&c);
+
+    /* username only, as redis-py; '@' inside the password (last '@' splits) */
+    CHECK(lb_redis_config_from_url(&c, "redis://bob@host", err, sizeof err) == 0);
+    CHECK(c.username && strcmp(c.username, "bob") == 0 && !c.password);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, "redis://u:p@ss@host:1", err, sizeof err) == 0);
+    CHECK(strcmp(c.password, "p@ss") == 0 && strcmp(c.host, "host") == 0 && c.port == 1);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "redis://[::1]:6380/2", err, sizeof err) == 0);
+    CHECK(strcmp(c.host, "::1") == 0 && c.port == 6380 && c.db == 2);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, "redis://[fe80::1%25eth0]", err, sizeof err) == 0);
+    CHECK(c.host && strcmp(c.host, "fe80::1%eth0") == 0 && c.port == 0);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "redis://", err, sizeof err) == 0);
+    CHECK(!c.host && c.port == 0);
+    lb_redis_config_free(&c);
+
+    /* query options win over the URL's fields */
+    CHECK(lb_redis_config_from_url(&c,
+                                   "redis://u:p@h/1?db=4&password=x%26y&socket_timeout=0.25"
+                                   "&socket_connect_timeout=2",
+                                   err, sizeof err) == 0);
+    CHECK(c.db == 4 && strcmp(c.password, "x&y") == 0 && c.timeout_ms == 250 &&
+          c.connect_timeout_ms == 2000);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "unix:///tmp/r.sock?db=2&password=pw", err, sizeof err) == 0);
+    CHECK(c.unix_path && strcmp(c.unix_path, "/tmp/r.sock") == 0 && c.db == 2);
+    CHECK(strcmp(c.password, "pw") == 0 && !c.host);
+    lb_redis_config_free(&c);
+
+    CHECK(lb_redis_config_from_url(&c, "unix://user:pw@/var/run/my%20redis.sock", err, sizeof err) == 0);
+    CHECK(strcmp(c.unix_path, "/var/run/my redis.sock") == 0);
+    CHECK(strcmp(c.username, "user") == 0 && strcmp(c.password, "pw") == 0);
+    lb_redis_config_free(&c);
+}
+
+static void expect_bad(const char *url, lb_redis_status want, const char *needle)
+{
+    lb_redis_config c;
+    char err[256] = "";
+    lb_redis_status st = lb_redis_config_from_url(&c, url, err, sizeof err);
+    CHECK_MSG(st == want, "%s -> %s (%s)", url, lb_redis_status_name(st), err);
+    CHECK_MSG(strstr(err, needle) != NULL, "%s: message '%s' lacks '%s'", url, err, needle);
+    CHECK(c.host == NULL && c.password == NULL && c.unix_path == NULL);
+    lb_redis_config_free(&c);
+}
+
+static void test_url_bad(void)
+{
+    expect_bad("rediss://h:6380", LB_REDIS_ERR_TLS, "TLS");
+    expect_bad("localhost:6379", LB_REDIS_ERR_URL, "expected redis://");
+    expect_bad("http://h", LB_REDIS_ERR_URL, "unsupported URL scheme 'http://'");
+    expect_bad("redis://h:0", LB_REDIS_ERR_URL, "invalid port '0'");
+    expect_bad("redis://h:65536", LB_REDIS_ERR_URL, "invalid port");
+    expect_bad("redis://h:abc", LB_REDIS_ERR_URL, "invalid port 'abc'");
+    expect_bad("redis://h:", LB_REDIS_ERR_URL, "invalid port ''");
+    expect_bad("redis://h/abc", LB_REDIS_ERR_URL, "invalid database 'abc'");
+    expect_bad("redis://h/-1", LB_REDIS_ERR_URL, "invalid database");
+    expect_bad("redis://h/99999999999", LB_REDIS_ERR_URL, "invalid database");
+    expect_bad("redis://::1:6379", LB_REDIS_ERR_URL, "brackets");
+    expect_bad("redis://[::1:6379", LB_REDIS_ERR_URL, "without its ']'");
+    expect_bad("redis://[::1]x", LB_REDIS_ERR_URL, "after ']'");
+    expect_bad("redis://[]:1", LB_REDIS_ERR_URL, "empty IPv6");
+    expect_bad("redis://u:p%zz@h", LB_REDIS_ERR_URL, "password");
+    expect_bad("redis://u%2@h", LB_REDIS_ERR_URL, "user name");
+    expect_bad("redis://u:p%00@h", LB_REDIS_ERR_URL, "password");
+    expect_bad("redis://h?db=x", LB_REDIS_ERR_URL, "db='x'");
+    expect_bad("redis://h?db", LB_REDIS_ERR_URL, "has no value");
+    expect_bad("redis://h?frobnicate=1", LB_REDIS_ERR_URL, "unknown URL option 'frobnicate'");
+    expect_bad("redis://h?socket_timeout=-1", LB_REDIS_ERR_URL, "socket_timeout");
+    expect_bad("redis://h?socket_timeout=nan", LB_REDIS_ERR_URL, "socket_timeout");
+    expect_bad("redis://h/0#frag", LB_REDIS_ERR_URL, "'#'");
+    expect_bad("redis://h st", LB_REDIS_ERR_URL, "space");
+    expect_bad("unix://host/tmp/s", LB_REDIS_ERR_URL, "must not name a host");
+    expect_bad("unix://", LB_REDIS_ERR_URL, "needs a socket path");
+    expect_bad("unix:///", LB_REDIS_ERR_URL, "needs a socket path");
+    expect_bad("unix:///tmp/s%4", LB_REDIS_ERR_URL, "socket path");
+    /* the password never appears in an error message */
+    lb_redis_config c;
+    char err[256];
+    lb_redis_config_from_url(&c, "redis://u:hunter2@h:99999", err, sizeof err);
+    CHECK(strstr(err, "hunter2") == NULL);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, NULL, err, sizeof err) == LB_REDIS_ERR_URL);
+}
+
+/* ------------------------------------------------------------ connection */
+
+static void test_basic_pipeline(void)
+{
+    lb_redis *r = conn_port(srv.port, 2000);
+    lb_reply *x;
+    CHECK(!lb_redis_is_connected(r));
+    CHECK(cmd(r, &x, "PING") == LB_REDIS_OK && x->type == LB_REPLY_STATUS &&
+          strcmp(x->str, "PONG") == 0);
+    CHECK(lb_redis_is_connected(r) && lb_redis_connect_count(r) == 1);
+
+    /* binary-safe arguments, replies in order */
+    lb_redis_batch b;
+    lb_reply **rs;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_cmd(&b, 3);
+    lb_redis_batch_arg_str(&b, "SET");
+    lb_redis_batch_arg_str(&b, "t:bin");
+    lb_redis_batch_arg(&b, "a\0b\r\nc", 6);
+    lb_redis_batch_cmd(&b, 2);
+    lb_redis_batch_arg_str(&b, "GET");
+    lb_redis_batch_arg_str(&b, "t:bin");
+    lb_redis_batch_cmd(&b, 2);
+    lb_redis_batch_arg_str(&b, "GET");
+    lb_redis_batch_arg_str(&b, "t:none");
+    lb_redis_batch_cmd(&b, 3);
+    lb_redis_batch_arg_str(&b, "INCRBY");
+    lb_redis_batch_arg_str(&b, "t:n");
+    lb_redis_batch_arg_i64(&b, -42);
+    lb_redis_batch_cmd(&b, 4);
+    lb_redis_batch_arg_str(&b, "LRANGE");
+    lb_redis_batch_arg_str(&b, "t:none");
+    lb_redis_batch_arg_u64(&b, 0);
+    lb_redis_batch_arg_i64(&b, -1);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK);
+    CHECK(rs[0]->type == LB_REPLY_STATUS && strcmp(rs[0]->str, "OK") == 0);
+    CHECK(rs[1]->type == LB_REPLY_STRING && rs[1]->len == 6 && memcmp(rs[1]->str, "a\0b\r\nc", 6) == 0);
+    CHECK(rs[2]->type == LB_REPLY_NIL);
+    CHECK(rs[3]->type == LB_REPLY_INTEGER && rs[3]->integer == -42);
+    CHECK(rs[4]->type == LB_REPLY_ARRAY && rs[4]->len == 0);
+
+    /* an error reply mid-batch: status REPLY, index, other replies read, connection kept */
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:n"}, NULL);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:bin"}, NULL);
+    lb_redis_batch_argv(&b, 1, (const char *const[]){"NOSUCHCOMMAND"}, NULL);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:n"}, NULL);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_ERR_REPLY);
+    CHECK(lb_redis_err_index(r) == 1);
+    CHECK(strstr(lb_redis_errstr(r), "not an integer") != NULL);
+    CHECK(rs && rs[0]->integer == -41 && rs[2]->type == LB_REPLY_ERROR && rs[3]->integer == -40);
+    CHECK(lb_redis_is_connected(r) && lb_redis_connect_count(r) == 1);
+    CHECK(lb_redis_exec(r, &b, LB_REDIS_RAW_ERRORS, &rs) == LB_REDIS_OK);
+    CHECK(rs[3]->integer == -38);
+
+    /* WRONGTYPE */
+    CHECK(cmd(r, NULL, "LPUSH t:list x") == LB_REDIS_OK);
+    CHECK(cmd(r, &x, "GETBIT t:list 3") == LB_REDIS_ERR_WRONGTYPE);
+    CHECK(strncmp(lb_redis_errstr(r), "WRONGTYPE", 9) == 0);
+    CHECK(lb_redis_err_index(r) == 0);
+
+    /* malformed batch: nothing sent */
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_cmd(&b, 3);
+    lb_redis_batch_arg_str(&b, "GET");
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_ERR_ARG && rs == NULL);
+    lb_redis_batch_clear(&b);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK); /* empty */
+
+    /* a big pipeline: 200k INCRs in one round trip, replies in order */
+    for (int i = 0; i < 200000; i++) {
+        lb_redis_batch_cmd(&b, 2);
+        lb_redis_batch_arg_str(&b, "INCR");
+        lb_redis_batch_arg_str(&b, "t:big");
+    }
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK);
+    int inorder = 1;
+    for (int i = 0; i < 200000; i++)
+        inorder &= rs[i]->integer == i + 1;
+    CHECK(inorder);
+    /* big values both ways (64 MiB) */
+    size_t big = (size_t)64 << 20;
+    char *v = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        v[i] = (char)(i * 7);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_cmd(&b, 3);
+    lb_redis_batch_arg_str(&b, "SET");
+    lb_redis_batch_arg_str(&b, "t:huge");
+    lb_redis_batch_arg(&b, v, big);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "t:huge"}, NULL);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"DEL", "t:huge"}, NULL);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK);
+    CHECK(rs[1]->len == big && memcmp(rs[1]->str, v, big) == 0);
+    free(v);
+    lb_redis_batch_free(&b);
+    CHECK(lb_redis_connect_count(r) == 1);
+    lb_redis_free(r);
+}
+
+static void test_auth_db_unix(void)
+{
+    char url[300];
+    lb_redis *admin = conn_port(srv.port, 2000);
+    CHECK(cmd(admin, NULL, "ACL SETUSER alice on >s3cr:t@ ~* &* +@all") == LB_REDIS_OK);
+
+    /* ACL user + password (percent-encoded) + db */
+    snprintf(url, sizeof url, "redis://alice:s3cr%%3At%%40@127.0.0.1:%d/5", srv.port);
+    lb_redis *r = conn_url(url);
+    CHECK(cmd(r, NULL, "SET t:db5 five") == LB_REDIS_OK);
+    lb_reply *x;
+    CHECK(cmd(r, &x, "ACL WHOAMI") == LB_REDIS_OK && x->str && strcmp(x->str, "alice") == 0);
+    CHECK(cmd(admin, &x, "GET t:db5") == LB_REDIS_OK && x->type == LB_REPLY_NIL);
+    CHECK(cmd(admin, NULL, "SELECT 5") == LB_REDIS_OK);
+    CHECK(cmd(admin, &x, "GET t:db5") == LB_REDIS_OK && x->str && strcmp(x->str, "five") == 0);
+    lb_redis_free(r);
+
+    /* wrong password -> AUTH, message from the server, nothing left connected */
+    snprintf(url, sizeof url, "redis://alice:nope@127.0.0.1:%d", srv.port);
+    r = conn_url(url);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_AUTH);
+    CHECK(strstr(lb_redis_errstr(r), "WRONGPASS") != NULL);
+    CHECK(strstr(lb_redis_errstr(r), "nope") == NULL);
+    CHECK(!lb_redis_is_connected(r));
+    lb_redis_free(r);
+
+    /* db out of range -> REPLY naming SELECT */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/999", srv.port);
+    r = conn_url(url);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_REPLY);
+    CHECK(strstr(lb_redis_errstr(r), "SELECT 999") != NULL);
+    lb_redis_free(r);
+
+    /* unix socket with db */
+    snprintf(url, sizeof url, "unix://%s?db=5", srv.sock);
+    r = conn_url(url);
+    CHECK(cmd(r, &x, "GET t:db5") == LB_REDIS_OK && x->str && strcmp(x->str, "five") == 0);
+    lb_redis_free(r);
+    snprintf(url, sizeof url, "unix://%s.missing", srv.sock);
+    r = conn_url(url);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_CONNECT);
+    CHECK(strstr(lb_redis_errstr(r), ".missing") != NULL);
+    lb_redis_free(r);
+
+    CHECK(cmd(admin, NULL, "ACL DELUSER alice") == LB_REDIS_OK);
+    CHECK(cmd(admin, NULL, "FLUSHALL") == LB_REDIS_OK);
+    lb_redis_free(admin);
+}
+
+static void test_connect_refused(void)
+{
+    int port = t_free_port(); /* nobody listens there */
+    lb_redis *r = conn_port(port, 500);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_CONNECT);
+    CHECK(strstr(lb_redis_errstr(r), "refused") != NULL);
+    CHECK(!lb_redis_is_connected(r));
+    /* the server comes up: the next call connects */
+    t_server s2;
+    memset(&s2, 0, sizeof s2);
+    s2.port = port;
+    t_server_start(&s2, NULL);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_OK);
+    t_server_destroy(&s2);
+    lb_redis_free(r);
+}
+
+static void test_timeout_silent_listener(void)
+{
+    int port;
+    int lfd = t_silent_listener(&port);
+    lb_redis *r = conn_port(port, 300);
+    double t0 = t_now();
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_TIMEOUT);
+    double dt = t_now() - t0;
+    CHECK_MSG(dt >= 0.29 && dt < 1.0, "took %.3f s", dt);
+    CHECK(strstr(lb_redis_errstr(r), "300 ms") != NULL);
+    CHECK(!lb_redis_is_connected(r)); /* discarded */
+    /* idempotent batches are not retried on timeout */
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 3, (const char *const[]){"GETBIT", "k", "1"}, NULL);
+    t0 = t_now();
+    CHECK(lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, NULL) == LB_REDIS_ERR_TIMEOUT);
+    dt = t_now() - t0;
+    CHECK_MSG(dt < 1.0, "took %.3f s", dt);
+    CHECK(lb_redis_connect_count(r) == 2);
+    lb_redis_batch_free(&b);
+    /* handshake timeout (AUTH never answered) */
+    char url[128];
+    snprintf(url, sizeof url, "redis://:pw@127.0.0.1:%d/1?socket_timeout=0.2", port);
+    lb_redis *r2 = conn_url(url);
+    t0 = t_now();
+    CHECK(cmd(r2, NULL, "PING") == LB_REDIS_ERR_TIMEOUT);
+    CHECK(t_now() - t0 < 1.0);
+    lb_redis_free(r2);
+    lb_redis_free(r);
+    close(lfd);
+}
+
+static void test_killed_mid_batch(void)
+{
+    t_server s2;
+    memset(&s2, 0, sizeof s2);
+    t_server_start(&s2, NULL);
+    lb_redis *r = conn_port(s2.port, 5000);
+    CHECK(cmd(r, NULL, "SET t:a 0") == LB_REDIS_OK);
+
+    /* the batch blocks in BLPOP; a helper process kills the server meanwhile */
+    pid_t killer = fork();
+    if (killer == 0) {
+        usleep(300000);
+        kill(s2.pid, SIGKILL);
+        _exit(0);
+    }
+    lb_redis_batch b;
+    lb_reply **rs;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:a"}, NULL);
+    lb_redis_batch_argv(&b, 3, (const char *const[]){"BLPOP", "t:nolist", "4"}, NULL);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:a"}, NULL);
+    double t0 = t_now();
+    lb_redis_status st = lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, &rs);
+    CHECK_MSG(st == LB_REDIS_ERR_IO, "%s: %s", lb_redis_status_name(st), lb_redis_errstr(r));
+    CHECK(t_now() - t0 < 3.0);
+    CHECK(strstr(lb_redis_errstr(r), "1 of 3 replies") != NULL);
+    CHECK(!lb_redis_is_connected(r) && rs == NULL);
+    waitpid(killer, NULL, 0);
+    waitpid(s2.pid, NULL, 0);
+    t_track(s2.pid, 0);
+    s2.pid = 0;
+
+    /* server down between calls: connect error; then restarted: works */
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_ERR_CONNECT);
+    t_server_start(&s2, NULL);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_OK);
+    unsigned long c0 = lb_redis_connect_count(r);
+
+    /* stale connection after a restart: an idempotent batch is retried once */
+    t_server_stop(&s2, SIGKILL);
+    t_server_start(&s2, NULL);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 4, (const char *const[]){"SETBIT", "t:bits", "7", "1"}, NULL);
+    st = lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, &rs);
+    CHECK_MSG(st == LB_REDIS_OK, "%s", lb_redis_errstr(r));
+    CHECK(lb_redis_connect_count(r) == c0 + 1);
+    /* ... a non-idempotent one is not */
+    t_server_stop(&s2, SIGKILL);
+    t_server_start(&s2, NULL);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:a"}, NULL);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_ERR_IO);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK && rs[0]->integer == 1);
+    /* graceful shutdown (server closes the socket): same */
+    t_server_stop(&s2, SIGTERM);
+    t_server_start(&s2, NULL);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 3, (const char *const[]){"GETBIT", "t:bits", "7"}, NULL);
+    CHECK(lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, &rs) == LB_REDIS_OK && rs[0]->integer == 0);
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+    t_server_destroy(&s2);
+}
+
+static void test_fork(void)
+{
+    lb_redis *r = conn_port(srv.port, 2000);
+    long long id = cmd_int(r, "CLIENT ID");
+    CHECK(id > 0);
+    /* leave a half-written state nowhere: just fork with an open socket */
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        close(pfd[0]);
+        long long cid = cmd_int(r, "CLIENT ID");
+        long long ok = cid > 0 && cid != id && lb_redis_connect_count(r) == 2;
+        /* the child frees its object: closes its own fd, sends nothing */
+        lb_redis_free(r);
+        if (write(pfd[1], &ok, sizeof ok) != sizeof ok)
+            _exit(3);
+        _exit(0);
+    }
+    close(pfd[1]);
+    long long ok = 0;
+    CHECK(read(pfd[0], &ok, sizeof ok) == sizeof ok && ok == 1);
+    close(pfd[0]);
+    int status;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* the parent's connection is intact and still the same */
+    CHECK(cmd_int(r, "CLIENT ID") == id);
+    CHECK(lb_redis_connect_count(r) == 1);
+    lb_redis_free(r);
+}
+
+#ifdef LB_TEST_BITMAP
+#include "test_redis_bitmap.inc"
+#endif
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} t_case;
+
+static const t_case cases[] = {
+    {"url_good", test_url_good},
+    {"url_bad", test_url_bad},
+    {"basic_pipeline", test_basic_pipeline},
+    {"auth_db_unix", test_auth_db_unix},
+    {"connect_refused", test_connect_refused},
+    {"timeout_silent_listener", test_timeout_silent_listener},
+    {"killed_mid_batch", test_killed_mid_batch},
+    {"fork", test_fork},
+#ifdef LB_TEST_BITMAP
+    LB_BITMAP_CASES
+#endif
+};
+
+int main(int argc, char **argv)
+{
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    t_harness_init();
+    t_server_start(&srv, NULL);
+    printf("redis-server on 127.0.0.1:%d (pid %d)\n", srv.port, (int)srv.pid);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (filter && !strstr(cases[i].name, filter))
+            continue;
+        int before = t_failures;
+        t_current = cases[i].name;
+        double t0 = t_now();
+        cases[i].fn();
+        printf("%-28s %s (%.2f s)\n", cases[i].name, t_failures == before ? "ok" : "FAILED",
+               t_now() - t0);
+        fflush(stdout);
+    }
+    t_server_destroy(&srv);
+    printf("%d checks, %d failures\n", t_checks, t_failures);
+    return t_failures ? 1 : 0;
+}
