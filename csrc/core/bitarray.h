@@ -1,0 +1,58 @@
+/* bitarray.h: a plain bit array, the storage of MemoryFilter and of each
+ * stage of ScalableFilter.
+ *
+ * Bit i is bit 7 - i%8 of byte i/8 (most significant bit first): the order
+ * Redis uses for SETBIT, so the bytes of a filter equal the Redis string of a
+ * RedisFilter with the same keys, m, k and hash. */
+#ifndef LB_BITARRAY_H
+#define LB_BITARRAY_H
+
+#include "common.h"
+#include "hash.h"
+
+typedef struct {
+    uint8_t *data;
+    uint64_t m;        /* bits */
+    uint64_t nbytes;   /* ceil(m / 8) */
+    uint64_t bits_set; /* kept up to date by every operation */
+} lb_bits;
+
+/* Allocates ceil(m/8) zeroed bytes; m must have passed lb_check_geometry. */
+lb_status lb_bits_init(lb_bits *b, uint64_t m);
+void lb_bits_free(lb_bits *b);
+void lb_bits_clear(lb_bits *b);
+uint64_t lb_bits_popcount(const lb_bits *b);
+
+static inline int lb_bits_get(const lb_bits *b, uint64_t i)
+{
+    return (b->data[i >> 3] >> (7 - (i & 7))) & 1;
+}
+
+/* Returns 1 when the bit was 0. */
+static inline int lb_bits_set(lb_bits *b, uint64_t i)
+{
+    uint8_t mask = (uint8_t)(0x80u >> (i & 7));
+    uint8_t old = b->data[i >> 3];
+    b->data[i >> 3] = old | mask;
+    int flipped = !(old & mask);
+    b->bits_set += (uint64_t)flipped;
+    return flipped;
+}
+
+/* One hashed key.  add returns 1 when at least one bit was 0 (the key was
+ * not present); test returns 1 when all k bits are set. */
+int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h);
+int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h);
+
+/* Batches: hash every key, prefetch the cache lines of keys a few places
+ * ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
+void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
+                       uint8_t *out);
+void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
+                        uint8_t *out);
+
+/* dst |= src / dst &= src; same m required (the caller checks k and hash). */
+void lb_bits_or(lb_bits *dst, const lb_bits *src);
+void lb_bits_and(lb_bits *dst, const lb_bits *src);
+
+#endif

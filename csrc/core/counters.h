@@ -1,0 +1,56 @@
+/* counters.h: 4-bit saturating counters, two per byte, the storage of
+ * CountingFilter.
+ *
+ * Cell i lives in byte i/2: even cells in the low nibble, odd cells in the
+ * high nibble (ling-base's layout).  A counter stops at 15 and a counter at 15
+ * is never decremented again: it no longer knows how many keys it holds, so
+ * decrementing it could make a key that is still present test absent. */
+#ifndef LB_COUNTERS_H
+#define LB_COUNTERS_H
+
+#include "common.h"
+#include "hash.h"
+
+#define LB_COUNTER_MAX 15
+
+typedef struct {
+    uint8_t *data;
+    uint64_t m;      /* cells */
+    uint64_t nbytes; /* ceil(m / 2) */
+    uint64_t nonzero; /* cells above zero, kept up to date */
+} lb_counters;
+
+lb_status lb_counters_init(lb_counters *c, uint64_t m);
+void lb_counters_free(lb_counters *c);
+void lb_counters_clear(lb_counters *c);
+/* Recomputes nonzero from the cells (after loading). */
+void lb_counters_recount(lb_counters *c);
+
+static inline unsigned lb_counter_get(const lb_counters *c, uint64_t i)
+{
+    uint8_t b = c->data[i >> 1];
+    return (i & 1) ? (unsigned)(b >> 4) : (unsigned)(b & 0x0f);
+}
+
+static inline void lb_counter_put(lb_counters *c, uint64_t i, unsigned v)
+{
+    uint8_t *b = &c->data[i >> 1];
+    *b = (i & 1) ? (uint8_t)((*b & 0x0f) | (v << 4)) : (uint8_t)((*b & 0xf0) | v);
+}
+
+/* add: returns 1 when the key tested absent before; increments each of its k
+ * counters below 15 (an index that repeats increments its cell again). */
+int lb_counters_add(lb_counters *c, const lb_geometry *g, lb_hash_pair h);
+int lb_counters_test(const lb_counters *c, const lb_geometry *g, lb_hash_pair h);
+/* remove: when the key tests absent, changes nothing and returns 0; otherwise
+ * decrements each counter that is not saturated and returns 1. */
+int lb_counters_remove(lb_counters *c, const lb_geometry *g, lb_hash_pair h);
+/* The smallest of the key's counters: 0 when absent. */
+unsigned lb_counters_count(const lb_counters *c, const lb_geometry *g, lb_hash_pair h);
+
+void lb_counters_add_batch(lb_counters *c, const lb_geometry *g, const lb_key *keys, size_t n,
+                           uint8_t *out);
+void lb_counters_test_batch(const lb_counters *c, const lb_geometry *g, const lb_key *keys,
+                            size_t n, uint8_t *out);
+
+#endif

@@ -1,0 +1,209 @@
+/* format.c: see format.h. */
+#include "format.h"
+
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "params.h"
+#include "scalable.h"
+
+static const uint8_t magic[4] = {'L', 'B', 'L', 'M'};
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_f64(uint8_t *p, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    put_u64(p, v);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static double get_f64(const uint8_t *p)
+{
+    uint64_t v = get_u64(p);
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+}
+
+static void put_prefix(uint8_t *out, const lb_format_header *h)
+{
+    memcpy(out, magic, 4);
+    put_u16(out + 4, LB_FORMAT_VERSION);
+    out[6] = (uint8_t)h->kind;
+    out[7] = (uint8_t)h->scheme;
+}
+
+void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
+                           size_t payload_len)
+{
+    put_prefix(out, h);
+    put_u64(out + 8, h->m);
+    put_u32(out + 16, h->k);
+    put_u32(out + 20, h->has_capacity ? 1u : 0u);
+    put_u64(out + 24, h->has_capacity ? h->capacity : 0);
+    put_f64(out + 32, h->has_capacity ? h->error_rate : 0.0);
+    memcpy(out + LB_FORMAT_FIXED_HEADER, payload, payload_len);
+    size_t body = LB_FORMAT_FIXED_HEADER + payload_len;
+    put_u64(out + body, XXH3_64bits(out, body));
+}
+
+void lb_format_write_scalable(uint8_t *out, const lb_format_header *h,
+                              const uint8_t *const *payloads, const size_t *payload_lens)
+{
+    put_prefix(out, h);
+    put_u64(out + 8, h->initial_capacity);
+    put_f64(out + 16, h->error_rate);
+    put_f64(out + 24, h->growth);
+    put_f64(out + 32, h->fpr_ratio);
+    put_u32(out + 40, h->nstages);
+    put_u32(out + 44, 0);
+    size_t pos = LB_FORMAT_SCALABLE_HEADER;
+    for (uint32_t i = 0; i < h->nstages; i++, pos += 8)
+        put_u64(out + pos, h->counts[i]);
+    for (uint32_t i = 0; i < h->nstages; i++) {
+        memcpy(out + pos, payloads[i], payload_lens[i]);
+        pos += payload_lens[i];
+    }
+    put_u64(out + pos, XXH3_64bits(out, pos));
+}
+
+#define FAIL(reason)       \
+    do {                   \
+        *why = (reason);   \
+        return LB_ERR_FORMAT; \
+    } while (0)
+
+static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *h,
+                            const char **why)
+{
+    if (body < LB_FORMAT_FIXED_HEADER)
+        FAIL("truncated header");
+    h->m = get_u64(data + 8);
+    h->k = get_u32(data + 16);
+    uint32_t flags = get_u32(data + 20);
+    if (flags > 1)
+        FAIL("unknown flags");
+    h->has_capacity = (int)flags;
+    h->capacity = get_u64(data + 24);
+    h->error_rate = get_f64(data + 32);
+    if (lb_check_geometry(h->m, h->k) != LB_OK)
+        FAIL("m or k out of range");
+    if (h->has_capacity && (h->capacity == 0 || !(h->error_rate > 0 && h->error_rate < 1)))
+        FAIL("bad capacity or error rate");
+    uint64_t expect = h->kind == LB_KIND_MEMORY ? (h->m + 7) / 8 : (h->m + 1) / 2;
+    if (body - LB_FORMAT_FIXED_HEADER != expect)
+        FAIL("length does not match m");
+    h->payload = data + LB_FORMAT_FIXED_HEADER;
+    h->payload_len = (size_t)expect;
+    /* Bits past m (memory) or the unused high nibble (counting) must be 0. */
+    if (expect) {
+        uint8_t last = h->payload[expect - 1];
+        if (h->kind == LB_KIND_MEMORY && (h->m & 7) && (last & (0xffu >> (h->m & 7))))
+            FAIL("padding bits are set");
+        if (h->kind == LB_KIND_COUNTING && (h->m & 1) && (last & 0xf0))
+            FAIL("padding cell is set");
+    }
+    return LB_OK;
+}
+
+static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_header *h,
+                               const char **why)
+{
+    if (body < LB_FORMAT_SCALABLE_HEADER)
+        FAIL("truncated header");
+    h->initial_capacity = get_u64(data + 8);
+    h->error_rate = get_f64(data + 16);
+    h->growth = get_f64(data + 24);
+    h->fpr_ratio = get_f64(data + 32);
+    h->nstages = get_u32(data + 40);
+    if (get_u32(data + 44) != 0)
+        FAIL("reserved field is set");
+    if (lb_scalable_check(h->initial_capacity, h->error_rate, h->growth, h->fpr_ratio) != LB_OK)
+        FAIL("bad scalable parameters");
+    if (h->nstages == 0 || h->nstages > LB_FORMAT_MAX_STAGES)
+        FAIL("bad number of stages");
+    size_t pos = LB_FORMAT_SCALABLE_HEADER;
+    if (body - pos < 8 * (size_t)h->nstages)
+        FAIL("truncated stage table");
+    lb_scalable probe;
+    memset(&probe, 0, sizeof(probe));
+    probe.initial_capacity = h->initial_capacity;
+    probe.error_rate = h->error_rate;
+    probe.growth = h->growth;
+    probe.fpr_ratio = h->fpr_ratio;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < h->nstages; i++, pos += 8) {
+        uint64_t cap, m, k;
+        double rate;
+        if (lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k) != LB_OK)
+            FAIL("stage geometry out of range");
+        h->counts[i] = get_u64(data + pos);
+        if (h->counts[i] > cap)
+            FAIL("stage count exceeds its capacity");
+        total += (m + 7) / 8;
+        if (total > body)
+            FAIL("length does not match the stages");
+    }
+    if (body - pos != total)
+        FAIL("length does not match the stages");
+    h->payload = data + pos;
+    h->payload_len = (size_t)total;
+    return LB_OK;
+}
+
+lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why)
+{
+    memset(h, 0, sizeof(*h));
+    if (len < 8 + LB_FORMAT_TRAILER)
+        FAIL("too short to be a saved filter");
+    if (memcmp(data, magic, 4) != 0)
+        FAIL("not a ling_bloom filter (bad magic)");
+    if ((uint16_t)(data[4] | (data[5] << 8)) != LB_FORMAT_VERSION)
+        FAIL("unsupported format version");
+    size_t body = len - LB_FORMAT_TRAILER;
+    if (XXH3_64bits(data, body) != get_u64(data + body))
+        FAIL("checksum mismatch (corrupted data)");
+    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
+        FAIL("unknown filter kind");
+    if (data[7] >= LB_HASH_SCHEME_COUNT)
+        FAIL("unknown hash scheme");
+    h->kind = (lb_kind)data[6];
+    h->scheme = (lb_hash_scheme)data[7];
+    return h->kind == LB_KIND_SCALABLE ? read_scalable(data, body, h, why)
+                                       : read_fixed(data, body, h, why);
+}

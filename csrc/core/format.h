@@ -1,0 +1,78 @@
+/* format.h: the file format of a saved filter (to_bytes / save).
+ *
+ * Little endian throughout.
+ *   0  "LBLM"                 magic
+ *   4  u16 version            1
+ *   6  u8  kind               1 memory, 2 counting, 3 scalable
+ *   7  u8  hash scheme        0 xxh3, 1 ling-base
+ * memory, counting:
+ *   8  u64 m                  bits or cells
+ *  16  u32 k
+ *  20  u32 flags              bit 0: capacity and error_rate are set
+ *  24  u64 capacity
+ *  32  f64 error_rate
+ *  40  payload                ceil(m/8) bytes of bits, or ceil(m/2) bytes of counters
+ * scalable:
+ *   8  u64 initial_capacity
+ *  16  f64 error_rate
+ *  24  f64 growth_ratio
+ *  32  f64 fpr_ratio
+ *  40  u32 stages
+ *  44  u32 0
+ *  48  u64 count of each stage
+ *      the bits of each stage, in order (each stage's m and k follow from the
+ *      parameters, so a file cannot give a stage a geometry of its own)
+ * last 8 bytes: u64 XXH3_64bits of everything before them.
+ *
+ * Reading checks the length against the header before anything is allocated,
+ * so a hostile header can never ask for more memory than the file holds. */
+#ifndef LB_FORMAT_H
+#define LB_FORMAT_H
+
+#include "common.h"
+#include "hash.h"
+
+#define LB_FORMAT_VERSION 1
+#define LB_FORMAT_MAX_STAGES 64
+
+typedef enum { LB_KIND_MEMORY = 1, LB_KIND_COUNTING = 2, LB_KIND_SCALABLE = 3 } lb_kind;
+
+typedef struct {
+    lb_kind kind;
+    lb_hash_scheme scheme;
+    /* memory, counting */
+    uint64_t m;
+    uint32_t k;
+    int has_capacity;
+    uint64_t capacity;
+    double error_rate;
+    /* scalable */
+    uint64_t initial_capacity;
+    double growth, fpr_ratio;
+    uint32_t nstages;
+    uint64_t counts[LB_FORMAT_MAX_STAGES];
+    /* where the payload starts in the input, and its length */
+    const uint8_t *payload;
+    size_t payload_len;
+} lb_format_header;
+
+#define LB_FORMAT_FIXED_HEADER 40
+#define LB_FORMAT_SCALABLE_HEADER 48
+#define LB_FORMAT_TRAILER 8
+
+/* Memory and counting: header, payload, trailer, written to out, which holds
+ * exactly LB_FORMAT_FIXED_HEADER + payload_len + LB_FORMAT_TRAILER bytes. */
+void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
+                           size_t payload_len);
+
+/* Scalable: out holds LB_FORMAT_SCALABLE_HEADER + 8 * nstages + sum of the
+ * payloads + LB_FORMAT_TRAILER bytes. */
+void lb_format_write_scalable(uint8_t *out, const lb_format_header *h,
+                              const uint8_t *const *payloads, const size_t *payload_lens);
+
+/* Parse and check everything: magic, version, kind, scheme, geometry limits,
+ * exact length, checksum, padding bits.  On success h->payload points into
+ * data.  Every failure is LB_ERR_FORMAT with a reason in why (static text). */
+lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why);
+
+#endif
