@@ -1,0 +1,376 @@
+/* counting_filter.c: CountingFilter, a Bloom filter of 4-bit saturating
+ * counters that can remove keys. */
+#include "keys.h"
+#include "module.h"
+
+#include <math.h>
+#include <structmember.h>
+
+#include "counters.h"
+#include "params.h"
+
+typedef struct {
+    lb_fixed_filter f;
+    lb_counters c;
+} CountingFilter;
+
+#define CF(o) ((CountingFilter *)(o))
+
+static void cf_release(lb_base *b)
+{
+    lb_counters_free(&((CountingFilter *)b)->c);
+}
+
+static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+{
+    CountingFilter *self = (CountingFilter *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->c.data = NULL;
+    if (lb_base_init(&self->f.base, type) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    lb_fixed_setup(&self->f, a);
+    lb_status s = lb_counters_init(&self->c, a->m);
+    if (s != LB_OK) {
+        lb_state *st = self->f.base.st;
+        Py_DECREF(self);
+        lb_raise(st, s, NULL);
+        return NULL;
+    }
+    return self;
+}
+
+static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    lb_state *st = lb_state_from_type(type);
+    lb_fixed_args a;
+    if (!st || lb_parse_fixed_args(st, args, kwargs, "CountingFilter", &a) < 0)
+        return NULL;
+    return (PyObject *)cf_new_from(type, &a);
+}
+
+static void cf_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    lb_base_fini(&CF(self)->f.base);
+    lb_counters_free(&CF(self)->c);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int cf_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+/* Convert the key, enter the filter and hash: 0, or -1 with an exception. */
+static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+        return -1;
+    if (lb_enter(&f->f.base) < 0) {
+        lb_key_release(&hold);
+        return -1;
+    }
+    *h = lb_hash(f->f.geo.scheme, k.data, k.len);
+    lb_key_release(&hold);
+    return 0;
+}
+
+static PyObject *cf_add(PyObject *self, PyObject *key)
+{
+    lb_hash_pair h;
+    if (cf_prepare(CF(self), key, &h) < 0)
+        return NULL;
+    return PyBool_FromLong(lb_counters_add(&CF(self)->c, &CF(self)->f.geo, h));
+}
+
+static int cf_contains(PyObject *self, PyObject *key)
+{
+    lb_hash_pair h;
+    if (cf_prepare(CF(self), key, &h) < 0)
+        return -1;
+    return lb_counters_test(&CF(self)->c, &CF(self)->f.geo, h);
+}
+
+static PyObject *cf_test(PyObject *self, PyObject *key)
+{
+    int r = cf_contains(self, key);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *cf_discard(PyObject *self, PyObject *key)
+{
+    lb_hash_pair h;
+    if (cf_prepare(CF(self), key, &h) < 0)
+        return NULL;
+    return PyBool_FromLong(lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h));
+}
+
+static PyObject *cf_remove(PyObject *self, PyObject *key)
+{
+    lb_hash_pair h;
+    if (cf_prepare(CF(self), key, &h) < 0)
+        return NULL;
+    if (!lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h)) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *cf_count(PyObject *self, PyObject *key)
+{
+    lb_hash_pair h;
+    if (cf_prepare(CF(self), key, &h) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(lb_counters_count(&CF(self)->c, &CF(self)->f.geo, h));
+}
+
+static lb_status cf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    CountingFilter *f = (CountingFilter *)b;
+    lb_counters_add_batch(&f->c, &f->f.geo, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    CountingFilter *f = (CountingFilter *)b;
+    lb_counters_test_batch(&f->c, &f->f.geo, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static PyObject *cf_add_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_LIST, 1);
+}
+
+static PyObject *cf_update(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_NONE, 1);
+}
+
+static PyObject *cf_test_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&CF(self)->f.base, keys, cf_test_chunk, LB_RESULT_LIST, 1);
+}
+
+static PyObject *cf_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&CF(self)->f.base) < 0)
+        return NULL;
+    lb_counters_clear(&CF(self)->c);
+    Py_RETURN_NONE;
+}
+
+static PyObject *cf_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&CF(self)->f.base, cf_release);
+}
+
+static PyObject *cf_approximate_count(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    CountingFilter *f = CF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    double n = lb_estimate_count(f->c.m, f->f.geo.k, f->c.nonzero);
+    if (!isfinite(n))
+        return PyLong_FromUnsignedLongLong(f->c.m);
+    return PyLong_FromDouble(floor(n + 0.5));
+}
+
+static PyObject *cf_fill_ratio(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    CountingFilter *f = CF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return PyFloat_FromDouble((double)f->c.nonzero / (double)f->c.m);
+}
+
+static PyObject *cf_current_error_rate(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    CountingFilter *f = CF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return PyFloat_FromDouble(pow((double)f->c.nonzero / (double)f->c.m, (double)f->f.geo.k));
+}
+
+static PyObject *cf_nbytes(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong((CF(self)->c.m + 1) / 2);
+}
+
+static PyObject *cf_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    CountingFilter *src = CF(self);
+    if (lb_enter(&src->f.base) < 0)
+        return NULL;
+    CountingFilter *dst = cf_new_from(Py_TYPE(src), &src->f.args);
+    if (!dst)
+        return NULL;
+    memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
+    dst->c.nonzero = src->c.nonzero;
+    return (PyObject *)dst;
+}
+
+static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
+{
+    lb_state *st = CF(self)->f.base.st;
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    CountingFilter *a = CF(self), *b = CF(other);
+    if (lb_enter(&a->f.base) < 0 || lb_enter(&b->f.base) < 0)
+        return NULL;
+    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
+             a->f.args.scheme == b->f.args.scheme &&
+             memcmp(a->c.data, b->c.data, (size_t)a->c.nbytes) == 0;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static PyObject *cf_to_bytes(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    CountingFilter *f = CF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return lb_fixed_to_bytes(&f->f, LB_KIND_COUNTING, f->c.data, (size_t)f->c.nbytes);
+}
+
+static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
+{
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    Py_buffer view;
+    lb_fixed_args a;
+    const uint8_t *payload;
+    size_t len;
+    if (lb_fixed_read(st, data, &view, LB_KIND_COUNTING, "CountingFilter", &a, &payload, &len) <
+        0)
+        return NULL;
+    CountingFilter *f = cf_new_from((PyTypeObject *)cls, &a);
+    if (f) {
+        memcpy(f->c.data, payload, len);
+        lb_counters_recount(&f->c);
+    }
+    PyBuffer_Release(&view);
+    return (PyObject *)f;
+}
+
+static PyObject *cf_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = cf_to_bytes(self, NULL);
+    if (!data)
+        return NULL;
+    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
+    if (!ctor) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", ctor, data);
+}
+
+static PyObject *cf_repr(PyObject *self)
+{
+    char extra[64];
+    PyOS_snprintf(extra, sizeof(extra), "cells_used=%llu", (unsigned long long)CF(self)->c.nonzero);
+    return lb_fixed_repr(&CF(self)->f, extra);
+}
+
+static PyMethodDef cf_methods[] = {
+    {"add", cf_add, METH_O,
+     "add(key) -> bool\n\nAdd key (its counters go up); True when it was not present."},
+    {"test", cf_test, METH_O, "test(key) -> bool"},
+    {"remove", cf_remove, METH_O,
+     "remove(key)\n\nRemove one occurrence of key; KeyError when it tests absent (nothing "
+     "changes).  Counters at 15 are never decremented.  Remove only keys you added: removing "
+     "a false positive can make other keys test absent."},
+    {"discard", cf_discard, METH_O,
+     "discard(key) -> bool\n\nremove() without the KeyError; True when something was removed."},
+    {"count", cf_count, METH_O, "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
+    {"add_many", cf_add_many, METH_O, "add_many(keys) -> list[bool]"},
+    {"update", cf_update, METH_O, "update(keys) -> None"},
+    {"test_many", cf_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    {"reset", cf_reset, METH_NOARGS, "reset()"},
+    {"close", cf_close, METH_NOARGS, "close()"},
+    {"__enter__", lb_enter_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"approximate_count", cf_approximate_count, METH_NOARGS,
+     "approximate_count() -> int\n\nDistinct keys held, estimated from the cells in use."},
+    {"fill_ratio", cf_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nCells above 0 / m."},
+    {"current_error_rate", cf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\nfill_ratio() ** k."},
+    {"copy", cf_copy, METH_NOARGS, "copy() -> CountingFilter"},
+    {"__copy__", cf_copy, METH_NOARGS, NULL},
+    {"to_bytes", cf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
+    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
+    {"__reduce__", cf_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef cf_getset[] = {
+    {"m", lb_fixed_get_m, NULL, "number of counters", NULL},
+    {"k", lb_fixed_get_k, NULL, "number of hash functions", NULL},
+    {"hash", lb_fixed_get_hash, NULL, "hashing scheme", NULL},
+    {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", NULL},
+    {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", NULL},
+    {"nbytes", cf_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
+    {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef cf_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot cf_slots[] = {
+    {Py_tp_doc, "CountingFilter(capacity, error_rate=0.01, *, hash=\"xxh3\")\n"
+                "CountingFilter(*, m, k, hash=\"xxh3\")\n\n"
+                "A Bloom filter of m 4-bit saturating counters (two per byte) that can remove "
+                "keys."},
+    {Py_tp_new, cf_new},
+    {Py_tp_dealloc, cf_dealloc},
+    {Py_tp_traverse, cf_traverse},
+    {Py_tp_methods, cf_methods},
+    {Py_tp_getset, cf_getset},
+    {Py_tp_members, cf_members},
+    {Py_tp_repr, cf_repr},
+    {Py_tp_richcompare, cf_richcompare},
+    {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_sq_contains, cf_contains},
+    {0, NULL},
+};
+
+static PyType_Spec cf_spec = {
+    .name = "ling_bloom.CountingFilter",
+    .basicsize = sizeof(CountingFilter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = cf_slots,
+};
+
+PyTypeObject *lb_counting_filter_type(PyObject *module)
+{
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &cf_spec, NULL);
+}

@@ -1,0 +1,167 @@
+/* keys.c: key conversion and the batch driver (see keys.h). */
+#include "keys.h"
+
+#include <string.h>
+
+/* Keys per chunk: large enough that releasing and taking the GIL costs
+ * nothing per key, small enough that the chunk's work space stays in cache. */
+#define LB_CHUNK 2048
+/* Chunks smaller than this are run with the GIL held. */
+#define LB_GIL_FREE_MIN 256
+
+int lb_key_empty(lb_state *st)
+{
+    PyErr_SetString(st->EmptyKeyError, "key must not be empty");
+    return -1;
+}
+
+int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
+{
+    hold->has_view = 0;
+    if (PyUnicode_Check(obj)) {
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(obj, &len);
+        if (!s)
+            return -1;
+        key->data = s;
+        key->len = (size_t)len;
+    }
+    else if (PyObject_CheckBuffer(obj)) {
+        if (PyObject_GetBuffer(obj, &hold->view, PyBUF_SIMPLE) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError,
+                             "key must be a contiguous buffer; %.200s is not",
+                             Py_TYPE(obj)->tp_name);
+            }
+            return -1;
+        }
+        hold->has_view = 1;
+        key->data = hold->view.buf;
+        key->len = (size_t)hold->view.len;
+    }
+    else {
+        PyErr_Format(PyExc_TypeError, "key must be str, bytes or a bytes-like object, not %.200s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (key->len == 0) {
+        lb_key_release(hold);
+        return lb_key_empty(st);
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject *objs[LB_CHUNK];
+    lb_key keys[LB_CHUNK];
+    lb_key_hold holds[LB_CHUNK];
+    uint8_t out[LB_CHUNK];
+} chunk_space;
+
+static void chunk_drop(chunk_space *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        lb_key_release(&w->holds[i]);
+        Py_DECREF(w->objs[i]);
+    }
+}
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
+                       int release_gil)
+{
+    lb_state *st = self->st;
+    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "expected an iterable of keys, got a single str or bytes key");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(iterable, "expected an iterable of keys");
+    if (!seq)
+        return NULL;
+    PyObject *result = NULL;
+    chunk_space *w = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+
+    /* Check every key before changing anything. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lb_key key;
+        lb_key_hold hold;
+        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
+            goto done;
+        lb_key_release(&hold);
+    }
+    if (lb_enter(self) < 0)
+        goto done;
+    if (kind == LB_RESULT_LIST) {
+        result = PyList_New(n);
+        if (!result)
+            goto done;
+    }
+    if (n == 0) {
+        if (!result)
+            result = Py_NewRef(Py_None);
+        goto done;
+    }
+    w = PyMem_Malloc(sizeof(*w));
+    if (!w) {
+        PyErr_NoMemory();
+        Py_CLEAR(result);
+        goto done;
+    }
+    for (Py_ssize_t start = 0; start < n; start += LB_CHUNK) {
+        /* A list can change under us while the GIL is released between
+         * chunks: read its size again and hold each key's object. */
+        Py_ssize_t now = PySequence_Fast_GET_SIZE(seq);
+        if (start >= now)
+            break;
+        size_t len = (size_t)((now - start) < LB_CHUNK ? (now - start) : LB_CHUNK);
+        size_t got = 0;
+        for (; got < len; got++) {
+            PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
+            Py_INCREF(obj);
+            w->objs[got] = obj;
+            if (lb_key_get(st, obj, &w->keys[got], &w->holds[got]) < 0) {
+                Py_DECREF(obj);
+                break;
+            }
+        }
+        if (got < len || lb_enter(self) < 0) {
+            chunk_drop(w, got);
+            Py_CLEAR(result);
+            goto done;
+        }
+        size_t handled = 0;
+        lb_status status;
+        if (release_gil && len >= LB_GIL_FREE_MIN) {
+            lb_busy_begin(self);
+            Py_BEGIN_ALLOW_THREADS
+            status = run(self, w->keys, len, w->out, &handled);
+            Py_END_ALLOW_THREADS
+            lb_busy_end(self);
+        }
+        else
+            status = run(self, w->keys, len, w->out, &handled);
+        chunk_drop(w, len);
+        if (result)
+            for (size_t i = 0; i < handled; i++)
+                PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
+        if (status != LB_OK) {
+            Py_CLEAR(result);
+            lb_raise(st, status, NULL);
+            goto done;
+        }
+    }
+    if (!result)
+        result = Py_NewRef(Py_None);
+    else {
+        /* If the list shrank while we ran, fill what was never reached. */
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!PyList_GET_ITEM(result, i))
+                PyList_SET_ITEM(result, i, Py_NewRef(Py_False));
+    }
+done:
+    PyMem_Free(w);
+    Py_DECREF(seq);
+    return result;
+}

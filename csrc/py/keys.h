@@ -1,0 +1,67 @@
+/* keys.h: turning Python objects into keys, one at a time and in batches.
+ *
+ * A key is a str (hashed as its UTF-8; a compact ASCII str is used in place,
+ * with no encoding and no copy; any other str uses the UTF-8 that CPython
+ * caches on the object), bytes, or any object with the buffer protocol.
+ * Another type is a TypeError; an empty key is EmptyKeyError. */
+#ifndef LB_PY_KEYS_H
+#define LB_PY_KEYS_H
+
+#include "module.h"
+
+typedef struct {
+    Py_buffer view;
+    int has_view;
+} lb_key_hold;
+
+/* The slow path of lb_key_get (not str, not bytes). */
+int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold);
+int lb_key_empty(lb_state *st);
+
+static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
+{
+    hold->has_view = 0;
+    if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
+        key->data = PyUnicode_DATA(obj);
+        key->len = (size_t)PyUnicode_GET_LENGTH(obj);
+    }
+    else if (PyBytes_CheckExact(obj)) {
+        key->data = PyBytes_AS_STRING(obj);
+        key->len = (size_t)PyBytes_GET_SIZE(obj);
+    }
+    else
+        return lb_key_get_other(st, obj, key, hold);
+    if (key->len == 0)
+        return lb_key_empty(st);
+    return 0;
+}
+
+static inline void lb_key_release(lb_key_hold *hold)
+{
+    if (hold->has_view)
+        PyBuffer_Release(&hold->view);
+}
+
+/* A batch: an iterable of keys walked in chunks.
+ *
+ * The iterable is taken as a sequence (a list or tuple as it is, anything
+ * else copied into a list once) and every key is checked first, so a batch
+ * with a bad key raises before anything in it changes.  Then each chunk's
+ * keys are converted, their objects held, and `run` is called on the chunk:
+ * for large chunks with the GIL released and the filter claimed (see
+ * lb_busy_begin), so other threads go on meanwhile.
+ *
+ * run returns LB_OK or a status; *done tells how many keys of the chunk it
+ * handled.  out receives one byte per key (1 = true). */
+typedef lb_status (*lb_chunk_fn)(lb_base *self, const lb_key *keys, size_t n, uint8_t *out,
+                                 size_t *done);
+
+typedef enum {
+    LB_RESULT_NONE,  /* return None */
+    LB_RESULT_LIST   /* return list[bool] */
+} lb_result_kind;
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
+                       int release_gil);
+
+#endif

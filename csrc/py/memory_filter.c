@@ -1,0 +1,535 @@
+/* memory_filter.c: MemoryFilter, a Bloom filter in one bit array. */
+#include "keys.h"
+#include "module.h"
+
+#include <math.h>
+#include <structmember.h>
+
+#include "bitarray.h"
+#include "params.h"
+
+typedef struct {
+    lb_fixed_filter f;
+    lb_bits bits;
+} MemoryFilter;
+
+#define MF(o) ((MemoryFilter *)(o))
+
+static void mf_release(lb_base *b)
+{
+    lb_bits_free(&((MemoryFilter *)b)->bits);
+}
+
+/* A new, empty filter of the given type and geometry. */
+static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+{
+    MemoryFilter *self = (MemoryFilter *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->bits.data = NULL;
+    if (lb_base_init(&self->f.base, type) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    lb_fixed_setup(&self->f, a);
+    lb_status s = lb_bits_init(&self->bits, a->m);
+    if (s != LB_OK) {
+        lb_state *st = self->f.base.st;
+        Py_DECREF(self);
+        lb_raise(st, s, NULL);
+        return NULL;
+    }
+    return self;
+}
+
+static PyObject *mf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    lb_state *st = lb_state_from_type(type);
+    lb_fixed_args a;
+    if (!st || lb_parse_fixed_args(st, args, kwargs, "MemoryFilter", &a) < 0)
+        return NULL;
+    return (PyObject *)mf_new_from(type, &a);
+}
+
+static void mf_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    lb_base_fini(&MF(self)->f.base);
+    lb_bits_free(&MF(self)->bits);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int mf_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+/* ---- single keys ------------------------------------------------------- */
+
+static PyObject *mf_add(PyObject *self, PyObject *key)
+{
+    MemoryFilter *f = MF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+        return NULL;
+    if (lb_enter(&f->f.base) < 0) {
+        lb_key_release(&hold);
+        return NULL;
+    }
+    int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
+    lb_key_release(&hold);
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+static int mf_contains(PyObject *self, PyObject *key)
+{
+    MemoryFilter *f = MF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+        return -1;
+    if (lb_enter(&f->f.base) < 0) {
+        lb_key_release(&hold);
+        return -1;
+    }
+    int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
+    lb_key_release(&hold);
+    return r;
+}
+
+static PyObject *mf_test(PyObject *self, PyObject *key)
+{
+    int r = mf_contains(self, key);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+static lb_status mf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    MemoryFilter *f = (MemoryFilter *)b;
+    lb_bits_add_batch(&f->bits, &f->f.geo, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    MemoryFilter *f = (MemoryFilter *)b;
+    lb_bits_test_batch(&f->bits, &f->f.geo, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static PyObject *mf_add_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_LIST, 1);
+}
+
+static PyObject *mf_update(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_NONE, 1);
+}
+
+static PyObject *mf_test_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&MF(self)->f.base, keys, mf_test_chunk, LB_RESULT_LIST, 1);
+}
+
+/* ---- whole filter ------------------------------------------------------- */
+
+static PyObject *mf_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&MF(self)->f.base) < 0)
+        return NULL;
+    lb_bits_clear(&MF(self)->bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mf_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&MF(self)->f.base, mf_release);
+}
+
+static PyObject *mf_approximate_count(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    double n = lb_estimate_count(f->bits.m, f->f.geo.k, f->bits.bits_set);
+    if (!isfinite(n))
+        return PyLong_FromUnsignedLongLong(f->bits.m);
+    return PyLong_FromDouble(floor(n + 0.5));
+}
+
+static PyObject *mf_fill_ratio(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return PyFloat_FromDouble((double)f->bits.bits_set / (double)f->bits.m);
+}
+
+static PyObject *mf_current_error_rate(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    double fill = (double)f->bits.bits_set / (double)f->bits.m;
+    return PyFloat_FromDouble(pow(fill, (double)f->f.geo.k));
+}
+
+static PyObject *mf_bits_set(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(MF(self)->bits.bits_set);
+}
+
+static PyObject *mf_nbytes(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong((MF(self)->bits.m + 7) / 8);
+}
+
+static MemoryFilter *mf_copy_of(MemoryFilter *src)
+{
+    MemoryFilter *dst = mf_new_from(Py_TYPE(src), &src->f.args);
+    if (!dst)
+        return NULL;
+    memcpy(dst->bits.data, src->bits.data, (size_t)src->bits.nbytes);
+    dst->bits.bits_set = src->bits.bits_set;
+    return dst;
+}
+
+static PyObject *mf_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&MF(self)->f.base) < 0)
+        return NULL;
+    return (PyObject *)mf_copy_of(MF(self));
+}
+
+/* Check that other is an open MemoryFilter of the same geometry and hash. */
+static int mf_check_like(MemoryFilter *self, PyObject *other)
+{
+    lb_state *st = self->f.base.st;
+    if (!PyObject_TypeCheck(other, st->MemoryFilter)) {
+        PyErr_Format(PyExc_TypeError, "expected a MemoryFilter, not %.200s",
+                     Py_TYPE(other)->tp_name);
+        return -1;
+    }
+    MemoryFilter *o = MF(other);
+    if (lb_enter(&self->f.base) < 0 || lb_enter(&o->f.base) < 0)
+        return -1;
+    if (o->f.args.m != self->f.args.m || o->f.args.k != self->f.args.k ||
+        o->f.args.scheme != self->f.args.scheme) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "filters differ: m=%llu k=%u hash=%s against m=%llu k=%u hash=%s",
+                     (unsigned long long)self->f.args.m, self->f.args.k,
+                     lb_hash_scheme_name(self->f.args.scheme), (unsigned long long)o->f.args.m,
+                     o->f.args.k, lb_hash_scheme_name(o->f.args.scheme));
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
+{
+    if (mf_check_like(MF(self), other) < 0)
+        return NULL;
+    MemoryFilter *r = mf_copy_of(MF(self));
+    if (!r)
+        return NULL;
+    if (is_union)
+        lb_bits_or(&r->bits, &MF(other)->bits);
+    else
+        lb_bits_and(&r->bits, &MF(other)->bits);
+    return (PyObject *)r;
+}
+
+static PyObject *mf_union(PyObject *self, PyObject *other)
+{
+    return mf_combine(self, other, 1);
+}
+
+static PyObject *mf_intersection(PyObject *self, PyObject *other)
+{
+    return mf_combine(self, other, 0);
+}
+
+static PyObject *mf_nb_or(PyObject *a, PyObject *b)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyObject_TypeCheck(a, st->MemoryFilter) || !PyObject_TypeCheck(b, st->MemoryFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    return mf_combine(a, b, 1);
+}
+
+static PyObject *mf_nb_and(PyObject *a, PyObject *b)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyObject_TypeCheck(a, st->MemoryFilter) || !PyObject_TypeCheck(b, st->MemoryFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    return mf_combine(a, b, 0);
+}
+
+static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
+{
+    if (mf_check_like(MF(a), b) < 0)
+        return NULL;
+    if (is_union)
+        lb_bits_or(&MF(a)->bits, &MF(b)->bits);
+    else
+        lb_bits_and(&MF(a)->bits, &MF(b)->bits);
+    return Py_NewRef(a);
+}
+
+static PyObject *mf_nb_ior(PyObject *a, PyObject *b)
+{
+    return mf_inplace(a, b, 1);
+}
+
+static PyObject *mf_nb_iand(PyObject *a, PyObject *b)
+{
+    return mf_inplace(a, b, 0);
+}
+
+static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
+{
+    lb_state *st = MF(self)->f.base.st;
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    MemoryFilter *a = MF(self), *b = MF(other);
+    if (lb_enter(&a->f.base) < 0 || lb_enter(&b->f.base) < 0)
+        return NULL;
+    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
+             a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
+             memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+/* ---- bytes -------------------------------------------------------------- */
+
+static PyObject *mf_to_bytes(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return lb_fixed_to_bytes(&f->f, LB_KIND_MEMORY, f->bits.data, (size_t)f->bits.nbytes);
+}
+
+static PyObject *mf_from_bytes(PyObject *cls, PyObject *data)
+{
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    Py_buffer view;
+    lb_fixed_args a;
+    const uint8_t *payload;
+    size_t len;
+    if (lb_fixed_read(st, data, &view, LB_KIND_MEMORY, "MemoryFilter", &a, &payload, &len) < 0)
+        return NULL;
+    MemoryFilter *f = mf_new_from((PyTypeObject *)cls, &a);
+    if (f) {
+        memcpy(f->bits.data, payload, len);
+        f->bits.bits_set = lb_bits_popcount(&f->bits);
+    }
+    PyBuffer_Release(&view);
+    return (PyObject *)f;
+}
+
+/* The raw bit array: ceil(m/8) bytes in Redis's SETBIT order. */
+static PyObject *mf_to_bitmap(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    return PyBytes_FromStringAndSize((const char *)f->bits.data, (Py_ssize_t)f->bits.nbytes);
+}
+
+static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"data", "m", "k", "hash", NULL};
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    Py_buffer view;
+    PyObject *mo, *ko, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*OO|O:from_bitmap", kwlist, &view, &mo, &ko,
+                                     &hash))
+        return NULL;
+    PyObject *result = NULL;
+    lb_fixed_args a;
+    memset(&a, 0, sizeof(a));
+    uint64_t m, k;
+    if (lb_parse_hash(hash, &a.scheme) < 0 ||
+        lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
+        lb_parse_u64(ko, "k", PyExc_ValueError, &k) < 0)
+        goto done;
+    lb_status s = lb_check_geometry(m, k);
+    if (s != LB_OK) {
+        lb_raise(st, s, s == LB_ERR_ARG ? "k must be in 1..64" : NULL);
+        goto done;
+    }
+    a.m = m;
+    a.k = (uint32_t)k;
+    /* Redis keeps a bitmap only as long as its highest set bit: a shorter
+     * string is the same bitmap with zeros after it. */
+    if ((uint64_t)view.len > (m + 7) / 8) {
+        PyErr_Format(PyExc_ValueError, "bitmap of %zd bytes is longer than m=%llu bits allow",
+                     view.len, (unsigned long long)m);
+        goto done;
+    }
+    if ((m & 7) && (uint64_t)view.len == (m + 7) / 8 &&
+        (((const uint8_t *)view.buf)[view.len - 1] & (0xffu >> (m & 7)))) {
+        PyErr_SetString(PyExc_ValueError, "bitmap has bits set past m");
+        goto done;
+    }
+    MemoryFilter *f = mf_new_from((PyTypeObject *)cls, &a);
+    if (f) {
+        memcpy(f->bits.data, view.buf, (size_t)view.len);
+        f->bits.bits_set = lb_bits_popcount(&f->bits);
+    }
+    result = (PyObject *)f;
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *mf_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = mf_to_bytes(self, NULL);
+    if (!data)
+        return NULL;
+    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
+    if (!ctor) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", ctor, data);
+}
+
+static PyObject *mf_sizeof(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
+                             (MF(self)->bits.data ? (size_t)MF(self)->bits.nbytes : 0));
+}
+
+static PyObject *mf_repr(PyObject *self)
+{
+    char extra[64];
+    PyOS_snprintf(extra, sizeof(extra), "bits_set=%llu",
+                  (unsigned long long)MF(self)->bits.bits_set);
+    return lb_fixed_repr(&MF(self)->f, extra);
+}
+
+static PyMethodDef mf_methods[] = {
+    {"add", mf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", mf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+    {"add_many", mf_add_many, METH_O, "add_many(keys) -> list[bool]\n\nadd() for each key."},
+    {"update", mf_update, METH_O, "update(keys) -> None\n\nAdd every key."},
+    {"test_many", mf_test_many, METH_O, "test_many(keys) -> list[bool]\n\ntest() for each key."},
+    {"reset", mf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"close", mf_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
+    {"__enter__", lb_enter_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"approximate_count", mf_approximate_count, METH_NOARGS,
+     "approximate_count() -> int\n\nThe number of distinct keys added, estimated from the "
+     "number of set bits (Swamidass and Baldi)."},
+    {"fill_ratio", mf_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
+    {"current_error_rate", mf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\nThe false-positive rate now: fill_ratio() ** k."},
+    {"union", mf_union, METH_O, "union(other) -> MemoryFilter (also a | b)"},
+    {"intersection", mf_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
+    {"copy", mf_copy, METH_NOARGS, "copy() -> MemoryFilter"},
+    {"__copy__", mf_copy, METH_NOARGS, NULL},
+    {"to_bytes", mf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
+                                           "format (versioned header, checksum)."},
+    {"from_bytes", mf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> MemoryFilter"},
+    {"to_bitmap", mf_to_bitmap, METH_NOARGS,
+     "to_bitmap() -> bytes\n\nThe raw bits, bit i at byte i//8, bit 7 - i%8 (Redis's order)."},
+    {"from_bitmap", (PyCFunction)(void (*)(void))mf_from_bitmap,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_bitmap(data, m, k, hash=\"xxh3\") -> MemoryFilter\n\nA filter over raw bits (a "
+     "shorter bitmap is padded with zeros, as Redis does)."},
+    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
+    {"__reduce__", mf_reduce, METH_NOARGS, NULL},
+    {"__sizeof__", mf_sizeof, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef mf_getset[] = {
+    {"m", lb_fixed_get_m, NULL, "number of bits", NULL},
+    {"k", lb_fixed_get_k, NULL, "number of hash functions", NULL},
+    {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3\" or \"ling-base\"", NULL},
+    {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", NULL},
+    {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", NULL},
+    {"nbytes", mf_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
+    {"bits_set", mf_bits_set, NULL, "number of bits set", NULL},
+    {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef mf_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot mf_slots[] = {
+    {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3\")\n"
+                "MemoryFilter(*, m, k, hash=\"xxh3\")\n\n"
+                "A Bloom filter in one bit array of m bits with k hash functions."},
+    {Py_tp_new, mf_new},
+    {Py_tp_dealloc, mf_dealloc},
+    {Py_tp_traverse, mf_traverse},
+    {Py_tp_methods, mf_methods},
+    {Py_tp_getset, mf_getset},
+    {Py_tp_members, mf_members},
+    {Py_tp_repr, mf_repr},
+    {Py_tp_richcompare, mf_richcompare},
+    {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_sq_contains, mf_contains},
+    {Py_nb_or, mf_nb_or},
+    {Py_nb_and, mf_nb_and},
+    {Py_nb_inplace_or, mf_nb_ior},
+    {Py_nb_inplace_and, mf_nb_iand},
+    {0, NULL},
+};
+
+static PyType_Spec mf_spec = {
+    .name = "ling_bloom.MemoryFilter",
+    .basicsize = sizeof(MemoryFilter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = mf_slots,
+};
+
+PyTypeObject *lb_memory_filter_type(PyObject *module)
+{
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &mf_spec, NULL);
+}

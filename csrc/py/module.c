@@ -1,0 +1,721 @@
+/* module.c: the ling_bloom._core module: its state, its exceptions, its
+ * functions (estimate, indices, hash_pair), and what every filter type shares
+ * (base object, argument parsing, close and context manager, save and load). */
+#include "module.h"
+
+#include <math.h>
+
+#include "keys.h"
+#include "params.h"
+
+/* ---- module state ---------------------------------------------------- */
+
+lb_state *lb_state_from_type(PyTypeObject *type)
+{
+    /* The type itself or the first base defined by this module (a Python
+     * subclass of a filter has no module of its own). */
+    PyObject *mro = type->tp_mro;
+    Py_ssize_t n = mro ? PyTuple_GET_SIZE(mro) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE))
+            continue;
+        PyObject *mod = PyType_GetModule(t);
+        if (!mod) {
+            PyErr_Clear();
+            continue;
+        }
+        if (PyModule_GetDef(mod) == &lb_module_def)
+            return (lb_state *)PyModule_GetState(mod);
+    }
+    PyErr_SetString(PyExc_TypeError, "not a ling_bloom type");
+    return NULL;
+}
+
+PyObject *lb_raise(lb_state *st, lb_status status, const char *detail)
+{
+    PyObject *exc;
+    const char *text;
+    switch (status) {
+    case LB_ERR_CAPACITY:
+        exc = st->InvalidCapacityError;
+        text = "capacity must be greater than zero";
+        break;
+    case LB_ERR_FPR:
+        exc = st->InvalidFalsePositiveRateError;
+        text = "false-positive rate must be in (0, 1)";
+        break;
+    case LB_ERR_RANGE:
+        exc = st->InvalidCapacityError;
+        text = "the filter would be too large (more than 2**48 bits)";
+        break;
+    case LB_ERR_ARG:
+        exc = PyExc_ValueError;
+        text = "invalid argument";
+        break;
+    case LB_ERR_NOMEM:
+        return PyErr_NoMemory();
+    case LB_ERR_FORMAT:
+        exc = PyExc_ValueError;
+        text = "not a valid saved filter";
+        break;
+    case LB_ERR_MISMATCH:
+        exc = st->GeometryMismatchError;
+        text = "filters differ in m, k or hash";
+        break;
+    case LB_ERR_EMPTY_KEY:
+        exc = st->EmptyKeyError;
+        text = "key must not be empty";
+        break;
+    default:
+        exc = st->BloomError;
+        text = "internal error";
+        break;
+    }
+    PyErr_SetString(exc, detail ? detail : text);
+    return NULL;
+}
+
+/* ---- the base of every filter ---------------------------------------- */
+
+int lb_base_init(lb_base *b, PyTypeObject *type)
+{
+    b->st = lb_state_from_type(type);
+    if (!b->st)
+        return -1;
+    b->lock = PyThread_allocate_lock();
+    if (!b->lock) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->busy = 0;
+    b->closed = 0;
+    b->weakrefs = NULL;
+    return 0;
+}
+
+void lb_base_fini(lb_base *b)
+{
+    if (b->weakrefs)
+        PyObject_ClearWeakRefs((PyObject *)b);
+    if (b->lock) {
+        PyThread_free_lock(b->lock);
+        b->lock = NULL;
+    }
+}
+
+int lb_base_wait(lb_base *b)
+{
+    while (b->busy) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(b->lock, WAIT_LOCK);
+        PyThread_release_lock(b->lock);
+        Py_END_ALLOW_THREADS
+    }
+    return 0;
+}
+
+void lb_busy_begin(lb_base *b)
+{
+    /* busy was 0 (lb_enter ran with the GIL held, which we still hold), so
+     * nobody holds the lock and this cannot block. */
+    PyThread_acquire_lock(b->lock, WAIT_LOCK);
+    b->busy = 1;
+}
+
+void lb_busy_end(lb_base *b)
+{
+    b->busy = 0;
+    PyThread_release_lock(b->lock);
+}
+
+PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *))
+{
+    if (b->busy)
+        lb_base_wait(b);
+    if (!b->closed) {
+        b->closed = 1;
+        release(b);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_enter_method(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_base *b = (lb_base *)self;
+    if (lb_enter(b) < 0)
+        return NULL;
+    return Py_NewRef(self);
+}
+
+PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    PyObject *r = PyObject_CallMethod(self, "close", NULL);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+PyObject *lb_closed_get(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(((lb_base *)self)->closed);
+}
+
+/* ---- argument parsing -------------------------------------------------- */
+
+int lb_parse_hash(PyObject *obj, lb_hash_scheme *out)
+{
+    if (!obj || obj == Py_None) {
+        *out = LB_HASH_XXH3;
+        return 0;
+    }
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "hash must be a str (\"xxh3\" or \"ling-base\"), not %.200s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    const char *name = PyUnicode_AsUTF8(obj);
+    if (!name)
+        return -1;
+    int s = lb_hash_scheme_parse(name);
+    if (s < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown hash %R: expected \"xxh3\" or \"ling-base\"", obj);
+        return -1;
+    }
+    *out = (lb_hash_scheme)s;
+    return 0;
+}
+
+int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out)
+{
+    PyObject *num;
+    if (PyFloat_Check(obj)) {
+        /* capacity=1e6 is common: accept a float that is a whole number. */
+        double d = PyFloat_AS_DOUBLE(obj);
+        if (!isfinite(d) || d != floor(d)) {
+            PyErr_Format(exc, "%s must be a whole number, not %R", what, obj);
+            return -1;
+        }
+        num = PyLong_FromDouble(d);
+    }
+    else if (PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not bool", what);
+        return -1;
+    }
+    else
+        num = PyNumber_Index(obj);
+    if (!num)
+        return -1;
+    PyObject *zero = PyLong_FromLong(0);
+    int negative = zero ? PyObject_RichCompareBool(num, zero, Py_LT) : -1;
+    Py_XDECREF(zero);
+    if (negative != 0) {
+        Py_DECREF(num);
+        if (negative > 0)
+            PyErr_Format(exc, "%s must not be negative", what);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLongLong(num);
+    Py_DECREF(num);
+    if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(exc, "%s is too large", what);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_rate(lb_state *st, PyObject *obj, double *out)
+{
+    double p = PyFloat_AsDouble(obj);
+    if (p == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(p > 0.0 && p < 1.0)) {
+        PyErr_Format(st->InvalidFalsePositiveRateError,
+                     "false-positive rate must be in (0, 1), not %R", obj);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const char *type_name,
+                        lb_fixed_args *out)
+{
+    static char *kwlist[] = {"capacity", "error_rate", "m", "k", "hash", NULL};
+    PyObject *capacity = Py_None, *error_rate = Py_None, *m = Py_None, *k = Py_None,
+             *hash = Py_None;
+    char fmt[64];
+    PyOS_snprintf(fmt, sizeof(fmt), "|OO$OOO:%s", type_name);
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &capacity, &error_rate, &m, &k,
+                                     &hash))
+        return -1;
+    memset(out, 0, sizeof(*out));
+    if (lb_parse_hash(hash, &out->scheme) < 0)
+        return -1;
+    int by_geometry = m != Py_None || k != Py_None;
+    int by_capacity = capacity != Py_None || error_rate != Py_None;
+    if (by_geometry && by_capacity) {
+        PyErr_Format(PyExc_TypeError, "%s takes capacity and error_rate, or m and k, not both",
+                     type_name);
+        return -1;
+    }
+    if (by_geometry) {
+        uint64_t mm, kk;
+        if (m == Py_None || k == Py_None) {
+            PyErr_Format(PyExc_TypeError, "%s needs both m and k", type_name);
+            return -1;
+        }
+        if (lb_parse_u64(m, "m", st->InvalidCapacityError, &mm) < 0 ||
+            lb_parse_u64(k, "k", PyExc_ValueError, &kk) < 0)
+            return -1;
+        lb_status s = lb_check_geometry(mm, kk);
+        if (s == LB_ERR_ARG) {
+            PyErr_Format(PyExc_ValueError, "k must be in 1..%d, not %llu", LB_MAX_K,
+                         (unsigned long long)kk);
+            return -1;
+        }
+        if (s != LB_OK) {
+            lb_raise(st, s, s == LB_ERR_CAPACITY ? "m must be greater than zero" : NULL);
+            return -1;
+        }
+        out->m = mm;
+        out->k = (uint32_t)kk;
+        return 0;
+    }
+    if (capacity == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s needs capacity (and error_rate), or m and k",
+                     type_name);
+        return -1;
+    }
+    if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &out->capacity) < 0)
+        return -1;
+    if (out->capacity == 0) {
+        lb_raise(st, LB_ERR_CAPACITY, NULL);
+        return -1;
+    }
+    out->error_rate = 0.01;
+    if (error_rate != Py_None && parse_rate(st, error_rate, &out->error_rate) < 0)
+        return -1;
+    uint64_t mm, kk;
+    lb_status s = lb_estimate(out->capacity, out->error_rate, &mm, &kk);
+    if (s == LB_OK)
+        s = lb_check_geometry(mm, kk);
+    if (s == LB_ERR_ARG) {
+        PyErr_Format(st->InvalidFalsePositiveRateError,
+                     "error_rate %R needs k = %llu hash functions; at most %d are supported",
+                     error_rate, (unsigned long long)kk, LB_MAX_K);
+        return -1;
+    }
+    if (s != LB_OK) {
+        lb_raise(st, s, NULL);
+        return -1;
+    }
+    out->m = mm;
+    out->k = (uint32_t)kk;
+    out->has_capacity = 1;
+    return 0;
+}
+
+/* ---- save and load ------------------------------------------------------ */
+
+static PyObject *call_io(const char *name, PyObject *a, PyObject *b)
+{
+    PyObject *mod = PyImport_ImportModule("ling_bloom._io");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, name, b ? "OO" : "O", a, b);
+    Py_DECREF(mod);
+    return r;
+}
+
+PyObject *lb_save(PyObject *self, PyObject *path)
+{
+    PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);
+    if (!data)
+        return NULL;
+    PyObject *r = call_io("atomic_write", path, data);
+    Py_DECREF(data);
+    return r;
+}
+
+PyObject *lb_load(PyObject *cls, PyObject *path)
+{
+    PyObject *data = call_io("read_file", path, NULL);
+    if (!data)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(cls, "from_bytes", "O", data);
+    Py_DECREF(data);
+    return r;
+}
+
+/* ---- module functions -------------------------------------------------- */
+
+static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    lb_state *st = PyModule_GetState(module);
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "estimate() takes 2 arguments (n, p), %zd given",
+                            nargs);
+    uint64_t n, m, k;
+    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0)
+        return NULL;
+    double p = PyFloat_AsDouble(args[1]);
+    if (p == -1.0 && PyErr_Occurred())
+        return NULL;
+    lb_status s = lb_estimate(n, p, &m, &k);
+    if (s == LB_ERR_RANGE)
+        return lb_raise(st, s, "n and p need more than 2**63 bits");
+    if (s != LB_OK)
+        return lb_raise(st, s, s == LB_ERR_CAPACITY
+                                   ? "expected number of elements must be greater than zero"
+                                   : NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+}
+
+static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key *k,
+                        lb_key_hold *hold, lb_hash_scheme *scheme)
+{
+    lb_state *st = PyModule_GetState(module);
+    if (lb_parse_hash(hash, scheme) < 0)
+        return -1;
+    return lb_key_get(st, key, k, hold);
+}
+
+static PyObject *indices(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "m", "k", "hash", NULL};
+    lb_state *st = PyModule_GetState(module);
+    PyObject *key, *mo, *ko, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|O:indices", kwlist, &key, &mo, &ko,
+                                     &hash))
+        return NULL;
+    uint64_t m, k;
+    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
+        lb_parse_u64(ko, "k", PyExc_ValueError, &k) < 0)
+        return NULL;
+    if (m == 0)
+        return lb_raise(st, LB_ERR_CAPACITY, "m must be greater than zero");
+    if (k == 0 || k > LB_MAX_K)
+        return PyErr_Format(PyExc_ValueError, "k must be in 1..%d", LB_MAX_K);
+    lb_key kk;
+    lb_key_hold hold;
+    lb_hash_scheme scheme;
+    if (hash_and_key(module, key, hash, &kk, &hold, &scheme) < 0)
+        return NULL;
+    lb_geometry g;
+    lb_geometry_init(&g, m, (uint32_t)k, scheme);
+    uint64_t out[LB_MAX_K];
+    lb_indices(&g, lb_hash(scheme, kk.data, kk.len), out);
+    lb_key_release(&hold);
+    PyObject *list = PyList_New((Py_ssize_t)k);
+    if (!list)
+        return NULL;
+    for (uint64_t i = 0; i < k; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(out[i]);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "hash", NULL};
+    PyObject *key, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:hash_pair", kwlist, &key, &hash))
+        return NULL;
+    lb_key kk;
+    lb_key_hold hold;
+    lb_hash_scheme scheme;
+    if (hash_and_key(module, key, hash, &kk, &hold, &scheme) < 0)
+        return NULL;
+    lb_hash_pair h = lb_hash(scheme, kk.data, kk.len);
+    lb_key_release(&hold);
+    return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
+}
+
+static PyMethodDef module_methods[] = {
+    {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
+     "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
+     "k = max(1, ceil(ln(2)*m/n)) hash functions."},
+    {"indices", (PyCFunction)(void (*)(void))indices, METH_VARARGS | METH_KEYWORDS,
+     "indices(key, m, k, hash=\"xxh3\") -> list[int]\n\nThe k bit indices of key in a filter "
+     "of m bits."},
+    {"hash_pair", (PyCFunction)(void (*)(void))hash_pair, METH_VARARGS | METH_KEYWORDS,
+     "hash_pair(key, hash=\"xxh3\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
+     "starts from."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- module set-up ------------------------------------------------------ */
+
+static int add_exc(PyObject *module, PyObject **slot, const char *name, const char *doc,
+                   PyObject *base1, PyObject *base2)
+{
+    char full[128];
+    PyOS_snprintf(full, sizeof(full), "ling_bloom.%s", name);
+    PyObject *bases = base2 ? PyTuple_Pack(2, base1, base2) : PyTuple_Pack(1, base1);
+    if (!bases)
+        return -1;
+    *slot = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (!*slot)
+        return -1;
+    Py_INCREF(*slot);
+    if (PyModule_AddObject(module, name, *slot) < 0) {
+        Py_DECREF(*slot);
+        return -1;
+    }
+    return 0;
+}
+
+static int add_type(PyObject *module, PyTypeObject **slot, PyTypeObject *type)
+{
+    *slot = type;
+    if (!type)
+        return -1;
+    return PyModule_AddType(module, type);
+}
+
+static int module_exec(PyObject *module)
+{
+    lb_state *st = PyModule_GetState(module);
+    if (add_exc(module, &st->BloomError, "BloomError", "Base of every ling_bloom error.",
+                PyExc_Exception, NULL) < 0 ||
+        add_exc(module, &st->ClosedError, "ClosedError", "The filter was closed.",
+                st->BloomError, NULL) < 0 ||
+        add_exc(module, &st->InvalidCapacityError, "InvalidCapacityError",
+                "Capacity (or m) is zero, negative or too large.", st->BloomError,
+                PyExc_ValueError) < 0 ||
+        add_exc(module, &st->InvalidFalsePositiveRateError, "InvalidFalsePositiveRateError",
+                "The false-positive rate is not in (0, 1).", st->BloomError,
+                PyExc_ValueError) < 0 ||
+        add_exc(module, &st->EmptyKeyError, "EmptyKeyError", "The key is empty.",
+                st->BloomError, PyExc_ValueError) < 0 ||
+        add_exc(module, &st->NotSupportedError, "NotSupportedError",
+                "The operation is not supported by this filter.", st->BloomError, NULL) < 0 ||
+        add_exc(module, &st->GeometryMismatchError, "GeometryMismatchError",
+                "Two filters (or a filter and what Redis holds) differ in m, k or hash.",
+                st->BloomError, PyExc_ValueError) < 0 ||
+        add_exc(module, &st->RedisError, "RedisError", "Base of the errors of the Redis filters.",
+                st->BloomError, NULL) < 0 ||
+        add_exc(module, &st->RedisConnectionError, "RedisConnectionError",
+                "Could not connect to Redis, or the connection was lost.", st->RedisError,
+                PyExc_ConnectionError) < 0 ||
+        add_exc(module, &st->RedisTimeoutError, "RedisTimeoutError",
+                "Redis did not answer within the timeout.", st->RedisError,
+                PyExc_TimeoutError) < 0 ||
+        add_exc(module, &st->RedisResponseError, "RedisResponseError",
+                "Redis answered with an error; .reply holds its text.", st->RedisError,
+                NULL) < 0 ||
+        add_exc(module, &st->WrongTypeError, "WrongTypeError",
+                "A Redis key holds another type; .key names it.", st->RedisResponseError,
+                NULL) < 0 ||
+        add_exc(module, &st->FilterFullError, "FilterFullError",
+                "A non-scaling RedisBloom filter is full; .added tells how many keys of the "
+                "batch went in.",
+                st->RedisResponseError, NULL) < 0 ||
+        add_exc(module, &st->ModuleMissingError, "ModuleMissingError",
+                "The Redis server has no RedisBloom module (no BF.* commands).",
+                st->RedisResponseError, st->NotSupportedError) < 0)
+        return -1;
+    if (add_type(module, &st->MemoryFilter, lb_memory_filter_type(module)) < 0 ||
+        add_type(module, &st->CountingFilter, lb_counting_filter_type(module)) < 0 ||
+        add_type(module, &st->ScalableFilter, lb_scalable_filter_type(module)) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "MAX_K", LB_MAX_K) < 0 ||
+        PyModule_AddObject(module, "MAX_BITS", PyLong_FromUnsignedLongLong(LB_MAX_BITS)) < 0 ||
+        PyModule_AddIntConstant(module, "FORMAT_VERSION", 1) < 0)
+        return -1;
+    return 0;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    lb_state *st = PyModule_GetState(module);
+    PyObject **slots = (PyObject **)st;
+    for (size_t i = 0; i < sizeof(*st) / sizeof(PyObject *); i++)
+        Py_VISIT(slots[i]);
+    return 0;
+}
+
+static int module_clear(PyObject *module)
+{
+    lb_state *st = PyModule_GetState(module);
+    PyObject **slots = (PyObject **)st;
+    for (size_t i = 0; i < sizeof(*st) / sizeof(PyObject *); i++)
+        Py_CLEAR(slots[i]);
+    return 0;
+}
+
+static void module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+PyModuleDef lb_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ling_bloom._core",
+    .m_doc = "The C core of ling_bloom: Bloom filters and the hashing they share.",
+    .m_size = sizeof(lb_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&lb_module_def);
+}
+
+/* ---- what MemoryFilter and CountingFilter share ------------------------- */
+
+#include "format.h"
+
+void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a)
+{
+    f->args = *a;
+    lb_geometry_init(&f->geo, a->m, a->k, a->scheme);
+}
+
+PyObject *lb_fixed_get_m(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(((lb_fixed_filter *)self)->args.m);
+}
+
+PyObject *lb_fixed_get_k(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(((lb_fixed_filter *)self)->args.k);
+}
+
+PyObject *lb_fixed_get_hash(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(lb_hash_scheme_name(((lb_fixed_filter *)self)->args.scheme));
+}
+
+PyObject *lb_fixed_get_capacity(PyObject *self, void *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (!f->args.has_capacity)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(f->args.capacity);
+}
+
+PyObject *lb_fixed_get_error_rate(PyObject *self, void *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (!f->args.has_capacity)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(f->args.error_rate);
+}
+
+PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload, size_t len)
+{
+    lb_format_header h;
+    memset(&h, 0, sizeof(h));
+    h.kind = (lb_kind)kind;
+    h.scheme = f->args.scheme;
+    h.m = f->args.m;
+    h.k = f->args.k;
+    h.has_capacity = f->args.has_capacity;
+    h.capacity = f->args.capacity;
+    h.error_rate = f->args.error_rate;
+    size_t total = LB_FORMAT_FIXED_HEADER + len + LB_FORMAT_TRAILER;
+    if (total > PY_SSIZE_T_MAX)
+        return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!out)
+        return NULL;
+    lb_format_write_fixed((uint8_t *)PyBytes_AS_STRING(out), &h, payload, len);
+    return out;
+}
+
+static const char *kind_name(int kind)
+{
+    switch (kind) {
+    case LB_KIND_MEMORY:
+        return "MemoryFilter";
+    case LB_KIND_COUNTING:
+        return "CountingFilter";
+    case LB_KIND_SCALABLE:
+        return "ScalableFilter";
+    }
+    return "?";
+}
+
+int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind)
+{
+    if (PyUnicode_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "from_bytes() takes bytes, not str");
+        return -1;
+    }
+    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    const char *why = NULL;
+    if (lb_format_read(view->buf, (size_t)view->len, h, &why) != LB_OK) {
+        PyErr_Format(PyExc_ValueError, "not a valid saved filter: %s", why);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if ((int)h->kind != kind) {
+        PyErr_Format(PyExc_ValueError, "the data holds a %s, not a %s", kind_name(h->kind),
+                     kind_name(kind));
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+int lb_fixed_read(lb_state *st, PyObject *data, Py_buffer *view, int kind, const char *type_name,
+                  lb_fixed_args *args, const uint8_t **payload, size_t *len)
+{
+    (void)st;
+    (void)type_name;
+    lb_format_header h;
+    if (lb_read_saved(data, view, &h, kind) < 0)
+        return -1;
+    memset(args, 0, sizeof(*args));
+    args->m = h.m;
+    args->k = h.k;
+    args->scheme = h.scheme;
+    args->has_capacity = h.has_capacity;
+    args->capacity = h.capacity;
+    args->error_rate = h.error_rate;
+    *payload = h.payload;
+    *len = h.payload_len;
+    return 0;
+}
+
+PyObject *lb_fixed_repr(lb_fixed_filter *f, const char *extra)
+{
+    const char *tname = strrchr(Py_TYPE(f)->tp_name, '.');
+    tname = tname ? tname + 1 : Py_TYPE(f)->tp_name;
+    if (f->base.closed)
+        return PyUnicode_FromFormat("<%s m=%llu k=%u hash=%s closed>", tname,
+                                    (unsigned long long)f->args.m, f->args.k,
+                                    lb_hash_scheme_name(f->args.scheme));
+    return PyUnicode_FromFormat("<%s m=%llu k=%u hash=%s %s>", tname,
+                                (unsigned long long)f->args.m, f->args.k,
+                                lb_hash_scheme_name(f->args.scheme), extra);
+}

@@ -1,0 +1,156 @@
+/* module.h: what the binding's files share: the module state (types and
+ * exceptions), the base every filter object starts with, and the mapping
+ * from core status codes to Python exceptions. */
+#ifndef LB_PY_MODULE_H
+#define LB_PY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "pythread.h"
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+#include "common.h"
+#include "hash.h"
+
+typedef struct {
+    PyTypeObject *MemoryFilter;
+    PyTypeObject *CountingFilter;
+    PyTypeObject *ScalableFilter;
+    PyTypeObject *RedisFilter;
+    PyTypeObject *RedisBloomFilter;
+    PyObject *BloomError;
+    PyObject *ClosedError;
+    PyObject *InvalidCapacityError;
+    PyObject *InvalidFalsePositiveRateError;
+    PyObject *EmptyKeyError;
+    PyObject *NotSupportedError;
+    PyObject *GeometryMismatchError;
+    PyObject *RedisError;
+    PyObject *RedisConnectionError;
+    PyObject *RedisTimeoutError;
+    PyObject *RedisResponseError;
+    PyObject *WrongTypeError;
+    PyObject *FilterFullError;
+    PyObject *ModuleMissingError;
+} lb_state;
+
+extern PyModuleDef lb_module_def;
+
+/* The state of the module that defined type (or one of its bases). */
+lb_state *lb_state_from_type(PyTypeObject *type);
+
+/* Every filter object starts with this.
+ *
+ * Threads: single-key operations run with the GIL held and never release it,
+ * so they are atomic with respect to each other.  A batch releases the GIL
+ * while it hashes and probes a chunk of keys; it then holds `lock` and sets
+ * `busy`, and every other operation that finds `busy` set waits for the lock
+ * (with the GIL released) before it goes on. */
+typedef struct {
+    PyObject_HEAD
+    lb_state *st;
+    PyThread_type_lock lock;
+    int busy;
+    int closed;
+    PyObject *weakrefs;
+} lb_base;
+
+/* Initialise the base in tp_new (allocates the lock). */
+int lb_base_init(lb_base *b, PyTypeObject *type);
+void lb_base_fini(lb_base *b);
+
+/* Wait until no batch is running, then check the filter is open.
+ * 0, or -1 with ClosedError set. */
+int lb_base_wait(lb_base *b);
+
+static inline int lb_enter(lb_base *b)
+{
+    if (b->busy && lb_base_wait(b) < 0)
+        return -1;
+    if (b->closed) {
+        PyErr_SetString(b->st->ClosedError, "filter is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Claim the filter for a GIL-free section (call after lb_enter, with the
+ * GIL), and give it back (with the GIL). */
+void lb_busy_begin(lb_base *b);
+void lb_busy_end(lb_base *b);
+
+/* Raise the exception for a core status code; returns NULL. */
+PyObject *lb_raise(lb_state *st, lb_status status, const char *detail);
+
+/* Parse a hash= argument (None or "xxh3" or "ling-base"). */
+int lb_parse_hash(PyObject *obj, lb_hash_scheme *out);
+
+/* Read a non-negative Python int into a uint64 (exc is raised, with what
+ * naming the argument, for a negative value). */
+int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out);
+
+/* The geometry arguments shared by MemoryFilter and CountingFilter:
+ * (capacity, error_rate) or (m=, k=), and hash=. */
+typedef struct {
+    uint64_t m;
+    uint32_t k;
+    lb_hash_scheme scheme;
+    int has_capacity;
+    uint64_t capacity;
+    double error_rate;
+} lb_fixed_args;
+
+int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const char *type_name,
+                        lb_fixed_args *out);
+
+/* The part of MemoryFilter and CountingFilter that is the same: the base,
+ * the arguments they were built from and the geometry. */
+typedef struct {
+    lb_base base;
+    lb_fixed_args args;
+    lb_geometry geo;
+} lb_fixed_filter;
+
+/* Getters for m, k, hash, capacity, error_rate of an lb_fixed_filter. */
+PyObject *lb_fixed_get_m(PyObject *self, void *unused);
+PyObject *lb_fixed_get_k(PyObject *self, void *unused);
+PyObject *lb_fixed_get_hash(PyObject *self, void *unused);
+PyObject *lb_fixed_get_capacity(PyObject *self, void *unused);
+PyObject *lb_fixed_get_error_rate(PyObject *self, void *unused);
+/* Set up a new object of a fixed type from parsed arguments. */
+void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a);
+/* to_bytes of a fixed filter. */
+PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload, size_t len);
+/* Parse a saved fixed filter of the given kind: fills args and returns the
+ * payload view through h.  -1 with ValueError set on any problem. */
+#include "format.h"
+int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind);
+int lb_fixed_read(lb_state *st, PyObject *data, Py_buffer *view, int kind, const char *type_name,
+                  lb_fixed_args *args, const uint8_t **payload, size_t *len);
+/* "<MemoryFilter m=... k=... hash=...>" style repr. */
+PyObject *lb_fixed_repr(lb_fixed_filter *f, const char *extra);
+
+/* close(), __enter__, __exit__ and the `closed` property, shared by every
+ * type; each type supplies its own release function. */
+PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *));
+PyObject *lb_enter_method(PyObject *self, PyObject *unused);
+PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lb_closed_get(PyObject *self, void *unused);
+
+/* save(path) and load(path) in terms of to_bytes / from_bytes. */
+PyObject *lb_save(PyObject *self, PyObject *path);
+PyObject *lb_load(PyObject *cls, PyObject *path);
+
+/* Types, each from its own file. */
+PyTypeObject *lb_memory_filter_type(PyObject *module);
+PyTypeObject *lb_counting_filter_type(PyObject *module);
+PyTypeObject *lb_scalable_filter_type(PyObject *module);
+
+#endif

@@ -1,0 +1,475 @@
+/* scalable_filter.c: ScalableFilter, a chain of bit arrays that grows. */
+#include "keys.h"
+#include "module.h"
+
+#include <math.h>
+#include <structmember.h>
+
+#include "scalable.h"
+
+typedef struct {
+    lb_base base;
+    lb_scalable s;
+} ScalableFilter;
+
+#define SF(o) ((ScalableFilter *)(o))
+
+static void sf_release(lb_base *b)
+{
+    lb_scalable_free(&((ScalableFilter *)b)->s);
+}
+
+static lb_status sf_raise(lb_state *st, lb_status s)
+{
+    switch (s) {
+    case LB_ERR_ARG:
+        PyErr_SetString(PyExc_ValueError, "growth_ratio must be a finite number greater than 1 "
+                                          "and fpr_ratio must be in (0, 1)");
+        break;
+    case LB_ERR_RANGE:
+        lb_raise(st, s, "the filter cannot grow further: its next stage would need more than "
+                        "2**48 bits or more than 64 hash functions");
+        break;
+    default:
+        lb_raise(st, s, NULL);
+    }
+    return s;
+}
+
+static ScalableFilter *sf_alloc(PyTypeObject *type)
+{
+    ScalableFilter *self = (ScalableFilter *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    memset(&self->s, 0, sizeof(self->s));
+    if (lb_base_init(&self->base, type) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return self;
+}
+
+static PyObject *sf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"initial_capacity", "error_rate", "growth_ratio", "fpr_ratio", "hash",
+                             NULL};
+    lb_state *st = lb_state_from_type(type);
+    if (!st)
+        return NULL;
+    PyObject *cap_o, *hash = Py_None;
+    double error_rate = 0.01, growth = 2.0, ratio = 0.9;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ddd$O:ScalableFilter", kwlist, &cap_o,
+                                     &error_rate, &growth, &ratio, &hash))
+        return NULL;
+    uint64_t cap;
+    lb_hash_scheme scheme;
+    if (lb_parse_u64(cap_o, "initial_capacity", st->InvalidCapacityError, &cap) < 0 ||
+        lb_parse_hash(hash, &scheme) < 0)
+        return NULL;
+    lb_status s = lb_scalable_check(cap, error_rate, growth, ratio);
+    if (s != LB_OK) {
+        sf_raise(st, s);
+        return NULL;
+    }
+    ScalableFilter *self = sf_alloc(type);
+    if (!self)
+        return NULL;
+    s = lb_scalable_init(&self->s, cap, error_rate, growth, ratio, scheme);
+    if (s != LB_OK) {
+        Py_DECREF(self);
+        sf_raise(st, s);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void sf_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    lb_base_fini(&SF(self)->base);
+    lb_scalable_free(&SF(self)->s);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int sf_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static PyObject *sf_add(PyObject *self, PyObject *key)
+{
+    ScalableFilter *f = SF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+        return NULL;
+    if (lb_enter(&f->base) < 0) {
+        lb_key_release(&hold);
+        return NULL;
+    }
+    int added;
+    lb_status s = lb_scalable_add(&f->s, k.data, k.len, &added);
+    lb_key_release(&hold);
+    if (s != LB_OK) {
+        sf_raise(f->base.st, s);
+        return NULL;
+    }
+    return PyBool_FromLong(added);
+}
+
+static int sf_contains(PyObject *self, PyObject *key)
+{
+    ScalableFilter *f = SF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+        return -1;
+    if (lb_enter(&f->base) < 0) {
+        lb_key_release(&hold);
+        return -1;
+    }
+    int r = lb_scalable_test(&f->s, k.data, k.len);
+    lb_key_release(&hold);
+    return r;
+}
+
+static PyObject *sf_test(PyObject *self, PyObject *key)
+{
+    int r = sf_contains(self, key);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static lb_status sf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    return lb_scalable_add_batch(&((ScalableFilter *)b)->s, keys, n, out, done);
+}
+
+static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    lb_scalable_test_batch(&((ScalableFilter *)b)->s, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static PyObject *sf_add_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_LIST, 1);
+}
+
+static PyObject *sf_update(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_NONE, 1);
+}
+
+static PyObject *sf_test_many(PyObject *self, PyObject *keys)
+{
+    return lb_run_batch(&SF(self)->base, keys, sf_test_chunk, LB_RESULT_LIST, 1);
+}
+
+static PyObject *sf_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&SF(self)->base) < 0)
+        return NULL;
+    lb_scalable_reset(&SF(self)->s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sf_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&SF(self)->base, sf_release);
+}
+
+static PyObject *sf_approximate_count(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&SF(self)->base) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(lb_scalable_count(&SF(self)->s));
+}
+
+static PyObject *sf_current_error_rate(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&SF(self)->base) < 0)
+        return NULL;
+    return PyFloat_FromDouble(lb_scalable_current_fpr(&SF(self)->s));
+}
+
+static PyObject *sf_stages(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    ScalableFilter *f = SF(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    PyObject *list = PyList_New(f->s.nstages);
+    if (!list)
+        return NULL;
+    for (uint32_t i = 0; i < f->s.nstages; i++) {
+        const lb_stage *st = &f->s.stages[i];
+        PyObject *d = Py_BuildValue(
+            "{sKsKsKsIsdsK}", "capacity", (unsigned long long)st->capacity, "count",
+            (unsigned long long)st->count, "m", (unsigned long long)st->geo.m, "k", st->geo.k,
+            "error_rate", st->error_rate, "bits_set", (unsigned long long)st->bits.bits_set);
+        if (!d) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, d);
+    }
+    return list;
+}
+
+static PyObject *sf_to_bytes(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    ScalableFilter *f = SF(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_scalable *s = &f->s;
+    lb_format_header h;
+    memset(&h, 0, sizeof(h));
+    h.kind = LB_KIND_SCALABLE;
+    h.scheme = s->scheme;
+    h.initial_capacity = s->initial_capacity;
+    h.error_rate = s->error_rate;
+    h.growth = s->growth;
+    h.fpr_ratio = s->fpr_ratio;
+    if (s->nstages > LB_FORMAT_MAX_STAGES)
+        return PyErr_Format(PyExc_ValueError, "a filter of %u stages cannot be saved (at most %d)",
+                            s->nstages, LB_FORMAT_MAX_STAGES);
+    h.nstages = s->nstages;
+    const uint8_t *payloads[LB_FORMAT_MAX_STAGES];
+    size_t lens[LB_FORMAT_MAX_STAGES];
+    size_t total = LB_FORMAT_SCALABLE_HEADER + 8 * (size_t)s->nstages + LB_FORMAT_TRAILER;
+    for (uint32_t i = 0; i < s->nstages; i++) {
+        h.counts[i] = s->stages[i].count;
+        payloads[i] = s->stages[i].bits.data;
+        lens[i] = (size_t)s->stages[i].bits.nbytes;
+        total += lens[i];
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!out)
+        return NULL;
+    lb_format_write_scalable((uint8_t *)PyBytes_AS_STRING(out), &h, payloads, lens);
+    return out;
+}
+
+static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
+{
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    Py_buffer view;
+    lb_format_header h;
+    if (lb_read_saved(data, &view, &h, LB_KIND_SCALABLE) < 0)
+        return NULL;
+    ScalableFilter *f = sf_alloc((PyTypeObject *)cls);
+    lb_status s = LB_OK;
+    if (f)
+        s = lb_scalable_init(&f->s, h.initial_capacity, h.error_rate, h.growth, h.fpr_ratio,
+                             h.scheme);
+    for (uint32_t i = 1; f && s == LB_OK && i < h.nstages; i++)
+        s = lb_scalable_push_stage(&f->s);
+    if (f && s == LB_OK) {
+        const uint8_t *p = h.payload;
+        for (uint32_t i = 0; i < h.nstages; i++) {
+            lb_stage *stage = &f->s.stages[i];
+            memcpy(stage->bits.data, p, (size_t)stage->bits.nbytes);
+            p += stage->bits.nbytes;
+            stage->bits.bits_set = lb_bits_popcount(&stage->bits);
+            stage->count = h.counts[i];
+        }
+    }
+    PyBuffer_Release(&view);
+    if (f && s != LB_OK) {
+        Py_CLEAR(f);
+        sf_raise(st, s);
+    }
+    return (PyObject *)f;
+}
+
+static PyObject *sf_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = sf_to_bytes(self, NULL);
+    if (!data)
+        return NULL;
+    PyObject *r = sf_from_bytes((PyObject *)Py_TYPE(self), data);
+    Py_DECREF(data);
+    return r;
+}
+
+static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
+{
+    lb_state *st = SF(self)->base.st;
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *a = sf_to_bytes(self, NULL);
+    if (!a)
+        return NULL;
+    PyObject *b = sf_to_bytes(other, NULL);
+    if (!b) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    PyObject *r = PyObject_RichCompare(a, b, op);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return r;
+}
+
+static PyObject *sf_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = sf_to_bytes(self, NULL);
+    if (!data)
+        return NULL;
+    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
+    if (!ctor) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", ctor, data);
+}
+
+static PyObject *sf_get_initial_capacity(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(SF(self)->s.initial_capacity);
+}
+
+static PyObject *sf_get_error_rate(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyFloat_FromDouble(SF(self)->s.error_rate);
+}
+
+static PyObject *sf_get_growth(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyFloat_FromDouble(SF(self)->s.growth);
+}
+
+static PyObject *sf_get_ratio(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyFloat_FromDouble(SF(self)->s.fpr_ratio);
+}
+
+static PyObject *sf_get_hash(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(lb_hash_scheme_name(SF(self)->s.scheme));
+}
+
+static PyObject *sf_get_nsub(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(SF(self)->s.nstages);
+}
+
+static PyObject *sf_get_capacity(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(lb_scalable_capacity(&SF(self)->s));
+}
+
+static PyObject *sf_get_nbytes(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(lb_scalable_nbytes(&SF(self)->s));
+}
+
+static PyObject *sf_repr(PyObject *self)
+{
+    ScalableFilter *f = SF(self);
+    return PyUnicode_FromFormat("<ScalableFilter initial_capacity=%llu stages=%u count=%llu%s>",
+                                (unsigned long long)f->s.initial_capacity, f->s.nstages,
+                                (unsigned long long)lb_scalable_count(&f->s),
+                                f->base.closed ? " closed" : "");
+}
+
+static PyMethodDef sf_methods[] = {
+    {"add", sf_add, METH_O,
+     "add(key) -> bool\n\nAdd key to the newest stage unless some stage holds it already; True "
+     "when it was added."},
+    {"test", sf_test, METH_O, "test(key) -> bool"},
+    {"add_many", sf_add_many, METH_O, "add_many(keys) -> list[bool]"},
+    {"update", sf_update, METH_O, "update(keys) -> None"},
+    {"test_many", sf_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    {"reset", sf_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
+    {"close", sf_close, METH_NOARGS, "close()"},
+    {"__enter__", lb_enter_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"approximate_count", sf_approximate_count, METH_NOARGS,
+     "approximate_count() -> int\n\nKeys added that tested absent when they were added (a "
+     "lower bound on the distinct keys)."},
+    {"current_error_rate", sf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\nThe rate now: 1 - prod(1 - fill_i ** k_i)."},
+    {"stages", sf_stages, METH_NOARGS,
+     "stages() -> list[dict]\n\ncapacity, count, m, k, error_rate, bits_set of each stage."},
+    {"copy", sf_copy, METH_NOARGS, "copy() -> ScalableFilter"},
+    {"__copy__", sf_copy, METH_NOARGS, NULL},
+    {"to_bytes", sf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", sf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
+    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"load", lb_load, METH_O | METH_CLASS, "load(path) -> ScalableFilter"},
+    {"__reduce__", sf_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef sf_getset[] = {
+    {"initial_capacity", sf_get_initial_capacity, NULL, "capacity of the first stage", NULL},
+    {"error_rate", sf_get_error_rate, NULL, "the bound the whole chain keeps", NULL},
+    {"growth_ratio", sf_get_growth, NULL, "each stage holds this many times the last", NULL},
+    {"fpr_ratio", sf_get_ratio, NULL, "each stage's rate is this times the last", NULL},
+    {"hash", sf_get_hash, NULL, "hashing scheme", NULL},
+    {"num_sub_filters", sf_get_nsub, NULL, "number of stages", NULL},
+    {"capacity", sf_get_capacity, NULL, "keys the present stages take", NULL},
+    {"nbytes", sf_get_nbytes, NULL, "bytes of all stages' bits", NULL},
+    {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef sf_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot sf_slots[] = {
+    {Py_tp_doc, "ScalableFilter(initial_capacity, error_rate=0.01, growth_ratio=2.0, "
+                "fpr_ratio=0.9, *, hash=\"xxh3\")\n\n"
+                "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
+                "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
+                "however far it grows (ling-base's option is the first stage's rate)."},
+    {Py_tp_new, sf_new},
+    {Py_tp_dealloc, sf_dealloc},
+    {Py_tp_traverse, sf_traverse},
+    {Py_tp_methods, sf_methods},
+    {Py_tp_getset, sf_getset},
+    {Py_tp_members, sf_members},
+    {Py_tp_repr, sf_repr},
+    {Py_tp_richcompare, sf_richcompare},
+    {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_sq_contains, sf_contains},
+    {0, NULL},
+};
+
+static PyType_Spec sf_spec = {
+    .name = "ling_bloom.ScalableFilter",
+    .basicsize = sizeof(ScalableFilter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = sf_slots,
+};
+
+PyTypeObject *lb_scalable_filter_type(PyObject *module)
+{
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &sf_spec, NULL);
+}

@@ -1,0 +1,127 @@
+"""ling_bloom: Bloom filters for Python with a C core.
+
+Five filters share one interface (add, test / ``in``, add_many, update, test_many,
+reset, close, context manager):
+
+- MemoryFilter: a bit array.
+- CountingFilter: 4-bit saturating counters; can remove keys.
+- ScalableFilter: a chain of bit arrays that grows (Almeida et al. 2007).
+- RedisFilter: a Redis bitmap, hashing on the client (added by the Redis issue).
+- RedisBloomFilter: the RedisBloom module's BF.* commands.
+
+Keys are str (hashed as UTF-8), bytes, or any bytes-like object.  The default hash
+is XXH3-128 with double hashing; ``hash="ling-base"`` reproduces the Go library
+ling-base bit for bit, to share a Redis bitmap with Go services.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import _core
+from ._core import (
+    FORMAT_VERSION,
+    MAX_BITS,
+    MAX_K,
+    BloomError,
+    ClosedError,
+    CountingFilter,
+    EmptyKeyError,
+    FilterFullError,
+    GeometryMismatchError,
+    InvalidCapacityError,
+    InvalidFalsePositiveRateError,
+    MemoryFilter,
+    ModuleMissingError,
+    NotSupportedError,
+    RedisConnectionError,
+    RedisError,
+    RedisResponseError,
+    RedisTimeoutError,
+    ScalableFilter,
+    WrongTypeError,
+    hash_pair,
+    indices,
+)
+from ._protocols import Batcher, Filter, Remover
+from .theory import false_positive_rate, optimal_k
+
+__version__ = "0.1.0"
+
+
+class Params(NamedTuple):
+    """The geometry of a Bloom filter: m bits and k hash functions."""
+
+    m: int
+    k: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of a bit array of m bits."""
+        return (self.m + 7) // 8
+
+
+def estimate(n: int, p: float) -> Params:
+    """m and k for n keys at false-positive rate p, as ling-base's Estimate computes them.
+
+    m = ceil(n * -ln(p) / ln(2)**2), k = max(1, ceil(ln(2) * m / n)).
+    InvalidCapacityError for n <= 0 (or an m beyond 2**63), InvalidFalsePositiveRateError
+    unless 0 < p < 1.
+    """
+    m, k = _core.estimate(n, p)
+    return Params(m, k)
+
+
+_KINDS = {1: MemoryFilter, 2: CountingFilter, 3: ScalableFilter}
+
+
+def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
+    """Rebuild whichever filter to_bytes() saved in data."""
+    view = memoryview(data)
+    if len(view) < 8 or bytes(view[:4]) != b"LBLM":
+        raise ValueError("not a valid saved filter: bad magic")
+    cls = _KINDS.get(view[6])
+    if cls is None:
+        raise ValueError("not a valid saved filter: unknown filter kind")
+    return cls.from_bytes(data)
+
+
+def load(path: str) -> MemoryFilter | CountingFilter | ScalableFilter:
+    """Read a filter saved with save(path), whatever its type."""
+    from ._io import read_file
+
+    return from_bytes(read_file(path))
+
+
+__all__ = [
+    "Batcher",
+    "BloomError",
+    "ClosedError",
+    "CountingFilter",
+    "EmptyKeyError",
+    "FORMAT_VERSION",
+    "Filter",
+    "FilterFullError",
+    "GeometryMismatchError",
+    "InvalidCapacityError",
+    "InvalidFalsePositiveRateError",
+    "MAX_BITS",
+    "MAX_K",
+    "MemoryFilter",
+    "ModuleMissingError",
+    "NotSupportedError",
+    "Params",
+    "RedisConnectionError",
+    "RedisError",
+    "RedisResponseError",
+    "RedisTimeoutError",
+    "Remover",
+    "ScalableFilter",
+    "WrongTypeError",
+    "estimate",
+    "false_positive_rate",
+    "from_bytes",
+    "hash_pair",
+    "indices",
+    "load",
+    "optimal_k",
+]

@@ -1,0 +1,59 @@
+"""The three interfaces of the seeds (ling-base's Filter, Remover and Batcher) as typing
+Protocols.  Every ling_bloom filter is a Filter and a Batcher; CountingFilter is also a
+Remover."""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Type, Union
+
+try:
+    from typing import Protocol, runtime_checkable
+except ImportError:  # pragma: no cover - Python < 3.8
+    from typing_extensions import Protocol, runtime_checkable  # type: ignore
+
+from types import TracebackType
+
+Key = Union[str, bytes, bytearray, memoryview]
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """Add keys, test keys, empty, close."""
+
+    def add(self, key: Key) -> bool: ...
+
+    def test(self, key: Key) -> bool: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def reset(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Filter": ...
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Optional[bool]: ...
+
+
+@runtime_checkable
+class Remover(Protocol):
+    """Filters that can remove a key (CountingFilter)."""
+
+    def remove(self, key: Key) -> None: ...
+
+    def discard(self, key: Key) -> bool: ...
+
+
+@runtime_checkable
+class Batcher(Protocol):
+    """Many keys in one call (one round trip for the Redis filters)."""
+
+    def add_many(self, keys: Iterable[Key]) -> List[bool]: ...
+
+    def update(self, keys: Iterable[Key]) -> None: ...
+
+    def test_many(self, keys: Iterable[Key]) -> List[bool]: ...
