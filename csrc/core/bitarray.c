@@ -6,7 +6,9 @@
 
 /* How many keys ahead a batch hashes and prefetches.  Eight keys of k <= 16
  * lines keep the memory system busy without overflowing its fill buffers. */
+#ifndef LB_AHEAD
 #define LB_AHEAD 8
+#endif
 
 lb_status lb_bits_init(lb_bits *b, uint64_t m)
 {

@@ -31,6 +31,7 @@ static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
         Py_DECREF(self);
         return NULL;
     }
+    self->f.base.reads_during_batch = 1;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_counters_init(&self->c, a->m);
     if (s != LB_OK) {
@@ -68,13 +69,13 @@ static int cf_traverse(PyObject *self, visitproc visit, void *arg)
 }
 
 /* Convert the key, enter the filter and hash: 0, or -1 with an exception. */
-static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h)
+static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int read_only)
 {
     lb_key k;
     lb_key_hold hold;
     if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
         return -1;
-    if (lb_enter(&f->f.base) < 0) {
+    if ((read_only ? lb_enter_read(&f->f.base) : lb_enter(&f->f.base)) < 0) {
         lb_key_release(&hold);
         return -1;
     }
@@ -86,7 +87,7 @@ static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h)
 static PyObject *cf_add(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h) < 0)
+    if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
     return PyBool_FromLong(lb_counters_add(&CF(self)->c, &CF(self)->f.geo, h));
 }
@@ -94,7 +95,7 @@ static PyObject *cf_add(PyObject *self, PyObject *key)
 static int cf_contains(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h) < 0)
+    if (cf_prepare(CF(self), key, &h, 1) < 0)
         return -1;
     return lb_counters_test(&CF(self)->c, &CF(self)->f.geo, h);
 }
@@ -108,7 +109,7 @@ static PyObject *cf_test(PyObject *self, PyObject *key)
 static PyObject *cf_discard(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h) < 0)
+    if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
     return PyBool_FromLong(lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h));
 }
@@ -116,7 +117,7 @@ static PyObject *cf_discard(PyObject *self, PyObject *key)
 static PyObject *cf_remove(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h) < 0)
+    if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
     if (!lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h)) {
         PyErr_SetObject(PyExc_KeyError, key);
@@ -128,7 +129,7 @@ static PyObject *cf_remove(PyObject *self, PyObject *key)
 static PyObject *cf_count(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h) < 0)
+    if (cf_prepare(CF(self), key, &h, 1) < 0)
         return NULL;
     return PyLong_FromUnsignedLong(lb_counters_count(&CF(self)->c, &CF(self)->f.geo, h));
 }

@@ -31,6 +31,7 @@ static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
         Py_DECREF(self);
         return NULL;
     }
+    self->f.base.reads_during_batch = 1;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_bits_init(&self->bits, a->m);
     if (s != LB_OK) {
@@ -92,7 +93,7 @@ static int mf_contains(PyObject *self, PyObject *key)
     lb_key_hold hold;
     if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
         return -1;
-    if (lb_enter(&f->f.base) < 0) {
+    if (lb_enter_read(&f->f.base) < 0) {
         lb_key_release(&hold);
         return -1;
     }

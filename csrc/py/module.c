@@ -4,6 +4,7 @@
 #include "module.h"
 
 #include <math.h>
+#include <sched.h>
 
 #include "keys.h"
 #include "params.h"
@@ -89,6 +90,8 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
         return -1;
     }
     b->busy = 0;
+    b->waiters = 0;
+    b->reads_during_batch = 0;
     b->closed = 0;
     b->weakrefs = NULL;
     return 0;
@@ -106,12 +109,14 @@ void lb_base_fini(lb_base *b)
 
 int lb_base_wait(lb_base *b)
 {
+    b->waiters++;
     while (b->busy) {
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(b->lock, WAIT_LOCK);
         PyThread_release_lock(b->lock);
         Py_END_ALLOW_THREADS
     }
+    b->waiters--;
     return 0;
 }
 
@@ -127,6 +132,13 @@ void lb_busy_end(lb_base *b)
 {
     b->busy = 0;
     PyThread_release_lock(b->lock);
+    /* Each waiter takes the GIL, sees busy == 0 and leaves the count before
+     * it does its operation; give them the GIL until all have. */
+    while (b->waiters > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        sched_yield();
+        Py_END_ALLOW_THREADS
+    }
 }
 
 PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *))

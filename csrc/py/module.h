@@ -50,14 +50,19 @@ lb_state *lb_state_from_type(PyTypeObject *type);
  *
  * Threads: single-key operations run with the GIL held and never release it,
  * so they are atomic with respect to each other.  A batch releases the GIL
- * while it hashes and probes a chunk of keys; it then holds `lock` and sets
- * `busy`, and every other operation that finds `busy` set waits for the lock
- * (with the GIL released) before it goes on. */
+ * while it hashes and probes a chunk of keys; for that chunk it holds `lock`
+ * and sets `busy`.  An operation that finds `busy` set waits for the chunk to
+ * end (with the GIL released), except tests of a type whose storage never
+ * moves (`reads_during_batch`): they go on, and see each bit of a key being
+ * added either set or not yet set.  Between chunks a batch lets every waiter
+ * in before it goes on, so a long warm-up does not stall request threads. */
 typedef struct {
     PyObject_HEAD
     lb_state *st;
     PyThread_type_lock lock;
     int busy;
+    int waiters;
+    int reads_during_batch;
     int closed;
     PyObject *weakrefs;
 } lb_base;
@@ -81,8 +86,20 @@ static inline int lb_enter(lb_base *b)
     return 0;
 }
 
+/* lb_enter for an operation that only reads. */
+static inline int lb_enter_read(lb_base *b)
+{
+    if (b->busy && !b->reads_during_batch && lb_base_wait(b) < 0)
+        return -1;
+    if (b->closed) {
+        PyErr_SetString(b->st->ClosedError, "filter is closed");
+        return -1;
+    }
+    return 0;
+}
+
 /* Claim the filter for a GIL-free section (call after lb_enter, with the
- * GIL), and give it back (with the GIL). */
+ * GIL), and give it back (with the GIL; lets waiting threads in first). */
 void lb_busy_begin(lb_base *b);
 void lb_busy_end(lb_base *b);
 
