@@ -510,6 +510,7 @@ struct lb_redis {
     size_t replies_cap;
     char *rbuf;           /* recv buffer, LB_RBUF_SIZE */
     unsigned long connects;
+    unsigned long roundtrips;
     lb_redis_status status;
     long err_index;
     char errstr[LB_ERRSTR_SIZE];
@@ -536,6 +537,7 @@ const char *lb_redis_errstr(const lb_redis *r) { return r->errstr; }
 lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->status; }
 long lb_redis_err_index(const lb_redis *r) { return r->err_index; }
 unsigned long lb_redis_connect_count(const lb_redis *r) { return r->connects; }
+unsigned long lb_redis_roundtrip_count(const lb_redis *r) { return r->roundtrips; }
 void lb_redis_set_timeout(lb_redis *r, int timeout_ms) { r->cfg.timeout_ms = timeout_ms < 0 ? 0 : timeout_ms; }
 
 int lb_redis_is_connected(const lb_redis *r)
@@ -708,6 +710,7 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
     int64_t deadline = tmo > 0 ? now_ms() + tmo : 0;
     char w[160];
     *received = 0;
+    r->roundtrips++;
 
     for (;;) {
         /* Hand out every reply already parsed. */

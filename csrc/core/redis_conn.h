@@ -124,8 +124,11 @@ lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* Number of connections this object opened so far (tests, diagnostics). */
+/* Number of connections this object opened so far, and of round trips it
+ * started (handshakes included): tests, diagnostics, and the layers above
+ * (redis_bitmap re-checks its meta key after a reconnect). */
 unsigned long lb_redis_connect_count(const lb_redis *r);
+unsigned long lb_redis_roundtrip_count(const lb_redis *r);
 
 /* ------------------------------------------------------------------ batches */
 

@@ -1,0 +1,835 @@
+/* redis_bitmap.c: see redis_bitmap.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "redis_bitmap.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LB_RB_LOAD_CHUNK ((size_t)8 << 20)  /* bytes per SETRANGE round trip */
+#define LB_RB_SNAP_CHUNK ((size_t)16 << 20) /* bytes per GETRANGE round trip */
+#define LB_RB_LOAD_TMP_TTL_MS 600000        /* temp key of load: 10 minutes */
+#define LB_RB_PART_BYTES (LB_RB_PART_BITS / 8)
+#define NO_KEY UINT32_MAX
+
+typedef struct {
+    uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
+    uint32_t part;
+} cmd_info;
+
+struct lb_redis_bitmap {
+    lb_redis *conn;
+    lb_geometry g;
+    char *key;
+    size_t keylen;
+    char *base;     /* prefix of meta/part names, see the header */
+    size_t baselen;
+    char *name;     /* scratch for a part name */
+    size_t namecap;
+    uint64_t nparts;
+    int64_t ttl_ms;
+    int meta_checked;
+    unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
+    lb_rb_mode mode;
+    size_t chunk_keys;
+    lb_redis_batch batch;
+    cmd_info *cmds;
+    size_t cmds_cap;
+    unsigned long load_seq;
+};
+
+/* ----------------------------------------------------------------- names */
+
+/* Redis Cluster's rule: the first '{' and the first '}' after it, with at
+ * least one byte between. */
+static int has_hash_tag(const char *k, size_t n)
+{
+    const char *o = memchr(k, '{', n);
+    if (!o)
+        return 0;
+    const char *c = memchr(o + 1, '}', n - (size_t)(o + 1 - k));
+    return c && c > o + 1;
+}
+
+/* A printable rendering of a binary key for messages (truncated, \xNN). */
+static const char *show(const char *k, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (o + 8 >= cap && n)
+        o += (size_t)snprintf(buf + o, cap - o, "...");
+    buf[o < cap ? o : cap - 1] = '\0';
+    return buf;
+}
+
+/* Name of part p (p < nparts), or of the meta key (UINT64_MAX), or of the
+ * load temp key (UINT64_MAX - 1, suffix given).  Returns a pointer valid
+ * until the next call (part 0: the key itself). */
+static const char *name_of(lb_redis_bitmap *bm, uint64_t p, size_t *len)
+{
+    if (p == 0) {
+        *len = bm->keylen;
+        return bm->key;
+    }
+    char *o = bm->name;
+    memcpy(o, bm->base, bm->baselen);
+    o += bm->baselen;
+    if (p == UINT64_MAX)
+        o += sprintf(o, ":meta");
+    else
+        o += sprintf(o, ":part:%" PRIu64, p);
+    *len = (size_t)(o - bm->name);
+    return bm->name;
+}
+
+size_t lb_redis_bitmap_key_name(const lb_redis_bitmap *bm, uint64_t p, char *buf, size_t cap)
+{
+    size_t len;
+    const char *n = name_of((lb_redis_bitmap *)bm, p, &len);
+    if (cap)
+        memcpy(buf, n, len < cap ? len : cap);
+    return len;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+lb_redis_status lb_redis_bitmap_new(lb_redis *conn, const void *key, size_t keylen,
+                                    const lb_geometry *g, int64_t ttl_ms, lb_redis_bitmap **out)
+{
+    *out = NULL;
+    if (!conn)
+        return LB_REDIS_ERR_ARG;
+    if (!key || keylen == 0)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "the Redis key must not be empty");
+    if (!g || g->m == 0 || g->m > LB_MAX_BITS)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "m must be in [1, 2^48]");
+    if (g->k == 0 || g->k > LB_MAX_K)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "k must be in [1, %d]", LB_MAX_K);
+    if ((unsigned)g->scheme >= LB_HASH_SCHEME_COUNT)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "unknown hash scheme");
+    if (ttl_ms < 0)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "ttl must not be negative");
+
+    lb_redis_bitmap *bm = calloc(1, sizeof *bm);
+    if (!bm)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    bm->conn = conn;
+    lb_geometry_init(&bm->g, g->m, g->k, g->scheme);
+    bm->nparts = (g->m + LB_RB_PART_BITS - 1) / LB_RB_PART_BITS;
+    bm->ttl_ms = ttl_ms;
+    bm->mode = LB_RB_BITFIELD;
+    bm->chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
+    lb_redis_batch_init(&bm->batch);
+    bm->key = malloc(keylen);
+    int wrap = !has_hash_tag(key, keylen) && !memchr(key, '}', keylen);
+    bm->baselen = keylen + (wrap ? 2 : 0);
+    bm->base = malloc(bm->baselen);
+    bm->namecap = bm->baselen + 64;
+    bm->name = malloc(bm->namecap);
+    if (!bm->key || !bm->base || !bm->name) {
+        lb_redis_bitmap_free(bm);
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    memcpy(bm->key, key, keylen);
+    bm->keylen = keylen;
+    if (wrap) {
+        bm->base[0] = '{';
+        memcpy(bm->base + 1, key, keylen);
+        bm->base[keylen + 1] = '}';
+    } else {
+        memcpy(bm->base, key, keylen);
+    }
+    *out = bm;
+    return LB_REDIS_OK;
+}
+
+void lb_redis_bitmap_free(lb_redis_bitmap *bm)
+{
+    if (!bm)
+        return;
+    lb_redis_batch_free(&bm->batch);
+    free(bm->cmds);
+    free(bm->key);
+    free(bm->base);
+    free(bm->name);
+    free(bm);
+}
+
+void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode) { bm->mode = mode; }
+void lb_redis_bitmap_set_chunk_keys(lb_redis_bitmap *bm, size_t n)
+{
+    bm->chunk_keys = n ? (n > 1000000 ? 1000000 : n) : LB_RB_DEFAULT_CHUNK_KEYS;
+}
+void lb_redis_bitmap_set_ttl(lb_redis_bitmap *bm, int64_t ttl_ms) { bm->ttl_ms = ttl_ms > 0 ? ttl_ms : 0; }
+const lb_geometry *lb_redis_bitmap_geometry(const lb_redis_bitmap *bm) { return &bm->g; }
+uint64_t lb_redis_bitmap_nparts(const lb_redis_bitmap *bm) { return bm->nparts; }
+lb_redis *lb_redis_bitmap_conn(const lb_redis_bitmap *bm) { return bm->conn; }
+
+/* ----------------------------------------------------------------- meta */
+
+static int meta_format(const lb_geometry *g, char *buf, size_t cap)
+{
+    return snprintf(buf, cap, "ling_bloom:v=%d;m=%" PRIu64 ";k=%u;hash=%s", LB_RB_FORMAT_VERSION,
+                    g->m, (unsigned)g->k, lb_hash_scheme_name(g->scheme));
+}
+
+/* Parse a meta value.  0 = ok; -1 = not a geometry; -2 = newer version. */
+static int meta_parse(const char *s, size_t n, lb_geometry *out)
+{
+    static const char pre[] = "ling_bloom:";
+    char buf[256];
+    if (n >= sizeof buf || n < sizeof pre - 1 || memcmp(s, pre, sizeof pre - 1) != 0 ||
+        memchr(s, '\0', n))
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    long long v = -1;
+    unsigned long long m = 0, k = 0;
+    int scheme = -1, have = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(buf + sizeof pre - 1, ";", &save); f; f = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(f, '=');
+        if (!eq)
+            return -1;
+        *eq = '\0';
+        const char *val = eq + 1;
+        char *end;
+        if (strcmp(f, "v") == 0) {
+            v = strtoll(val, &end, 10);
+            if (*end || end == val)
+                return -1;
+            have |= 1;
+        } else if (strcmp(f, "m") == 0) {
+            if (*val < '0' || *val > '9')
+                return -1;
+            m = strtoull(val, &end, 10);
+            if (*end)
+                return -1;
+            have |= 2;
+        } else if (strcmp(f, "k") == 0) {
+            if (*val < '0' || *val > '9')
+                return -1;
+            k = strtoull(val, &end, 10);
+            if (*end)
+                return -1;
+            have |= 4;
+        } else if (strcmp(f, "hash") == 0) {
+            scheme = lb_hash_scheme_parse(val);
+            have |= 8;
+        } /* unknown fields: ignored (forward compatible) */
+    }
+    if (!(have & 1))
+        return -1;
+    if (v > LB_RB_FORMAT_VERSION)
+        return -2;
+    if (v < 1 || have != 15 || scheme < 0 || m == 0 || m > LB_MAX_BITS || k == 0 || k > LB_MAX_K)
+        return -1;
+    lb_geometry_init(out, m, (uint32_t)k, (lb_hash_scheme)scheme);
+    return 0;
+}
+
+static void describe(const lb_geometry *g, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "m=%" PRIu64 " k=%u hash=%s", g->m, (unsigned)g->k,
+             lb_hash_scheme_name(g->scheme));
+}
+
+/* Interpret a GET of the meta key. */
+static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t keylen,
+                                        const lb_reply *x, lb_geometry *got)
+{
+    char kb[128];
+    if (x->type == LB_REPLY_NIL)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOTFOUND,
+                                  "no ling_bloom filter at Redis key '%s' (no meta key)",
+                                  show(key, keylen, kb, sizeof kb));
+    if (x->type != LB_REPLY_STRING)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_PROTOCOL, "unexpected reply to GET of a meta key");
+    int pr = meta_parse(x->str, x->len, got);
+    if (pr == -2)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
+                                  "the filter at Redis key '%s' was written by a newer ling_bloom "
+                                  "(format '%.80s')",
+                                  show(key, keylen, kb, sizeof kb), x->str);
+    if (pr != 0) {
+        char vb[100];
+        return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
+                                  "the meta key of Redis key '%s' holds '%s', not a ling_bloom "
+                                  "geometry",
+                                  show(key, keylen, kb, sizeof kb), show(x->str, x->len, vb, sizeof vb));
+    }
+    return LB_REDIS_OK;
+}
+
+/* Append the key name to a WRONGTYPE message. */
+static lb_redis_status name_wrongtype(lb_redis_bitmap *bm, uint64_t part)
+{
+    char msg[300], kb[160];
+    size_t len;
+    const char *n = name_of(bm, part, &len);
+    snprintf(msg, sizeof msg, "%s", lb_redis_errstr(bm->conn));
+    return lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s (key '%s')", msg,
+                              show(n, len, kb, sizeof kb));
+}
+
+static void add_meta_set(lb_redis_bitmap *bm, const char *val, int vlen)
+{
+    size_t len;
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch *b = &bm->batch;
+    lb_redis_batch_cmd(b, bm->ttl_ms > 0 ? 6 : 4);
+    lb_redis_batch_arg(b, "SET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_arg(b, val, (size_t)vlen);
+    lb_redis_batch_arg(b, "NX", 2);
+    if (bm->ttl_ms > 0) {
+        lb_redis_batch_arg(b, "PX", 2);
+        lb_redis_batch_arg_u64(b, (uint64_t)bm->ttl_ms);
+    }
+}
+
+lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+{
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    size_t len;
+    lb_redis_batch *b = &bm->batch;
+    lb_reply **rs;
+    lb_redis_batch_clear(b);
+    add_meta_set(bm, val, vlen);
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    if (st == LB_REDIS_ERR_WRONGTYPE)
+        return name_wrongtype(bm, UINT64_MAX);
+    if (st != LB_REDIS_OK)
+        return st;
+    lb_geometry stored;
+    st = meta_check_reply(bm->conn, bm->key, bm->keylen, rs[1], &stored);
+    if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between SET NX and GET: a reset raced us */
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
+                                  "the meta key vanished while being checked (a concurrent "
+                                  "reset?); try again");
+    if (st != LB_REDIS_OK)
+        return st;
+    if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme) {
+        char kb[128], a[96], c[96];
+        describe(&stored, a, sizeof a);
+        describe(&bm->g, c, sizeof c);
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_MISMATCH,
+                                  "geometry mismatch at Redis key '%s': stored %s, this filter %s",
+                                  show(bm->key, bm->keylen, kb, sizeof kb), a, c);
+    }
+    bm->meta_checked = 1;
+    bm->meta_conn = lb_redis_connect_count(bm->conn);
+    return LB_REDIS_OK;
+}
+
+/* Check the meta key before the first command, and again after every
+ * reconnect (the server may have restarted empty, or this is a forked child). */
+static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
+{
+    if (bm->meta_checked && bm->meta_conn == lb_redis_connect_count(bm->conn) &&
+        lb_redis_is_connected(bm->conn))
+        return LB_REDIS_OK;
+    return lb_redis_bitmap_check_meta(bm);
+}
+
+lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_t keylen,
+                                          lb_geometry *out)
+{
+    lb_geometry g;
+    lb_geometry_init(&g, 1, 1, LB_HASH_XXH3);
+    lb_redis_bitmap *bm;
+    lb_redis_status st = lb_redis_bitmap_new(conn, key, keylen, &g, 0, &bm);
+    if (st != LB_REDIS_OK)
+        return st;
+    size_t len;
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_reply **rs;
+    lb_redis_batch_cmd(&bm->batch, 2);
+    lb_redis_batch_arg(&bm->batch, "GET", 3);
+    lb_redis_batch_arg(&bm->batch, mn, len);
+    st = lb_redis_exec(conn, &bm->batch, LB_REDIS_IDEMPOTENT, &rs);
+    if (st == LB_REDIS_ERR_WRONGTYPE)
+        st = name_wrongtype(bm, UINT64_MAX);
+    else if (st == LB_REDIS_OK)
+        st = meta_check_reply(conn, key, keylen, rs[0], out);
+    lb_redis_bitmap_free(bm);
+    return st;
+}
+
+/* ------------------------------------------------------------ add / test */
+
+static int cmds_reserve(lb_redis_bitmap *bm, size_t n)
+{
+    if (bm->cmds_cap >= n)
+        return 0;
+    size_t cap = bm->cmds_cap ? bm->cmds_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    cmd_info *c = realloc(bm->cmds, cap * sizeof *c);
+    if (!c)
+        return -1;
+    bm->cmds = c;
+    bm->cmds_cap = cap;
+    return 0;
+}
+
+/* PEXPIRE every part and the meta key (write batches with a TTL). */
+static size_t add_expires(lb_redis_bitmap *bm, size_t ncmd)
+{
+    if (bm->ttl_ms <= 0)
+        return ncmd;
+    lb_redis_batch *b = &bm->batch;
+    for (uint64_t p = 0; p <= bm->nparts; p++) {
+        uint64_t which = p == bm->nparts ? UINT64_MAX : p;
+        size_t len;
+        const char *n = name_of(bm, which, &len);
+        lb_redis_batch_cmd(b, 3);
+        lb_redis_batch_arg(b, "PEXPIRE", 7);
+        lb_redis_batch_arg(b, n, len);
+        lb_redis_batch_arg_u64(b, (uint64_t)bm->ttl_ms);
+        if (cmds_reserve(bm, ncmd + 1) == 0) {
+            bm->cmds[ncmd].key = NO_KEY;
+            bm->cmds[ncmd].part = (uint32_t)(which == UINT64_MAX ? UINT32_MAX : which);
+        }
+        ncmd++;
+    }
+    return ncmd;
+}
+
+/* Emit the commands of one key's offsets within one part. */
+static size_t emit(lb_redis_bitmap *bm, int write, uint64_t part, const uint64_t *offs,
+                   uint32_t cnt, uint32_t keyidx, size_t ncmd)
+{
+    lb_redis_batch *b = &bm->batch;
+    size_t len;
+    const char *n = name_of(bm, part, &len);
+    if (bm->mode == LB_RB_BITFIELD) {
+        lb_redis_batch_cmd(b, 2 + (int)cnt * (write ? 4 : 3));
+        lb_redis_batch_arg(b, "BITFIELD", 8);
+        lb_redis_batch_arg(b, n, len);
+        for (uint32_t i = 0; i < cnt; i++) {
+            lb_redis_batch_arg(b, write ? "SET" : "GET", 3);
+            lb_redis_batch_arg(b, "u1", 2);
+            lb_redis_batch_arg_u64(b, offs[i]);
+            if (write)
+                lb_redis_batch_arg(b, "1", 1);
+        }
+        if (cmds_reserve(bm, ncmd + 1))
+            return (size_t)-1;
+        bm->cmds[ncmd].key = keyidx;
+        bm->cmds[ncmd].part = (uint32_t)part;
+        return ncmd + 1;
+    }
+    if (cmds_reserve(bm, ncmd + cnt))
+        return (size_t)-1;
+    for (uint32_t i = 0; i < cnt; i++) {
+        lb_redis_batch_cmd(b, write ? 4 : 3);
+        if (write)
+            lb_redis_batch_arg(b, "SETBIT", 6);
+        else
+            lb_redis_batch_arg(b, "GETBIT", 6);
+        lb_redis_batch_arg(b, n, len);
+        lb_redis_batch_arg_u64(b, offs[i]);
+        if (write)
+            lb_redis_batch_arg(b, "1", 1);
+        bm->cmds[ncmd].key = keyidx;
+        bm->cmds[ncmd].part = (uint32_t)part;
+        ncmd++;
+    }
+    return ncmd;
+}
+
+static lb_redis_status bad_reply(lb_redis_bitmap *bm, const char *what)
+{
+    /* The stream is still in step, but a reply of the wrong shape means we are
+     * not talking to what we think: start afresh next time. */
+    lb_redis_disconnect(bm->conn);
+    return lb_redis_set_error(bm->conn, LB_REDIS_ERR_PROTOCOL,
+                              "unexpected reply shape to %s from Redis", what);
+}
+
+static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t n, int write,
+                                uint8_t *out)
+{
+    if (n == 0)
+        return LB_REDIS_OK;
+    for (size_t i = 0; i < n; i++)
+        if (keys[i].len == 0 || !keys[i].data)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
+    lb_redis_status st = ensure_meta(bm);
+    if (st != LB_REDIS_OK)
+        return st;
+
+    const uint32_t k = bm->g.k;
+    uint64_t idx[LB_MAX_K], offs[LB_MAX_K];
+    unsigned char done[LB_MAX_K];
+    lb_redis_batch *b = &bm->batch;
+
+    for (size_t start = 0; start < n; start += bm->chunk_keys) {
+        size_t cn = n - start < bm->chunk_keys ? n - start : bm->chunk_keys;
+        size_t ncmd = 0;
+        lb_redis_batch_clear(b);
+        for (size_t i = 0; i < cn; i++) {
+            const lb_key *key = &keys[start + i];
+            lb_indices(&bm->g, lb_hash(bm->g.scheme, key->data, key->len), idx);
+            if (bm->nparts == 1) {
+                ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd);
+            } else {
+                memset(done, 0, k);
+                for (uint32_t a = 0; a < k && ncmd != (size_t)-1; a++) {
+                    if (done[a])
+                        continue;
+                    uint64_t part = idx[a] >> 32;
+                    uint32_t cnt = 0;
+                    for (uint32_t c = a; c < k; c++)
+                        if (!done[c] && idx[c] >> 32 == part) {
+                            offs[cnt++] = idx[c] & 0xffffffffu;
+                            done[c] = 1;
+                        }
+                    ncmd = emit(bm, write, part, offs, cnt, (uint32_t)i, ncmd);
+                }
+            }
+            if (ncmd == (size_t)-1)
+                return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+        }
+        if (write)
+            ncmd = add_expires(bm, ncmd);
+        if (cmds_reserve(bm, ncmd))
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+
+        lb_reply **rs;
+        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+        if (st == LB_REDIS_ERR_WRONGTYPE) {
+            long e = lb_redis_err_index(bm->conn);
+            uint32_t part = e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0;
+            return name_wrongtype(bm, part == UINT32_MAX ? UINT64_MAX : part);
+        }
+        if (st != LB_REDIS_OK)
+            return st;
+
+        if (out)
+            memset(out + start, write ? 0 : 1, cn);
+        for (size_t c = 0; c < ncmd; c++) {
+            const lb_reply *x = rs[c];
+            uint32_t ki = bm->cmds[c].key;
+            if (ki == NO_KEY) {
+                if (x->type != LB_REPLY_INTEGER)
+                    return bad_reply(bm, "PEXPIRE");
+                continue;
+            }
+            int all = 1, any_zero = 0;
+            if (bm->mode == LB_RB_BITFIELD) {
+                if (x->type != LB_REPLY_ARRAY)
+                    return bad_reply(bm, "BITFIELD");
+                for (size_t j = 0; j < x->len; j++) {
+                    const lb_reply *e = x->element[j];
+                    if (!e || e->type != LB_REPLY_INTEGER)
+                        return bad_reply(bm, "BITFIELD");
+                    if (e->integer == 0) {
+                        all = 0;
+                        any_zero = 1;
+                    }
+                }
+            } else {
+                if (x->type != LB_REPLY_INTEGER)
+                    return bad_reply(bm, write ? "SETBIT" : "GETBIT");
+                if (x->integer == 0) {
+                    all = 0;
+                    any_zero = 1;
+                }
+            }
+            if (out) {
+                if (write)
+                    out[start + ki] |= (uint8_t)any_zero;
+                else
+                    out[start + ki] &= (uint8_t)all;
+            }
+        }
+    }
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_bitmap_add(lb_redis_bitmap *bm, const lb_key *keys, size_t n,
+                                    uint8_t *was_new)
+{
+    return run_keys(bm, keys, n, 1, was_new);
+}
+
+lb_redis_status lb_redis_bitmap_test(lb_redis_bitmap *bm, const lb_key *keys, size_t n,
+                                     uint8_t *present)
+{
+    return run_keys(bm, keys, n, 0, present);
+}
+
+/* ------------------------------------------------------------ reset */
+
+lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
+{
+    lb_redis_status st = ensure_meta(bm); /* never delete another filter's bitmap */
+    if (st != LB_REDIS_OK)
+        return st;
+    lb_redis_batch *b = &bm->batch;
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, (int)(bm->nparts + 2));
+    lb_redis_batch_arg(b, "DEL", 3);
+    for (uint64_t p = 0; p <= bm->nparts; p++) {
+        size_t len;
+        const char *n = name_of(bm, p == bm->nparts ? UINT64_MAX : p, &len);
+        lb_redis_batch_arg(b, n, len);
+    }
+    add_meta_set(bm, val, vlen);
+    return lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+}
+
+/* ------------------------------------------------------------ load */
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+static uint8_t last_mask(uint64_t m)
+{
+    unsigned r = (unsigned)(m & 7);
+    return r ? (uint8_t)(0xff << (8 - r)) : 0xff;
+}
+
+/* Prefix the current message with the temp key's name (errors of load). */
+static lb_redis_status load_fail(lb_redis_bitmap *bm, lb_redis_status st, const char *tmp,
+                                 size_t tlen, int cleanup)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s", lb_redis_errstr(bm->conn));
+    if (cleanup && lb_redis_is_connected(bm->conn)) {
+        /* best effort: do not leave the temp key behind (it expires anyway) */
+        lb_redis_batch *b = &bm->batch;
+        lb_redis_batch_clear(b);
+        lb_redis_batch_cmd(b, 2);
+        lb_redis_batch_arg(b, "DEL", 3);
+        lb_redis_batch_arg(b, tmp, tlen);
+        (void)lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+    }
+    return lb_redis_set_error(bm->conn, st, "load: %s", msg);
+}
+
+lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, size_t nbytes)
+{
+    const uint64_t want = (bm->g.m + 7) / 8;
+    if (nbytes != want)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_MISMATCH,
+                                  "load: %zu bytes given, the filter has %" PRIu64
+                                  " (m=%" PRIu64 ")",
+                                  nbytes, want, bm->g.m);
+    lb_redis_status st = ensure_meta(bm);
+    if (st != LB_REDIS_OK)
+        return st;
+
+    /* A temp key name unique to this call, in the filter's slot. */
+    char *tmp = malloc(bm->baselen + 96);
+    if (!tmp)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memcpy(tmp, bm->base, bm->baselen);
+    size_t tlen = bm->baselen +
+                  (size_t)sprintf(tmp + bm->baselen, ":load:%ld:%lu:%lld%09ld", (long)getpid(),
+                                  ++bm->load_seq, (long long)ts.tv_sec, ts.tv_nsec);
+    const uint8_t lastmask = last_mask(bm->g.m);
+    lb_redis_batch *b = &bm->batch;
+
+    for (uint64_t p = 0; p < bm->nparts && st == LB_REDIS_OK; p++) {
+        const size_t pstart = (size_t)(p * LB_RB_PART_BYTES);
+        const size_t pend = nbytes - pstart < LB_RB_PART_BYTES ? nbytes : pstart + LB_RB_PART_BYTES;
+        /* the last non-zero chunk of this part (the merge rides on its round trip) */
+        size_t last = (size_t)-1;
+        for (size_t c = pstart; c < pend; c += LB_RB_LOAD_CHUNK) {
+            size_t ce = pend - c < LB_RB_LOAD_CHUNK ? pend : c + LB_RB_LOAD_CHUNK;
+            if (!all_zero(bits + c, ce - c))
+                last = c;
+        }
+        if (last == (size_t)-1)
+            continue; /* nothing to OR into this part */
+        for (size_t c = pstart; c <= last; c += LB_RB_LOAD_CHUNK) {
+            size_t ce = pend - c < LB_RB_LOAD_CHUNK ? pend : c + LB_RB_LOAD_CHUNK;
+            if (c != last && all_zero(bits + c, ce - c))
+                continue;
+            int masked = ce == nbytes && lastmask != 0xff;
+            size_t body = ce - c - (masked ? 1 : 0);
+            lb_redis_batch_clear(b);
+            if (body) {
+                lb_redis_batch_cmd(b, 4);
+                lb_redis_batch_arg(b, "SETRANGE", 8);
+                lb_redis_batch_arg(b, tmp, tlen);
+                lb_redis_batch_arg_u64(b, c - pstart);
+                lb_redis_batch_arg(b, bits + c, body);
+            }
+            if (masked) {
+                uint8_t lbyte = bits[ce - 1] & lastmask;
+                lb_redis_batch_cmd(b, 4);
+                lb_redis_batch_arg(b, "SETRANGE", 8);
+                lb_redis_batch_arg(b, tmp, tlen);
+                lb_redis_batch_arg_u64(b, ce - 1 - pstart);
+                lb_redis_batch_arg(b, &lbyte, 1);
+            }
+            lb_redis_batch_cmd(b, 3);
+            lb_redis_batch_arg(b, "PEXPIRE", 7);
+            lb_redis_batch_arg(b, tmp, tlen);
+            lb_redis_batch_arg_u64(b, LB_RB_LOAD_TMP_TTL_MS);
+            long bitop = -1;
+            if (c == last) {
+                size_t pn;
+                const char *pname = name_of(bm, p, &pn);
+                bitop = (long)b->ncmds;
+                lb_redis_batch_cmd(b, 5);
+                lb_redis_batch_arg(b, "BITOP", 5);
+                lb_redis_batch_arg(b, "OR", 2);
+                lb_redis_batch_arg(b, pname, pn);
+                lb_redis_batch_arg(b, pname, pn);
+                lb_redis_batch_arg(b, tmp, tlen);
+                lb_redis_batch_cmd(b, 2);
+                lb_redis_batch_arg(b, "DEL", 3);
+                lb_redis_batch_arg(b, tmp, tlen);
+            }
+            st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+            if (st == LB_REDIS_ERR_WRONGTYPE && lb_redis_err_index(bm->conn) == bitop) {
+                st = name_wrongtype(bm, p); /* the DEL of tmp ran after it */
+                break;
+            }
+            if (st != LB_REDIS_OK) {
+                st = load_fail(bm, st, tmp, tlen, st == LB_REDIS_ERR_REPLY ||
+                                                      st == LB_REDIS_ERR_WRONGTYPE);
+                break;
+            }
+        }
+    }
+    free(tmp);
+    if (st == LB_REDIS_OK && bm->ttl_ms > 0) {
+        lb_redis_batch_clear(b);
+        add_expires(bm, 0);
+        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ snapshot */
+
+lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size_t nbytes)
+{
+    const uint64_t want = (bm->g.m + 7) / 8;
+    if (nbytes != want)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_MISMATCH,
+                                  "snapshot: buffer of %zu bytes, the filter has %" PRIu64
+                                  " (m=%" PRIu64 ")",
+                                  nbytes, want, bm->g.m);
+    lb_redis_status st = ensure_meta(bm);
+    if (st != LB_REDIS_OK)
+        return st;
+    memset(out, 0, nbytes);
+    lb_redis_batch *b = &bm->batch;
+
+    /* Walk the parts in GETRANGE pieces, at most LB_RB_SNAP_CHUNK bytes
+     * requested per round trip; cmds[] remembers each piece's part. */
+    uint64_t p = 0;
+    size_t off = 0; /* within part p */
+    size_t dest[8];  /* output offset of each piece */
+    size_t plen[8];  /* requested length of each piece */
+    while (p < bm->nparts) {
+        lb_redis_batch_clear(b);
+        size_t budget = LB_RB_SNAP_CHUNK, ncmd = 0;
+        while (p < bm->nparts && budget > 0 && ncmd < 8) {
+            size_t pstart = (size_t)(p * LB_RB_PART_BYTES);
+            size_t psize = nbytes - pstart < LB_RB_PART_BYTES ? nbytes - pstart : LB_RB_PART_BYTES;
+            size_t piece = psize - off < budget ? psize - off : budget;
+            size_t pn;
+            const char *pname = name_of(bm, p, &pn);
+            if (cmds_reserve(bm, ncmd + 1))
+                return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+            lb_redis_batch_cmd(b, 4);
+            lb_redis_batch_arg(b, "GETRANGE", 8);
+            lb_redis_batch_arg(b, pname, pn);
+            lb_redis_batch_arg_u64(b, off);
+            lb_redis_batch_arg_u64(b, off + piece - 1);
+            bm->cmds[ncmd].part = (uint32_t)p;
+            dest[ncmd] = pstart + off;
+            plen[ncmd] = piece;
+            ncmd++;
+            budget -= piece;
+            off += piece;
+            if (off == psize) {
+                p++;
+                off = 0;
+            }
+        }
+        lb_reply **rs;
+        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+        if (st == LB_REDIS_ERR_WRONGTYPE) {
+            long e = lb_redis_err_index(bm->conn);
+            return name_wrongtype(bm, e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0);
+        }
+        if (st != LB_REDIS_OK)
+            return st;
+        for (size_t c = 0; c < ncmd; c++) {
+            const lb_reply *x = rs[c];
+            if (x->type != LB_REPLY_STRING || x->len > plen[c])
+                return bad_reply(bm, "GETRANGE");
+            memcpy(out + dest[c], x->str, x->len); /* shorter: the rest stays zero */
+        }
+    }
+    out[nbytes - 1] &= last_mask(bm->g.m);
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count)
+{
+    *count = 0;
+    lb_redis_status st = ensure_meta(bm);
+    if (st != LB_REDIS_OK)
+        return st;
+    lb_redis_batch *b = &bm->batch;
+    lb_redis_batch_clear(b);
+    for (uint64_t p = 0; p < bm->nparts; p++) {
+        size_t pn;
+        const char *pname = name_of(bm, p, &pn);
+        lb_redis_batch_cmd(b, 2);
+        lb_redis_batch_arg(b, "BITCOUNT", 8);
+        lb_redis_batch_arg(b, pname, pn);
+    }
+    lb_reply **rs;
+    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    if (st == LB_REDIS_ERR_WRONGTYPE)
+        return name_wrongtype(bm, (uint64_t)lb_redis_err_index(bm->conn));
+    if (st != LB_REDIS_OK)
+        return st;
+    for (uint64_t p = 0; p < bm->nparts; p++) {
+        if (rs[p]->type != LB_REPLY_INTEGER || rs[p]->integer < 0)
+            return bad_reply(bm, "BITCOUNT");
+        *count += (uint64_t)rs[p]->integer;
+    }
+    return LB_REDIS_OK;
+}

@@ -1,0 +1,137 @@
+/* redis_bitmap.h: RedisFilter's commands: a Bloom filter kept as a Redis
+ * bitmap, hashed on the client (hash.h), on top of redis_conn.
+ *
+ * Bit order: bit i of the filter is Redis bit offset i (SETBIT/GETBIT/BITFIELD
+ * order: offset 0 is the MSB of byte 0), i.e. byte i>>3, mask 0x80>>(i&7).
+ * MemoryFilter uses the same order, so load/snapshot copy bytes unchanged.
+ *
+ * Parts: a Redis string holds at most 2^32 bits (512 MiB), so bit i lives in
+ * part p = i >> 32 at offset i & 0xffffffff.  Part 0 is the user's key itself
+ * (so a filter of m <= 2^32 is the plain bitmap a Go ling-base process reads
+ * and writes with the same key).
+ *
+ * Key naming rule (all names land in the user key's Redis Cluster slot):
+ *   base = key            when key has a hash tag by Redis Cluster's rule (the
+ *                         first '{' followed later by a '}' with at least one
+ *                         byte between them): every "key..." name shares it;
+ *   base = "{" key "}"    otherwise, when key contains no '}': the tag is then
+ *                         exactly the key, which is what the key's own slot
+ *                         hashes;
+ *   base = key            otherwise (no tag and a '}' inside: no name can
+ *                         share that slot; the other names are only
+ *                         co-located outside Cluster -- a documented limit).
+ *   part p >= 1   : base ":part:" p        e.g. "{bf:users}:part:1"
+ *   meta          : base ":meta"           e.g. "{bf:users}:meta", "bf:{users}:meta"
+ *   load temp key : base ":load:" unique   (lives only during lb_redis_bitmap_load)
+ *
+ * Meta key (the geometry guard): a string "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>".
+ * Before its first command, and again after every reconnect (a server
+ * restarted empty, a forked child), an lb_redis_bitmap sends in one round
+ * trip SET meta <ours> NX [PX ttl] and GET meta: the first writer wins, and a
+ * stored geometry that differs fails with LB_REDIS_ERR_MISMATCH naming both
+ * (no bit is touched then; reset refuses too).
+ * A Go ling-base process ignores the meta key and keeps working.
+ *
+ * TTL (ttl_ms > 0): every write round trip (add, load, reset) also sends
+ * PEXPIRE ttl for every part and the meta key, in the same pipeline, after
+ * the writes: the whole filter expires ttl after its last write (sliding,
+ * like the Go driver, whose tests read nothing back).  Tests do not refresh.
+ * Cost: nparts + 1 small commands per write round trip.
+ *
+ * Batches are split into chunks of at most chunk_keys keys (default 10000),
+ * one round trip each, so memory stays flat.  Every command here is safe to
+ * repeat, so every round trip is sent with LB_REDIS_IDEMPOTENT (a stale
+ * connection after a server restart is retried once on a fresh one; in that
+ * rare case add() may report a key as not new when the lost attempt had
+ * already set its bits).  When a chunk fails, earlier chunks stay applied.
+ *
+ * Errors: an lb_redis_status; the message is in lb_redis_errstr(conn).
+ * WRONGTYPE messages name the key: "WRONGTYPE ... (key 'bf')".
+ * Not thread-safe: same rule as the lb_redis it uses. */
+#ifndef LB_REDIS_BITMAP_H
+#define LB_REDIS_BITMAP_H
+
+#include "common.h"
+#include "hash.h"
+#include "redis_conn.h"
+
+#define LB_RB_FORMAT_VERSION 1
+#define LB_RB_PART_BITS (UINT64_C(1) << 32)
+#define LB_RB_DEFAULT_CHUNK_KEYS 10000
+
+/* How bits are set and read: one BITFIELD per key and part (default; its
+ * reply gives the old bits), or one SETBIT/GETBIT per bit (the Go driver's
+ * way).  The bitmap in Redis is bit for bit the same either way. */
+typedef enum {
+    LB_RB_BITFIELD = 0,
+    LB_RB_SETBIT = 1
+} lb_rb_mode;
+
+typedef struct lb_redis_bitmap lb_redis_bitmap;
+
+/* A filter at `key` (binary-safe, not empty) with geometry g (m in
+ * [1, LB_MAX_BITS], k in [1, LB_MAX_K]).  ttl_ms = 0: no expiry.  conn is not
+ * owned and must outlive the bitmap.  Nothing is sent yet.
+ * Errors: ARG (bad key, geometry or ttl; message in conn), NOMEM. */
+lb_redis_status lb_redis_bitmap_new(lb_redis *conn, const void *key, size_t keylen,
+                                    const lb_geometry *g, int64_t ttl_ms,
+                                    lb_redis_bitmap **out);
+void lb_redis_bitmap_free(lb_redis_bitmap *bm);
+
+/* Settings (take effect from the next call). */
+void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode);
+void lb_redis_bitmap_set_chunk_keys(lb_redis_bitmap *bm, size_t chunk_keys); /* 0 -> default */
+void lb_redis_bitmap_set_ttl(lb_redis_bitmap *bm, int64_t ttl_ms);          /* 0 -> none */
+
+/* Read-only facts. */
+const lb_geometry *lb_redis_bitmap_geometry(const lb_redis_bitmap *bm);
+uint64_t lb_redis_bitmap_nparts(const lb_redis_bitmap *bm);      /* ceil(m / 2^32) */
+lb_redis *lb_redis_bitmap_conn(const lb_redis_bitmap *bm);
+/* The Redis name of part p (p < nparts) or of the meta key (p == UINT64_MAX).
+ * Writes up to cap bytes into buf and returns the full length. */
+size_t lb_redis_bitmap_key_name(const lb_redis_bitmap *bm, uint64_t p, char *buf, size_t cap);
+
+/* Check (and claim, if absent) the meta key now; done automatically before
+ * the first command.  OK, MISMATCH, WRONGTYPE (meta key of another type), or
+ * a connection error. */
+lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm);
+
+/* Add n keys (none empty; n may be 0: nothing is sent).  was_new (may be
+ * NULL) receives, per key, 1 when at least one of its bits was 0 before (the
+ * key tested absent), else 0.  Keys later in the batch see the bits set by
+ * earlier ones (adding the same key twice gives 1 then 0). */
+lb_redis_status lb_redis_bitmap_add(lb_redis_bitmap *bm, const lb_key *keys, size_t n,
+                                    uint8_t *was_new);
+
+/* Test n keys: present[i] = 1 when all k bits of key i are set. */
+lb_redis_status lb_redis_bitmap_test(lb_redis_bitmap *bm, const lb_key *keys, size_t n,
+                                     uint8_t *present);
+
+/* Empty the filter, keep its geometry: DEL every part and the meta key, then
+ * write the meta key again (ours), in one round trip. */
+lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm);
+
+/* OR a local bit array (nbytes == (m+7)/8, Redis bit order; bits >= m are
+ * ignored) into the Redis bitmap, not overwriting other writers' bits.
+ * Per part: the non-zero 8 MiB chunks go into a temporary key (SETRANGE, one
+ * round trip each, the temp key given a 10-minute expiry in case this process
+ * dies), then BITOP OR part part tmp + DEL tmp.  All-zero chunks are skipped.
+ * The server allocates the temporary key (up to 512 MiB per part). */
+lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, size_t nbytes);
+
+/* Copy the Redis bitmap into out (nbytes == (m+7)/8): GETRANGE of every
+ * part in chunks of at most 16 MiB per round trip; missing parts and strings
+ * shorter than their part read as zeros; bits >= m are cleared. */
+lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size_t nbytes);
+
+/* Sum of BITCOUNT over the parts (set bits, for cardinality estimates). */
+lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count);
+
+/* Read the geometry stored next to `key` (for RedisFilter.open(url, key)):
+ * OK and *out filled (lb_geometry_init), NOTFOUND when there is no meta key,
+ * MISMATCH when it holds something that is not a geometry this version
+ * understands, WRONGTYPE, or a connection error. */
+lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_t keylen,
+                                          lb_geometry *out);
+
+#endif
