@@ -154,17 +154,20 @@ static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 
 static PyObject *cf_add_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *cf_update(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_NONE, 1);
+    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_NONE,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *cf_test_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&CF(self)->f.base, keys, cf_test_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&CF(self)->f.base, keys, cf_test_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *cf_reset(PyObject *self, PyObject *unused)

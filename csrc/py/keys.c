@@ -3,12 +3,6 @@
 
 #include <string.h>
 
-/* Keys per chunk: large enough that releasing and taking the GIL costs
- * nothing per key, small enough that the chunk's work space stays in cache. */
-#define LB_CHUNK 2048
-/* Chunks smaller than this are run with the GIL held. */
-#define LB_GIL_FREE_MIN 256
-
 int lb_key_empty(lb_state *st)
 {
     PyErr_SetString(st->EmptyKeyError, "key must not be empty");
@@ -52,12 +46,31 @@ int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold
     return 0;
 }
 
+/* The work space of one batch call, sized for its chunk (one allocation). */
 typedef struct {
-    PyObject *objs[LB_CHUNK];
-    lb_key keys[LB_CHUNK];
-    lb_key_hold holds[LB_CHUNK];
-    uint8_t out[LB_CHUNK];
+    PyObject **objs;
+    lb_key *keys;
+    lb_key_hold *holds;
+    uint8_t *out;
 } chunk_space;
+
+static chunk_space *chunk_space_new(size_t n)
+{
+    size_t size = sizeof(chunk_space) + n * (sizeof(PyObject *) + sizeof(lb_key) +
+                                             sizeof(lb_key_hold) + 1);
+    chunk_space *w = PyMem_Malloc(size);
+    if (!w)
+        return NULL;
+    char *p = (char *)(w + 1);
+    w->objs = (PyObject **)p;
+    p += n * sizeof(PyObject *);
+    w->keys = (lb_key *)p;
+    p += n * sizeof(lb_key);
+    w->holds = (lb_key_hold *)p;
+    p += n * sizeof(lb_key_hold);
+    w->out = (uint8_t *)p;
+    return w;
+}
 
 static void chunk_drop(chunk_space *w, size_t n)
 {
@@ -68,7 +81,7 @@ static void chunk_drop(chunk_space *w, size_t n)
 }
 
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
-                       int release_gil)
+                       lb_gil_mode gil, size_t chunk)
 {
     lb_state *st = self->st;
     if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
@@ -103,19 +116,21 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
             result = Py_NewRef(Py_None);
         goto done;
     }
-    w = PyMem_Malloc(sizeof(*w));
+    if (chunk == 0)
+        chunk = LB_CHUNK;
+    w = chunk_space_new((size_t)n < chunk ? (size_t)n : chunk);
     if (!w) {
         PyErr_NoMemory();
         Py_CLEAR(result);
         goto done;
     }
-    for (Py_ssize_t start = 0; start < n; start += LB_CHUNK) {
+    for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
         /* A list can change under us while the GIL is released between
          * chunks: read its size again and hold each key's object. */
         Py_ssize_t now = PySequence_Fast_GET_SIZE(seq);
         if (start >= now)
             break;
-        size_t len = (size_t)((now - start) < LB_CHUNK ? (now - start) : LB_CHUNK);
+        size_t len = (size_t)(now - start) < chunk ? (size_t)(now - start) : chunk;
         size_t got = 0;
         for (; got < len; got++) {
             PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
@@ -133,7 +148,7 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
         }
         size_t handled = 0;
         lb_status status;
-        if (release_gil && len >= LB_GIL_FREE_MIN) {
+        if (gil == LB_GIL_ALWAYS || len >= LB_GIL_FREE_MIN) {
             lb_busy_begin(self);
             Py_BEGIN_ALLOW_THREADS
             status = run(self, w->keys, len, w->out, &handled);

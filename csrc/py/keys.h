@@ -61,7 +61,19 @@ typedef enum {
     LB_RESULT_LIST   /* return list[bool] */
 } lb_result_kind;
 
+typedef enum {
+    LB_GIL_LARGE,    /* release the GIL for chunks of LB_GIL_FREE_MIN keys or more */
+    LB_GIL_ALWAYS    /* release it for every chunk (network round trips) */
+} lb_gil_mode;
+
+/* Keys per chunk for in-memory filters: large enough that releasing and
+ * taking the GIL costs nothing per key, small enough that the chunk's work
+ * space stays in cache. */
+#define LB_CHUNK 2048
+/* Chunks smaller than this are run with the GIL held (LB_GIL_LARGE). */
+#define LB_GIL_FREE_MIN 256
+
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
-                       int release_gil);
+                       lb_gil_mode gil, size_t chunk);
 
 #endif

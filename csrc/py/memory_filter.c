@@ -132,17 +132,20 @@ static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 
 static PyObject *mf_add_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *mf_update(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_NONE, 1);
+    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_NONE,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *mf_test_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&MF(self)->f.base, keys, mf_test_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&MF(self)->f.base, keys, mf_test_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 /* ---- whole filter ------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include "module.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include "keys.h"
@@ -90,6 +91,7 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
         return -1;
     }
     b->busy = 0;
+    b->fork_generation = lb_fork_generation;
     b->waiters = 0;
     b->reads_during_batch = 0;
     b->closed = 0;
@@ -107,8 +109,29 @@ void lb_base_fini(lb_base *b)
     }
 }
 
+unsigned long lb_fork_generation = 0;
+
+static void after_fork_in_child(void)
+{
+    lb_fork_generation++;
+}
+
 int lb_base_wait(lb_base *b)
 {
+    if (b->fork_generation != lb_fork_generation) {
+        /* The batch that set busy ran in the parent; its thread does not
+         * exist here, and it may have held the lock when the fork happened. */
+        PyThread_free_lock(b->lock);
+        b->lock = PyThread_allocate_lock();
+        if (!b->lock) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->busy = 0;
+        b->waiters = 0;
+        b->fork_generation = lb_fork_generation;
+        return 0;
+    }
     b->waiters++;
     while (b->busy) {
         Py_BEGIN_ALLOW_THREADS
@@ -122,6 +145,15 @@ int lb_base_wait(lb_base *b)
 
 void lb_busy_begin(lb_base *b)
 {
+    if (b->fork_generation != lb_fork_generation) {
+        /* A waiter of the parent may have held the lock at the fork. */
+        PyThread_type_lock fresh = PyThread_allocate_lock();
+        if (fresh) {
+            PyThread_free_lock(b->lock);
+            b->lock = fresh;
+            b->fork_generation = lb_fork_generation;
+        }
+    }
     /* busy was 0 (lb_enter ran with the GIL held, which we still hold), so
      * nobody holds the lock and this cannot block. */
     PyThread_acquire_lock(b->lock, WAIT_LOCK);
@@ -500,6 +532,14 @@ static int add_type(PyObject *module, PyTypeObject **slot, PyTypeObject *type)
 
 static int module_exec(PyObject *module)
 {
+    static int atfork_done = 0;
+    if (!atfork_done) {
+        if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
+            PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+            return -1;
+        }
+        atfork_done = 1;
+    }
     lb_state *st = PyModule_GetState(module);
     if (add_exc(module, &st->BloomError, "BloomError", "Base of every ling_bloom error.",
                 PyExc_Exception, NULL) < 0 ||

@@ -61,6 +61,7 @@ typedef struct {
     lb_state *st;
     PyThread_type_lock lock;
     int busy;
+    unsigned long fork_generation;
     int waiters;
     int reads_during_batch;
     int closed;
@@ -70,6 +71,11 @@ typedef struct {
 /* Initialise the base in tp_new (allocates the lock). */
 int lb_base_init(lb_base *b, PyTypeObject *type);
 void lb_base_fini(lb_base *b);
+
+/* Bumped in the child after every fork (pthread_atfork).  A filter made
+ * before a fork that happened while one of its batches ran has a lock the
+ * child can never take: lb_base_wait then starts it afresh. */
+extern unsigned long lb_fork_generation;
 
 /* Wait until no batch is running, then check the filter is open.
  * 0, or -1 with ClosedError set. */

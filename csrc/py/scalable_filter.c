@@ -158,17 +158,20 @@ static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 
 static PyObject *sf_add_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *sf_update(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_NONE, 1);
+    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_NONE,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *sf_test_many(PyObject *self, PyObject *keys)
 {
-    return lb_run_batch(&SF(self)->base, keys, sf_test_chunk, LB_RESULT_LIST, 1);
+    return lb_run_batch(&SF(self)->base, keys, sf_test_chunk, LB_RESULT_LIST,
+                        LB_GIL_LARGE, LB_CHUNK);
 }
 
 static PyObject *sf_reset(PyObject *self, PyObject *unused)
