@@ -1,0 +1,828 @@
+#!/usr/bin/env python3
+"""ling_bloom.MemoryFilter against the other Bloom filters for Python, in one process run.
+
+Every implementation gets the same keys, the same n and the same p:
+
+  ling_bloom           MemoryFilter (XXH3-128, double hashing, k probes in a flat bit array)
+  C floor              benchmarks/floor.c: ling_bloom's own C core over the same keys, no Python
+  abloom               BloomFilter (split-block: one 64-byte block per key, Python's hash())
+  abloom (xxh64)       the same with serializable=True (XXH64 of the key's bytes)
+  rbloom               Bloom (Rust, Python's hash())
+  pybloomfiltermmap3   BloomFilter (C, in memory)
+  fastbloom-rs         FilterBuilder(...).build_bloom_filter() (Rust)
+  pybloom-live         BloomFilter (pure Python over bitarray)        [slow: sampled]
+  pyprobables          BloomFilter (pure Python)                      [slow: sampled]
+  set                  Python's set, the lower bound for exact membership
+
+Workloads, for each size (n, p) and each key set:
+  add          for k in keys: f.add(k)           (n keys into a fresh filter)
+  test+        for k in keys: if k in f: ...     (keys that were added)
+  test-        the same over a disjoint set of keys never added
+  batch add    the peer's bulk insert (ling_bloom: update; add_many has a row of its own)
+  batch test   the peer's bulk lookup (ling_bloom: test_many), where the peer has one
+  memory       the filter's own size as it reports it (nbytes, byte_count, m/8, ...),
+               and the RSS growth while it was filled
+  FPR          false positives over the absent keys / number of absent keys
+
+Timing: an add is timed in --repeat equal slices of the n keys into one fresh filter (so
+each slice runs at a realistic fill) and the median slice is reported; a test is timed
+--repeat times over the same sample of keys and the median is reported.  Times are ns per
+key.  "ratio" = peer time / ling_bloom time: above 1 means ling_bloom is faster.
+
+Before anything is timed every key's Python hash is computed once (as it is for any key
+that was used before): peers that use hash() (set, rbloom, abloom) then find it cached.
+The garbage collector is off while timing.
+
+Pure-Python peers (pybloom-live, pyprobables) cost microseconds per key: they get a filter
+sized for the full n and p but only the first --slow-keys keys are timed, and their FPR is
+not measured (the filter is not full).
+
+  python benchmarks/bench_memory.py                # default sizes: 1e6 @ 0.01, 1e7 @ 0.001
+  python benchmarks/bench_memory.py --quick        # smoke run: small n
+  python benchmarks/bench_memory.py --sizes 1e5:0.01,1e6:0.001 --keys short,uuid
+  python benchmarks/bench_memory.py --install      # pip-install the peers first (each on
+                                                   # its own; a failure is printed, skipped)
+
+Results: the terminal, and --out-dir (benchmarks/results/): bench_memory.md (the tables,
+machine and versions), bench_memory.txt (the same as printed), bench_memory.png (chart),
+bench_memory.json (raw numbers).
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import gc
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The `bench` extra: what --install installs (each on its own), and what pyproject lists.
+PEER_PACKAGES = [
+    "rbloom",
+    "abloom",
+    "pybloomfiltermmap3",
+    "fastbloom-rs",
+    "pybloom-live",
+    "pyprobables",
+    "matplotlib",
+]
+
+DEFAULT_SIZES = "1e6:0.01,1e7:0.001"
+QUICK_SIZES = "20000:0.01,100000:0.001"
+
+
+# ---------------------------------------------------------------------------------------
+# keys
+
+@dataclass
+class KeySet:
+    name: str
+    label: str
+    present: list
+    absent: list
+
+
+def _short_ids(start: int, count: int) -> list[str]:
+    return [f"user:{i}" for i in range(start, start + count)]
+
+
+def _uuids(rnd: random.Random, count: int) -> list[str]:
+    h = rnd.randbytes(16 * count).hex()
+    out = []
+    for i in range(0, 32 * count, 32):
+        out.append(f"{h[i:i + 8]}-{h[i + 8:i + 12]}-4{h[i + 13:i + 16]}-"
+                   f"{h[i + 16:i + 20]}-{h[i + 20:i + 32]}")
+    return out
+
+
+KEY_KINDS = {
+    "short": "str, short ids like 'user:123456'",
+    "uuid": "str, 36-char UUIDs",
+    "short-bytes": "bytes, short ids like b'user:123456'",
+    "uuid-bytes": "bytes, 36-char UUIDs",
+}
+
+
+def make_keys(kind: str, n: int, n_absent: int, seed: int) -> KeySet:
+    base = kind.split("-")[0]
+    if base == "short":
+        # Ids from 100000 on: at least 6 digits, like "user:123456".  The absent keys
+        # continue the sequence, so the two sets are disjoint.
+        present = _short_ids(100_000, n)
+        absent = _short_ids(100_000 + n, n_absent)
+    else:
+        rnd = random.Random(seed)
+        present = _uuids(rnd, n)
+        absent = _uuids(rnd, n_absent)
+        seen = set(present)
+        absent = [k for k in absent if k not in seen]  # 2^-122 per pair, but be sure
+    if kind.endswith("-bytes"):
+        present = [k.encode() for k in present]
+        absent = [k.encode() for k in absent]
+    for k in present:
+        hash(k)
+    for k in absent:
+        hash(k)
+    return KeySet(kind, KEY_KINDS[kind], present, absent)
+
+
+def write_key_file(path: str, keys: list) -> None:
+    """The floor's format: uint64 count, uint32 lengths, the bytes back to back."""
+    raw = [k.encode() if isinstance(k, str) else k for k in keys]
+    lens = array.array("I", map(len, raw))
+    if sys.byteorder != "little":
+        lens.byteswap()
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(lens.tobytes())
+        f.write(b"".join(raw))
+
+
+# ---------------------------------------------------------------------------------------
+# the implementations
+
+@dataclass
+class Impl:
+    name: str
+    dist: str | None                      # distribution, for the version
+    module: str | None                    # imported to check it is there
+    make: Callable[[int, float], Any]     # (n, p) -> filter
+    nbytes: Callable[[Any], int]          # the filter's own size, as it reports it
+    nbytes_how: str
+    batch_add: Callable[[Any, list], None] | None = None
+    batch_test: Callable[[Any, list], list] | None = None
+    batch_add_name: str = ""
+    batch_test_name: str = ""
+    slow: bool = False
+    kinds: tuple = ("str", "bytes")
+    note: str = ""
+    mod: Any = None
+
+
+def _impls() -> list[Impl]:
+    def ling_make(n, p):
+        import ling_bloom
+        return ling_bloom.MemoryFilter(n, p)
+
+    def abloom_make(serializable):
+        def make(n, p):
+            import abloom
+            return abloom.BloomFilter(n, p, serializable=serializable)
+        return make
+
+    def rbloom_make(n, p):
+        import rbloom
+        return rbloom.Bloom(n, p)
+
+    def pbf_make(n, p):
+        import pybloomfilter
+        return pybloomfilter.BloomFilter(n, p)
+
+    def fastbloom_make(n, p):
+        import fastbloom_rs
+        return fastbloom_rs.FilterBuilder(n, p).build_bloom_filter()
+
+    def fastbloom_add(f, keys):
+        if isinstance(keys[0], str):
+            f.add_str_batch(keys)
+        else:
+            f.add_bytes_batch(keys)
+
+    def fastbloom_test(f, keys):
+        if isinstance(keys[0], str):
+            return f.contains_str_batch(keys)
+        return f.contains_bytes_batch(keys)
+
+    def pbl_make(n, p):
+        import pybloom_live
+        return pybloom_live.BloomFilter(n, p)
+
+    def probables_make(n, p):
+        from probables import BloomFilter
+        return BloomFilter(est_elements=n, false_positive_rate=p)
+
+    def update(f, keys):
+        f.update(keys)
+
+    return [
+        Impl("ling_bloom", "ling_bloom", "ling_bloom", ling_make, lambda f: f.nbytes,
+             "nbytes = ceil(m/8)", update, lambda f, ks: f.test_many(ks),
+             "update", "test_many"),
+        Impl("abloom", "abloom", "abloom", abloom_make(False), lambda f: f.byte_count,
+             "byte_count", update, None, "update",
+             note="split-block filter (1 cache line/key), Python hash()"),
+        Impl("abloom (xxh64)", "abloom", "abloom", abloom_make(True), lambda f: f.byte_count,
+             "byte_count", update, None, "update",
+             note="serializable=True: XXH64 of the key's bytes"),
+        Impl("rbloom", "rbloom", "rbloom", rbloom_make, lambda f: (f.size_in_bits + 7) // 8,
+             "size_in_bits/8", update, None, "update", note="Python hash()"),
+        Impl("pybloomfiltermmap3", "pybloomfiltermmap3", "pybloomfilter", pbf_make,
+             lambda f: (f.num_bits + 7) // 8, "num_bits/8", update, None, "update"),
+        Impl("fastbloom-rs", "fastbloom-rs", "fastbloom_rs", fastbloom_make,
+             lambda f: len(f.get_bytes()), "len(get_bytes())", fastbloom_add, fastbloom_test,
+             "add_{str,bytes}_batch", "contains_{str,bytes}_batch"),
+        Impl("pybloom-live", "pybloom-live", "pybloom_live", pbl_make,
+             lambda f: (f.num_bits + 7) // 8, "num_bits/8", slow=True),
+        Impl("pyprobables", "pyprobables", "probables", probables_make,
+             lambda f: f.bloom_length, "bloom_length", slow=True),
+        Impl("set", None, None, lambda n, p: set(), sys.getsizeof,
+             "sys.getsizeof (table only)", update, None, "update",
+             note="exact; lower bound for membership"),
+    ]
+
+
+def resolve_impls(wanted: set | None) -> tuple[list[Impl], dict[str, str]]:
+    """The implementations that import and work on a tiny filter; the others, with why."""
+    ok, skipped = [], {}
+    for impl in _impls():
+        if wanted is not None and impl.name not in wanted and impl.name != "ling_bloom":
+            continue
+        try:
+            if impl.module:
+                impl.mod = importlib.import_module(impl.module)
+            f = impl.make(1000, 0.01)
+            f.add("probe")
+            if "probe" not in f:
+                raise RuntimeError("a key just added tests absent")
+        except Exception as e:  # any failure to import or to work: skip, say why
+            skipped[impl.name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            continue
+        ok.append(impl)
+    return ok, skipped
+
+
+def version_of(dist: str | None) -> str:
+    if dist is None:
+        return platform.python_version()
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def install_peers() -> None:
+    """pip-install every peer on its own, so one that fails to build skips only itself."""
+    for pkg in PEER_PACKAGES:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", pkg],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            lines = [l for l in (r.stderr or r.stdout).splitlines()
+                     if l.strip() and not l.startswith("WARNING: Location")]
+            print(f"  install {pkg}: FAILED ({lines[-1] if lines else 'pip exit ' + str(r.returncode)})"
+                  " - it will be skipped")
+        else:
+            print(f"  install {pkg}: ok")
+
+
+# ---------------------------------------------------------------------------------------
+# the C floor
+
+def build_floor(build_dir: str) -> tuple[str | None, str]:
+    exe = os.path.join(build_dir, "floor")
+    core = os.path.join(ROOT, "csrc", "core")
+    srcs = [os.path.join(HERE, "floor.c"), os.path.join(core, "hash.c"),
+            os.path.join(core, "bitarray.c")]
+    cc = os.environ.get("CC", "gcc")
+    if not shutil.which(cc):
+        return None, f"no C compiler ({cc})"
+    if os.path.exists(exe) and all(os.path.getmtime(exe) >= os.path.getmtime(s)
+                                   for s in srcs + [os.path.join(core, h) for h in
+                                                    ("hash.h", "bitarray.h", "common.h")]):
+        return exe, ""
+    os.makedirs(build_dir, exist_ok=True)
+    # The extension's own flags (setup.py): -O3, no -march.
+    cmd = [cc, "-O3", "-std=gnu11", "-I", core, "-o", exe, *srcs, "-lxxhash"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, "build failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return exe, ""
+
+
+def run_floor(exe: str, present: list, absent: list, m: int, k: int, repeat: int,
+              tmp: str) -> dict:
+    pf, af = os.path.join(tmp, "present.keys"), os.path.join(tmp, "absent.keys")
+    write_key_file(pf, present)
+    write_key_file(af, absent)
+    try:
+        r = subprocess.run([exe, pf, af, str(m), str(k), "xxh3", str(min(repeat, 64))],
+                           capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(pf)
+        os.unlink(af)
+    return json.loads(r.stdout)
+
+
+# ---------------------------------------------------------------------------------------
+# timing
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def slices(keys: list, parts: int) -> list[list]:
+    n = len(keys)
+    return [keys[n * i // parts:n * (i + 1) // parts] for i in range(parts)]
+
+
+def time_add_loop(f, parts: list[list]) -> float:
+    times = []
+    for part in parts:
+        t0 = time.perf_counter()
+        for k in part:
+            f.add(k)
+        times.append((time.perf_counter() - t0) / max(1, len(part)))
+    return statistics.median(times) * 1e9
+
+
+def time_test_loop(f, keys: list, repeat: int) -> tuple[float, int]:
+    times, hits = [], 0
+    for _ in range(repeat):
+        hits = 0
+        t0 = time.perf_counter()
+        for k in keys:
+            if k in f:
+                hits += 1
+        times.append((time.perf_counter() - t0) / max(1, len(keys)))
+    return statistics.median(times) * 1e9, hits
+
+
+def count_hits(f, keys: list) -> int:
+    hits = 0
+    for k in keys:
+        if k in f:
+            hits += 1
+    return hits
+
+
+def time_batch_add(f, fn, parts: list[list]) -> float:
+    times = []
+    for part in parts:
+        t0 = time.perf_counter()
+        fn(f, part)
+        times.append((time.perf_counter() - t0) / max(1, len(part)))
+    return statistics.median(times) * 1e9
+
+
+def time_batch_test(f, fn, keys: list, repeat: int) -> tuple[float, int]:
+    times, hits = [], 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        r = fn(f, keys)
+        times.append((time.perf_counter() - t0) / max(1, len(keys)))
+        hits = sum(1 for x in r if x)
+    return statistics.median(times) * 1e9, hits
+
+
+COLUMNS = [
+    ("add", "add"),
+    ("test_present", "test+"),
+    ("test_absent", "test-"),
+    ("batch_add", "batch add"),
+    ("batch_test_present", "batch test+"),
+    ("batch_test_absent", "batch test-"),
+]
+
+
+def bench_impl(impl: Impl, ks: KeySet, n: int, p: float, args, sample_present: list,
+               sample_absent: list, kind: str) -> list[dict]:
+    """Rows for one implementation on one (size, key set)."""
+    row: dict[str, Any] = {"impl": impl.name, "note": impl.note}
+    present = ks.present
+    sp, sa = sample_present, sample_absent
+    if impl.slow:
+        cap = min(args.slow_keys, n)
+        present = present[:cap]
+        sp, sa = present[: max(1, cap // 4)], sample_absent[: max(1, cap // 4)]
+        row["note"] = (f"pure Python: timed on {cap:,} keys into a filter sized for n; "
+                       "FPR not measured")
+    parts = slices(present, args.repeat)
+    gc.collect()
+    rss0 = rss_bytes()
+    f = impl.make(n, p)
+    row["add"] = time_add_loop(f, parts)
+    row["rss_delta"] = rss_bytes() - rss0
+    row["nbytes"] = impl.nbytes(f)
+    row["nbytes_how"] = impl.nbytes_how
+    row["test_present"], hp = time_test_loop(f, sp, args.repeat)
+    row["test_absent"], _ = time_test_loop(f, sa, args.repeat)
+    if hp != len(sp) and impl.name != "set":
+        row["note"] = (row["note"] + "; " if row["note"] else "") + \
+            f"FALSE NEGATIVES: {len(sp) - hp} of {len(sp)}"
+    if not impl.slow:
+        fp = count_hits(f, ks.absent)
+        row["fp"] = fp
+        row["fpr"] = fp / max(1, len(ks.absent))
+        row["absent_count"] = len(ks.absent)
+    del f
+    gc.collect()
+    rows = [row]
+    if impl.batch_add is not None:
+        g = impl.make(n, p)
+        row["batch_add"] = time_batch_add(g, impl.batch_add, parts)
+        row["batch_add_api"] = impl.batch_add_name
+        if impl.batch_test is not None:
+            row["batch_test_present"], _ = time_batch_test(g, impl.batch_test, sp, args.repeat)
+            row["batch_test_absent"], fpb = time_batch_test(g, impl.batch_test, sa, args.repeat)
+            row["batch_test_api"] = impl.batch_test_name
+        del g
+        gc.collect()
+    if impl.name == "ling_bloom":
+        # add_many: the batch add that returns a list[bool], one per key.
+        h = impl.make(n, p)
+        extra = {"impl": "ling_bloom add_many", "note": "batch add returning list[bool]",
+                 "batch_add": time_batch_add(h, lambda f, ks_: f.add_many(ks_), parts),
+                 "batch_add_api": "add_many"}
+        del h
+        gc.collect()
+        rows.append(extra)
+    return rows
+
+
+def floor_row(res: dict, n_absent: int) -> dict:
+    return {
+        "impl": "C floor", "note": "csrc/core via benchmarks/floor.c, no Python",
+        "add": res["add"], "test_present": res["test_present"],
+        "test_absent": res["test_absent"], "batch_add": res["batch_add"],
+        "batch_test_present": res["batch_test_present"],
+        "batch_test_absent": res["batch_test_absent"],
+        "nbytes": res["nbytes"], "nbytes_how": "m/8",
+        "fp": res["hits_absent"], "fpr": res["hits_absent"] / max(1, n_absent),
+        "absent_count": n_absent,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# output
+
+def machine_info() -> dict:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cc_version = "?"
+    try:
+        cc_version = subprocess.run([os.environ.get("CC", "gcc"), "--version"],
+                                    capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        pass
+    commit = "?"
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or "?"
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 2**20:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "platform": platform.platform(),
+        "compiler": cc_version,
+        "ling_bloom_commit": commit,
+    }
+
+
+def fmt_ns(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def fmt_cell(v, base) -> str:
+    if v is None:
+        return "-"
+    if base is None or base <= 0:
+        return fmt_ns(v)
+    return f"{fmt_ns(v)} ({v / base:.2f})"
+
+
+def fmt_bytes(b: int | None) -> str:
+    if b is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= size:
+            return f"{b / size:.2f} {unit}"
+    return f"{b} B"
+
+
+def section_table(sec: dict) -> list[list[str]]:
+    rows = sec["rows"]
+    base = next((r for r in rows if r["impl"] == "ling_bloom"), {})
+    header = ["implementation"] + [c[1] for c in COLUMNS] + ["memory (bits/key)", "RSS +", "FPR"]
+    out = [header]
+    n, p = sec["n"], sec["p"]
+    for r in rows:
+        cells = [r["impl"]]
+        for key, _ in COLUMNS:
+            b = base.get(key)
+            if r["impl"] == "ling_bloom add_many":
+                b = base.get("batch_add")
+            cells.append(fmt_ns(r.get(key)) if r["impl"] == "ling_bloom"
+                         else fmt_cell(r.get(key), b))
+        nb = r.get("nbytes")
+        cells.append(f"{fmt_bytes(nb)} ({nb * 8 / n:.2f})" if nb is not None else "-")
+        rd = r.get("rss_delta")
+        cells.append(fmt_bytes(rd) if rd is not None and rd > 0 else "-")
+        if r["impl"] == "set":
+            cells.append("0 (exact)")
+        elif r.get("fpr") is not None:
+            cells.append(f"{r['fpr']:.5f} ({(r['fpr'] / p - 1) * 100:+.1f}%)")
+        else:
+            cells.append("-")
+        out.append(cells)
+    return out
+
+
+def render_text(table: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for j, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_md(table: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(table[0]) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(table[0]) - 1)) + "|"]
+    for row in table[1:]:
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def section_title(sec: dict) -> str:
+    return (f"n = {sec['n']:,}, p = {sec['p']}, keys: {sec['keys_label']} "
+            f"(ling_bloom m = {sec['m']:,} bits, k = {sec['k']}; "
+            f"{sec['absent']:,} absent keys, tests timed on {sec['sample']:,} keys)")
+
+
+LEGEND = ("ns per key, median of the repetitions; in parentheses the ratio peer / ling_bloom "
+          "(> 1: ling_bloom is faster). batch add: ling_bloom update(), add_many() on its own "
+          "row; abloom/rbloom/pybloomfiltermmap3/set update(); fastbloom-rs add_*_batch. "
+          "batch test: ling_bloom test_many(), fastbloom-rs contains_*_batch (the others "
+          "have none). memory: the filter's own size as it reports it, and bits per key; "
+          "RSS +: resident memory growth while the filter was built and filled. FPR: "
+          "measured over the absent keys, in parentheses its distance from p.")
+
+
+def write_chart(path: str, sections: list[dict]) -> str:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        return f"no chart: matplotlib: {e}"
+    ops = [("add", "add"), ("test_present", "test+"), ("test_absent", "test-"),
+           ("batch_add", "batch add"), ("batch_test_present", "batch test+")]
+    cols = 2 if len(sections) > 1 else 1
+    nrows = (len(sections) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(8 * cols, 0.5 + 4.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(sections):]:
+        ax.axis("off")
+    for ax, sec in zip(axes.flat, sections):
+        impls = [r for r in sec["rows"]]
+        names = [r["impl"] for r in impls]
+        height = 0.8 / len(ops)
+        for j, (key, label) in enumerate(ops):
+            ys = [i + (j - (len(ops) - 1) / 2) * height for i in range(len(impls))]
+            xs = [r.get(key) or 0 for r in impls]
+            ax.barh(ys, xs, height=height, label=label)
+        ax.set_yticks(range(len(impls)))
+        ax.set_yticklabels(names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("ns per key (log scale; shorter is faster)", fontsize=8)
+        ax.set_title(f"n={sec['n']:,} p={sec['p']} {sec['keys']}", fontsize=9)
+        ax.grid(axis="x", which="both", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=8)
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("ling_bloom.MemoryFilter vs peers", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return ""
+
+
+# ---------------------------------------------------------------------------------------
+# main
+
+def parse_sizes(text: str) -> list[tuple[int, float]]:
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        n_s, _, p_s = part.partition(":")
+        n = int(float(n_s))
+        p = float(p_s) if p_s else 0.01
+        if n <= 0 or not 0 < p < 1:
+            raise argparse.ArgumentTypeError(f"bad size {part!r}: want N:P with N > 0, 0 < P < 1")
+        sizes.append((n, p))
+    if not sizes:
+        raise argparse.ArgumentTypeError("no sizes")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=parse_sizes, default=None,
+                    help=f"comma-separated N:P (default {DEFAULT_SIZES})")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"smoke run: sizes {QUICK_SIZES}, --repeat 3 (unless given)")
+    ap.add_argument("--keys", default="short,uuid,short-bytes",
+                    help="key sets, comma-separated, from: " + ", ".join(KEY_KINDS))
+    ap.add_argument("--peers", default=None,
+                    help="only these implementations (comma-separated names; ling_bloom "
+                         "always runs)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="slices per add / repetitions per test; the median is reported "
+                         "(default 5, --quick 3)")
+    ap.add_argument("--test-sample", type=float, default=1e6,
+                    help="present keys the tests are timed on (default 1e6)")
+    ap.add_argument("--absent", type=float, default=2e6,
+                    help="absent keys per size for the FPR (at most n; default 2e6)")
+    ap.add_argument("--slow-keys", type=int, default=20_000,
+                    help="keys the pure-Python peers add (a quarter of them is tested; "
+                         "default 20000)")
+    ap.add_argument("--no-floor", action="store_true", help="skip the C floor")
+    ap.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    ap.add_argument("--install", action="store_true",
+                    help="pip-install the peers (each on its own) before running")
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"),
+                    help="where the tables and the chart go (default benchmarks/results)")
+    ap.add_argument("--name", default="bench_memory", help="base name of the output files")
+    ap.add_argument("--seed", type=int, default=20240601)
+    args = ap.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 5
+    args.repeat = max(1, min(args.repeat, 64))
+    kinds = [k.strip() for k in args.keys.split(",") if k.strip()]
+    for k in kinds:
+        if k not in KEY_KINDS:
+            ap.error(f"unknown key set {k!r}; choose from {', '.join(KEY_KINDS)}")
+
+    if args.install:
+        print("installing peers:")
+        install_peers()
+
+    started = time.perf_counter()
+    wanted = set(x.strip() for x in args.peers.split(",")) if args.peers else None
+    impls, skipped = resolve_impls(wanted)
+    if not any(i.name == "ling_bloom" for i in impls):
+        print(f"ling_bloom does not import: {skipped.get('ling_bloom')}", file=sys.stderr)
+        return 1
+    import ling_bloom
+
+    floor_exe, floor_why = (None, "--no-floor") if args.no_floor else \
+        build_floor(os.path.join(HERE, ".build"))
+    if floor_exe is None:
+        skipped["C floor"] = floor_why
+
+    info = machine_info()
+    versions = {i.name: version_of(i.dist) for i in impls}
+    print(f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}; "
+          f"{info['python']}; {info['compiler']}")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    for name, why in skipped.items():
+        print(f"SKIPPED {name}: {why}")
+
+    sections = []
+    out_text: list[str] = []
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        for n, p in args.sizes:
+            params = ling_bloom.estimate(n, p)
+            n_absent = max(1, min(n, int(args.absent)))
+            sample_n = max(1, min(n, int(args.test_sample)))
+            for kind in kinds:
+                t0 = time.perf_counter()
+                ks = make_keys(kind, n, n_absent, args.seed + n)
+                gc.collect()
+                gc.freeze()
+                step = max(1, n // sample_n)
+                sample_present = ks.present[::step][:sample_n]
+                sample_absent = ks.absent[:sample_n]
+                sec = {"n": n, "p": p, "keys": kind, "keys_label": ks.label,
+                       "m": params.m, "k": params.k, "absent": len(ks.absent),
+                       "sample": len(sample_present), "rows": []}
+                print(f"\n== {section_title(sec)}  [keys made in "
+                      f"{time.perf_counter() - t0:.1f} s]", flush=True)
+                for impl in impls:
+                    if ("bytes" if kind.endswith("-bytes") else "str") not in impl.kinds:
+                        continue
+                    t1 = time.perf_counter()
+                    try:
+                        rows = bench_impl(impl, ks, n, p, args, sample_present,
+                                          sample_absent, kind)
+                    except Exception as e:
+                        why = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+                        print(f"  {impl.name}: FAILED on {kind} keys: {why}")
+                        sec.setdefault("failed", {})[impl.name] = why
+                        gc.collect()
+                        continue
+                    sec["rows"].extend(rows)
+                    print(f"  {impl.name}: {time.perf_counter() - t1:.1f} s", flush=True)
+                if floor_exe:
+                    t1 = time.perf_counter()
+                    with tempfile.TemporaryDirectory(prefix="lb-floor-") as tmp:
+                        try:
+                            res = run_floor(floor_exe, ks.present, ks.absent, params.m,
+                                            params.k, args.repeat, tmp)
+                            idx = 1 if sec["rows"] and sec["rows"][0]["impl"] == "ling_bloom" \
+                                else 0
+                            while idx < len(sec["rows"]) and \
+                                    sec["rows"][idx]["impl"].startswith("ling_bloom"):
+                                idx += 1
+                            sec["rows"].insert(idx, floor_row(res, len(ks.absent)))
+                            print(f"  C floor: {time.perf_counter() - t1:.1f} s", flush=True)
+                        except (subprocess.CalledProcessError, ValueError, OSError) as e:
+                            print(f"  C floor: FAILED: {e}")
+                table = section_table(sec)
+                text = section_title(sec) + "\n" + render_text(table)
+                print("\n" + text, flush=True)
+                out_text.append(text)
+                sections.append(sec)
+                del ks, sample_present, sample_absent
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+    elapsed = time.perf_counter() - started
+    os.makedirs(args.out_dir, exist_ok=True)
+    base = os.path.join(args.out_dir, args.name)
+    cmd = "python benchmarks/bench_memory.py" + (" " + " ".join(argv if argv is not None
+                                                               else sys.argv[1:])).rstrip()
+    head = [
+        f"command: {cmd}",
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}, {info['platform']}",
+        f"python: {info['python']}; compiler: {info['compiler']}; "
+        f"ling_bloom commit {info['ling_bloom_commit']}",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        f"repeat: {args.repeat}; run time {elapsed:.0f} s",
+    ]
+    head += [f"skipped {k}: {v}" for k, v in skipped.items()]
+    with open(base + ".txt", "w") as f:
+        f.write("\n".join(head) + "\n\n" + LEGEND + "\n\n" + "\n\n".join(out_text) + "\n")
+    md = ["# ling_bloom.MemoryFilter against the peers", ""]
+    md += [f"- {h}" for h in head]
+    md += ["", LEGEND, ""]
+    for sec in sections:
+        md += [f"## {section_title(sec)}", "", render_md(section_table(sec)), ""]
+        for name, why in sec.get("failed", {}).items():
+            md += [f"- {name} failed: {why}"]
+        notes = [f"- {r['impl']}: {r['note']}" for r in sec["rows"] if r.get("note")]
+        md += notes + [""]
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(md))
+    with open(base + ".json", "w") as f:
+        json.dump({"machine": info, "versions": versions, "skipped": skipped,
+                   "repeat": args.repeat, "command": cmd, "elapsed_s": elapsed,
+                   "sections": sections}, f, indent=1)
+    chart_why = "--no-chart" if args.no_chart else write_chart(base + ".png", sections)
+    print(f"\nwrote {base}.md, {base}.txt, {base}.json" +
+          ("" if chart_why else f", {base}.png") + (f" ({chart_why})" if chart_why else ""))
+    print(f"total {elapsed:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

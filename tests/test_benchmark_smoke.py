@@ -1,0 +1,44 @@
+"""The memory benchmark runs end to end at a tiny size (no timing is checked).
+
+Only the peers that import are run (the benchmark skips the others itself); the C floor
+is built when a compiler and libxxhash are there and skipped otherwise.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks", "bench_memory.py")
+
+
+def _table_rows(text):
+    """Implementation names in the first column of every table line."""
+    names = set()
+    for line in text.splitlines():
+        first = line.split("  ")[0].strip()
+        if first:
+            names.add(first)
+    return names
+
+
+@pytest.mark.skipif(not os.path.exists(BENCH), reason="benchmarks/ not in this checkout")
+def test_memory_benchmark_quick_tiny(tmp_path):
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, BENCH, "--quick", "--sizes", "2000:0.01", "--keys",
+         "short,uuid-bytes", "--repeat", "1", "--slow-keys", "200", "--no-chart",
+         "--out-dir", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = _table_rows(r.stdout)
+    assert "ling_bloom" in rows
+    assert "set" in rows
+    md = (out / "bench_memory.md").read_text()
+    assert "| ling_bloom |" in md
+    assert "| set |" in md
+    assert "n = 2,000, p = 0.01" in md
+    assert (out / "bench_memory.txt").exists()
+    assert (out / "bench_memory.json").exists()
