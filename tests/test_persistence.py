@@ -14,7 +14,10 @@ import pytest
 import ling_bloom as lb
 from ling_bloom import CountingFilter, MemoryFilter, ScalableFilter
 
-xxhash = pytest.importorskip("xxhash", reason="hostile-header tests recompute the XXH3-64 checksum")
+try:  # the hostile-header tests recompute the format's XXH3-64 checksum (pip install xxhash)
+    import xxhash
+except ImportError:  # pragma: no cover
+    xxhash = None
 
 
 def keys(n: int, prefix: str = "k") -> list[str]:
@@ -23,6 +26,8 @@ def keys(n: int, prefix: str = "k") -> list[str]:
 
 def seal(body: bytes) -> bytes:
     """Append the format's trailer: XXH3-64 (seed 0) of everything before it, little endian."""
+    if xxhash is None:
+        pytest.skip("needs the xxhash package to forge a valid checksum")
     return bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body)))
 
 
@@ -232,7 +237,8 @@ def test_golden_bytes(kind):
     assert f.to_bytes() == data
     g = lb.from_bytes(data)
     assert g == f and all(g.test_many(ks))
-    assert struct.unpack("<Q", data[-8:])[0] == xxhash.xxh3_64_intdigest(data[:-8])
+    if xxhash is not None:
+        assert struct.unpack("<Q", data[-8:])[0] == xxhash.xxh3_64_intdigest(data[:-8])
     assert data[4:6] == struct.pack("<H", lb.FORMAT_VERSION)
 
 
@@ -492,6 +498,8 @@ HOSTILE_SCRIPT = textwrap.dedent(
 
 
 def test_hostile_headers_never_allocate_what_they_claim():
+    if xxhash is None:
+        pytest.skip("needs the xxhash package to forge a valid checksum")
     env = dict(os.environ)
     root = str(Path(lb.__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -515,7 +523,8 @@ def test_random_garbage_never_crashes():
                 del base[rng.randrange(len(base)) :]
             else:
                 base += rng.randbytes(rng.randint(1, 20))
-        data = seal(base[:-8]) if rng.random() < 0.5 and len(base) >= 8 else bytes(base)
+        resealed = xxhash is not None and rng.random() < 0.5 and len(base) >= 8
+        data = seal(base[:-8]) if resealed else bytes(base)
         try:
             f = lb.from_bytes(data)
         except ValueError:
