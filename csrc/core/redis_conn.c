@@ -17,7 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis.h>
+/* <hiredis/hiredis.h> needs no -I flag on Debian (pkg-config gives -I.../hiredis too) */
+#include <hiredis/hiredis.h>
 
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0
@@ -976,6 +977,12 @@ static lb_redis_status do_connect(lb_redis *r)
     }
     if (!r->cfg.unix_path)
         (void)redisEnableKeepAlive(c); /* best effort */
+#ifdef SO_NOSIGPIPE /* where send() has no MSG_NOSIGNAL (macOS) */
+    {
+        int one = 1;
+        (void)setsockopt(c->fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+    }
+#endif
     redisReader *rd = redisReaderCreateWithFunctions(&lb_reply_fns);
     if (!rd) {
         redisFree(c);
