@@ -18,7 +18,8 @@ typedef enum {
     LB_ERR_NOMEM,       /* allocation failed                            */
     LB_ERR_FORMAT,      /* serialized data truncated, corrupt, hostile  */
     LB_ERR_MISMATCH,    /* two filters of different geometry or hash    */
-    LB_ERR_EMPTY_KEY    /* the empty key                                */
+    LB_ERR_EMPTY_KEY,   /* the empty key                                */
+    LB_ERR_BACKEND      /* a server failed; the caller has the details  */
 } lb_status;
 
 /* The largest bit array (or counter array) any filter will allocate:

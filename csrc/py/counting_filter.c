@@ -334,11 +334,11 @@ static PyMethodDef cf_methods[] = {
 };
 
 static PyGetSetDef cf_getset[] = {
-    {"m", lb_fixed_get_m, NULL, "number of counters", NULL},
-    {"k", lb_fixed_get_k, NULL, "number of hash functions", NULL},
-    {"hash", lb_fixed_get_hash, NULL, "hashing scheme", NULL},
-    {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", NULL},
-    {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", NULL},
+    {"m", lb_fixed_get_m, NULL, "number of counters", LB_FIXED_ARGS},
+    {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
+    {"hash", lb_fixed_get_hash, NULL, "hashing scheme", LB_FIXED_ARGS},
+    {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
+    {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
     {"nbytes", cf_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -163,7 +163,10 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
                 PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
         if (status != LB_OK) {
             Py_CLEAR(result);
-            lb_raise(st, status, NULL);
+            if (status == LB_ERR_BACKEND && self->raise_backend)
+                self->raise_backend(self);
+            else
+                lb_raise(st, status, NULL);
             goto done;
         }
     }

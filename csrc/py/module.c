@@ -96,6 +96,7 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
     b->reads_during_batch = 0;
     b->closed = 0;
     b->weakrefs = NULL;
+    b->raise_backend = NULL;
     return 0;
 }
 
@@ -299,6 +300,13 @@ int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const ch
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &capacity, &error_rate, &m, &k,
                                      &hash))
         return -1;
+    return lb_fixed_args_from(st, capacity, error_rate, m, k, hash, type_name, 0, out);
+}
+
+int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, PyObject *m,
+                       PyObject *k, PyObject *hash, const char *type_name, int allow_none,
+                       lb_fixed_args *out)
+{
     memset(out, 0, sizeof(*out));
     if (lb_parse_hash(hash, &out->scheme) < 0)
         return -1;
@@ -309,6 +317,8 @@ int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const ch
                      type_name);
         return -1;
     }
+    if (!by_geometry && !by_capacity && allow_none)
+        return 1;
     if (by_geometry) {
         uint64_t mm, kk;
         if (m == Py_None || k == Py_None) {
@@ -582,7 +592,8 @@ static int module_exec(PyObject *module)
         return -1;
     if (add_type(module, &st->MemoryFilter, lb_memory_filter_type(module)) < 0 ||
         add_type(module, &st->CountingFilter, lb_counting_filter_type(module)) < 0 ||
-        add_type(module, &st->ScalableFilter, lb_scalable_filter_type(module)) < 0)
+        add_type(module, &st->ScalableFilter, lb_scalable_filter_type(module)) < 0 ||
+        add_type(module, &st->RedisFilter, lb_redis_filter_type(module)) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "MAX_K", LB_MAX_K) < 0 ||
         PyModule_AddObject(module, "MAX_BITS", PyLong_FromUnsignedLongLong(LB_MAX_BITS)) < 0 ||
@@ -638,6 +649,8 @@ PyMODINIT_FUNC PyInit__core(void)
 
 /* ---- what MemoryFilter and CountingFilter share ------------------------- */
 
+#define LB_ARGS_AT(self, offset) ((const lb_fixed_args *)((const char *)(self) + (size_t)(offset)))
+
 #include "format.h"
 
 void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a)
@@ -646,40 +659,35 @@ void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a)
     lb_geometry_init(&f->geo, a->m, a->k, a->scheme);
 }
 
-PyObject *lb_fixed_get_m(PyObject *self, void *unused)
+PyObject *lb_fixed_get_m(PyObject *self, void *offset)
 {
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(((lb_fixed_filter *)self)->args.m);
+    return PyLong_FromUnsignedLongLong(LB_ARGS_AT(self, offset)->m);
 }
 
-PyObject *lb_fixed_get_k(PyObject *self, void *unused)
+PyObject *lb_fixed_get_k(PyObject *self, void *offset)
 {
-    (void)unused;
-    return PyLong_FromUnsignedLong(((lb_fixed_filter *)self)->args.k);
+    return PyLong_FromUnsignedLong(LB_ARGS_AT(self, offset)->k);
 }
 
-PyObject *lb_fixed_get_hash(PyObject *self, void *unused)
+PyObject *lb_fixed_get_hash(PyObject *self, void *offset)
 {
-    (void)unused;
-    return PyUnicode_FromString(lb_hash_scheme_name(((lb_fixed_filter *)self)->args.scheme));
+    return PyUnicode_FromString(lb_hash_scheme_name(LB_ARGS_AT(self, offset)->scheme));
 }
 
-PyObject *lb_fixed_get_capacity(PyObject *self, void *unused)
+PyObject *lb_fixed_get_capacity(PyObject *self, void *offset)
 {
-    (void)unused;
-    lb_fixed_filter *f = (lb_fixed_filter *)self;
-    if (!f->args.has_capacity)
+    const lb_fixed_args *a = LB_ARGS_AT(self, offset);
+    if (!a->has_capacity)
         Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(f->args.capacity);
+    return PyLong_FromUnsignedLongLong(a->capacity);
 }
 
-PyObject *lb_fixed_get_error_rate(PyObject *self, void *unused)
+PyObject *lb_fixed_get_error_rate(PyObject *self, void *offset)
 {
-    (void)unused;
-    lb_fixed_filter *f = (lb_fixed_filter *)self;
-    if (!f->args.has_capacity)
+    const lb_fixed_args *a = LB_ARGS_AT(self, offset);
+    if (!a->has_capacity)
         Py_RETURN_NONE;
-    return PyFloat_FromDouble(f->args.error_rate);
+    return PyFloat_FromDouble(a->error_rate);
 }
 
 PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload, size_t len)

@@ -56,7 +56,7 @@ lb_state *lb_state_from_type(PyTypeObject *type);
  * moves (`reads_during_batch`): they go on, and see each bit of a key being
  * added either set or not yet set.  Between chunks a batch lets every waiter
  * in before it goes on, so a long warm-up does not stall request threads. */
-typedef struct {
+typedef struct lb_base_s {
     PyObject_HEAD
     lb_state *st;
     PyThread_type_lock lock;
@@ -65,6 +65,9 @@ typedef struct {
     int waiters;
     int reads_during_batch;
     int closed;
+    /* For filters backed by a server: sets the Python exception for the
+     * LB_ERR_BACKEND a chunk returned (the details are in the object). */
+    void (*raise_backend)(struct lb_base_s *self);
     PyObject *weakrefs;
 } lb_base;
 
@@ -132,6 +135,12 @@ typedef struct {
 
 int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const char *type_name,
                         lb_fixed_args *out);
+/* The same from objects (Py_None = not given).  For filters that may adopt a
+ * stored geometry, allow_none lets all four be None: then 1 is returned and
+ * out holds only the hash. */
+int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, PyObject *m,
+                       PyObject *k, PyObject *hash, const char *type_name, int allow_none,
+                       lb_fixed_args *out);
 
 /* The part of MemoryFilter and CountingFilter that is the same: the base,
  * the arguments they were built from and the geometry. */
@@ -141,7 +150,10 @@ typedef struct {
     lb_geometry geo;
 } lb_fixed_filter;
 
-/* Getters for m, k, hash, capacity, error_rate of an lb_fixed_filter. */
+/* Getters for m, k, hash, capacity, error_rate: the closure of their
+ * PyGetSetDef is the offset of the object's lb_fixed_args (LB_FIXED_ARGS for
+ * an lb_fixed_filter). */
+#define LB_FIXED_ARGS ((void *)offsetof(lb_fixed_filter, args))
 PyObject *lb_fixed_get_m(PyObject *self, void *unused);
 PyObject *lb_fixed_get_k(PyObject *self, void *unused);
 PyObject *lb_fixed_get_hash(PyObject *self, void *unused);
@@ -175,5 +187,6 @@ PyObject *lb_load(PyObject *cls, PyObject *path);
 PyTypeObject *lb_memory_filter_type(PyObject *module);
 PyTypeObject *lb_counting_filter_type(PyObject *module);
 PyTypeObject *lb_scalable_filter_type(PyObject *module);
+PyTypeObject *lb_redis_filter_type(PyObject *module);
 
 #endif
