@@ -329,6 +329,7 @@ static PyMethodDef cf_methods[] = {
     {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
+    {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", cf_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

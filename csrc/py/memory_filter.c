@@ -483,6 +483,7 @@ static PyMethodDef mf_methods[] = {
      "shorter bitmap is padded with zeros, as Redis does)."},
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
+    {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", mf_reduce, METH_NOARGS, NULL},
     {"__sizeof__", mf_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

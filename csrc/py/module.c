@@ -388,6 +388,17 @@ static PyObject *call_io(const char *name, PyObject *a, PyObject *b)
     return r;
 }
 
+PyObject *lb_repr_html(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *mod = PyImport_ImportModule("ling_bloom._display");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, "html", "O", self);
+    Py_DECREF(mod);
+    return r;
+}
+
 PyObject *lb_save(PyObject *self, PyObject *path)
 {
     PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);

@@ -179,6 +179,9 @@ PyObject *lb_enter_method(PyObject *self, PyObject *unused);
 PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *lb_closed_get(PyObject *self, void *unused);
 
+/* _repr_html_ for notebooks: ling_bloom._display.html(self). */
+PyObject *lb_repr_html(PyObject *self, PyObject *unused);
+
 /* save(path) and load(path) in terms of to_bytes / from_bytes. */
 PyObject *lb_save(PyObject *self, PyObject *path);
 PyObject *lb_load(PyObject *cls, PyObject *path);

@@ -424,6 +424,7 @@ static PyMethodDef sf_methods[] = {
     {"from_bytes", sf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> ScalableFilter"},
+    {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", sf_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
