@@ -24,10 +24,13 @@ Workloads, for each size (n, p) and each key set:
                and the RSS growth while it was filled
   FPR          false positives over the absent keys / number of absent keys
 
-Timing: an add is timed in --repeat equal slices of the n keys into one fresh filter (so
-each slice runs at a realistic fill) and the median slice is reported; a test is timed
---repeat times over the same sample of keys and the median is reported.  Times are ns per
-key.  "ratio" = peer time / ling_bloom time: above 1 means ling_bloom is faster.
+Timing: each implementation gets one fresh filter, filled in --repeat equal slices of the
+n keys; each slice starts with a per-key part (the Python loop; --add-sample keys in all)
+and goes on with the peer's bulk insert over the rest (the batch add), so both run at a
+realistic fill and the filter ends full.  The median slice is reported.  Tests run
+--repeat times over the same --test-sample keys (median reported); the FPR is one more
+pass over all the absent keys.  Times are ns per key.  "ratio" = peer time / ling_bloom
+time: above 1 means ling_bloom is faster.
 
 Before anything is timed every key's Python hash is computed once (as it is for any key
 that was used before): peers that use hash() (set, rbloom, abloom) then find it cached.
@@ -101,12 +104,17 @@ def _short_ids(start: int, count: int) -> list[str]:
 
 
 def _uuids(rnd: random.Random, count: int) -> list[str]:
-    h = rnd.randbytes(16 * count).hex()
-    out = []
-    for i in range(0, 32 * count, 32):
-        out.append(f"{h[i:i + 8]}-{h[i + 8:i + 12]}-4{h[i + 13:i + 16]}-"
-                   f"{h[i + 16:i + 20]}-{h[i + 20:i + 32]}")
-    return out
+    """count random version-4-looking UUID strings, built column by column in C."""
+    hexb = rnd.randbytes(16 * count).hex().encode()
+    out = bytearray(36 * count)
+    pos = [i for i in range(36) if i not in (8, 13, 18, 23)]
+    for j, i in enumerate(pos):
+        out[i::36] = hexb[j::32]
+    for i in (8, 13, 18, 23):
+        out[i::36] = b"-" * count
+    out[14::36] = b"4" * count
+    text = out.decode("ascii")
+    return [text[i:i + 36] for i in range(0, 36 * count, 36)]
 
 
 KEY_KINDS = {
@@ -342,14 +350,26 @@ def slices(keys: list, parts: int) -> list[list]:
     return [keys[n * i // parts:n * (i + 1) // parts] for i in range(parts)]
 
 
-def time_add_loop(f, parts: list[list]) -> float:
-    times = []
-    for part in parts:
+def fill_timed(f, parts: list[tuple[list, list]], bulk) -> tuple[float, float | None]:
+    """Fill f slice by slice: each slice's first part by `for k in part: f.add(k)`, the
+    rest with bulk(f, rest) when the peer has a bulk insert (else the same loop, untimed).
+    Returns the median ns per key of the per-key parts and of the bulk parts."""
+    loop_t, bulk_t = [], []
+    for part, rest in parts:
         t0 = time.perf_counter()
         for k in part:
             f.add(k)
-        times.append((time.perf_counter() - t0) / max(1, len(part)))
-    return statistics.median(times) * 1e9
+        loop_t.append((time.perf_counter() - t0) / max(1, len(part)))
+        if rest:
+            if bulk is None:
+                for k in rest:
+                    f.add(k)
+            else:
+                t0 = time.perf_counter()
+                bulk(f, rest)
+                bulk_t.append((time.perf_counter() - t0) / len(rest))
+    return (statistics.median(loop_t) * 1e9,
+            statistics.median(bulk_t) * 1e9 if bulk_t else None)
 
 
 def time_test_loop(f, keys: list, repeat: int) -> tuple[float, int]:
@@ -413,19 +433,34 @@ def bench_impl(impl: Impl, ks: KeySet, n: int, p: float, args, sample_present: l
         sp, sa = present[: max(1, cap // 4)], sample_absent[: max(1, cap // 4)]
         row["note"] = (f"pure Python: timed on {cap:,} keys into a filter sized for n; "
                        "FPR not measured")
-    parts = slices(present, args.repeat)
+    # One fill: each of the --repeat slices starts with a per-key part (at most
+    # --add-sample keys over all slices, at most half of each slice when the peer has a
+    # bulk insert) and goes on with the bulk insert over the rest of the slice.
+    parts = []
+    for sl in slices(present, args.repeat):
+        cut = len(sl) if impl.slow else \
+            min(len(sl) if impl.batch_add is None else (len(sl) + 1) // 2,
+                max(1, int(args.add_sample) // args.repeat))
+        parts.append((sl[:cut], sl[cut:]))
     gc.collect()
     rss0 = rss_bytes()
     f = impl.make(n, p)
-    row["add"] = time_add_loop(f, parts)
+    row["add"], batch_add = fill_timed(f, parts, impl.batch_add)
     row["rss_delta"] = rss_bytes() - rss0
     row["nbytes"] = impl.nbytes(f)
     row["nbytes_how"] = impl.nbytes_how
+    if batch_add is not None:
+        row["batch_add"] = batch_add
+        row["batch_add_api"] = impl.batch_add_name
     row["test_present"], hp = time_test_loop(f, sp, args.repeat)
     row["test_absent"], _ = time_test_loop(f, sa, args.repeat)
     if hp != len(sp) and impl.name != "set":
         row["note"] = (row["note"] + "; " if row["note"] else "") + \
             f"FALSE NEGATIVES: {len(sp) - hp} of {len(sp)}"
+    if impl.batch_test is not None:
+        row["batch_test_present"], _ = time_batch_test(f, impl.batch_test, sp, args.repeat)
+        row["batch_test_absent"], _ = time_batch_test(f, impl.batch_test, sa, args.repeat)
+        row["batch_test_api"] = impl.batch_test_name
     if not impl.slow:
         fp = count_hits(f, ks.absent)
         row["fp"] = fp
@@ -434,21 +469,12 @@ def bench_impl(impl: Impl, ks: KeySet, n: int, p: float, args, sample_present: l
     del f
     gc.collect()
     rows = [row]
-    if impl.batch_add is not None:
-        g = impl.make(n, p)
-        row["batch_add"] = time_batch_add(g, impl.batch_add, parts)
-        row["batch_add_api"] = impl.batch_add_name
-        if impl.batch_test is not None:
-            row["batch_test_present"], _ = time_batch_test(g, impl.batch_test, sp, args.repeat)
-            row["batch_test_absent"], fpb = time_batch_test(g, impl.batch_test, sa, args.repeat)
-            row["batch_test_api"] = impl.batch_test_name
-        del g
-        gc.collect()
     if impl.name == "ling_bloom":
         # add_many: the batch add that returns a list[bool], one per key.
         h = impl.make(n, p)
         extra = {"impl": "ling_bloom add_many", "note": "batch add returning list[bool]",
-                 "batch_add": time_batch_add(h, lambda f, ks_: f.add_many(ks_), parts),
+                 "batch_add": time_batch_add(h, lambda f, ks_: f.add_many(ks_),
+                                             slices(present, args.repeat)),
                  "batch_add_api": "add_many"}
         del h
         gc.collect()
@@ -667,12 +693,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="only these implementations (comma-separated names; ling_bloom "
                          "always runs)")
     ap.add_argument("--repeat", type=int, default=None,
-                    help="slices per add / repetitions per test; the median is reported "
-                         "(default 5, --quick 3)")
-    ap.add_argument("--test-sample", type=float, default=1e6,
-                    help="present keys the tests are timed on (default 1e6)")
-    ap.add_argument("--absent", type=float, default=2e6,
-                    help="absent keys per size for the FPR (at most n; default 2e6)")
+                    help="slices per fill / repetitions per test; the median is reported "
+                         "(default 3)")
+    ap.add_argument("--test-sample", type=float, default=5e5,
+                    help="present and absent keys the tests are timed on (default 5e5)")
+    ap.add_argument("--add-sample", type=float, default=1e6,
+                    help="keys added one by one from the Python loop, spread over the "
+                         "slices of the fill; the rest go in by the bulk insert (default 1e6)")
+    ap.add_argument("--absent", type=float, default=None,
+                    help="absent keys for the FPR (default: enough for 2000 expected false "
+                         "positives, at least --test-sample, at most n)")
     ap.add_argument("--slow-keys", type=int, default=20_000,
                     help="keys the pure-Python peers add (a quarter of them is tested; "
                          "default 20000)")
@@ -688,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes is None:
         args.sizes = parse_sizes(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     if args.repeat is None:
-        args.repeat = 3 if args.quick else 5
+        args.repeat = 3
     args.repeat = max(1, min(args.repeat, 64))
     kinds = [k.strip() for k in args.keys.split(",") if k.strip()]
     for k in kinds:
@@ -728,8 +758,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n, p in args.sizes:
             params = ling_bloom.estimate(n, p)
-            n_absent = max(1, min(n, int(args.absent)))
             sample_n = max(1, min(n, int(args.test_sample)))
+            n_absent = int(args.absent) if args.absent else max(sample_n, int(2000 / p))
+            n_absent = max(1, min(n, n_absent))
             for kind in kinds:
                 t0 = time.perf_counter()
                 ks = make_keys(kind, n, n_absent, args.seed + n)
