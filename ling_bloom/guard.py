@@ -1,0 +1,873 @@
+"""A cache-penetration guard: the seeds' flow for one lookup, framework-neutral.
+
+    filter --(unseen: rejected, nothing else touched)--> cache --(miss)--> loader (the DB)
+
+- The filter rejects keys it has never seen: no cache, no database is touched.
+- A key that passes is looked up in the cache (a value, or a null marker).
+- On a miss one loader call per key runs at a time: concurrent lookups of the same key wait
+  for it and share its result (single flight; the per-key entries exist only while a load
+  runs, so they never pile up).
+- "Not found" (the loader returned None) is cached as a null marker for ``null_ttl``
+  seconds; a found value is cached for ``value_ttl`` seconds (None: no expiry) and its key
+  added to the filter.
+
+Every lookup that passed the filter but resolved to "not found" (from the loader, a cached
+null marker, or a load it waited for) is an observed false positive of the filter; the guard
+counts them next to the rejections, so ``stats()`` can compare the observed rate with the
+filter's promise (its ``error_rate``), Prometheus can export it, and a log warning fires when
+the observed rate drifts above the promise.
+
+    guard = Guard(products_filter, MemoryCache(), load_product, null_ttl=60)
+    guard.get("42")            # value, or None (rejected or not found)
+
+    @bloom_guard(products_filter, MemoryCache())
+    def load_product(key): ...
+    load_product("42")         # the same flow
+
+Keys that are not ``str``/``bytes`` (an ``int`` primary key) are turned into ``str`` for
+the filter and the cache, exactly as ``ling_bloom.warmup`` does when it fills a filter.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import math
+import pickle
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterable,
+    NamedTuple,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+try:
+    from typing import Protocol, runtime_checkable
+except ImportError:  # pragma: no cover - Python < 3.8
+    from typing_extensions import Protocol, runtime_checkable  # type: ignore
+
+__all__ = [
+    "AsyncGuard",
+    "Cache",
+    "Guard",
+    "GuardStats",
+    "MemoryCache",
+    "NULL",
+    "RedisCache",
+    "as_key",
+    "bloom_guard",
+    "is_null",
+]
+
+V = TypeVar("V")
+Key = Union[str, bytes, bytearray, memoryview]
+
+log = logging.getLogger("ling_bloom.guard")
+
+
+# ------------------------------------------------------------------------- keys
+
+
+def as_key(key: Any) -> Key:
+    """The filter's form of a key: ``str`` and bytes-like keys as they are, a one-column
+    row (a 1-tuple or 1-list, as DB cursors yield) unpacked, anything else ``str(key)``
+    (``42`` and ``"42"`` are the same key)."""
+    if isinstance(key, (str, bytes, bytearray, memoryview)):
+        return key
+    if isinstance(key, (tuple, list)) and len(key) == 1:
+        return as_key(key[0])
+    if isinstance(key, bool) or key is None:
+        raise TypeError(f"not a key: {key!r}")
+    return str(key)
+
+
+def _text(key: Key) -> str:
+    if isinstance(key, str):
+        return key
+    return bytes(key).decode("utf-8", "backslashreplace")
+
+
+# ------------------------------------------------------------------ null marker
+
+
+class _Null:
+    """The null marker: "the loader found nothing", cached for a short TTL.
+
+    A singleton that survives pickling (it pickles as a reference to ``NULL``), so any
+    pickling cache (Django's, redis with pickle) gives the same object back."""
+
+    _instance: Optional["_Null"] = None
+
+    def __new__(cls) -> "_Null":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self) -> str:
+        return "NULL"
+
+    def __repr__(self) -> str:
+        return "ling_bloom.guard.NULL"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NULL = _Null()
+
+
+def is_null(value: Any) -> bool:
+    """True for the null marker (however the cache returned it)."""
+    return value is NULL or isinstance(value, _Null)
+
+
+# ----------------------------------------------------------------------- caches
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """What the guard needs from a cache.  ``get`` returns None on a miss (found values are
+    never None: None is the loader's "not found"); ``ttl`` is in seconds, None for no
+    expiry.  AsyncGuard also accepts these three as coroutine functions."""
+
+    def get(self, key: str) -> Any: ...
+
+    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class MemoryCache:
+    """An in-process TTL cache, thread-safe, bounded: at most ``maxsize`` entries, the least
+    recently used go first.  ``clock`` (seconds, monotonic) can be replaced in tests."""
+
+    def __init__(self, maxsize: int = 100_000, clock: Callable[[], float] = time.monotonic):
+        if maxsize <= 0:
+            raise ValueError("maxsize must be positive")
+        self.maxsize = maxsize
+        self.clock = clock
+        self._data: "OrderedDict[str, Tuple[Any, float]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return None
+            value, expires = item
+            if expires <= self.clock():
+                del self._data[key]
+                return None
+            self._data.move_to_end(key)
+            return value
+
+    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
+        expires = math.inf if ttl is None else self.clock() + ttl
+        with self._lock:
+            self._data[key] = (value, expires)
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_NULL_BYTES = b"\x00ling_bloom:null"
+
+
+class RedisCache:
+    """The cache protocol over a redis-py client (``redis.Redis``; for ``redis.asyncio``
+    clients use ``RedisCache(client, asynchronous=True)`` with AsyncGuard).
+
+    Values are stored with ``dumps``/``loads`` (pickle by default: use it only with a
+    Redis you trust, or pass json.dumps/json.loads); the null marker is stored as a short
+    byte string of its own.  TTLs are sent in milliseconds (PX)."""
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str = "",
+        dumps: Callable[[Any], bytes] = pickle.dumps,
+        loads: Callable[[bytes], Any] = pickle.loads,
+        asynchronous: bool = False,
+    ):
+        self.client = client
+        self.prefix = prefix
+        self.dumps = dumps
+        self.loads = loads
+        if asynchronous:
+            self.get = self._aget  # type: ignore[method-assign]
+            self.set = self._aset  # type: ignore[method-assign]
+            self.delete = self._adelete  # type: ignore[method-assign]
+
+    def _decode(self, raw: Any) -> Any:
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogateescape")
+        if raw == _NULL_BYTES:
+            return NULL
+        return self.loads(raw)
+
+    def _encode(self, value: Any) -> bytes:
+        return _NULL_BYTES if is_null(value) else self.dumps(value)
+
+    @staticmethod
+    def _px(ttl: Optional[float]) -> Optional[int]:
+        return None if ttl is None else max(1, int(ttl * 1000))
+
+    def get(self, key: str) -> Any:
+        return self._decode(self.client.get(self.prefix + key))
+
+    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
+        self.client.set(self.prefix + key, self._encode(value), px=self._px(ttl))
+
+    def delete(self, key: str) -> None:
+        self.client.delete(self.prefix + key)
+
+    async def _aget(self, key: str) -> Any:
+        return self._decode(await self.client.get(self.prefix + key))
+
+    async def _aset(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
+        await self.client.set(self.prefix + key, self._encode(value), px=self._px(ttl))
+
+    async def _adelete(self, key: str) -> None:
+        await self.client.delete(self.prefix + key)
+
+
+class _NoCache:
+    """cache=None: nothing is cached (the filter and single flight still work)."""
+
+    def get(self, key: str) -> Any:
+        return None
+
+    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
+        pass
+
+    def delete(self, key: str) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------ stats
+
+
+class GuardStats(NamedTuple):
+    """A guard's counters at one moment.
+
+    lookups          every lookup (get, or check in the framework middleware)
+    rejected         the filter said "never seen": nothing else was touched
+    passed           the filter said "maybe": lookups - rejected
+    found            passed lookups that resolved to a value
+    not_found        passed lookups that resolved to "not found": observed false positives
+    errors           passed lookups whose loader raised
+    cache_hits       values or null markers served by the cache
+    null_hits        of those, null markers
+    loads            loader calls (at most one per key at a time)
+    coalesced        lookups that waited for another lookup's loader call
+    false_positive_rate   observed: not_found / (not_found + rejected); None before any
+    error_rate       the filter's promise (None when the filter does not say)
+    estimated_error_rate  the filter's own estimate from its fill now (None if unknown)
+    """
+
+    lookups: int
+    rejected: int
+    passed: int
+    found: int
+    not_found: int
+    errors: int
+    cache_hits: int
+    null_hits: int
+    loads: int
+    coalesced: int
+    false_positive_rate: Optional[float]
+    error_rate: Optional[float]
+    estimated_error_rate: Optional[float]
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dict(self._asdict())
+
+
+_COUNTERS = (
+    "lookups", "rejected", "found", "not_found", "errors",
+    "cache_hits", "null_hits", "loads", "coalesced",
+)
+
+
+def _filter_rate(flt: Any, name: str) -> Optional[float]:
+    try:
+        value = getattr(flt, name)
+    except Exception:  # closed filter, Redis down: no number
+        return None
+    if callable(value):
+        try:
+            value = value()
+        except Exception:
+            return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# -------------------------------------------------------------- prometheus
+
+_collectors: "weakref.WeakKeyDictionary[Any, _GuardCollector]" = weakref.WeakKeyDictionary()
+_collectors_lock = threading.Lock()
+
+
+class _GuardCollector:
+    """One per Prometheus registry: reads the counters of every live guard at scrape time
+    (no cost per lookup).  Guards with the same name are summed."""
+
+    def __init__(self) -> None:
+        self.guards: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
+
+    def describe(self) -> list:
+        return list(self._families({}))
+
+    def collect(self) -> Iterable[Any]:
+        by_name: Dict[str, list] = {}
+        for g in list(self.guards):
+            by_name.setdefault(g.name, []).append(g)
+        return self._families(by_name)
+
+    @staticmethod
+    def _families(by_name: Dict[str, list]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        lookups = CounterMetricFamily(
+            "ling_bloom_guard_lookups",
+            "Lookups by the guard, by result: rejected by the filter, or after passing it "
+            "found, not_found (an observed false positive) or error",
+            labels=["guard", "result"])
+        cache = CounterMetricFamily(
+            "ling_bloom_guard_cache_hits",
+            "Lookups served by the cache: kind=value, or kind=null (a cached not-found)",
+            labels=["guard", "kind"])
+        loads = CounterMetricFamily(
+            "ling_bloom_guard_loads", "Loader (database) calls", labels=["guard"])
+        coalesced = CounterMetricFamily(
+            "ling_bloom_guard_coalesced",
+            "Lookups that waited for a concurrent loader call of the same key",
+            labels=["guard"])
+        observed = GaugeMetricFamily(
+            "ling_bloom_guard_false_positive_rate",
+            "Observed false-positive rate: not_found / (not_found + rejected)",
+            labels=["guard"])
+        promised = GaugeMetricFamily(
+            "ling_bloom_guard_filter_error_rate",
+            "The false-positive rate the filter promises (its error_rate)",
+            labels=["guard"])
+        for name, guards in sorted(by_name.items()):
+            totals = dict.fromkeys(_COUNTERS, 0)
+            promise: Optional[float] = None
+            for g in guards:
+                for c, v in g._counts().items():
+                    totals[c] += v
+                p = _filter_rate(g.filter, "error_rate")
+                if p is not None:
+                    promise = p if promise is None else max(promise, p)
+            for result in ("rejected", "found", "not_found", "errors"):
+                lookups.add_metric([name, "error" if result == "errors" else result],
+                                   totals[result])
+            cache.add_metric([name, "value"], totals["cache_hits"] - totals["null_hits"])
+            cache.add_metric([name, "null"], totals["null_hits"])
+            loads.add_metric([name], totals["loads"])
+            coalesced.add_metric([name], totals["coalesced"])
+            negatives = totals["not_found"] + totals["rejected"]
+            if negatives:
+                observed.add_metric([name], totals["not_found"] / negatives)
+            if promise is not None:
+                promised.add_metric([name], promise)
+        return [lookups, cache, loads, coalesced, observed, promised]
+
+
+def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
+    if registry is None:
+        from prometheus_client import REGISTRY as registry  # type: ignore[no-redef]
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = _GuardCollector()
+            registry.register(collector)
+            _collectors[registry] = collector
+        collector.guards.add(guard)
+
+
+def _prometheus_installed() -> bool:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -------------------------------------------------------------------- the guard
+
+
+class _GuardBase:
+    """Configuration, counters, metrics and the drift warning, shared by Guard and
+    AsyncGuard."""
+
+    def __init__(
+        self,
+        filter: Any,
+        cache: Any = None,
+        loader: Optional[Callable[..., Any]] = None,
+        *,
+        null_ttl: Optional[float] = 60,
+        value_ttl: Optional[float] = None,
+        key_prefix: str = "",
+        name: Optional[str] = None,
+        metrics: Any = None,
+        logger: Optional[logging.Logger] = None,
+        drift_factor: float = 1.5,
+        drift_min_samples: int = 1000,
+        add_found: bool = True,
+    ):
+        if filter is None:
+            raise TypeError("a guard needs a filter")
+        self.filter = filter
+        self.cache = _NoCache() if cache is None else cache
+        self.loader = loader
+        self.null_ttl = null_ttl
+        self.value_ttl = value_ttl
+        self.key_prefix = key_prefix
+        self.name = name or (getattr(loader, "__qualname__", None) if loader else None) or "default"
+        self.logger = logger if logger is not None else log
+        if drift_factor < 1:
+            raise ValueError("drift_factor must be >= 1")
+        self.drift_factor = drift_factor
+        self.drift_min_samples = max(1, int(drift_min_samples))
+        self.add_found = add_found
+        self._stat_lock = threading.Lock()
+        self._c = dict.fromkeys(_COUNTERS, 0)
+        self._drifting = False
+        # metrics: None = Prometheus' default registry when prometheus_client is installed,
+        # False = none, a CollectorRegistry = that one.
+        if metrics is False:
+            self.metrics_registry = None
+        elif metrics is None or metrics is True:
+            if _prometheus_installed():
+                _register_metrics(self, None)
+                from prometheus_client import REGISTRY
+
+                self.metrics_registry = REGISTRY
+            elif metrics is True:
+                raise ImportError("metrics=True needs prometheus_client (pip install "
+                                  "'ling_bloom[prometheus]')")
+            else:
+                self.metrics_registry = None
+        else:
+            _register_metrics(self, metrics)
+            self.metrics_registry = metrics
+
+    # -- keys
+    def cache_key(self, key: Any) -> str:
+        """The cache's key for a lookup key (``key_prefix`` + the key as text)."""
+        return self.key_prefix + _text(as_key(key))
+
+    # -- counters
+    def _count(self, **deltas: int) -> None:
+        with self._stat_lock:
+            for name, d in deltas.items():
+                self._c[name] += d
+            if "not_found" in deltas:
+                fp = self._c["not_found"]
+                n = fp + self._c["rejected"]
+            else:
+                return
+        self._check_drift(fp, n)
+
+    def _counts(self) -> Dict[str, int]:
+        with self._stat_lock:
+            return dict(self._c)
+
+    def stats(self) -> GuardStats:
+        """The counters now, with the observed false-positive rate and the filter's
+        promise."""
+        c = self._counts()
+        negatives = c["not_found"] + c["rejected"]
+        return GuardStats(
+            lookups=c["lookups"],
+            rejected=c["rejected"],
+            passed=c["lookups"] - c["rejected"],
+            found=c["found"],
+            not_found=c["not_found"],
+            errors=c["errors"],
+            cache_hits=c["cache_hits"],
+            null_hits=c["null_hits"],
+            loads=c["loads"],
+            coalesced=c["coalesced"],
+            false_positive_rate=(c["not_found"] / negatives) if negatives else None,
+            error_rate=_filter_rate(self.filter, "error_rate"),
+            estimated_error_rate=_filter_rate(self.filter, "current_error_rate"),
+        )
+
+    def reset_stats(self) -> None:
+        with self._stat_lock:
+            self._c = dict.fromkeys(_COUNTERS, 0)
+            self._drifting = False
+
+    # -- the seeds' monitoring advice: warn when the observed rate drifts above the promise
+    def _check_drift(self, fp: int, n: int) -> None:
+        # The rate only rises at a false positive, so this runs only then.
+        if n < self.drift_min_samples:
+            return
+        promise = _filter_rate(self.filter, "error_rate")
+        if promise is None or not 0 < promise < 1:
+            return
+        rate = fp / n
+        # Above promise * factor, and not noise: at least 3 standard deviations above what
+        # the promise lets a sample of n negatives show.
+        sigma = math.sqrt(n * promise * (1 - promise))
+        drifting = rate > promise * self.drift_factor and (fp - n * promise) > 3 * sigma
+        if drifting and not self._drifting:
+            self._drifting = True
+            self.logger.warning(
+                "ling_bloom guard %r: observed false-positive rate %.4g (%d of %d lookups of "
+                "absent keys passed the filter) is above the filter's promise %.4g; the "
+                "filter may be fuller than its capacity, or keys were deleted from the "
+                "database: rebuild or resize it",
+                self.name, rate, fp, n, promise)
+        elif not drifting and self._drifting and rate <= promise * self.drift_factor:
+            self._drifting = False
+            self.logger.info("ling_bloom guard %r: observed false-positive rate %.4g is back "
+                             "within the promise %.4g", self.name, rate, promise)
+
+    # -- the filter step, shared with the framework middleware
+    def check(self, key: Any) -> bool:
+        """The filter step alone, counted: False (rejected) when the filter has never seen
+        the key.  Frameworks call it, then report the outcome with ``record()``."""
+        fk = as_key(key)
+        if self.filter.test(fk):
+            self._count(lookups=1)
+            return True
+        self._count(lookups=1, rejected=1)
+        return False
+
+    def record(self, found: Optional[bool]) -> None:
+        """The outcome of a lookup that passed ``check()``: True found, False not found (an
+        observed false positive), None an error."""
+        if found is None:
+            self._count(errors=1)
+        elif found:
+            self._count(found=1)
+        else:
+            self._count(not_found=1)
+
+    def _call_loader(self, loader: Optional[Callable[..., Any]], key: Any) -> Any:
+        fn = loader or self.loader
+        if fn is None:
+            raise TypeError("this guard has no loader: pass loader=..., or decorate one")
+        return fn(key)
+
+    def _set_loader(self, func: Callable[..., Any]) -> None:
+        if self.loader is not None:
+            raise TypeError("this guard already has a loader")
+        self.loader = func
+        if self.name == "default":
+            self.name = getattr(func, "__qualname__", "default")
+
+
+class _Flight:
+    __slots__ = ("event", "value", "error", "waiters")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+        self.waiters = 0
+
+
+class Guard(_GuardBase):
+    """The seeds' flow for threads (WSGI apps, scripts).
+
+    ``Guard(filter, cache=None, loader=None, *, null_ttl=60, value_ttl=None,
+    key_prefix="", name=None, metrics=None, logger=None, drift_factor=1.5,
+    drift_min_samples=1000, add_found=True)``
+
+    filter     any ling_bloom filter (or anything with test/add)
+    cache      MemoryCache(), RedisCache(redis_client), DjangoCache(), or any object with
+               get/set(ttl)/delete; None caches nothing
+    loader     ``loader(key) -> value or None`` (None: not found); or decorate it
+    null_ttl   seconds a "not found" stays cached (None: no expiry, 0: not cached)
+    value_ttl  seconds a found value stays cached (None: no expiry, 0: not cached)
+    metrics    None: export to Prometheus' default registry if prometheus_client is
+               installed; False: no export; a CollectorRegistry: that one
+    logger     where the drift warning goes (default: logging "ling_bloom.guard")
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._flights: Dict[str, _Flight] = {}
+        self._flights_lock = threading.Lock()
+
+    def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
+        """The value for key, or ``default`` when the filter rejects it or it is not
+        found.  The loader is called with the key as given."""
+        if not self.check(key):
+            return default
+        ck = self.cache_key(key)
+        cached = self.cache.get(ck)
+        if cached is not None:
+            return self._from_cache(cached, default)
+        return self._load(key, ck, default, loader)
+
+    def _from_cache(self, cached: Any, default: Any) -> Any:
+        if is_null(cached):
+            self._count(cache_hits=1, null_hits=1, not_found=1)
+            return default
+        self._count(cache_hits=1, found=1)
+        return cached
+
+    def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
+        with self._flights_lock:
+            flight = self._flights.get(ck)
+            leader = flight is None
+            if leader:
+                flight = self._flights[ck] = _Flight()
+            else:
+                flight.waiters += 1
+        assert flight is not None
+        if not leader:
+            flight.event.wait()
+            if flight.error is not None:
+                self._count(coalesced=1, errors=1)
+                raise flight.error
+            self._count(coalesced=1, **({"not_found": 1} if flight.value is None else {"found": 1}))
+            return default if flight.value is None else flight.value
+        try:
+            # Another lookup may have filled the cache between our miss and our flight.
+            cached = self.cache.get(ck)
+            if cached is not None:
+                flight.value = None if is_null(cached) else cached
+                return self._from_cache(cached, default)
+            self._count(loads=1)
+            try:
+                value = self._call_loader(loader, key)
+            except BaseException as e:
+                flight.error = e
+                self._count(errors=1)
+                raise
+            flight.value = value
+            self._store(key, ck, value)
+            return default if value is None else value
+        finally:
+            with self._flights_lock:
+                del self._flights[ck]
+            flight.event.set()
+
+    def _store(self, key: Any, ck: str, value: Any) -> None:
+        if value is None:
+            self._count(not_found=1)
+            if self.null_ttl != 0:
+                self.cache.set(ck, NULL, self.null_ttl)
+        else:
+            self._count(found=1)
+            if self.value_ttl != 0:
+                self.cache.set(ck, value, self.value_ttl)
+            if self.add_found:
+                self.filter.add(as_key(key))
+
+    def add(self, key: Any, value: Any = None) -> None:
+        """A key that now exists (a new row): add it to the filter, and cache value (when
+        given) or drop any null marker cached for it."""
+        self.filter.add(as_key(key))
+        ck = self.cache_key(key)
+        if value is None:
+            self.cache.delete(ck)
+        elif self.value_ttl != 0:
+            self.cache.set(ck, value, self.value_ttl)
+
+    def invalidate(self, key: Any) -> None:
+        """Drop what the cache holds for key (a value or a null marker)."""
+        self.cache.delete(self.cache_key(key))
+
+    def in_flight(self) -> int:
+        """Loader calls running now (the number of per-key entries held)."""
+        with self._flights_lock:
+            return len(self._flights)
+
+    def waiting(self, key: Any) -> int:
+        """Lookups waiting now for the running loader call of key (0 when none runs)."""
+        with self._flights_lock:
+            flight = self._flights.get(self.cache_key(key))
+            return flight.waiters if flight is not None else 0
+
+    def __call__(self, func: Callable[[Any], V]) -> "Callable[[Any], Optional[V]]":
+        """``@guard`` on a loader: the decorated function runs the whole flow."""
+        if not callable(func):
+            raise TypeError("a Guard is used as a decorator on a loader; for a lookup call "
+                            "guard.get(key)")
+        self._set_loader(func)
+        guard = self
+
+        @functools.wraps(func)
+        def guarded(key: Any) -> Optional[V]:
+            return guard.get(key)
+
+        guarded.guard = guard  # type: ignore[attr-defined]
+        guarded.stats = guard.stats  # type: ignore[attr-defined]
+        guarded.invalidate = guard.invalidate  # type: ignore[attr-defined]
+        guarded.add = guard.add  # type: ignore[attr-defined]
+        guarded.uncached = func  # type: ignore[attr-defined]
+        return guarded
+
+
+def _maybe_await(value: Any) -> Awaitable[Any]:
+    if inspect.isawaitable(value):
+        return value
+
+    async def done() -> Any:
+        return value
+
+    return done()
+
+
+class AsyncGuard(_GuardBase):
+    """The same flow for asyncio: ``await guard.get(key)``.  The loader may be a coroutine
+    function or a plain one; the cache's get/set/delete may be coroutine functions (Django's
+    cache through DjangoCache, RedisCache(asynchronous=True)) or plain ones (MemoryCache).
+    Concurrent lookups of one key share one loader call (per-key futures, dropped when
+    the call ends).  The filter is called directly: in-memory filters answer in well under
+    a microsecond; a RedisFilter blocks the event loop for one round trip."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._flights: Dict[str, "asyncio.Future[Any]"] = {}
+        self._waiters: Dict[str, int] = {}
+
+    async def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
+        if not self.check(key):
+            return default
+        ck = self.cache_key(key)
+        cached = await _maybe_await(self.cache.get(ck))
+        if cached is not None:
+            return self._from_cache(cached, default)
+        return await self._load(key, ck, default, loader)
+
+    _from_cache = Guard._from_cache
+
+    async def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
+        flight = self._flights.get(ck)
+        if flight is not None:
+            self._waiters[ck] = self._waiters.get(ck, 0) + 1
+            try:
+                value = await asyncio.shield(flight)
+            except asyncio.CancelledError:
+                if flight.cancelled():  # the loading task was cancelled: load again
+                    return await self._load(key, ck, default, loader)
+                raise
+            except BaseException:
+                self._count(coalesced=1, errors=1)
+                raise
+            self._count(coalesced=1, **({"not_found": 1} if value is None else {"found": 1}))
+            return default if value is None else value
+        flight = asyncio.get_running_loop().create_future()
+        self._flights[ck] = flight
+        try:
+            cached = await _maybe_await(self.cache.get(ck))
+            if cached is not None:
+                flight.set_result(None if is_null(cached) else cached)
+                return self._from_cache(cached, default)
+            self._count(loads=1)
+            try:
+                value = await _maybe_await(self._call_loader(loader, key))
+            except asyncio.CancelledError:
+                raise  # finally cancels the flight: its waiters load again
+            except BaseException as e:
+                self._count(errors=1)
+                flight.set_exception(e)
+                # Mark the exception as retrieved if nobody waited for it.
+                flight.add_done_callback(lambda f: f.exception())
+                raise
+            flight.set_result(value)
+            await self._store(key, ck, value)
+            return default if value is None else value
+        finally:
+            if not flight.done():  # cancelled while loading: its waiters load again
+                flight.cancel()
+            del self._flights[ck]
+            self._waiters.pop(ck, None)
+
+    async def _store(self, key: Any, ck: str, value: Any) -> None:
+        if value is None:
+            self._count(not_found=1)
+            if self.null_ttl != 0:
+                await _maybe_await(self.cache.set(ck, NULL, self.null_ttl))
+        else:
+            self._count(found=1)
+            if self.value_ttl != 0:
+                await _maybe_await(self.cache.set(ck, value, self.value_ttl))
+            if self.add_found:
+                self.filter.add(as_key(key))
+
+    async def add(self, key: Any, value: Any = None) -> None:
+        self.filter.add(as_key(key))
+        ck = self.cache_key(key)
+        if value is None:
+            await _maybe_await(self.cache.delete(ck))
+        elif self.value_ttl != 0:
+            await _maybe_await(self.cache.set(ck, value, self.value_ttl))
+
+    async def invalidate(self, key: Any) -> None:
+        await _maybe_await(self.cache.delete(self.cache_key(key)))
+
+    def in_flight(self) -> int:
+        """Loader calls running now (the number of per-key entries held)."""
+        return len(self._flights)
+
+    def waiting(self, key: Any) -> int:
+        """Lookups waiting now for the running loader call of key (0 when none runs)."""
+        return self._waiters.get(self.cache_key(key), 0)
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[[Any], Awaitable[Any]]:
+        if not callable(func):
+            raise TypeError("an AsyncGuard is used as a decorator on a loader; for a lookup "
+                            "await guard.get(key)")
+        self._set_loader(func)
+        guard = self
+
+        @functools.wraps(func)
+        async def guarded(key: Any) -> Any:
+            return await guard.get(key)
+
+        guarded.guard = guard  # type: ignore[attr-defined]
+        guarded.stats = guard.stats  # type: ignore[attr-defined]
+        guarded.invalidate = guard.invalidate  # type: ignore[attr-defined]
+        guarded.add = guard.add  # type: ignore[attr-defined]
+        guarded.uncached = func  # type: ignore[attr-defined]
+        return guarded
+
+
+def bloom_guard(filter: Any, cache: Any = None, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a loader with a new guard: ``@bloom_guard(filter, cache, null_ttl=30)``.
+    A coroutine function gets an AsyncGuard, a plain one a Guard.  The decorated function
+    has ``.guard``, ``.stats()``, ``.invalidate(key)``, ``.add(key)`` and ``.uncached``."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        cls = AsyncGuard if inspect.iscoroutinefunction(func) else Guard
+        return cls(filter, cache, **options)(func)
+
+    return decorate

@@ -1,0 +1,679 @@
+"""ling_bloom.guard: the seeds' flow (filter -> cache -> loader), single flight, null
+caching, counters, the drift warning, Prometheus export, the cache adapters."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pickle
+import threading
+import time
+
+import pytest
+
+import ling_bloom as lb
+from ling_bloom.guard import (
+    NULL,
+    AsyncGuard,
+    Cache,
+    Guard,
+    MemoryCache,
+    RedisCache,
+    as_key,
+    bloom_guard,
+    is_null,
+)
+
+
+# ----------------------------------------------------------------- test doubles
+
+
+class SpyCache(MemoryCache):
+    """A MemoryCache that records every call, with a clock the test moves."""
+
+    def __init__(self, **kw):
+        self.now = 1000.0
+        super().__init__(clock=lambda: self.now, **kw)
+        self.calls = []
+
+    def get(self, key):
+        self.calls.append(("get", key))
+        return super().get(key)
+
+    def set(self, key, value, ttl=None):
+        self.calls.append(("set", key, value, ttl))
+        super().set(key, value, ttl)
+
+    def delete(self, key):
+        self.calls.append(("delete", key))
+        super().delete(key)
+
+
+class Loader:
+    """A loader over a dict 'database', counting calls per key."""
+
+    def __init__(self, rows):
+        self.rows = dict(rows)
+        self.calls = []
+
+    def __call__(self, key):
+        self.calls.append(key)
+        return self.rows.get(key)
+
+
+class PassEvery:
+    """A fake filter: keys in `present` pass; of the other keys every `every`-th passes (a
+    false positive at rate 1/every).  error_rate is its promise."""
+
+    def __init__(self, present=(), every=0, error_rate=0.01):
+        self.present = set(present)
+        self.every = every
+        self.error_rate = error_rate
+        self.absent_tests = 0
+        self.added = []
+
+    def test(self, key):
+        if key in self.present:
+            return True
+        self.absent_tests += 1
+        return bool(self.every) and self.absent_tests % self.every == 0
+
+    def add(self, key):
+        self.added.append(key)
+        self.present.add(key)
+        return True
+
+
+def wait_until(cond, what, limit=30.0):
+    """Wait for a condition (not a timing assertion: only a bound against a hung test)."""
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def flt():
+    f = lb.MemoryFilter(10_000, 0.01)
+    f.update(["1", "2", "3"])
+    yield f
+    f.close()
+
+
+# ------------------------------------------------------------------------ flow
+
+
+def test_rejected_key_touches_neither_cache_nor_loader(flt):
+    cache, load = SpyCache(), Loader({"1": "one"})
+    g = Guard(flt, cache, load, metrics=False)
+    for key in ["nope", "404", 99]:
+        assert g.get(key) is None
+        assert g.get(key, default="dflt") == "dflt"
+    assert cache.calls == []
+    assert load.calls == []
+    s = g.stats()
+    assert (s.lookups, s.rejected, s.passed, s.loads) == (6, 6, 0, 0)
+
+
+def test_found_value_is_loaded_once_then_served_by_the_cache(flt):
+    cache, load = SpyCache(), Loader({"1": {"id": 1}})
+    g = Guard(flt, cache, load, metrics=False, value_ttl=300)
+    assert g.get("1") == {"id": 1}
+    assert g.get("1") == {"id": 1}
+    assert g.get(1) == {"id": 1}  # int keys are the same key as their str
+    assert load.calls == ["1"]
+    assert ("set", "1", {"id": 1}, 300) in cache.calls
+    s = g.stats()
+    assert (s.lookups, s.found, s.cache_hits, s.loads, s.not_found) == (3, 3, 2, 1, 0)
+
+
+def test_found_key_is_added_to_the_filter():
+    f = PassEvery(every=1)  # every absent key passes
+    g = Guard(f, MemoryCache(), Loader({"new": "v"}), metrics=False)
+    assert g.get("new") == "v"
+    assert f.added == ["new"]
+    g2 = Guard(PassEvery(every=1), MemoryCache(), Loader({"new": "v"}), metrics=False,
+               add_found=False)
+    g2.get("new")
+    assert g2.filter.added == []
+
+
+def test_not_found_is_cached_as_null_for_null_ttl(flt):
+    cache, load = SpyCache(), Loader({})
+    g = Guard(flt, cache, load, null_ttl=30, metrics=False)
+    assert g.get("2") is None  # passes the filter, the loader finds nothing
+    assert ("set", "2", NULL, 30) in cache.calls
+    cache.now += 29.9
+    assert g.get("2") is None
+    assert load.calls == ["2"]  # served by the null marker
+    cache.now += 0.2  # the marker expired
+    assert g.get("2") is None
+    assert load.calls == ["2", "2"]
+    s = g.stats()
+    assert (s.not_found, s.null_hits, s.cache_hits, s.loads) == (3, 1, 1, 2)
+
+
+def test_null_ttl_zero_caches_nothing(flt):
+    cache, load = SpyCache(), Loader({})
+    g = Guard(flt, cache, load, null_ttl=0, metrics=False)
+    g.get("2"); g.get("2")
+    assert load.calls == ["2", "2"]
+    assert not [c for c in cache.calls if c[0] == "set"]
+
+
+def test_no_cache_still_filters_and_loads(flt):
+    load = Loader({"1": "one"})
+    g = Guard(flt, None, load, metrics=False)
+    assert g.get("1") == "one" and g.get("1") == "one" and g.get("x") is None
+    assert load.calls == ["1", "1"]
+
+
+def test_add_drops_a_cached_null_marker_and_invalidate_drops_values(flt):
+    cache, load = SpyCache(), Loader({})
+    g = Guard(flt, cache, load, metrics=False)
+    assert g.get("new") is None and load.calls == []  # not in the filter: rejected
+    load.rows["new"] = "row"
+    g.add("new")  # a row was created: the filter learns it, any null marker goes
+    assert "new" in flt
+    assert g.get("new") == "row"
+    load.rows["2"] = None
+    g.get("2")  # caches NULL
+    load.rows["2"] = "two"
+    g.add("2")
+    assert g.get("2") == "two"
+    g.add("3", value="three")
+    assert g.get("3") == "three" and "3" not in load.calls
+    g.invalidate("3")
+    load.rows["3"] = "THREE"
+    assert g.get("3") == "THREE"
+
+
+def test_key_prefix_and_bytes_keys(flt):
+    cache, load = SpyCache(), Loader({b"1": "b"})
+    g = Guard(flt, cache, load, key_prefix="product:", metrics=False)
+    assert g.get(b"1") == "b"
+    assert ("set", "product:1", "b", None) in cache.calls
+
+
+def test_loader_errors_propagate_and_are_counted(flt):
+    def boom(key):
+        raise RuntimeError("db down")
+
+    cache = SpyCache()
+    g = Guard(flt, cache, boom, metrics=False)
+    with pytest.raises(RuntimeError):
+        g.get("1")
+    assert not [c for c in cache.calls if c[0] == "set"]  # nothing cached on error
+    assert g.stats().errors == 1
+    assert g.in_flight() == 0
+
+
+def test_as_key():
+    assert as_key(42) == "42"
+    assert as_key("a") == "a" and as_key(b"a") == b"a"
+    assert as_key((7,)) == "7" and as_key(["k"]) == "k"
+    with pytest.raises(TypeError):
+        as_key(None)
+    with pytest.raises(TypeError):
+        as_key(True)
+
+
+# ----------------------------------------------------------------- decorators
+
+
+def test_guard_as_decorator(flt):
+    g = Guard(flt, MemoryCache(), metrics=False)
+    calls = []
+
+    @g
+    def load_product(key):
+        calls.append(key)
+        return f"product {key}"
+
+    assert load_product("1") == "product 1"
+    assert load_product("1") == "product 1"
+    assert load_product("zzz") is None
+    assert calls == ["1"]
+    assert load_product.guard is g and g.name.endswith("load_product")
+    assert load_product.stats().rejected == 1
+    assert load_product.uncached("zzz") == "product zzz"
+    with pytest.raises(TypeError):
+        g(lambda k: k)  # a second loader
+
+
+def test_bloom_guard_decorator(flt):
+    calls = []
+
+    @bloom_guard(flt, MemoryCache(), null_ttl=5, metrics=False)
+    def load(key):
+        calls.append(key)
+        return None if key == "3" else key.upper()
+
+    assert load("1") == "1" and load("3") is None and load("3") is None
+    assert load("nope") is None
+    assert calls == ["1", "3"]
+    assert isinstance(load.guard, Guard)
+
+
+def test_get_without_a_loader_is_a_clear_error(flt):
+    g = Guard(flt, MemoryCache(), metrics=False)
+    with pytest.raises(TypeError, match="no loader"):
+        g.get("1")
+    assert g.get("1", loader=lambda k: "x") == "x"
+    assert g.get("nope") is None  # rejected before any loader is needed
+
+
+# ---------------------------------------------------------------- single flight
+
+
+@pytest.mark.parametrize("outcome", ["found", "not_found", "error"])
+def test_single_flight_threads(flt, outcome):
+    n = 16
+    release = threading.Event()
+    calls = []
+
+    def slow_loader(key):
+        calls.append(key)
+        release.wait(30)
+        if outcome == "error":
+            raise LookupError("db error")
+        return "value" if outcome == "found" else None
+
+    g = Guard(flt, MemoryCache(), slow_loader, metrics=False)
+    results, errors = [], []
+
+    def worker():
+        try:
+            results.append(g.get("1"))
+        except LookupError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(calls) == 1 and g.waiting("1") == n - 1, "15 waiters")
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert calls == ["1"]  # one database call for 16 concurrent lookups
+    assert g.in_flight() == 0  # the per-key entry is gone
+    s = g.stats()
+    assert s.loads == 1 and s.coalesced == n - 1
+    if outcome == "error":
+        assert len(errors) == n and results == [] and s.errors == n
+    else:
+        assert errors == [] and len(results) == n
+        assert set(results) == {"value" if outcome == "found" else None}
+        assert (s.found if outcome == "found" else s.not_found) == n
+
+
+def test_single_flight_is_per_key(flt):
+    gate = threading.Barrier(3, timeout=30)
+    calls = []
+
+    def loader(key):
+        calls.append(key)
+        gate.wait()  # all three keys load at the same time: no key waits for another
+        return key
+
+    g = Guard(flt, None, loader, metrics=False)
+    threads = [threading.Thread(target=g.get, args=(k,)) for k in ["1", "2", "3"]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(calls) == ["1", "2", "3"]
+    assert g.in_flight() == 0
+
+
+def test_flights_do_not_accumulate(flt):
+    many = [str(i) for i in range(5000)]
+    flt.update(many)
+    g = Guard(flt, MemoryCache(maxsize=100), lambda k: None if int(k) % 2 else k,
+              metrics=False)
+    for k in many:
+        g.get(k)
+    assert g.in_flight() == 0
+    assert len(g._flights) == 0
+    assert len(g.cache) == 100  # the in-process cache stays bounded
+
+
+# ------------------------------------------------------------------ async
+
+
+def test_async_guard_single_flight_and_null_caching(flt):
+    async def main():
+        release = asyncio.Event()
+        calls = []
+
+        async def loader(key):
+            calls.append(key)
+            await release.wait()
+            return None if key == "2" else {"id": key}
+
+        g = AsyncGuard(flt, MemoryCache(), loader, metrics=False)
+        tasks = [asyncio.ensure_future(g.get("1")) for _ in range(10)]
+        while g.waiting("1") < 9:
+            await asyncio.sleep(0)
+        release.set()
+        results = await asyncio.gather(*tasks)
+        assert results == [{"id": "1"}] * 10
+        assert calls == ["1"]
+        assert await g.get("1") == {"id": "1"}
+        assert await g.get("2") is None and await g.get("2") is None
+        assert await g.get("absent") is None
+        assert calls == ["1", "2"]
+        s = g.stats()
+        assert (s.loads, s.coalesced, s.rejected, s.null_hits) == (2, 9, 1, 1)
+        assert g.in_flight() == 0
+
+    asyncio.run(main())
+
+
+def test_async_guard_with_async_cache_and_sync_loader(flt):
+    class AsyncDictCache:
+        def __init__(self):
+            self.data, self.calls = {}, []
+
+        async def get(self, key):
+            self.calls.append("get")
+            return self.data.get(key)
+
+        async def set(self, key, value, ttl=None):
+            self.calls.append("set")
+            self.data[key] = value
+
+        async def delete(self, key):
+            self.data.pop(key, None)
+
+    async def main():
+        cache = AsyncDictCache()
+        calls = []
+
+        @bloom_guard(flt, cache, metrics=False)
+        async def load(key):
+            calls.append(key)
+            return "v" if key == "1" else None
+
+        assert await load("1") == "v" and await load("1") == "v"
+        assert await load("3") is None and await load("3") is None
+        assert await load("never") is None
+        assert calls == ["1", "3"]
+        assert cache.data["3"] is NULL
+        await load.add("3", value="three")
+        assert await load("3") == "three"
+
+        g = AsyncGuard(flt, cache, lambda k: "sync " + k, metrics=False)  # plain loader
+        assert await g.get("2") == "sync 2"
+
+    asyncio.run(main())
+
+
+def test_async_guard_leader_cancelled_waiters_load_again(flt):
+    async def main():
+        calls = []
+        first = asyncio.Event()
+
+        async def loader(key):
+            calls.append(key)
+            if len(calls) == 1:
+                await first.wait()  # the first call hangs until cancelled
+            return "value"
+
+        g = AsyncGuard(flt, None, loader, metrics=False)
+        leader = asyncio.ensure_future(g.get("1"))
+        while not calls:
+            await asyncio.sleep(0)
+        waiter = asyncio.ensure_future(g.get("1"))
+        while g.waiting("1") < 1:
+            await asyncio.sleep(0)
+        leader.cancel()
+        assert await waiter == "value"
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        assert calls == ["1", "1"]
+        assert g.in_flight() == 0
+
+    asyncio.run(main())
+
+
+def test_async_loader_errors_reach_every_waiter(flt):
+    async def main():
+        release = asyncio.Event()
+        calls = []
+
+        async def loader(key):
+            calls.append(key)
+            await release.wait()
+            raise KeyError("db")
+
+        g = AsyncGuard(flt, None, loader, metrics=False)
+        tasks = [asyncio.ensure_future(g.get("1")) for _ in range(5)]
+        while g.waiting("1") < 4:
+            await asyncio.sleep(0)
+        release.set()
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(e, KeyError) for e in out)
+        assert calls == ["1"] and g.stats().errors == 5
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------ stats and drift
+
+
+def test_stats_observed_rate_against_the_promise():
+    f = PassEvery(present={"a"}, every=4, error_rate=0.01)
+    g = Guard(f, MemoryCache(), Loader({"a": 1}), metrics=False, null_ttl=0)
+    assert g.stats().false_positive_rate is None
+    for i in range(400):
+        g.get(f"absent{i}")
+    s = g.stats()
+    assert (s.rejected, s.not_found) == (300, 100)
+    assert s.false_positive_rate == pytest.approx(0.25)
+    assert s.error_rate == 0.01
+    assert s.as_dict()["passed"] == 100
+    g.reset_stats()
+    assert g.stats().lookups == 0
+
+
+def test_stats_with_a_real_filter_reports_its_promise_and_estimate(flt):
+    g = Guard(flt, MemoryCache(), Loader({}), metrics=False)
+    s = g.stats()
+    assert s.error_rate == 0.01
+    assert s.estimated_error_rate is not None and 0 <= s.estimated_error_rate < 0.01
+
+
+def _drive(g, n):
+    for i in range(n):
+        g.get(f"absent{i}")
+
+
+def test_drift_warning_when_the_observed_rate_exceeds_the_promise(caplog):
+    f = PassEvery(every=20, error_rate=0.01)  # observes 5% where 1% is promised
+    g = Guard(f, None, Loader({}), metrics=False, name="products", drift_min_samples=1000)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        _drive(g, 999)
+        assert caplog.records == []  # below the minimum sample: no judgement
+        _drive(g, 3000)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once, not on every false positive
+    msg = warnings[0].getMessage()
+    assert "'products'" in msg and "0.05" in msg and "0.01" in msg
+
+
+def test_no_drift_warning_at_the_promised_rate(caplog):
+    f = PassEvery(every=100, error_rate=0.01)  # exactly the promise
+    g = Guard(f, None, Loader({}), metrics=False, drift_min_samples=100)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        _drive(g, 20_000)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert g.stats().false_positive_rate == pytest.approx(0.01)
+
+
+def test_no_drift_warning_on_noise_of_a_small_sample(caplog):
+    # 3 false positives in 100 negatives: 3x the promise, but within noise of 1%.
+    f = PassEvery(every=33, error_rate=0.01)
+    g = Guard(f, None, Loader({}), metrics=False, drift_min_samples=50)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        _drive(g, 100)
+    assert caplog.records == []
+
+
+def test_drift_warning_goes_to_the_given_logger(caplog):
+    mine = logging.getLogger("myapp.bloom")
+    g = Guard(PassEvery(every=2, error_rate=0.001), None, Loader({}), metrics=False,
+              logger=mine, drift_min_samples=10)
+    with caplog.at_level(logging.WARNING, logger="myapp.bloom"):
+        _drive(g, 100)
+    assert [r.name for r in caplog.records] == ["myapp.bloom"]
+
+
+def test_overfilled_real_filter_drifts(caplog):
+    f = lb.MemoryFilter(100, 0.01)
+    f.update([f"row{i}" for i in range(2000)])  # 20x its capacity
+    g = Guard(f, None, Loader({}), metrics=False, drift_min_samples=500)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        _drive(g, 2000)
+    assert g.stats().false_positive_rate > 0.5
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+# ------------------------------------------------------------------ prometheus
+
+
+def test_prometheus_metrics(flt):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    reg = prometheus_client.CollectorRegistry()
+    g = Guard(flt, MemoryCache(), Loader({"1": "one"}), metrics=reg, name="products")
+    g.get("1"); g.get("1"); g.get("2"); g.get("2"); g.get("nope")
+    v = reg.get_sample_value
+    assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "rejected"}) == 1
+    assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "found"}) == 2
+    assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "not_found"}) == 2
+    assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "error"}) == 0
+    assert v("ling_bloom_guard_cache_hits_total", {"guard": "products", "kind": "value"}) == 1
+    assert v("ling_bloom_guard_cache_hits_total", {"guard": "products", "kind": "null"}) == 1
+    assert v("ling_bloom_guard_loads_total", {"guard": "products"}) == 2
+    assert v("ling_bloom_guard_false_positive_rate", {"guard": "products"}) == pytest.approx(2 / 3)
+    assert v("ling_bloom_guard_filter_error_rate", {"guard": "products"}) == 0.01
+    text = prometheus_client.generate_latest(reg).decode()
+    assert 'ling_bloom_guard_lookups_total{guard="products",result="rejected"} 1.0' in text
+
+    # A second guard in the same registry: its own label, no duplicate-metric error.
+    g2 = Guard(flt, None, Loader({}), metrics=reg, name="users")
+    g2.get("nope")
+    assert v("ling_bloom_guard_lookups_total", {"guard": "users", "result": "rejected"}) == 1
+    assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "rejected"}) == 1
+
+
+def test_prometheus_default_registry_and_opt_out(flt):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    g = Guard(flt, None, Loader({}), name="test_default_registry_guard")
+    assert g.metrics_registry is prometheus_client.REGISTRY
+    g.get("nope")
+    assert prometheus_client.REGISTRY.get_sample_value(
+        "ling_bloom_guard_lookups_total",
+        {"guard": "test_default_registry_guard", "result": "rejected"}) >= 1
+    assert Guard(flt, None, metrics=False).metrics_registry is None
+
+
+# ---------------------------------------------------------------------- caches
+
+
+def test_memory_cache_ttl_and_bound():
+    now = [0.0]
+    c = MemoryCache(maxsize=3, clock=lambda: now[0])
+    assert isinstance(c, Cache)
+    c.set("a", 1, ttl=10); c.set("b", 2); c.set("c", 3)
+    assert c.get("a") == 1  # a is now the most recent
+    c.set("d", 4)  # evicts b, the least recently used
+    assert c.get("b") is None and c.get("c") == 3 and c.get("d") == 4
+    now[0] = 10.0
+    assert c.get("a") is None  # expired
+    assert c.get("c") == 3  # no expiry
+    c.delete("c"); c.delete("missing")
+    assert c.get("c") is None
+    with pytest.raises(ValueError):
+        MemoryCache(maxsize=0)
+
+
+def test_null_marker_survives_pickling():
+    assert pickle.loads(pickle.dumps(NULL)) is NULL
+    assert is_null(NULL) and not is_null(None) and not NULL
+
+
+def _redis_py():
+    return pytest.importorskip("redis", reason="redis-py is not installed")
+
+
+def test_redis_cache_with_a_real_server(clean_redis, flt):
+    redis = _redis_py()
+    client = redis.Redis.from_url(clean_redis.url)
+    try:
+        cache = RedisCache(client, prefix="t:")
+        assert isinstance(cache, Cache)
+        load = Loader({"1": {"id": 1, "name": "one"}})
+        g = Guard(flt, cache, load, null_ttl=30, value_ttl=600, metrics=False)
+        assert g.get("1") == {"id": 1, "name": "one"}
+        assert g.get("1") == {"id": 1, "name": "one"}
+        assert g.get("2") is None and g.get("2") is None
+        assert load.calls == ["1", "2"]
+        assert client.get("t:2") == b"\x00ling_bloom:null"
+        assert 0 < client.pttl("t:2") <= 30_000
+        assert 0 < client.pttl("t:1") <= 600_000
+        g.add("2", value=None)
+        assert client.exists("t:2") == 0
+
+        jc = RedisCache(client, prefix="j:", dumps=lambda v: json.dumps(v).encode(),
+                        loads=json.loads)
+        jc.set("k", {"a": [1, 2]})
+        assert client.get("j:k") == b'{"a": [1, 2]}' and jc.get("k") == {"a": [1, 2]}
+        assert client.pttl("j:k") == -1
+        jc.set("n", NULL, 5)
+        assert jc.get("n") is NULL
+    finally:
+        client.close()
+
+
+def test_async_redis_cache_with_a_real_server(clean_redis, flt):
+    redis = _redis_py()
+    import redis.asyncio as aredis
+
+    async def main():
+        client = aredis.Redis.from_url(clean_redis.url)
+        try:
+            calls = []
+
+            async def loader(key):
+                calls.append(key)
+                return None
+
+            g = AsyncGuard(flt, RedisCache(client, asynchronous=True), loader, null_ttl=10,
+                           metrics=False)
+            assert await g.get("3") is None and await g.get("3") is None
+            assert calls == ["3"]
+            assert await client.get("3") == b"\x00ling_bloom:null"
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_guard_over_a_shared_redis_filter(clean_redis):
+    """Two guards (two 'processes') over one RedisFilter bitmap: a key found by one is
+    known to the other."""
+    f1 = lb._core.RedisFilter("bf:products", 10_000, 0.01, url=clean_redis.url)
+    f2 = lb._core.RedisFilter("bf:products", 10_000, 0.01, url=clean_redis.url)
+    try:
+        f1.update(["1"])
+        rows = {"1": "one", "2": "two"}
+        g1 = Guard(f1, MemoryCache(), Loader(rows), metrics=False)
+        g2 = Guard(f2, MemoryCache(), Loader(rows), metrics=False)
+        assert g2.get("1") == "one"
+        assert g2.get("2") is None  # not yet in the shared filter
+        g1.add("2")  # a new row seen by the first process
+        assert g2.get("2") == "two"
+    finally:
+        f1.close(); f2.close()
