@@ -3,17 +3,81 @@
 Commands:
   demo                the filters at work (the README's main job)
   estimate N P        m, k and memory for N keys at false-positive rate P
+  fpr [options]       a false-positive-rate experiment as a table (and a plot)
   inspect FILE        what a saved filter holds
 
-Exit codes: 0 success, 1 the command failed (bad file, ...), 2 bad usage.
+Exit codes: 0 success, 1 the command failed (unreadable or invalid file, matplotlib
+missing, ...), 2 bad usage (unknown command or option, a value out of range).  Errors are
+one line on stderr, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence, Union
 
 import ling_bloom as lb
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+HASHES = ("xxh3", "ling-base")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {v}")
+    return v
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0.0 < v < 1.0):
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), not {text}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return v
+
+
+def _checkpoints(text: str) -> Union[int, List[int]]:
+    """"10" (ten checkpoints) or "1000,5000,20000" (the key counts to measure at)."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("empty checkpoint list")
+    try:
+        values = [_positive_int(p.strip()) for p in parts]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"checkpoints: {exc}") from None
+    if len(text.split(",")) == 1:
+        return values[0]
+    return values
 
 
 def _human_bytes(n: float) -> str:
@@ -59,37 +123,183 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ling_bloom",
-        description="Bloom filters with a C core: demo, capacity planning, saved filters.",
+class UsageError(Exception):
+    """Arguments that parse but do not go together: exit 2."""
+
+
+def cmd_fpr(args: argparse.Namespace) -> int:
+    from . import analysis
+
+    kind = args.type
+    if kind == "scalable" and (args.m is not None or args.k is not None):
+        raise UsageError("--m/--k size a fixed filter; a scalable filter takes -n and -p")
+    if (args.m is None) != (args.k is None):
+        raise UsageError("give both --m and --k, or neither")
+    if args.m is not None and args.p_given:
+        raise UsageError("give -p or --m/--k, not both")
+    if args.plot:
+        if not args.plot.lower().endswith((".png", ".svg", ".pdf")):
+            raise UsageError("--plot FILE must end in .png, .svg or .pdf")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("error: --plot needs matplotlib (pip install 'ling_bloom[plot]')",
+                  file=sys.stderr)
+            return EXIT_FAILURE
+    load = args.load if args.load is not None else (100.0 if kind == "scalable" else 1.0)
+    spacing = args.spacing or ("log" if kind == "scalable" else "linear")
+    kwargs = {}
+    if kind == "scalable":
+        kwargs = {"growth_ratio": args.growth_ratio, "fpr_ratio": args.fpr_ratio}
+    exp = analysis.run_experiment(
+        kind, args.n, None if args.m is not None else args.p,
+        keys=args.keys, probe_keys=args.probe_keys, hash=args.hash, m=args.m, k=args.k,
+        checkpoints=args.checkpoints, spacing=spacing, load=load, probes=args.probes,
+        seed=args.seed, **kwargs,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    d = sub.add_parser("demo", help="show the filters at work")
-    d.add_argument("--n", type=int, default=200_000, help="keys to add (default 200000)")
-    d.add_argument("--error-rate", type=float, default=0.01, help="target rate (default 0.01)")
+    if args.format == "markdown":
+        sys.stdout.write(exp.to_markdown())
+    elif args.format == "json":
+        json.dump({"experiment": exp.title, "rows": exp.to_dicts()}, sys.stdout, indent=1,
+                  default=lambda v: None)
+        sys.stdout.write("\n")
+    else:
+        rows = exp.to_dicts()
+        cols = list(rows[0])
+        print(",".join(cols))
+        for r in rows:
+            print(",".join("" if r[c] is None else repr(r[c]) if isinstance(r[c], float)
+                           else str(r[c]) for c in cols))
+    if args.plot:
+        if kind == "scalable":
+            ax = analysis.plot_scalable_growth(exp)
+        else:
+            ax = analysis.plot_fpr(exp, x="load")
+        ax.figure.savefig(args.plot, dpi=110)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"error: {message}\n(try: {self.prog} --help)\n")
+
+
+class _RecordP(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        setattr(namespace, self.dest, values)
+        namespace.p_given = True
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m ling_bloom",
+        description="Bloom filters with a C core: demo, capacity planning, false-positive-rate "
+                    "experiments, saved filters.",
+        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage.  "
+               "'python -m ling_bloom COMMAND --help' for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    d = sub.add_parser("demo", help="show the filters at work (start here)",
+                       description="Each filter at work, its measured false-positive rate "
+                                   "beside the one it promises.")
+    d.add_argument("--n", type=_positive_int, default=200_000,
+                   help="keys to add (default 200000)")
+    d.add_argument("--error-rate", type=_rate, default=0.01,
+                   help="target rate (default 0.01)")
     d.set_defaults(func=cmd_demo)
-    e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P")
-    e.add_argument("n", type=int, metavar="N", help="expected number of keys")
-    e.add_argument("p", type=float, metavar="P", help="false-positive rate, in (0, 1)")
+
+    e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P",
+                       description="ling-base's Estimate: m = ceil(n*-ln p / ln^2 2), "
+                                   "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.",
+                       epilog="example: python -m ling_bloom estimate 1000000 0.01")
+    e.add_argument("n", type=_positive_int, metavar="N", help="expected number of keys")
+    e.add_argument("p", type=_rate, metavar="P", help="false-positive rate, in (0, 1)")
     e.set_defaults(func=cmd_estimate)
-    i = sub.add_parser("inspect", help="what a saved filter holds")
+
+    f = sub.add_parser(
+        "fpr", help="measure a filter's false-positive rate as it fills",
+        description="Fill a filter in steps with keys of one shape and test keys that were "
+                    "never added at each step: the measured false-positive rate beside the "
+                    "theoretical (1 - e^(-kn/m))^k, the fill and the memory.",
+        epilog="examples:\n"
+               "  python -m ling_bloom fpr -n 1000000 -p 0.001 --keys uuid\n"
+               "  python -m ling_bloom fpr --hash ling-base --keys sequential --load 1.5\n"
+               "  python -m ling_bloom fpr --type scalable -n 1000 --load 1000 "
+               "--plot growth.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    f.add_argument("--type", choices=sorted(["memory", "counting", "scalable"]),
+                   default="memory", help="filter type (default memory)")
+    f.add_argument("-n", "--n", type=_positive_int, default=100_000,
+                   help="capacity the filter is sized for; the initial capacity of a "
+                        "scalable filter (default 100000)")
+    f.add_argument("-p", "--p", type=_rate, default=0.01, action=_RecordP,
+                   help="target false-positive rate (default 0.01)")
+    f.add_argument("--m", type=_positive_int, help="bits, with --k: a fixed geometry instead "
+                                                   "of -p")
+    f.add_argument("--k", type=_positive_int, help="hash functions, with --m")
+    f.add_argument("--hash", choices=HASHES, default="xxh3",
+                   help="hashing scheme (default xxh3; ling-base: the Go library's FNV-1a)")
+    f.add_argument("--keys", choices=("sequential", "uuid", "url", "random"),
+                   default="sequential", help="shape of the added keys (default sequential)")
+    f.add_argument("--probe-keys", choices=("sequential", "uuid", "url", "random"),
+                   help="shape of the never-added keys tested (default: as --keys)")
+    f.add_argument("--load", type=_positive_float,
+                   help="how far to fill, as a multiple of n (default 1; 100 for scalable)")
+    f.add_argument("--checkpoints", type=_checkpoints, default=10, metavar="N|A,B,...",
+                   help="number of measurements, or the key counts to measure at "
+                        "(default 10)")
+    f.add_argument("--spacing", choices=("linear", "log"),
+                   help="how checkpoints are spread (default linear; log for scalable)")
+    f.add_argument("--probes", type=_positive_int,
+                   help="never-added keys tested at each checkpoint (default: enough for "
+                        "about 200 false positives at -p, 20000..1000000)")
+    f.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the keys (default 0)")
+    f.add_argument("--growth-ratio", type=_positive_float, default=2.0,
+                   help="scalable: capacity ratio of successive stages (default 2)")
+    f.add_argument("--fpr-ratio", type=_rate, default=0.9,
+                   help="scalable: rate ratio of successive stages (default 0.9)")
+    f.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown",
+                   help="table format on stdout (default markdown)")
+    f.add_argument("--plot", metavar="FILE.png",
+                   help="also save a plot (needs matplotlib): measured vs theory, or the "
+                        "scalable filter's growth")
+    f.set_defaults(func=cmd_fpr, p_given=False)
+
+    i = sub.add_parser("inspect", help="what a saved filter holds",
+                       description="Type, geometry, fill and current rate of a filter saved "
+                                   "with save().")
     i.add_argument("file", metavar="FILE")
     i.set_defaults(func=cmd_inspect)
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     try:
         return int(args.func(args))
-    except (ValueError, OSError, lb.BloomError) as exc:
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (| head): not an error of ours; silence the final flush.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except (ValueError, TypeError, OSError, ImportError, lb.BloomError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""python -m ling_bloom: every command, --help, exit codes, errors on stderr without tracebacks."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import ling_bloom as lb
+from ling_bloom.__main__ import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, check_rc=None):
+    """Run the real command in a child process (what a script sees)."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    p = subprocess.run([sys.executable, "-m", "ling_bloom", *args], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=300)
+    assert "Traceback" not in p.stderr, p.stderr
+    if check_rc is not None:
+        assert p.returncode == check_rc, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def test_no_command_prints_help_and_exits_2():
+    p = run(check_rc=2)
+    for cmd in ("demo", "estimate", "fpr", "inspect"):
+        assert cmd in p.stderr
+
+
+@pytest.mark.parametrize("cmd", [[], ["demo"], ["estimate"], ["fpr"], ["inspect"]])
+def test_help_of_every_command(cmd):
+    p = run(*cmd, "--help", check_rc=0)
+    assert p.stdout.startswith("usage: python -m ling_bloom")
+    assert p.stderr == ""
+
+
+def test_demo_runs(capsys):
+    assert main(["demo", "--n", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert "MemoryFilter" in out and "ScalableFilter" in out and "false negatives: 0" in out
+
+
+def test_estimate_prints_ling_base_numbers(capsys):
+    assert main(["estimate", "1000000", "0.01"]) == 0
+    out = capsys.readouterr().out
+    m, k = lb.estimate(1_000_000, 0.01)
+    assert f"m = {m:,} bits  k = {k}" in out
+    assert "1.1 MiB (bit array)" in out
+
+
+def test_estimate_accepts_underscores(capsys):
+    assert main(["estimate", "1_000", "0.5"]) == 0
+    assert f"m = {lb.estimate(1000, 0.5).m:,}" in capsys.readouterr().out
+
+
+def test_inspect_a_saved_filter(tmp_path, capsys):
+    f = lb.CountingFilter(1000, 0.01)
+    f.update(["a", "b", "c"])
+    path = tmp_path / "f.bloom"
+    f.save(str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "CountingFilter" in out and f"m={f.m:,} k={f.k}" in out and "about 3 keys" in out
+    s = lb.ScalableFilter(10, 0.01)
+    s.update([str(i) for i in range(100)])
+    s.save(str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{s.num_sub_filters} stages" in out and "stage 0:" in out
+
+
+def test_fpr_markdown_table(capsys):
+    assert main(["fpr", "-n", "20000", "-p", "0.01", "--keys", "uuid", "--checkpoints", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("MemoryFilter n=20,000 p=0.01")
+    assert out[2].startswith("| keys added |")
+    rows = [ln for ln in out if ln.startswith("| ") and ln[2].isdigit()]
+    assert [r.split(" | ")[0] for r in rows] == ["| 5,000", "| 10,000", "| 15,000", "| 20,000"]
+
+
+def test_fpr_json_is_the_experiment(capsys):
+    from ling_bloom import analysis
+
+    assert main(["fpr", "-n", "5000", "--checkpoints", "2", "--format", "json",
+                 "--hash", "ling-base", "--seed", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    exp = analysis.run_experiment("memory", 5000, 0.01, hash="ling-base", checkpoints=2, seed=3)
+    assert [r["false_positives"] for r in data["rows"]] == [r.false_positives for r in exp]
+    assert "hash=ling-base" in data["experiment"]
+
+
+def test_fpr_csv_and_fixed_geometry(capsys):
+    assert main(["fpr", "--type", "counting", "--m", "50000", "--k", "3", "-n", "5000",
+                 "--checkpoints", "1000,5000", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split(",")[:3] == ["keys_added", "load", "fill"]
+    assert [ln.split(",")[0] for ln in lines[1:]] == ["1000", "5000"]
+
+
+def test_fpr_scalable_with_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "growth.png"
+    p = run("fpr", "--type", "scalable", "-n", "200", "--load", "50", "--checkpoints", "8",
+            "--plot", str(png), check_rc=0)
+    assert "| stages |" in p.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "plot written" in p.stderr
+
+
+def test_fpr_memory_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "fpr.png"
+    run("fpr", "-n", "3000", "--checkpoints", "5", "--load", "2", "--plot", str(png), check_rc=0)
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["nosuch"], "invalid choice"),
+    (["estimate", "100"], "required"),
+    (["estimate", "100", "2"], "between 0 and 1"),
+    (["estimate", "0", "0.1"], "at least 1"),
+    (["estimate", "ten", "0.1"], "not a whole number"),
+    (["demo", "--error-rate", "0"], "between 0 and 1"),
+    (["fpr", "--type", "bitset"], "invalid choice"),
+    (["fpr", "--keys", "guid"], "invalid choice"),
+    (["fpr", "--hash", "md5"], "invalid choice"),
+    (["fpr", "-p", "1.5"], "between 0 and 1"),
+    (["fpr", "--m", "1000"], "both --m and --k"),
+    (["fpr", "--m", "1000", "--k", "3", "-p", "0.1"], "-p or --m/--k"),
+    (["fpr", "--type", "scalable", "--m", "1000", "--k", "3"], "scalable"),
+    (["fpr", "--checkpoints", "10,x"], "checkpoints"),
+    (["fpr", "--load", "-1"], "positive"),
+    (["fpr", "--plot", "out.txt"], ".png"),
+    (["inspect"], "required"),
+])
+def test_usage_errors_exit_2(args, needle):
+    p = run(*args, check_rc=2)
+    assert needle in p.stderr
+    assert p.stdout == ""
+
+
+def test_failures_exit_1(tmp_path):
+    p = run("inspect", str(tmp_path / "missing.bloom"), check_rc=1)
+    assert p.stderr.startswith("error:") and "missing.bloom" in p.stderr
+    bad = tmp_path / "bad.bloom"
+    bad.write_bytes(b"not a filter at all")
+    p = run("inspect", str(bad), check_rc=1)
+    assert "not a valid saved filter" in p.stderr
+    trunc = tmp_path / "trunc.bloom"
+    f = lb.MemoryFilter(1000, 0.01)
+    trunc.write_bytes(f.to_bytes()[:40])
+    p = run("inspect", str(trunc), check_rc=1)
+    assert p.stderr.startswith("error:")
+    # a geometry the library refuses is a failure of the command, not usage
+    p = run("fpr", "--m", str(2**62), "--k", "3", "-n", "10", check_rc=1)
+    assert p.stderr.startswith("error:")
+
+
+def test_fpr_plot_without_matplotlib_exits_1(tmp_path):
+    # a child whose import of matplotlib fails
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "matplotlib.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = dict(os.environ, PYTHONPATH=f"{shim}{os.pathsep}{ROOT}")
+    p = subprocess.run([sys.executable, "-m", "ling_bloom", "fpr", "-n", "100",
+                        "--plot", str(tmp_path / "x.png")], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert "ling_bloom[plot]" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_output_into_a_closed_pipe_is_not_an_error():
+    p = subprocess.run(
+        f"{sys.executable} -m ling_bloom fpr -n 2000 --checkpoints 2000 --probes 100 | head -1",
+        shell=True, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.stdout.startswith("MemoryFilter")
+    assert "Traceback" not in p.stderr
