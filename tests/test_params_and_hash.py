@@ -190,11 +190,6 @@ def test_ling_base_hash_pair_vector(case):
     assert lb.hash_pair(_key(case), hash="ling-base") == (int(case["h1"]), int(case["h2"]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="indices() raises EmptyKeyError for the empty key, so 7 of the 161 vectors are "
-    "unreachable (Go's Indices accepts it); see the test report",
-)
 @pytest.mark.parametrize("case,geo", EMPTY_INDEX_CASES)
 def test_ling_base_index_vector_empty_key(case, geo):
     assert lb.indices(b"", geo["m"], geo["k"], hash="ling-base") == geo["indices"]

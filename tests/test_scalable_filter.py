@@ -236,14 +236,14 @@ def test_copy_and_compare_work_past_64_stages():
     assert f == c
 
 
-def test_saving_past_64_stages_is_a_clear_error():
+def test_a_chain_past_64_stages_saves_and_loads():
     f = ScalableFilter(1, 0.01, 1.0001, 0.9999)
     f.update(keys(100))
     assert f.num_sub_filters > 64
-    with pytest.raises(ValueError):
-        f.to_bytes()
-    with pytest.raises(ValueError):
-        pickle.dumps(f)
+    again = ScalableFilter.from_bytes(f.to_bytes())
+    assert again == f and again.num_sub_filters == f.num_sub_filters
+    assert pickle.loads(pickle.dumps(f)) == f
+    assert all(again.test_many(keys(100)))
 
 
 def test_close():

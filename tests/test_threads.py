@@ -164,7 +164,9 @@ stop = threading.Event()
 def mutate():
     i = 0
     while not stop.is_set():
-        if mode == "shrink-and-grow" and len(shared) > 3000:
+        if len(shared) > 30_000:
+            del shared[2048 * 5 + 10 :]  # back to the original size, then grow again
+        elif mode == "shrink-and-grow" and len(shared) > 3000 and i % 3 == 0:
             del shared[-700:]
         shared.append(f"new{i}")
         i += 1

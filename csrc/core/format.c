@@ -160,6 +160,7 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
     size_t pos = LB_FORMAT_SCALABLE_HEADER;
     if (body - pos < 8 * (size_t)h->nstages)
         FAIL("truncated stage table");
+    h->counts_raw = data + pos;
     lb_scalable probe;
     memset(&probe, 0, sizeof(probe));
     probe.initial_capacity = h->initial_capacity;
@@ -172,8 +173,7 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
         double rate;
         if (lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k) != LB_OK)
             FAIL("stage geometry out of range");
-        h->counts[i] = get_u64(data + pos);
-        if (h->counts[i] > cap)
+        if (get_u64(data + pos) > cap)
             FAIL("stage count exceeds its capacity");
         total += (m + 7) / 8;
         if (total > body)
@@ -184,6 +184,11 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
     h->payload = data + pos;
     h->payload_len = (size_t)total;
     return LB_OK;
+}
+
+uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i)
+{
+    return get_u64(h->counts_raw + 8 * (size_t)i);
 }
 
 lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why)

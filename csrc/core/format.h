@@ -33,7 +33,8 @@
 #include "hash.h"
 
 #define LB_FORMAT_VERSION 1
-#define LB_FORMAT_MAX_STAGES 64
+/* As many stages as a chain can have (LB_SCALABLE_MAX_STAGES). */
+#define LB_FORMAT_MAX_STAGES 4096
 
 typedef enum { LB_KIND_MEMORY = 1, LB_KIND_COUNTING = 2, LB_KIND_SCALABLE = 3 } lb_kind;
 
@@ -50,7 +51,8 @@ typedef struct {
     uint64_t initial_capacity;
     double growth, fpr_ratio;
     uint32_t nstages;
-    uint64_t counts[LB_FORMAT_MAX_STAGES];
+    const uint64_t *counts;       /* writing: the count of each stage */
+    const uint8_t *counts_raw;    /* reading: where the counts are in the input */
     /* where the payload starts in the input, and its length */
     const uint8_t *payload;
     size_t payload_len;
@@ -73,6 +75,9 @@ void lb_format_write_scalable(uint8_t *out, const lb_format_header *h,
 /* Parse and check everything: magic, version, kind, scheme, geometry limits,
  * exact length, checksum, padding bits.  On success h->payload points into
  * data.  Every failure is LB_ERR_FORMAT with a reason in why (static text). */
+/* Reading: the count of stage i (i < nstages). */
+uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i);
+
 lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why);
 
 #endif

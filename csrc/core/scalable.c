@@ -43,6 +43,8 @@ lb_status lb_scalable_push_stage(lb_scalable *s)
 {
     uint64_t capacity, m, k;
     double rate;
+    if (s->nstages >= LB_SCALABLE_MAX_STAGES)
+        return LB_ERR_RANGE;
     lb_status st = lb_scalable_stage_params(s, s->nstages, &capacity, &rate, &m, &k);
     if (st != LB_OK)
         return st;

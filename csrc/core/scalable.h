@@ -19,6 +19,10 @@
 #include "common.h"
 #include "hash.h"
 
+/* A chain stops growing here (LB_ERR_RANGE).  With fpr_ratio 0.9 the stage
+ * rates need more than 64 hash functions after about 360 stages anyway. */
+#define LB_SCALABLE_MAX_STAGES 4096
+
 typedef struct {
     lb_bits bits;
     lb_geometry geo;

@@ -126,8 +126,12 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     }
     for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
         /* A list can change under us while the GIL is released between
-         * chunks: read its size again and hold each key's object. */
+         * chunks: read its size again (never going past the n keys the
+         * work space and the result were sized for) and hold each key's
+         * object while the chunk runs. */
         Py_ssize_t now = PySequence_Fast_GET_SIZE(seq);
+        if (now > n)
+            now = n;
         if (start >= now)
             break;
         size_t len = (size_t)(now - start) < chunk ? (size_t)(now - start) : chunk;

@@ -443,13 +443,23 @@ static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
+/* indices() and hash_pair() are the hash functions themselves: unlike the
+ * filters they take the empty key (the Go library hashes it too). */
 static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key *k,
                         lb_key_hold *hold, lb_hash_scheme *scheme)
 {
     lb_state *st = PyModule_GetState(module);
     if (lb_parse_hash(hash, scheme) < 0)
         return -1;
-    return lb_key_get(st, key, k, hold);
+    if (lb_key_get(st, key, k, hold) < 0) {
+        if (!PyErr_ExceptionMatches(st->EmptyKeyError))
+            return -1;
+        PyErr_Clear();
+        hold->has_view = 0;
+        k->data = "";
+        k->len = 0;
+    }
+    return 0;
 }
 
 static PyObject *indices(PyObject *module, PyObject *args, PyObject *kwargs)

@@ -244,23 +244,31 @@ static PyObject *sf_to_bytes(PyObject *self, PyObject *unused)
     h.error_rate = s->error_rate;
     h.growth = s->growth;
     h.fpr_ratio = s->fpr_ratio;
-    if (s->nstages > LB_FORMAT_MAX_STAGES)
-        return PyErr_Format(PyExc_ValueError, "a filter of %u stages cannot be saved (at most %d)",
-                            s->nstages, LB_FORMAT_MAX_STAGES);
     h.nstages = s->nstages;
-    const uint8_t *payloads[LB_FORMAT_MAX_STAGES];
-    size_t lens[LB_FORMAT_MAX_STAGES];
-    size_t total = LB_FORMAT_SCALABLE_HEADER + 8 * (size_t)s->nstages + LB_FORMAT_TRAILER;
+    size_t n = s->nstages;
+    uint64_t *counts = PyMem_Malloc(n * sizeof(uint64_t));
+    const uint8_t **payloads = PyMem_Malloc(n * sizeof(*payloads));
+    size_t *lens = PyMem_Malloc(n * sizeof(size_t));
+    if (!counts || !payloads || !lens) {
+        PyMem_Free(counts);
+        PyMem_Free(payloads);
+        PyMem_Free(lens);
+        return PyErr_NoMemory();
+    }
+    size_t total = LB_FORMAT_SCALABLE_HEADER + 8 * n + LB_FORMAT_TRAILER;
     for (uint32_t i = 0; i < s->nstages; i++) {
-        h.counts[i] = s->stages[i].count;
+        counts[i] = s->stages[i].count;
         payloads[i] = s->stages[i].bits.data;
         lens[i] = (size_t)s->stages[i].bits.nbytes;
         total += lens[i];
     }
+    h.counts = counts;
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!out)
-        return NULL;
-    lb_format_write_scalable((uint8_t *)PyBytes_AS_STRING(out), &h, payloads, lens);
+    if (out)
+        lb_format_write_scalable((uint8_t *)PyBytes_AS_STRING(out), &h, payloads, lens);
+    PyMem_Free(counts);
+    PyMem_Free(payloads);
+    PyMem_Free(lens);
     return out;
 }
 
@@ -287,7 +295,7 @@ static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
             memcpy(stage->bits.data, p, (size_t)stage->bits.nbytes);
             p += stage->bits.nbytes;
             stage->bits.bits_set = lb_bits_popcount(&stage->bits);
-            stage->count = h.counts[i];
+            stage->count = lb_format_stage_count(&h, i);
         }
     }
     PyBuffer_Release(&view);
