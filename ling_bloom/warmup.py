@@ -1,0 +1,384 @@
+"""Fill a filter before traffic arrives, and keep it in step with the database.
+
+``warmup(filter, keys)`` adds the keys of any iterable (a queryset's ``iterator()``, a DB
+cursor, the lines of a file) in batches through ``filter.update``, with a progress bar
+on a terminal and a summary at the end.
+
+``sync(filter, fetch, state)`` is the seeds' incremental sync: it asks ``fetch(after,
+limit)`` for the rows with an id greater than the last one seen, adds their keys, and
+remembers the last id (in a file, or through your own callbacks) so the next run resumes
+where this one stopped.
+
+Keys are converted as the guard converts them (``ling_bloom.guard.as_key``): ``str`` and
+bytes as they are, one-column rows unpacked, anything else (an ``int`` id) with ``str``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from itertools import islice
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    TextIO,
+    Tuple,
+    Union,
+)
+
+from .guard import as_key
+
+__all__ = [
+    "CallbackState",
+    "FileState",
+    "SyncResult",
+    "WarmupSummary",
+    "keys_from_file",
+    "sync",
+    "sync_forever",
+    "warmup",
+]
+
+
+# --------------------------------------------------------------------- summary
+
+
+class WarmupSummary(NamedTuple):
+    keys: int
+    seconds: float
+    fill_ratio: Optional[float]
+    approximate_count: Optional[int]
+    estimated_error_rate: Optional[float]
+
+    @property
+    def keys_per_second(self) -> float:
+        return self.keys / self.seconds if self.seconds > 0 else float("inf")
+
+    def __str__(self) -> str:
+        out = f"{self.keys:,} keys in {self.seconds:.2f} s ({self.keys_per_second:,.0f} keys/s)"
+        details = []
+        if self.fill_ratio is not None:
+            details.append(f"filter fill {self.fill_ratio:.1%}")
+        if self.approximate_count is not None:
+            details.append(f"~{self.approximate_count:,} keys held")
+        if self.estimated_error_rate is not None:
+            details.append(f"estimated false-positive rate {self.estimated_error_rate:.3g}")
+        return out + ("; " + ", ".join(details) if details else "")
+
+
+def _attr(flt: Any, name: str) -> Any:
+    try:
+        value = getattr(flt, name)
+        return value() if callable(value) else value
+    except Exception:
+        return None
+
+
+def _summary(flt: Any, keys: int, seconds: float) -> WarmupSummary:
+    fill = _attr(flt, "fill_ratio")
+    count = _attr(flt, "approximate_count")
+    rate = _attr(flt, "current_error_rate")
+    return WarmupSummary(
+        keys, seconds,
+        float(fill) if fill is not None else None,
+        int(count) if count is not None else None,
+        float(rate) if rate is not None else None)
+
+
+# ------------------------------------------------------------------- progress
+
+
+class _PlainBar:
+    """A one-line progress bar redrawn in place (at most ten times a second)."""
+
+    def __init__(self, total: Optional[int], desc: str, stream: TextIO):
+        self.total, self.desc, self.stream = total, desc, stream
+        self.n = 0
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, n: int) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= 0.1 or (self.total is not None and self.n >= self.total):
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        rate = self.n / max(now - self.t0, 1e-9)
+        if self.total:
+            frac = min(1.0, self.n / self.total)
+            bar = "#" * int(frac * 30)
+            line = (f"{self.desc}: [{bar:<30}] {self.n:,}/{self.total:,} keys "
+                    f"({frac:.0%}) {rate:,.0f} keys/s")
+        else:
+            line = f"{self.desc}: {self.n:,} keys {rate:,.0f} keys/s"
+        self.stream.write("\r" + line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        self._draw(time.monotonic())
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+class _TqdmBar:
+    def __init__(self, total: Optional[int], desc: str, stream: TextIO):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="keys", unit_scale=True, file=stream)
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:
+        return False
+
+
+def _make_bar(progress: Union[bool, str, None], total: Optional[int], desc: str,
+              stream: TextIO) -> Any:
+    """progress: None = a bar only when stream is a terminal; True = always; False = never;
+    "plain" / "tqdm" = always, that kind."""
+    if progress is None:
+        progress = _isatty(stream)
+    if not progress:
+        return _NoBar()
+    if progress == "plain":
+        return _PlainBar(total, desc, stream)
+    try:
+        return _TqdmBar(total, desc, stream)
+    except ImportError:
+        if progress == "tqdm":
+            raise
+        return _PlainBar(total, desc, stream)
+
+
+# --------------------------------------------------------------------- warm-up
+
+
+def _known_length(keys: Any) -> Optional[int]:
+    # Only containers whose len() costs nothing: len() of a Django queryset would load it.
+    if isinstance(keys, (list, tuple, range, set, frozenset, dict)):
+        return len(keys)
+    return None
+
+
+def _batches(keys: Iterable[Any], size: int, key: Optional[Callable[[Any], Any]]) -> Iterator[list]:
+    convert = (lambda row: as_key(key(row))) if key is not None else as_key
+    it = iter(keys)
+    while True:
+        batch = [convert(k) for k in islice(it, size)]
+        if not batch:
+            return
+        yield batch
+
+
+def warmup(
+    filter: Any,
+    keys: Iterable[Any],
+    *,
+    batch_size: int = 10_000,
+    key: Optional[Callable[[Any], Any]] = None,
+    total: Optional[int] = None,
+    progress: Union[bool, str, None] = None,
+    desc: str = "warm-up",
+    stream: Optional[TextIO] = None,
+    summary: Optional[bool] = None,
+) -> WarmupSummary:
+    """Add every key of ``keys`` to ``filter`` in batches of ``batch_size`` (one
+    ``update`` call each: one round trip per batch for the Redis filters).
+
+    key        a function from each item to its key (``lambda row: row.sku``); default:
+               the item itself (one-column rows unpacked, ints as str)
+    total      the number of keys, for the bar's percentage (known for lists, ranges, ...)
+    progress   None: a bar when ``stream`` is a terminal; True / False: always / never;
+               "plain" or "tqdm": always, that kind (tqdm is used when installed)
+    stream     where the bar and summary go (default: sys.stderr)
+    summary    print the summary line at the end (default: when a bar was shown)
+
+    Returns a WarmupSummary: keys, seconds, keys_per_second, fill_ratio,
+    approximate_count, estimated_error_rate.
+    """
+    if batch_size <= 0:
+        raise ValueError("batch_size must be positive")
+    stream = stream if stream is not None else sys.stderr
+    if total is None:
+        total = _known_length(keys)
+    bar = _make_bar(progress, total, desc, stream)
+    shown = not isinstance(bar, _NoBar)
+    n = 0
+    t0 = time.perf_counter()
+    try:
+        for batch in _batches(keys, batch_size, key):
+            filter.update(batch)
+            n += len(batch)
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    result = _summary(filter, n, time.perf_counter() - t0)
+    if summary if summary is not None else shown:
+        print(f"{desc}: {result}", file=stream, flush=True)
+    return result
+
+
+def keys_from_file(path: Union[str, "os.PathLike[str]"], encoding: str = "utf-8") -> Iterator[str]:
+    """The keys of a text file, one a line (surrounding whitespace and empty lines are
+    skipped)."""
+    with open(path, encoding=encoding) as f:
+        for line in f:
+            k = line.strip()
+            if k:
+                yield k
+
+
+# ------------------------------------------------------------------------ sync
+
+
+class FileState:
+    """The last id seen, kept in a small JSON file (written atomically: a crash leaves
+    the old or the new id, never half of one)."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"]):
+        self.path = os.fspath(path)
+
+    def load(self) -> Any:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f).get("last_id")
+        except FileNotFoundError:
+            return None
+
+    def save(self, last_id: Any) -> None:
+        d = os.path.dirname(os.path.abspath(self.path))
+        fd, tmp = tempfile.mkstemp(prefix=".bloom-sync-", dir=d)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"last_id": last_id}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+
+class CallbackState:
+    """The last id seen, kept by your own functions (a database row, a Redis key ...)."""
+
+    def __init__(self, load: Callable[[], Any], save: Callable[[Any], None]):
+        self.load = load  # type: ignore[method-assign]
+        self.save = save  # type: ignore[method-assign]
+
+
+class SyncResult(NamedTuple):
+    keys: int
+    batches: int
+    last_id: Any
+
+
+def _split(row: Any) -> Tuple[Any, Any]:
+    """(id, key) of a fetched row: a pair, or a plain id that is its own key."""
+    if isinstance(row, (tuple, list)):
+        if len(row) == 2:
+            return row[0], row[1]
+        if len(row) == 1:
+            return row[0], row[0]
+        raise ValueError(f"a fetched row is an id or an (id, key) pair, not {row!r}")
+    return row, row
+
+
+def sync(
+    filter: Any,
+    fetch: Callable[[Any, int], Sequence[Any]],
+    state: Any = None,
+    *,
+    batch_size: int = 1000,
+    start: Any = None,
+) -> SyncResult:
+    """One incremental pass, as the seeds' SyncFromDB: repeatedly
+    ``rows = fetch(after, batch_size)`` (the rows with id > after, in id order; ``after``
+    is None the first time), add their keys, remember the last id, until a batch comes
+    back shorter than ``batch_size``.
+
+    Rows are ids (each its own key) or ``(id, key)`` pairs.  ``state`` (FileState,
+    CallbackState, or anything with load()/save(id)) is read at the start and saved after
+    every batch, so an interrupted run resumes after the last batch it finished.
+    ``start`` is the id to start after when the state holds none.
+    """
+    if batch_size <= 0:
+        raise ValueError("batch_size must be positive")
+    after = state.load() if state is not None else None
+    if after is None:
+        after = start
+    keys = batches = 0
+    while True:
+        rows = list(fetch(after, batch_size))
+        if not rows:
+            break
+        pairs = [_split(r) for r in rows]
+        filter.update([as_key(k) for _, k in pairs])
+        after = pairs[-1][0]
+        if state is not None:
+            state.save(after)
+        keys += len(pairs)
+        batches += 1
+        if len(rows) < batch_size:
+            break
+    return SyncResult(keys, batches, after)
+
+
+def sync_forever(
+    filter: Any,
+    fetch: Callable[[Any, int], Sequence[Any]],
+    state: Any = None,
+    *,
+    interval: float = 300.0,
+    stop: Optional[threading.Event] = None,
+    batch_size: int = 1000,
+    on_error: Optional[Callable[[BaseException], None]] = None,
+) -> None:
+    """``sync`` every ``interval`` seconds until ``stop`` is set (run it in a thread).
+    Errors go to ``on_error`` (default: logged) and the next pass retries."""
+    import logging
+
+    stop = stop or threading.Event()
+    log = logging.getLogger("ling_bloom.warmup")
+    after = None
+    while not stop.is_set():
+        try:
+            # Without a state, keep the position in memory between passes.
+            res = sync(filter, fetch, state, batch_size=batch_size, start=after)
+            after = res.last_id
+        except Exception as e:  # noqa: BLE001 - a sync loop must outlive one bad pass
+            if on_error is not None:
+                on_error(e)
+            else:
+                log.exception("ling_bloom sync pass failed; retrying in %s s", interval)
+        stop.wait(interval)

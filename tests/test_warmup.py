@@ -1,0 +1,237 @@
+"""ling_bloom.warmup: batches, key conversion, the progress bar and summary, the
+incremental sync and its saved position."""
+from __future__ import annotations
+
+import io
+import sqlite3
+import threading
+
+import pytest
+
+import ling_bloom as lb
+from ling_bloom.warmup import (
+    CallbackState,
+    FileState,
+    keys_from_file,
+    sync,
+    sync_forever,
+    warmup,
+)
+
+
+class CountingFilter:
+    """Records update() calls (batch sizes) and delegates to a real filter."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.batches = []
+
+    def update(self, keys):
+        keys = list(keys)
+        self.batches.append(len(keys))
+        self.inner.update(keys)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class TTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture
+def db():
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE product (id INTEGER PRIMARY KEY, sku TEXT)")
+    conn.executemany("INSERT INTO product VALUES (?, ?)",
+                     [(i, f"sku-{i}") for i in range(1, 2501)])
+    yield conn
+    conn.close()
+
+
+def test_warmup_in_batches_from_a_generator():
+    f = CountingFilter(lb.MemoryFilter(10_000, 0.01))
+    s = warmup(f, (i for i in range(2500)), batch_size=1000, progress=False)
+    assert f.batches == [1000, 1000, 500]
+    assert s.keys == 2500
+    assert all(str(i) in f.inner for i in range(2500))  # ints are added as str
+    assert s.fill_ratio is not None and 0 < s.fill_ratio < 1
+    assert s.approximate_count == pytest.approx(2500, rel=0.05)
+    assert s.keys_per_second > 0
+
+
+def test_warmup_from_a_db_cursor_unpacks_one_column_rows(db):
+    f = lb.MemoryFilter(10_000, 0.01)
+    cur = db.execute("SELECT id FROM product")
+    s = warmup(f, cur, batch_size=700, progress=False)
+    assert s.keys == 2500
+    assert f.test_many(["1", "2500"]) == [True, True]
+
+
+def test_warmup_with_a_key_function(db):
+    f = lb.MemoryFilter(10_000, 0.01)
+    warmup(f, db.execute("SELECT id, sku FROM product"), key=lambda row: row[1],
+           progress=False)
+    assert "sku-1" in f and "sku-2500" in f
+    assert sum(f.test_many([f"sku-{i}" for i in range(1, 2501)])) == 2500
+
+
+def test_warmup_from_a_file(tmp_path):
+    p = tmp_path / "keys.txt"
+    p.write_text("a\n  b  \n\nc\n")
+    f = lb.MemoryFilter(100, 0.01)
+    assert warmup(f, keys_from_file(p), progress=False).keys == 3
+    assert f.test_many(["a", "b", "c"]) == [True, True, True]
+
+
+def test_warmup_is_silent_when_not_a_terminal():
+    out = io.StringIO()
+    warmup(lb.MemoryFilter(100, 0.01), ["a", "b"], stream=out)
+    assert out.getvalue() == ""
+
+
+def test_plain_bar_and_summary_on_a_terminal():
+    out = TTY()
+    f = lb.MemoryFilter(10_000, 0.01)
+    s = warmup(f, list(range(3000)), batch_size=1000, stream=out, progress="plain")
+    text = out.getvalue()
+    assert "\r" in text and "3,000/3,000 keys (100%)" in text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("warm-up: 3,000 keys in ") and "keys/s" in last
+    assert "filter fill" in last
+    assert str(s) in last
+
+
+def test_auto_progress_on_a_terminal_without_tqdm(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *a, **kw):
+        if name == "tqdm":
+            raise ImportError("no tqdm")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    out = TTY()
+    warmup(lb.MemoryFilter(100, 0.01), ["a", "b"], stream=out)  # progress=None: a TTY
+    assert "2/2 keys" in out.getvalue() and "warm-up: 2 keys in" in out.getvalue()
+    with pytest.raises(ImportError):
+        warmup(lb.MemoryFilter(100, 0.01), ["a"], stream=out, progress="tqdm")
+
+
+def test_tqdm_bar_when_installed():
+    pytest.importorskip("tqdm")
+    out = io.StringIO()
+    warmup(lb.MemoryFilter(100, 0.01), ["a", "b"], stream=out, progress="tqdm")
+    assert "100%|" in out.getvalue() and "warm-up: 2 keys in" in out.getvalue()
+
+
+def test_summary_can_be_forced_without_a_bar():
+    out = io.StringIO()
+    warmup(lb.MemoryFilter(100, 0.01), ["a"], stream=out, progress=False, summary=True,
+           desc="users")
+    assert out.getvalue().startswith("users: 1 keys in ")
+
+
+def test_warmup_rejects_bad_batch_size_and_bad_keys():
+    with pytest.raises(ValueError):
+        warmup(lb.MemoryFilter(100, 0.01), ["a"], batch_size=0)
+    with pytest.raises(TypeError):
+        warmup(lb.MemoryFilter(100, 0.01), ["a", None], progress=False)
+
+
+# ------------------------------------------------------------------------- sync
+
+
+def fetcher(db, calls=None):
+    def fetch(after, limit):
+        if calls is not None:
+            calls.append((after, limit))
+        return db.execute("SELECT id, sku FROM product WHERE id > ? ORDER BY id LIMIT ?",
+                          (after or 0, limit)).fetchall()
+    return fetch
+
+
+def test_sync_resumes_from_the_last_id(db, tmp_path):
+    f = CountingFilter(lb.MemoryFilter(10_000, 0.01))
+    state = FileState(tmp_path / "products.sync.json")
+    calls = []
+    r = sync(f, fetcher(db, calls), state, batch_size=1000)
+    assert (r.keys, r.batches, r.last_id) == (2500, 3, 2500)
+    assert calls == [(None, 1000), (1000, 1000), (2000, 1000)]  # last batch short: stop
+    assert state.load() == 2500
+    assert "sku-2500" in f.inner
+
+    db.executemany("INSERT INTO product VALUES (?, ?)", [(2501, "sku-new"), (2502, "sku-new2")])
+    calls.clear()
+    r = sync(f, fetcher(db, calls), FileState(tmp_path / "products.sync.json"), batch_size=1000)
+    assert calls == [(2500, 1000)]  # only what is new is read
+    assert (r.keys, r.last_id) == (2, 2502)
+    assert "sku-new2" in f.inner
+
+    calls.clear()
+    assert sync(f, fetcher(db, calls), state, batch_size=1000).keys == 0
+    assert calls == [(2502, 1000)]
+
+
+def test_sync_saves_after_each_batch_so_a_failure_resumes(db):
+    saved = []
+    state = CallbackState(lambda: saved[-1] if saved else None, saved.append)
+    f = lb.MemoryFilter(10_000, 0.01)
+    real = fetcher(db)
+
+    def flaky(after, limit):
+        if after == 2000:
+            raise ConnectionError("db went away")
+        return real(after, limit)
+
+    with pytest.raises(ConnectionError):
+        sync(f, flaky, state, batch_size=1000)
+    assert saved == [1000, 2000]
+    r = sync(f, real, state, batch_size=1000)
+    assert (r.keys, r.last_id) == (500, 2500)
+
+
+def test_sync_with_plain_ids_and_a_start():
+    f = lb.MemoryFilter(100, 0.01)
+    ids = list(range(1, 11))
+    r = sync(f, lambda after, n: [i for i in ids if i > (after or 0)][:n], batch_size=4,
+             start=5)
+    assert (r.keys, r.batches, r.last_id) == (5, 2, 10)
+    assert "6" in f and "10" in f
+
+
+def test_sync_rejects_rows_of_three():
+    with pytest.raises(ValueError):
+        sync(lb.MemoryFilter(100, 0.01), lambda a, n: [(1, 2, 3)], batch_size=10)
+
+
+def test_file_state_missing_then_written(tmp_path):
+    st = FileState(tmp_path / "s.json")
+    assert st.load() is None
+    st.save("2024-01-01T00:00:00|17")
+    assert FileState(tmp_path / "s.json").load() == "2024-01-01T00:00:00|17"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temp file left
+
+
+def test_sync_forever_until_stopped(db):
+    f = lb.MemoryFilter(10_000, 0.01)
+    stop = threading.Event()
+    passes = []
+    real = fetcher(db)
+
+    def fetch(after, limit):
+        rows = real(after, limit)
+        if len(rows) < limit:
+            passes.append(after)
+            if len(passes) == 2:
+                db.execute("INSERT INTO product VALUES (3000, 'late')")
+            if len(passes) == 3:
+                stop.set()
+        return rows
+
+    sync_forever(f, fetch, interval=0, stop=stop, batch_size=1000)
+    assert "late" in f
+    assert passes == [2000, 2500, 2500]  # the position is kept between passes in memory
