@@ -1,0 +1,69 @@
+"""Shared fixtures: a real redis-server on a free port of 127.0.0.1 (see redis_server.py).
+
+    redis_server    session-wide server (do not kill it: use private_redis for that)
+    clean_redis     the session server, running and flushed before the test
+    raw_redis       a RawRedis client of clean_redis (no redis-py needed)
+    private_redis   a server of the test's own, for kill() / restart(); stopped afterwards
+    silent_listener accepts and never answers (timeouts)
+
+Without redis-server installed these skip, saying so -- except under CI=true, where they
+fail: `make test` installs it, so a missing server there is a broken setup.
+"""
+from __future__ import annotations
+
+import pytest
+
+from redis_server import RawRedis, RedisServer, RedisServerNotInstalled, SilentListener, in_ci
+
+
+def _new_server(**kwargs) -> RedisServer:
+    try:
+        return RedisServer(**kwargs)
+    except RedisServerNotInstalled as e:
+        if in_ci():
+            pytest.fail(f"{e} (CI=true: the test setup must provide it)", pytrace=False)
+        pytest.skip(str(e))
+        raise  # unreachable
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    srv = _new_server()
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def clean_redis(redis_server: RedisServer) -> RedisServer:
+    if not redis_server.ping():  # a test broke it: bring it back on its port
+        redis_server.restart()
+    redis_server.flushall()
+    return redis_server
+
+
+@pytest.fixture
+def raw_redis(clean_redis: RedisServer):
+    with clean_redis.client() as c:
+        yield c
+
+
+@pytest.fixture
+def private_redis():
+    srv = _new_server()
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def silent_listener():
+    with SilentListener() as s:
+        yield s
+
+
+__all__ = ["RawRedis"]

@@ -1,0 +1,345 @@
+"""A real redis-server for the tests, and the fault helpers around it.
+
+Reusable outside conftest.py (the RedisBloom tests import it):
+
+    from redis_server import RedisServer, SilentListener, RawRedis, free_port
+
+    with RedisServer(extra_args=["--loadmodule", path]) as srv:
+        srv.url            # "redis://127.0.0.1:<port>"
+        srv.kill()         # SIGKILL, wait for it to be gone
+        srv.restart()      # same port, same arguments, empty (no persistence)
+
+Rules kept here: the server listens only on 127.0.0.1, on a port found free by binding
+port 0 (never a fixed or shared port), without persistence (--save '' --appendonly no, in
+its own temporary directory), and is stopped afterwards -- by stop(), by the context
+manager, at interpreter exit, and by the kernel if the test process dies (PDEATHSIG).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from typing import List, Optional, Sequence, Union
+
+HOST = "127.0.0.1"
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on right now (bind port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def redis_server_path() -> Optional[str]:
+    """The redis-server executable, or None when it is not installed."""
+    return shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    )
+
+
+def in_ci() -> bool:
+    """CI=true: a missing redis-server is a failure, not a skip (`make test` installs it)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+# ----------------------------------------------------------------- raw client
+
+
+class RedisReplyError(Exception):
+    """An error reply (-ERR ...) read by RawRedis."""
+
+
+class RawRedis:
+    """A tiny blocking RESP2 client (no redis-py needed): command() and pipeline()."""
+
+    def __init__(self, port: int, host: str = HOST, db: int = 0, timeout: float = 10.0,
+                 unix_path: Optional[str] = None):
+        if unix_path:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(unix_path)
+        else:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.file = self.sock.makefile("rb")
+        if db:
+            self.command("SELECT", db)
+
+    @staticmethod
+    def _encode(args: Sequence[Union[str, bytes, int]]) -> bytes:
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, str):
+                a = a.encode()
+            elif isinstance(a, int):
+                a = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def _read(self):
+        line = self.file.readline()
+        if not line:
+            raise ConnectionError("connection closed by the server")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return RedisReplyError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.file.read(n + 2)
+            return data[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise ConnectionError(f"bad reply line {line!r}")
+
+    def pipeline(self, commands: Sequence[Sequence[Union[str, bytes, int]]]) -> list:
+        """Send every command in one write; the replies in order (errors as values)."""
+        self.sock.sendall(b"".join(self._encode(c) for c in commands))
+        return [self._read() for _ in commands]
+
+    def command(self, *args: Union[str, bytes, int]):
+        """One command; an error reply raises RedisReplyError."""
+        reply = self.pipeline([args])[0]
+        if isinstance(reply, RedisReplyError):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        finally:
+            self.sock.close()
+
+    def __enter__(self) -> "RawRedis":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------- server
+
+_live: "weakref.WeakSet[RedisServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:  # pragma: no cover - safety net
+    for srv in list(_live):
+        srv.stop()
+
+
+class RedisServerNotInstalled(RuntimeError):
+    pass
+
+
+class RedisServer:
+    """One redis-server child process on 127.0.0.1:<free port>, without persistence."""
+
+    def __init__(self, extra_args: Sequence[str] = (), executable: Optional[str] = None,
+                 start_timeout: float = 15.0, unix_socket: bool = True):
+        exe = executable or redis_server_path()
+        if not exe:
+            raise RedisServerNotInstalled(
+                "redis-server is not installed (Debian: apt-get install redis-server; "
+                "`make test` installs it)")
+        self.executable = exe
+        self.extra_args: List[str] = list(extra_args)
+        self.start_timeout = start_timeout
+        self.host = HOST
+        self.port = 0
+        self.proc: Optional[subprocess.Popen] = None
+        self.dir = tempfile.mkdtemp(prefix="lb-redis-")
+        self.unix_path: Optional[str] = os.path.join(self.dir, "redis.sock") if unix_socket else None
+        self._log = os.path.join(self.dir, "redis.log")
+
+    # -- facts
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+    def unix_url(self, db: int = 0) -> str:
+        assert self.unix_path
+        return f"unix://{self.unix_path}" + (f"?db={db}" if db else "")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        try:
+            with open(self._log, encoding="utf-8", errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    # -- life cycle
+    def _argv(self) -> List[str]:
+        argv = [self.executable, "--port", str(self.port), "--bind", HOST,
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--logfile", self._log, "--daemonize", "no", "--protected-mode", "yes"]
+        if self.unix_path:
+            argv += ["--unixsocket", self.unix_path, "--unixsocketperm", "700"]
+        return argv + self.extra_args
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent, close_fds=True)
+        _live.add(self)
+
+    def _wait_ready(self) -> bool:
+        """Until it answers PING (True), or it exited / start_timeout passed (False)."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            if self.ping():
+                return True
+            time.sleep(0.01)
+        return False
+
+    def start(self) -> "RedisServer":
+        """Start on a fresh free port (a few tries: another process may take the port
+        between our probe and the server's bind)."""
+        if self.running:
+            return self
+        last = ""
+        for _ in range(5):
+            self.port = free_port()
+            self._spawn()
+            if self._wait_ready():
+                return self
+            last = self.log()
+            self._terminate()
+        raise RuntimeError(f"redis-server did not start; its log:\n{last}")
+
+    def restart(self) -> "RedisServer":
+        """Start again on the same port (after kill() or stop()); empty, as no data is kept."""
+        if self.running:
+            self.stop()
+        self._spawn()
+        if not self._wait_ready():
+            log = self.log()
+            self._terminate()
+            raise RuntimeError(f"redis-server did not restart on port {self.port}; log:\n{log}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: nothing is flushed, connections reset) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def _terminate(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove its directory."""
+        self._terminate()
+        _live.discard(self)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "RedisServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- talking to it
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                reply = s.recv(64)
+                return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
+        except OSError:
+            return False
+
+    def client(self, db: int = 0) -> RawRedis:
+        return RawRedis(self.port, self.host, db=db)
+
+    def flushall(self) -> None:
+        with self.client() as c:
+            c.command("FLUSHALL")
+
+
+class SilentListener:
+    """A socket on 127.0.0.1:<free port> that accepts connections and never answers
+    (for timeout tests).  Accepted sockets are held open until close()."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((HOST, 0))
+        self.sock.listen(64)
+        self.host = HOST
+        self.port = self.sock.getsockname()[1]
+        self.accepted: List[socket.socket] = []
+        self._closing = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self._closing:
+                conn.close()
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self._closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self._thread.join(timeout=5)
+        for c in self.accepted:
+            c.close()
+        self.accepted.clear()
+
+    def __enter__(self) -> "SilentListener":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
