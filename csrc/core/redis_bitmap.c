@@ -281,11 +281,10 @@ static lb_redis_status name_wrongtype(lb_redis_bitmap *bm, uint64_t part)
                               show(n, len, kb, sizeof kb));
 }
 
-static void add_meta_set(lb_redis_bitmap *bm, const char *val, int vlen)
+static void add_meta_set(lb_redis_bitmap *bm, lb_redis_batch *b, const char *val, int vlen)
 {
     size_t len;
     const char *mn = name_of(bm, UINT64_MAX, &len);
-    lb_redis_batch *b = &bm->batch;
     lb_redis_batch_cmd(b, bm->ttl_ms > 0 ? 6 : 4);
     lb_redis_batch_arg(b, "SET", 3);
     lb_redis_batch_arg(b, mn, len);
@@ -302,15 +301,18 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     char val[160];
     int vlen = meta_format(&bm->g, val, sizeof val);
     size_t len;
-    lb_redis_batch *b = &bm->batch;
+    /* Its own batch: a failed batch in bm->batch is re-sent after this check
+     * (bm_exec). */
+    lb_redis_batch mb, *b = &mb;
     lb_reply **rs;
-    lb_redis_batch_clear(b);
-    add_meta_set(bm, val, vlen);
+    lb_redis_batch_init(b);
+    add_meta_set(bm, b, val, vlen);
     const char *mn = name_of(bm, UINT64_MAX, &len);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "GET", 3);
     lb_redis_batch_arg(b, mn, len);
     lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    lb_redis_batch_free(b); /* the replies live in the connection */
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return name_wrongtype(bm, UINT64_MAX);
     if (st != LB_REDIS_OK)
@@ -344,6 +346,22 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
         lb_redis_is_connected(bm->conn))
         return LB_REDIS_OK;
     return lb_redis_bitmap_check_meta(bm);
+}
+
+/* Send bm->batch (every command of this file is safe to repeat).  The retry
+ * of a stale connection (a server restarted, ...) is done here rather than
+ * by lb_redis_exec, so that the new connection has its meta key checked
+ * before the batch goes out again: a server that came back empty may have
+ * been claimed meanwhile by a filter of another geometry. */
+static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
+{
+    lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, 0, rs);
+    if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
+        st = ensure_meta(bm);
+        if (st == LB_REDIS_OK)
+            st = lb_redis_exec(bm->conn, &bm->batch, 0, rs);
+    }
+    return st;
 }
 
 lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_t keylen,
@@ -512,7 +530,7 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
 
         lb_reply **rs;
-        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+        st = bm_exec(bm, &rs);
         if (st == LB_REDIS_ERR_WRONGTYPE) {
             long e = lb_redis_err_index(bm->conn);
             uint32_t part = e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0;
@@ -593,8 +611,8 @@ lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
         const char *n = name_of(bm, p == bm->nparts ? UINT64_MAX : p, &len);
         lb_redis_batch_arg(b, n, len);
     }
-    add_meta_set(bm, val, vlen);
-    return lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+    add_meta_set(bm, b, val, vlen);
+    return bm_exec(bm, NULL);
 }
 
 /* ------------------------------------------------------------ load */
@@ -716,7 +734,7 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 lb_redis_batch_arg(b, "DEL", 3);
                 lb_redis_batch_arg(b, tmp, tlen);
             }
-            st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+            st = bm_exec(bm, NULL);
             if (st == LB_REDIS_ERR_WRONGTYPE && lb_redis_err_index(bm->conn) == bitop) {
                 st = name_wrongtype(bm, p); /* the DEL of tmp ran after it */
                 break;
@@ -732,7 +750,7 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
     if (st == LB_REDIS_OK && bm->ttl_ms > 0) {
         lb_redis_batch_clear(b);
         add_expires(bm, 0);
-        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
+        st = bm_exec(bm, NULL);
     }
     return st;
 }
@@ -787,7 +805,7 @@ lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size
             }
         }
         lb_reply **rs;
-        st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+        st = bm_exec(bm, &rs);
         if (st == LB_REDIS_ERR_WRONGTYPE) {
             long e = lb_redis_err_index(bm->conn);
             return name_wrongtype(bm, e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0);
@@ -821,7 +839,7 @@ lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count)
         lb_redis_batch_arg(b, pname, pn);
     }
     lb_reply **rs;
-    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    st = bm_exec(bm, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return name_wrongtype(bm, (uint64_t)lb_redis_err_index(bm->conn));
     if (st != LB_REDIS_OK)

@@ -41,7 +41,8 @@
  * Batches are split into chunks of at most chunk_keys keys (default 10000),
  * one round trip each, so memory stays flat.  Every command here is safe to
  * repeat, so every round trip is sent with LB_REDIS_IDEMPOTENT (a stale
- * connection after a server restart is retried once on a fresh one; in that
+ * connection after a server restart is retried once on a fresh one, after
+ * the meta key was checked on it; in that
  * rare case add() may report a key as not new when the lost attempt had
  * already set its bits).  When a chunk fails, earlier chunks stay applied.
  *

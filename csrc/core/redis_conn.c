@@ -514,6 +514,7 @@ struct lb_redis {
     unsigned long roundtrips;
     lb_redis_status status;
     long err_index;
+    int stale;            /* last exec: IO on an old connection, nothing answered */
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -531,12 +532,14 @@ static void clear_error(lb_redis *r)
 {
     r->status = LB_REDIS_OK;
     r->err_index = -1;
+    r->stale = 0;
     r->errstr[0] = '\0';
 }
 
 const char *lb_redis_errstr(const lb_redis *r) { return r->errstr; }
 lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->status; }
 long lb_redis_err_index(const lb_redis *r) { return r->err_index; }
+int lb_redis_last_stale(const lb_redis *r) { return r->stale; }
 unsigned long lb_redis_connect_count(const lb_redis *r) { return r->connects; }
 unsigned long lb_redis_roundtrip_count(const lb_redis *r) { return r->roundtrips; }
 void lb_redis_set_timeout(lb_redis *r, int timeout_ms) { r->cfg.timeout_ms = timeout_ms < 0 ? 0 : timeout_ms; }
@@ -1097,11 +1100,12 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
         if (st == LB_REDIS_OK)
             break;
         drop(r);
-        if (st == LB_REDIS_ERR_IO && (flags & LB_REDIS_IDEMPOTENT) && !fresh && received == 0 &&
-            attempt == 0)
+        r->stale = st == LB_REDIS_ERR_IO && !fresh && received == 0;
+        if (r->stale && (flags & LB_REDIS_IDEMPOTENT) && attempt == 0)
             continue; /* a stale connection: try once more on a new one */
         return st;
     }
+    r->stale = 0;
 
     if (replies)
         *replies = r->replies;

@@ -118,6 +118,13 @@ lb_redis_status lb_redis_last_status(const lb_redis *r);
 /* For REPLY/WRONGTYPE: index in the batch of the first command whose reply
  * was an error, else -1. */
 long lb_redis_err_index(const lb_redis *r);
+/* 1 when the last lb_redis_exec failed with LB_REDIS_ERR_IO on a connection
+ * opened by an earlier call before any byte of a reply came back (a stale
+ * connection, as after a server restart): the batch was not answered and an
+ * idempotent one may be sent again on a new connection.  Layers that must do
+ * something on every new connection before their batch (redis_bitmap checks
+ * its meta key) exec without LB_REDIS_IDEMPOTENT and retry themselves. */
+int lb_redis_last_stale(const lb_redis *r);
 /* Set the error state (for the layers above); returns st.  printf-style. */
 lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *fmt, ...)
 #if defined(__GNUC__)
