@@ -464,9 +464,12 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
 /* from_url(url, key, ...) and open(url, key, ...): RedisFilter(key, url=url, ...). */
 static PyObject *rf_with_url(PyObject *cls, PyObject *args, PyObject *kwargs, int adopt_only)
 {
-    if (PyTuple_GET_SIZE(args) != 2)
-        return PyErr_Format(PyExc_TypeError, "%s() takes the url and the key",
-                            adopt_only ? "open" : "from_url");
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (adopt_only ? nargs != 2 : nargs < 2)
+        return PyErr_Format(PyExc_TypeError,
+                            adopt_only ? "open() takes the url and the key"
+                                       : "from_url() takes the url, the key, then the "
+                                         "arguments of RedisFilter");
     PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
     if (!kw)
         return NULL;
@@ -485,7 +488,7 @@ static PyObject *rf_with_url(PyObject *cls, PyObject *args, PyObject *kwargs, in
         Py_DECREF(kw);
         return NULL;
     }
-    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
+    PyObject *pos = PyTuple_GetSlice(args, 1, nargs); /* key, capacity, error_rate */
     PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
     Py_XDECREF(pos);
     Py_DECREF(kw);
@@ -505,8 +508,10 @@ static PyObject *rf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
 /* from_redis(client, key, ...): the connection settings of a redis-py client. */
 static PyObject *rf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 2)
-        return PyErr_Format(PyExc_TypeError, "from_redis() takes the client and the key");
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs < 2)
+        return PyErr_Format(PyExc_TypeError, "from_redis() takes the client, the key, then "
+                                             "the arguments of RedisFilter");
     PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
     if (!mod)
         return NULL;
@@ -519,7 +524,7 @@ static PyObject *rf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
         Py_DECREF(settings);
         return NULL;
     }
-    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
+    PyObject *pos = PyTuple_GetSlice(args, 1, nargs);
     PyObject *r = pos ? PyObject_Call(cls, pos, settings) : NULL;
     Py_XDECREF(pos);
     Py_DECREF(settings);
@@ -620,14 +625,14 @@ static PyMethodDef rf_methods[] = {
      "meta key that records its geometry."},
     {"from_url", (PyCFunction)(void (*)(void))rf_from_url,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_url(url, key, **options) -> RedisFilter\n\nurl as redis-py: "
+     "from_url(url, key, capacity=None, error_rate=0.01, **options) -> RedisFilter\n\nurl as redis-py: "
      "redis://[[user]:password@]host[:port][/db] or unix:///path?db=N."},
     {"open", (PyCFunction)(void (*)(void))rf_open, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "open(url, key, **options) -> RedisFilter\n\nAn existing filter, with the m, k and hash "
      "stored next to it (KeyError when there is none)."},
     {"from_redis", (PyCFunction)(void (*)(void))rf_from_redis,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_redis(client, key, **options) -> RedisFilter\n\nThe connection settings of a "
+     "from_redis(client, key, capacity=None, error_rate=0.01, **options) -> RedisFilter\n\nThe connection settings of a "
      "redis-py client (its own connections are not used)."},
     {NULL, NULL, 0, NULL},
 };
