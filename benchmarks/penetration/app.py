@@ -1,0 +1,118 @@
+"""The penetration benchmark's web app: GET /products/<id> over PostgreSQL, cached in Redis.
+
+One code path for every variant (ling_bloom.guard.Guard), configured by environment:
+
+  BENCH_VARIANT   none          cache-aside: values cached in Redis, a "not found" is not
+                                cached, so every unknown id reaches the database
+                  nullcache     the same, plus "not found" cached as a null marker (60 s)
+                  guard-memory  a MemoryFilter of every product id (filled from the database
+                                in the gunicorn master, shared by the forked workers) in
+                                front of the null-caching cache
+                  guard-redis   the same with a RedisFilter (one bitmap in Redis for every
+                                worker; filled by run.py before the server starts)
+  BENCH_PG_DSN, BENCH_REDIS_URL, BENCH_FILTER_KEY, BENCH_ERROR_RATE
+
+404 for an id that is not a product (rejected by the filter or not found), 200 and JSON
+otherwise.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import psycopg
+import redis
+from flask import Flask, abort, jsonify
+
+import ling_bloom as lb
+from ling_bloom.guard import Guard, RedisCache
+
+VARIANT = os.environ.get("BENCH_VARIANT", "none")
+DSN = os.environ["BENCH_PG_DSN"]
+REDIS_URL = os.environ["BENCH_REDIS_URL"]
+FILTER_KEY = os.environ.get("BENCH_FILTER_KEY", "bench:products:bloom")
+ERROR_RATE = float(os.environ.get("BENCH_ERROR_RATE", "0.001"))
+VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis")
+if VARIANT not in VARIANTS:
+    raise SystemExit(f"BENCH_VARIANT must be one of {VARIANTS}, not {VARIANT!r}")
+
+_local = threading.local()
+
+
+def db() -> psycopg.Connection:
+    """One connection per worker thread (made in the worker, never inherited over fork)."""
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed or _local.pid != os.getpid():
+        conn = psycopg.connect(DSN, autocommit=True)
+        _local.conn, _local.pid = conn, os.getpid()
+    return conn
+
+
+def load_product(key: str):
+    with db().cursor() as cur:
+        cur.execute("SELECT id, name, price FROM products WHERE id = %s", (int(key),))
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "name": row[1], "price": str(row[2])}
+
+
+class PassAll:
+    """No filter: every id may exist."""
+
+    def test(self, key) -> bool:
+        return True
+
+    def add(self, key) -> bool:
+        return False
+
+
+def make_filter():
+    if VARIANT in ("none", "nullcache"):
+        return PassAll()
+    if VARIANT == "guard-redis":
+        # the geometry stored beside the bitmap by run.py is adopted
+        return lb._core.RedisFilter(FILTER_KEY, url=REDIS_URL)
+    with psycopg.connect(DSN) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM products").fetchone()
+        f = lb.MemoryFilter(max(1, 2 * n), ERROR_RATE)   # room to grow: 2x the rows
+        with conn.cursor(name="ids") as cur:              # a server-side cursor
+            cur.itersize = 50_000
+            cur.execute("SELECT id FROM products")
+            batch = []
+            for (pid,) in cur:
+                batch.append(str(pid))
+                if len(batch) == 50_000:
+                    f.update(batch)
+                    batch.clear()
+            f.update(batch)
+    return f
+
+
+quiet = logging.getLogger("bench.guard")
+quiet.setLevel(logging.ERROR)
+guard = Guard(
+    make_filter(),
+    RedisCache(redis.Redis.from_url(REDIS_URL)),
+    load_product,
+    null_ttl=0 if VARIANT == "none" else 60,
+    value_ttl=300,
+    metrics=False,
+    logger=quiet,
+)
+
+app = Flask(__name__)
+
+
+@app.get("/products/<int:pid>")
+def product(pid: int):
+    value = guard.get(str(pid))
+    if value is None:
+        abort(404)
+    return jsonify(value)
+
+
+@app.get("/healthz")
+def healthz():
+    return {"variant": VARIANT, "pid": os.getpid()}
