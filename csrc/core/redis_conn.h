@@ -46,7 +46,9 @@ typedef enum {
     LB_REDIS_ERR_MISMATCH,  /* stored geometry differs (redis_bitmap)       [GeometryMismatchError]*/
     LB_REDIS_ERR_NOTFOUND,  /* no filter stored at that key (redis_bitmap)  [BloomError/KeyError]  */
     LB_REDIS_ERR_ARG,       /* invalid argument                             [ValueError]           */
-    LB_REDIS_ERR_NOMEM      /* allocation failed                            [MemoryError]          */
+    LB_REDIS_ERR_NOMEM,     /* allocation failed                            [MemoryError]          */
+    LB_REDIS_ERR_FULL,      /* non-scaling RedisBloom filter full (redisbloom) [FilterFullError]   */
+    LB_REDIS_ERR_NOMODULE   /* no BF.* commands on the server (redisbloom)  [ModuleMissingError]   */
 } lb_redis_status;
 
 /* A short constant name of a status ("connect", "io", "timeout", ...). */

@@ -1,0 +1,837 @@
+/* redisbloom.c: see redisbloom.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "redisbloom.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
+#define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
+#define BF_REPLY_TEXT_MAX 512
+
+struct lb_redisbloom {
+    lb_redis *conn;
+    lb_bf_options opt;
+    char *key;
+    size_t keylen;
+    char *base; /* prefix of the restore temp key, in key's cluster slot */
+    size_t baselen;
+    char rate[40]; /* the error rate as sent */
+    size_t chunk_keys;
+    int reserved;
+    unsigned long reserved_conn; /* lb_redis_connect_count when last reserved */
+    int type_ok;
+    unsigned long type_conn;     /* ... when the key's type was last confirmed */
+    long long full_added;
+    unsigned long seq;
+    lb_redis_batch batch;
+    char reply_text[BF_REPLY_TEXT_MAX];
+};
+
+/* ------------------------------------------------------------- helpers */
+
+void lb_bf_options_init(lb_bf_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->error_rate = LB_BF_DEFAULT_ERROR_RATE;
+    o->capacity = LB_BF_DEFAULT_CAPACITY;
+    o->expansion = LB_BF_DEFAULT_EXPANSION;
+}
+
+/* A printable rendering of a binary key for messages (truncated, \xNN). */
+static const char *show(const char *k, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (o + 8 >= cap && n)
+        o += (size_t)snprintf(buf + o, cap - o, "...");
+    buf[o < cap ? o : cap - 1] = '\0';
+    return buf;
+}
+
+/* Case-insensitive substring test. */
+static int ci_contains(const char *s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] &&
+               tolower((unsigned char)s[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return n == 0;
+}
+
+static int ci_prefix(const char *s, const char *prefix)
+{
+    for (; *prefix; s++, prefix++)
+        if (tolower((unsigned char)*s) != tolower((unsigned char)*prefix))
+            return 0;
+    return 1;
+}
+
+static int ci_equal(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    if (alen != blen)
+        return 0;
+    for (size_t i = 0; i < alen; i++)
+        if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
+            return 0;
+    return 1;
+}
+
+/* Redis Cluster's hash tag rule (as redis_bitmap.h describes). */
+static int has_hash_tag(const char *k, size_t n)
+{
+    const char *o = memchr(k, '{', n);
+    if (!o)
+        return 0;
+    const char *c = memchr(o + 1, '}', n - (size_t)(o + 1 - k));
+    return c && c > o + 1;
+}
+
+/* Shortest decimal that reads back as the same double (Go's 'f', -1 sends
+ * 0.001 as "0.001"; so do we). */
+static void format_rate(double p, char *buf, size_t cap)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, p);
+        if (strtod(buf, NULL) == p)
+            return;
+    }
+}
+
+static int type_confirmed(const lb_redisbloom *bf)
+{
+    return bf->type_ok && bf->type_conn == lb_redis_connect_count(bf->conn) &&
+           lb_redis_is_connected(bf->conn);
+}
+
+static void confirm_type(lb_redisbloom *bf)
+{
+    bf->type_ok = 1;
+    bf->type_conn = lb_redis_connect_count(bf->conn);
+}
+
+/* A TYPE answer that a Bloom filter (or nothing) may have. */
+static int bloom_type(const char *t, size_t n)
+{
+    if (ci_equal(t, n, "none") || ci_equal(t, n, "MBbloom--"))
+        return 1;
+    return ci_contains(t, "bloom") && !ci_contains(t, "bloomcf"); /* not a cuckoo filter */
+}
+
+static lb_redis_status bad_reply(lb_redisbloom *bf, const char *what)
+{
+    /* The stream is still in step, but a reply of the wrong shape means we
+     * are not talking to what we think: start afresh next time. */
+    lb_redis_disconnect(bf->conn);
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                              "unexpected reply shape to %s from Redis", what);
+}
+
+static void keep_text(lb_redisbloom *bf, const char *s, size_t n)
+{
+    if (n >= sizeof bf->reply_text)
+        n = sizeof bf->reply_text - 1;
+    memcpy(bf->reply_text, s, n);
+    bf->reply_text[n] = '\0';
+}
+
+static int module_missing(const char *s)
+{
+    return (ci_prefix(s, "ERR unknown command") || ci_prefix(s, "unknown command")) &&
+           ci_contains(s, "bf.");
+}
+
+/* An error reply with no text ("" or "ERR "): what fakeredis answers when a
+ * non-scaling filter is full. */
+static int blank_error(const char *t)
+{
+    if (ci_prefix(t, "ERR"))
+        t += 3;
+    while (*t == ' ')
+        t++;
+    return *t == '\0';
+}
+
+static lb_redis_status wrongtype(lb_redisbloom *bf, const char *text)
+{
+    char kb[160];
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_WRONGTYPE, "%s (key '%s')", text,
+                              show(bf->key, bf->keylen, kb, sizeof kb));
+}
+
+/* An error reply x to cmd: the status and message it stands for.  adds: cmd
+ * adds items (a "filter is full" answer is then FULL; fakeredis says it with
+ * an empty error text). */
+static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const char *cmd, int adds)
+{
+    char kb[160];
+    keep_text(bf, x->str ? x->str : "", x->len);
+    const char *t = bf->reply_text;
+    if (ci_prefix(t, "WRONGTYPE") || ci_prefix(t, "ERR WRONGTYPE")) /* the latter: fakeredis */
+        return wrongtype(bf, t);
+    if (module_missing(t))
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
+                                  "the Redis server has no RedisBloom module (%s answered: %s)",
+                                  cmd, t);
+    if (adds && (ci_contains(t, "filter is full") || blank_error(t)))
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_FULL,
+                                  "the non-scaling RedisBloom filter at key '%s' is full (%s)",
+                                  show(bf->key, bf->keylen, kb, sizeof kb),
+                                  t[0] ? t : "no text");
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_REPLY, "%s at key '%s': %s", cmd,
+                              show(bf->key, bf->keylen, kb, sizeof kb), t);
+}
+
+static void clear_call(lb_redisbloom *bf)
+{
+    bf->reply_text[0] = '\0';
+}
+
+static void arg_key(lb_redisbloom *bf)
+{
+    lb_redis_batch_arg(&bf->batch, bf->key, bf->keylen);
+}
+
+static void add_pexpire(lb_redisbloom *bf, const char *key, size_t keylen, int64_t ms)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_redis_batch_cmd(b, 3);
+    lb_redis_batch_arg(b, "PEXPIRE", 7);
+    lb_redis_batch_arg(b, key, keylen);
+    lb_redis_batch_arg_u64(b, (uint64_t)ms);
+}
+
+/* ----------------------------------------------------------- reply shapes */
+
+int lb_bf_reply_bool(const lb_reply *x)
+{
+    if (!x || (x->type != LB_REPLY_INTEGER && x->type != LB_REPLY_BOOL))
+        return -1;
+    if (x->integer == 0 || x->integer == 1)
+        return (int)x->integer;
+    return -1;
+}
+
+/* An integer value of an INFO field: -1 for nil, -2 for a shape we do not read. */
+static long long info_value(const lb_reply *v)
+{
+    if (!v)
+        return -2;
+    if (v->type == LB_REPLY_NIL)
+        return -1;
+    if (v->type == LB_REPLY_INTEGER)
+        return v->integer >= 0 ? v->integer : -2;
+    if ((v->type == LB_REPLY_STRING || v->type == LB_REPLY_STATUS || v->type == LB_REPLY_DOUBLE) &&
+        v->str && v->len > 0 && v->len < 40) {
+        char *end;
+        double d = strtod(v->str, &end);
+        if (end == v->str + v->len && d >= 0 && d < 9.2e18 && d == floor(d))
+            return (long long)d;
+    }
+    return -2;
+}
+
+int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out)
+{
+    static const char *const names[5] = {"Capacity", "Size", "Number of filters",
+                                         "Number of items inserted", "Expansion rate"};
+    long long *fields[5] = {&out->capacity, &out->size, &out->filters, &out->items,
+                            &out->expansion};
+    for (int i = 0; i < 5; i++)
+        *fields[i] = -1;
+    if (!x || (x->type != LB_REPLY_ARRAY && x->type != LB_REPLY_MAP) || x->len % 2 != 0)
+        return -1;
+    int known = 0;
+    for (size_t i = 0; i + 1 < x->len; i += 2) {
+        const lb_reply *name = x->element[i];
+        if (!name || (name->type != LB_REPLY_STRING && name->type != LB_REPLY_STATUS) || !name->str)
+            return -1;
+        for (int f = 0; f < 5; f++) {
+            if (!ci_equal(name->str, name->len, names[f]))
+                continue;
+            long long v = info_value(x->element[i + 1]);
+            if (v == -2)
+                return -1;
+            *fields[f] = v;
+            known++;
+        }
+        /* unknown fields: ignored (newer module versions add some) */
+    }
+    return known > 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
+                          const lb_bf_options *opt, lb_redisbloom **out)
+{
+    *out = NULL;
+    if (!conn)
+        return LB_REDIS_ERR_ARG;
+    if (!key || keylen == 0)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "the Redis key must not be empty");
+    if (!(opt->error_rate > 0.0 && opt->error_rate < 1.0))
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "error_rate must be in (0, 1)");
+    if (opt->capacity == 0 || opt->capacity > (uint64_t)INT64_MAX)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "capacity must be at least 1");
+    if (!opt->non_scaling && opt->expansion < 1)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "expansion must be at least 1");
+    if (opt->ttl_ms < 0)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "ttl must not be negative");
+
+    lb_redisbloom *bf = calloc(1, sizeof *bf);
+    if (!bf)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    bf->conn = conn;
+    bf->opt = *opt;
+    bf->chunk_keys = LB_BF_DEFAULT_CHUNK_KEYS;
+    bf->full_added = -1;
+    lb_redis_batch_init(&bf->batch);
+    format_rate(opt->error_rate, bf->rate, sizeof bf->rate);
+    int wrap = !has_hash_tag(key, keylen) && !memchr(key, '}', keylen);
+    bf->key = malloc(keylen);
+    bf->baselen = keylen + (wrap ? 2 : 0);
+    bf->base = malloc(bf->baselen);
+    if (!bf->key || !bf->base) {
+        lb_bf_free(bf);
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    memcpy(bf->key, key, keylen);
+    bf->keylen = keylen;
+    if (wrap) {
+        bf->base[0] = '{';
+        memcpy(bf->base + 1, key, keylen);
+        bf->base[keylen + 1] = '}';
+    } else {
+        memcpy(bf->base, key, keylen);
+    }
+    *out = bf;
+    return LB_REDIS_OK;
+}
+
+void lb_bf_free(lb_redisbloom *bf)
+{
+    if (!bf)
+        return;
+    lb_redis_batch_free(&bf->batch);
+    free(bf->key);
+    free(bf->base);
+    free(bf);
+}
+
+void lb_bf_set_chunk_keys(lb_redisbloom *bf, size_t n)
+{
+    bf->chunk_keys = n ? (n > 1000000 ? 1000000 : n) : LB_BF_DEFAULT_CHUNK_KEYS;
+}
+void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms) { bf->opt.ttl_ms = ttl_ms > 0 ? ttl_ms : 0; }
+const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf) { return &bf->opt; }
+lb_redis *lb_bf_conn(const lb_redisbloom *bf) { return bf->conn; }
+int lb_bf_is_reserved(const lb_redisbloom *bf) { return bf->reserved; }
+long long lb_bf_full_added(const lb_redisbloom *bf) { return bf->full_added; }
+const char *lb_bf_reply_text(const lb_redisbloom *bf) { return bf->reply_text; }
+
+/* -------------------------------------------------------------- reserve */
+
+lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    char num[24];
+    clear_call(bf);
+    if (created)
+        *created = 0;
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
+    lb_redis_batch_arg(b, "BF.RESERVE", 10);
+    arg_key(bf);
+    lb_redis_batch_arg_str(b, bf->rate);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
+    lb_redis_batch_arg_str(b, num);
+    if (bf->opt.non_scaling) {
+        lb_redis_batch_arg(b, "NONSCALING", 10);
+    } else {
+        lb_redis_batch_arg(b, "EXPANSION", 9);
+        lb_redis_batch_arg_u64(b, bf->opt.expansion);
+    }
+    if (bf->opt.ttl_ms > 0)
+        add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
+    /* Safe to repeat: a lost first attempt that did create it makes the
+     * retry answer "item exists". */
+    lb_redis_status st =
+        lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    const lb_reply *x = rs[0];
+    int made = 0;
+    if (x->type == LB_REPLY_STATUS)
+        made = 1;
+    else if (x->type == LB_REPLY_ERROR) {
+        if (!(x->str && ci_contains(x->str, "item exists")))
+            return fail_reply(bf, x, "BF.RESERVE", 0);
+    } else
+        return bad_reply(bf, "BF.RESERVE");
+    if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
+        return fail_reply(bf, rs[1], "PEXPIRE", 0);
+    bf->reserved = 1;
+    bf->reserved_conn = lb_redis_connect_count(bf->conn);
+    if (made)
+        confirm_type(bf); /* "item exists" says nothing of the type on every server */
+    if (created)
+        *created = made;
+    return LB_REDIS_OK;
+}
+
+static lb_redis_status ensure_reserved(lb_redisbloom *bf)
+{
+    if (bf->opt.no_create)
+        return LB_REDIS_OK;
+    if (bf->reserved && bf->reserved_conn == lb_redis_connect_count(bf->conn) &&
+        lb_redis_is_connected(bf->conn))
+        return LB_REDIS_OK;
+    return lb_bf_reserve(bf, NULL);
+}
+
+/* ------------------------------------------------------------ add / test */
+
+static void build_items(lb_redisbloom *bf, const char *one, const char *many, const lb_key *keys,
+                        size_t n)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_redis_batch_cmd(b, (int)(2 + n));
+    lb_redis_batch_arg_str(b, n == 1 ? one : many);
+    arg_key(bf);
+    for (size_t i = 0; i < n; i++)
+        lb_redis_batch_arg(b, keys[i].data, keys[i].len);
+}
+
+/* Read the answers of ADD/EXISTS (n == 1) or MADD/MEXISTS into out.
+ * *ok_count = answers read before an error element (MADD cut short).
+ * Returns OK, or the status of the error element / a shape error. */
+static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t n, int adds,
+                                    uint8_t *out, size_t *ok_count, int *any_true)
+{
+    const char *cmd = adds ? (n == 1 ? "BF.ADD" : "BF.MADD") : (n == 1 ? "BF.EXISTS" : "BF.MEXISTS");
+    *ok_count = 0;
+    *any_true = 0;
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, cmd, adds);
+    if (n == 1) {
+        int v = lb_bf_reply_bool(x);
+        if (v < 0)
+            return bad_reply(bf, cmd);
+        if (out)
+            out[0] = (uint8_t)v;
+        *any_true = v;
+        *ok_count = 1;
+        return LB_REDIS_OK;
+    }
+    if (x->type != LB_REPLY_ARRAY && x->type != LB_REPLY_SET)
+        return bad_reply(bf, cmd);
+    size_t len = x->len;
+    for (size_t i = 0; i < len && i < n; i++) {
+        const lb_reply *e = x->element[i];
+        if (e && e->type == LB_REPLY_ERROR) {
+            /* The module stops at the failing item and ends the array with
+             * its error: everything before it went in. */
+            *ok_count = i;
+            return fail_reply(bf, e, cmd, adds);
+        }
+        int v = lb_bf_reply_bool(e);
+        if (v < 0)
+            return bad_reply(bf, cmd);
+        if (out)
+            out[i] = (uint8_t)v;
+        *any_true |= v;
+    }
+    if (len != n) {
+        /* Never pad a short reply with false (ling-base does): a false
+         * negative is the one answer a Bloom filter must not give. */
+        lb_redis_disconnect(bf->conn);
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                                  "%s of %zu items answered %zu results", cmd, n, len);
+    }
+    *ok_count = n;
+    return LB_REDIS_OK;
+}
+
+static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out,
+                                 long long *added)
+{
+    *added = -1;
+    for (int attempt = 0;; attempt++) {
+        int was_open = lb_redis_is_connected(bf->conn);
+        unsigned long rt = lb_redis_roundtrip_count(bf->conn);
+        lb_redis_status st = ensure_reserved(bf);
+        if (st != LB_REDIS_OK)
+            return st;
+        if (lb_redis_roundtrip_count(bf->conn) != rt)
+            was_open = 0; /* the connection just answered: a failure now is not a stale one */
+        lb_redis_batch_clear(&bf->batch);
+        build_items(bf, "BF.ADD", "BF.MADD", keys, n);
+        if (bf->opt.ttl_ms > 0)
+            add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
+        lb_reply **rs;
+        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS, &rs);
+        if (st == LB_REDIS_ERR_IO && was_open && attempt == 0)
+            continue; /* stale connection (server restarted?): reserve again, send again */
+        if (st != LB_REDIS_OK)
+            return st;
+        size_t ok;
+        int any;
+        st = read_answers(bf, rs[0], n, 1, out, &ok, &any);
+        if (st == LB_REDIS_ERR_FULL)
+            *added = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
+        if (st != LB_REDIS_OK)
+            return st;
+        if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
+            return fail_reply(bf, rs[1], "PEXPIRE", 0);
+        confirm_type(bf); /* a successful add proves the key is a Bloom filter */
+        return LB_REDIS_OK;
+    }
+}
+
+lb_redis_status lb_bf_add(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *was_new)
+{
+    clear_call(bf);
+    bf->full_added = -1;
+    for (size_t i = 0; i < n; i++)
+        if (keys[i].len == 0 || !keys[i].data)
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
+    for (size_t start = 0; start < n; start += bf->chunk_keys) {
+        size_t cn = n - start < bf->chunk_keys ? n - start : bf->chunk_keys;
+        long long added;
+        lb_redis_status st = add_chunk(bf, keys + start, cn, was_new ? was_new + start : NULL,
+                                       &added);
+        if (st == LB_REDIS_ERR_FULL)
+            bf->full_added = added < 0 ? -1 : (long long)start + added;
+        if (st != LB_REDIS_OK)
+            return st;
+    }
+    return LB_REDIS_OK;
+}
+
+/* TYPE key: OK when it holds nothing or a Bloom filter (the type is then
+ * confirmed), WRONGTYPE naming what it holds otherwise. */
+static lb_redis_status check_type_reply(lb_redisbloom *bf, const lb_reply *x, const char *why)
+{
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, "TYPE", 0);
+    if ((x->type != LB_REPLY_STATUS && x->type != LB_REPLY_STRING) || !x->str)
+        return bad_reply(bf, "TYPE");
+    if (bloom_type(x->str, x->len)) {
+        confirm_type(bf);
+        return LB_REDIS_OK;
+    }
+    char kb[160], tb[64];
+    clear_call(bf);
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_WRONGTYPE,
+                              "WRONGTYPE the key '%s' holds a %s, not a RedisBloom filter%s",
+                              show(bf->key, bf->keylen, kb, sizeof kb),
+                              show(x->str, x->len, tb, sizeof tb), why);
+}
+
+static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    lb_redis_batch_clear(b);
+    build_items(bf, "BF.EXISTS", "BF.MEXISTS", keys, n);
+    lb_redis_status st =
+        lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    size_t ok;
+    int any;
+    st = read_answers(bf, rs[0], n, 0, out, &ok, &any);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (any) {
+        confirm_type(bf);
+        return LB_REDIS_OK;
+    }
+    if (type_confirmed(bf))
+        return LB_REDIS_OK;
+    /* All false and the type unknown: the module answers 0 on a key of
+     * another type, so ask once. */
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "TYPE", 4);
+    arg_key(bf);
+    st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    return check_type_reply(bf, rs[0], " (BF.EXISTS answers 0 on it, not an error)");
+}
+
+lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *present)
+{
+    clear_call(bf);
+    for (size_t i = 0; i < n; i++)
+        if (keys[i].len == 0 || !keys[i].data)
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
+    for (size_t start = 0; start < n; start += bf->chunk_keys) {
+        size_t cn = n - start < bf->chunk_keys ? n - start : bf->chunk_keys;
+        lb_redis_status st = test_chunk(bf, keys + start, cn, present + start);
+        if (st != LB_REDIS_OK)
+            return st;
+    }
+    return LB_REDIS_OK;
+}
+
+/* ---------------------------------------------------------------- reset */
+
+lb_redis_status lb_bf_reset(lb_redisbloom *bf)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    clear_call(bf);
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "DEL", 3);
+    arg_key(bf);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (rs[0]->type == LB_REPLY_ERROR)
+        return fail_reply(bf, rs[0], "DEL", 0);
+    bf->reserved = 0;
+    bf->type_ok = 0;
+    return LB_REDIS_OK;
+}
+
+/* ----------------------------------------------------------- info / card */
+
+/* Pipelined TYPE + cmd: interpret the TYPE reply (rs[0]) after cmd's
+ * (rs[1]): a missing module wins, then a missing key, then another type. */
+static lb_redis_status typed_reply(lb_redisbloom *bf, lb_reply **rs, const char *cmd)
+{
+    char kb[160];
+    if (rs[1]->type == LB_REPLY_ERROR && rs[1]->str && module_missing(rs[1]->str))
+        return fail_reply(bf, rs[1], cmd, 0);
+    const lb_reply *t = rs[0];
+    if ((t->type == LB_REPLY_STATUS || t->type == LB_REPLY_STRING) && t->str &&
+        ci_equal(t->str, t->len, "none")) {
+        if (rs[1]->type == LB_REPLY_ERROR)
+            keep_text(bf, rs[1]->str ? rs[1]->str : "", rs[1]->len);
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOTFOUND,
+                                  "no RedisBloom filter at key '%s' (%s: the key does not exist)",
+                                  show(bf->key, bf->keylen, kb, sizeof kb), cmd);
+    }
+    lb_redis_status st = check_type_reply(bf, t, "");
+    if (st != LB_REDIS_OK)
+        return st;
+    if (rs[1]->type == LB_REPLY_ERROR)
+        return fail_reply(bf, rs[1], cmd, 0);
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    clear_call(bf);
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "TYPE", 4);
+    arg_key(bf);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "BF.INFO", 7);
+    arg_key(bf);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    st = typed_reply(bf, rs, "BF.INFO");
+    if (st != LB_REDIS_OK)
+        return st;
+    if (lb_bf_parse_info(rs[1], out) < 0)
+        return bad_reply(bf, "BF.INFO");
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    *out = 0;
+    clear_call(bf);
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "BF.CARD", 7);
+    arg_key(bf);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    const lb_reply *x = rs[0];
+    if (x->type == LB_REPLY_ERROR && x->str && module_missing(x->str)) {
+        /* A module older than BF.CARD (v2.4.4): the same count from BF.INFO. */
+        lb_bf_info info;
+        st = lb_bf_info_get(bf, &info);
+        if (st == LB_REDIS_ERR_NOTFOUND)
+            return LB_REDIS_OK;
+        if (st != LB_REDIS_OK)
+            return st;
+        if (info.items < 0)
+            return bad_reply(bf, "BF.INFO");
+        *out = (uint64_t)info.items;
+        return LB_REDIS_OK;
+    }
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, "BF.CARD", 0);
+    if (x->type != LB_REPLY_INTEGER || x->integer < 0)
+        return bad_reply(bf, "BF.CARD");
+    *out = (uint64_t)x->integer;
+    return LB_REDIS_OK;
+}
+
+/* ------------------------------------------------------- dump / restore */
+
+lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *next,
+                               const char **data, size_t *len)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    *next = 0;
+    *data = NULL;
+    *len = 0;
+    clear_call(bf);
+    if (iter < 0)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "scandump iterator must be >= 0");
+    lb_redis_batch_clear(b);
+    if (iter == 0) {
+        lb_redis_batch_cmd(b, 2);
+        lb_redis_batch_arg(b, "TYPE", 4);
+        arg_key(bf);
+    }
+    lb_redis_batch_cmd(b, 3);
+    lb_redis_batch_arg(b, "BF.SCANDUMP", 11);
+    arg_key(bf);
+    lb_redis_batch_arg_i64(b, iter);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    const lb_reply *x = rs[iter == 0 ? 1 : 0];
+    if (iter == 0) {
+        st = typed_reply(bf, rs, "BF.SCANDUMP");
+        if (st != LB_REDIS_OK)
+            return st;
+    } else if (x->type == LB_REPLY_ERROR) {
+        return fail_reply(bf, x, "BF.SCANDUMP", 0);
+    }
+    if (x->type != LB_REPLY_ARRAY || x->len != 2 || !x->element[0] || !x->element[1] ||
+        x->element[0]->type != LB_REPLY_INTEGER || x->element[0]->integer < 0)
+        return bad_reply(bf, "BF.SCANDUMP");
+    const lb_reply *c = x->element[1];
+    *next = x->element[0]->integer;
+    if (*next == 0)
+        return LB_REDIS_OK; /* the end: "" (module) or nil (fakeredis) */
+    if (c->type != LB_REPLY_STRING)
+        return bad_reply(bf, "BF.SCANDUMP");
+    *data = c->str;
+    *len = c->len;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n)
+{
+    clear_call(bf);
+    if (n == 0)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "restore needs at least one chunk");
+    for (size_t i = 0; i < n; i++)
+        if (chunks[i].iter <= 0 || (!chunks[i].data && chunks[i].len))
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG,
+                                      "chunk %zu: the iterator must be a positive integer", i);
+
+    char *tmp = malloc(bf->baselen + 96);
+    if (!tmp)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memcpy(tmp, bf->base, bf->baselen);
+    size_t tlen = bf->baselen +
+                  (size_t)sprintf(tmp + bf->baselen, ":restore:%ld:%lu:%lld%09ld", (long)getpid(),
+                                  ++bf->seq, (long long)ts.tv_sec, ts.tv_nsec);
+    lb_redis_batch *b = &bf->batch;
+    lb_redis_status st = LB_REDIS_OK;
+    size_t i = 0;
+    int sent_any = 0;
+    while (i < n && st == LB_REDIS_OK) {
+        lb_redis_batch_clear(b);
+        size_t first = i, bytes = 0;
+        if (i == 0) { /* a leftover of an earlier life with the same name: gone */
+            lb_redis_batch_cmd(b, 2);
+            lb_redis_batch_arg(b, "DEL", 3);
+            lb_redis_batch_arg(b, tmp, tlen);
+        }
+        while (i < n && (i == first || bytes + chunks[i].len <= BF_RESTORE_ROUND_BYTES)) {
+            lb_redis_batch_cmd(b, 4);
+            lb_redis_batch_arg(b, "BF.LOADCHUNK", 12);
+            lb_redis_batch_arg(b, tmp, tlen);
+            lb_redis_batch_arg_i64(b, chunks[i].iter);
+            lb_redis_batch_arg(b, chunks[i].data, chunks[i].len);
+            bytes += chunks[i].len;
+            i++;
+        }
+        add_pexpire(bf, tmp, tlen, BF_RESTORE_TMP_TTL_MS);
+        int last = i == n;
+        if (last) {
+            lb_redis_batch_cmd(b, 3);
+            lb_redis_batch_arg(b, "RENAME", 6);
+            lb_redis_batch_arg(b, tmp, tlen);
+            arg_key(bf);
+            if (bf->opt.ttl_ms > 0)
+                add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
+        }
+        lb_reply **rs;
+        sent_any = 1;
+        st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS, &rs);
+        if (st != LB_REDIS_OK)
+            break;
+        for (size_t c = 0; c < b->ncmds; c++) {
+            if (rs[c]->type != LB_REPLY_ERROR)
+                continue;
+            /* which command: DEL?, LOADCHUNKs, PEXPIRE tmp, RENAME, PEXPIRE key */
+            size_t nload = i - first, off = first == 0 ? 1 : 0;
+            const char *what = c < off ? "DEL" : c < off + nload ? "BF.LOADCHUNK"
+                               : c == off + nload ? "PEXPIRE" : c == off + nload + 1 ? "RENAME"
+                                                                                 : "PEXPIRE";
+            st = fail_reply(bf, rs[c], what, 0);
+            break;
+        }
+    }
+    if (st != LB_REDIS_OK && sent_any && lb_redis_is_connected(bf->conn)) {
+        /* best effort: do not leave the temp key behind (it expires anyway) */
+        char msg[600];
+        lb_redis_status keep = st;
+        snprintf(msg, sizeof msg, "%s", lb_redis_errstr(bf->conn));
+        lb_redis_batch_clear(b);
+        lb_redis_batch_cmd(b, 2);
+        lb_redis_batch_arg(b, "DEL", 3);
+        lb_redis_batch_arg(b, tmp, tlen);
+        (void)lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, NULL);
+        st = lb_redis_set_error(bf->conn, keep, "%s", msg);
+    }
+    free(tmp);
+    if (st == LB_REDIS_OK) {
+        bf->reserved = 1;
+        bf->reserved_conn = lb_redis_connect_count(bf->conn);
+        confirm_type(bf);
+    }
+    return st;
+}

@@ -1,0 +1,178 @@
+/* redisbloom.h: RedisBloomFilter's commands: a Bloom filter kept by the
+ * RedisBloom module on the server (BF.*), on top of redis_conn.  Pure C.
+ *
+ * The server hashes; this side sends items and reads the replies by their
+ * shape:
+ *   - ADD/EXISTS/MADD/MEXISTS answer integers (RESP2, and RESP3 with module
+ *     v2.4) or booleans (RESP3 with v2.6+); both are read.  A reply of the
+ *     wrong length is a protocol error, never padded with false.
+ *   - BF.INFO is read by field NAME, from a flat array of name/value pairs
+ *     (RESP2) or a map (RESP3); unknown fields are ignored, missing or nil
+ *     fields (Expansion rate on a non-scaling filter) are reported absent.
+ *
+ * Reserve: before the first write (add), and again before the first write
+ * after every reconnect (a server restarted empty, a forked child), one round
+ * trip sends
+ *     BF.RESERVE key <error_rate> <capacity> [EXPANSION e]     (scaling)
+ *     BF.RESERVE key <error_rate> <capacity> NONSCALING          (non-scaling)
+ * EXPANSION is never sent with NONSCALING (the module rejects the pair).
+ * "item exists" means another process (or an earlier life of this one)
+ * created the filter: not an error, and its parameters are kept.  With
+ * no_create nothing is ever reserved: BF.ADD then creates a missing filter
+ * with the module's own defaults.  reset() deletes the key; the next write
+ * reserves again.  RESERVE is sent on its own (not pipelined with the write)
+ * so that a rejected RESERVE never lets the write create a filter with the
+ * module's defaults.
+ *
+ * TTL (ttl_ms > 0): every write round trip (reserve, add, restore) also
+ * sends PEXPIRE key ttl after its commands, in the same pipeline: the filter
+ * expires ttl after its last write.
+ *
+ * Batches: at most chunk_keys items per BF.MADD / BF.MEXISTS, one round trip
+ * each.  A single item uses BF.ADD / BF.EXISTS.  Reads are retried once on a
+ * fresh connection when a connection opened earlier turns out dead (server
+ * restart).  Writes are retried once too, after re-reserving, when they fail
+ * with a lost connection that had been open before the call: if the lost
+ * attempt had in fact reached the server, the retry reports its keys as not
+ * new (they are in the filter either way).  Timeouts are never retried.
+ * When a chunk fails, earlier chunks stay applied.
+ *
+ * Errors (an lb_redis_status; the message in lb_redis_errstr(conn), the
+ * server's own text in lb_bf_reply_text):
+ *   LB_REDIS_ERR_FULL        a non-scaling filter is full: the module cuts
+ *                            MADD's reply short, with the error as its last
+ *                            element; lb_bf_full_added tells how many keys of
+ *                            the call went in before (-1: the server rejected
+ *                            the command as a whole without saying).
+ *   LB_REDIS_ERR_NOMODULE    "unknown command 'BF.…'": no RedisBloom module.
+ *   LB_REDIS_ERR_WRONGTYPE   the key holds another type; the message names it.
+ *   LB_REDIS_ERR_NOTFOUND    info/dump of a key that does not exist.
+ *   anything of redis_conn.
+ *
+ * The key of another type and the tests: the module answers 0 (not
+ * WRONGTYPE) to BF.EXISTS / BF.MEXISTS on a key of another type, which would
+ * make every test silently false.  So when a test answers all-false and the
+ * key's type has not been confirmed on this connection yet, one more round
+ * trip asks TYPE key: another type -> LB_REDIS_ERR_WRONGTYPE; none or a Bloom
+ * filter -> the answer stands and the type counts as confirmed (as it does
+ * after any successful add, any test with a true answer, reserve, info).
+ * Confirmation is forgotten on reconnect and on reset.  A key replaced by
+ * another type while this connection stays open is not noticed by tests.
+ *
+ * Not thread-safe: the same rule as the lb_redis it uses. */
+#ifndef LB_REDISBLOOM_H
+#define LB_REDISBLOOM_H
+
+#include "common.h"
+#include "redis_conn.h"
+
+#define LB_BF_DEFAULT_CHUNK_KEYS 10000
+#define LB_BF_DEFAULT_CAPACITY 1000
+#define LB_BF_DEFAULT_ERROR_RATE 0.001
+#define LB_BF_DEFAULT_EXPANSION 2
+
+typedef struct {
+    double error_rate;  /* in (0, 1) */
+    uint64_t capacity;  /* >= 1 */
+    uint32_t expansion; /* >= 1; not sent when non_scaling */
+    int non_scaling;
+    int no_create;      /* never send BF.RESERVE */
+    int64_t ttl_ms;     /* 0: no expiry */
+} lb_bf_options;
+
+/* The defaults above, scaling, creating, no TTL. */
+void lb_bf_options_init(lb_bf_options *o);
+
+typedef struct lb_redisbloom lb_redisbloom;
+
+/* A filter at `key` (binary-safe, not empty).  conn is not owned and must
+ * outlive the filter.  Nothing is sent yet.
+ * Errors: ARG (empty key, error rate, capacity, expansion, ttl), NOMEM. */
+lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
+                          const lb_bf_options *opt, lb_redisbloom **out);
+void lb_bf_free(lb_redisbloom *bf);
+
+void lb_bf_set_chunk_keys(lb_redisbloom *bf, size_t n); /* 0 -> default; at most 1000000 */
+void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms);   /* 0 -> none */
+const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf);
+lb_redis *lb_bf_conn(const lb_redisbloom *bf);
+
+/* 1 once a BF.RESERVE succeeded or found the filter there ("item exists"),
+ * or a restore() wrote it; 0 again after reset. */
+int lb_bf_is_reserved(const lb_redisbloom *bf);
+
+/* After LB_REDIS_ERR_FULL: keys of the failed call (add) that went in
+ * before the filter filled up, or -1 when the server did not say. */
+long long lb_bf_full_added(const lb_redisbloom *bf);
+/* The server's error text of the last failed call ("" when the failure was
+ * not a server reply).  Valid until the next call on bf. */
+const char *lb_bf_reply_text(const lb_redisbloom *bf);
+
+/* Send BF.RESERVE now (even with no_create).  *created (may be NULL) = 1
+ * when this call created the filter, 0 when it was there. */
+lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created);
+
+/* Add n items (none empty; n = 0 sends nothing).  was_new (may be NULL)
+ * receives 1 per item the module reported new.  On FULL, was_new holds the
+ * answers of the items before the failing one of the failing chunk. */
+lb_redis_status lb_bf_add(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *was_new);
+
+/* Test n items: present[i] = 1 when the module says item i may be there. */
+lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *present);
+
+/* DEL the key; the next add reserves again. */
+lb_redis_status lb_bf_reset(lb_redisbloom *bf);
+
+/* BF.INFO, by field name; -1 = the server did not report that field (or
+ * reported nil: expansion of a non-scaling filter). */
+typedef struct {
+    long long capacity;  /* "Capacity" */
+    long long size;      /* "Size" (bytes, on the module) */
+    long long filters;   /* "Number of filters" */
+    long long items;     /* "Number of items inserted" */
+    long long expansion; /* "Expansion rate" */
+} lb_bf_info;
+
+/* NOTFOUND when the key does not exist, WRONGTYPE for another type. */
+lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out);
+
+/* BF.CARD (0 for a missing key).  A module without BF.CARD (before v2.4.4):
+ * BF.INFO's "Number of items inserted" instead. */
+lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out);
+
+/* One step of BF.SCANDUMP: iter 0 starts.  *next = 0 when the dump is
+ * complete (then *data is NULL); otherwise the chunk to replay with
+ * BF.LOADCHUNK key *next data.  *data is valid until the next call on bf.
+ * iter 0 of a missing key: NOTFOUND. */
+lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *next,
+                               const char **data, size_t *len);
+
+typedef struct {
+    long long iter;
+    const void *data;
+    size_t len;
+} lb_bf_chunk;
+
+/* Replace the filter at key by the one the chunks describe (the steps of a
+ * scandump, in order): they are loaded into a temporary key in the key's
+ * Redis Cluster slot (given a 10-minute expiry in case this process dies),
+ * then RENAMEd over key in one step, so readers see the old filter or the
+ * new one, never half of it.  Round trips of at most 8 MiB of chunks.  On
+ * failure the temporary key is deleted (best effort) and key is unchanged. */
+lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n);
+
+/* ---- reply shapes (exposed for tests) ---------------------------------- */
+
+/* RESP3 types as hiredis >= 1.0 numbers them; lb_reply carries them when the
+ * connection layer parses RESP3 (the integer field holds a boolean's value). */
+#define LB_REPLY_DOUBLE 7
+#define LB_REPLY_BOOL 8
+#define LB_REPLY_MAP 9
+#define LB_REPLY_SET 10
+
+/* An integer 0/1 or a boolean: 0 or 1; -1 for any other shape. */
+int lb_bf_reply_bool(const lb_reply *x);
+/* Parse BF.INFO's reply (flat pairs or map).  0, or -1 for another shape. */
+int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out);
+
+#endif
