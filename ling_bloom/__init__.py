@@ -42,6 +42,7 @@ from ._core import (
     hash_pair,
     indices,
 )
+from ._core import RedisBloomFilter
 from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, optimal_k
 
@@ -110,6 +111,7 @@ __all__ = [
     "ModuleMissingError",
     "NotSupportedError",
     "Params",
+    "RedisBloomFilter",
     "RedisConnectionError",
     "RedisError",
     "RedisResponseError",

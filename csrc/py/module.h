@@ -191,5 +191,6 @@ PyTypeObject *lb_memory_filter_type(PyObject *module);
 PyTypeObject *lb_counting_filter_type(PyObject *module);
 PyTypeObject *lb_scalable_filter_type(PyObject *module);
 PyTypeObject *lb_redis_filter_type(PyObject *module);
+PyTypeObject *lb_redisbloom_filter_type(PyObject *module);
 
 #endif

@@ -1,0 +1,802 @@
+/* redisbloom_filter.c: RedisBloomFilter, a Bloom filter kept by the RedisBloom
+ * module on the server (csrc/core/redisbloom.h does the Redis side). */
+#include "keys.h"
+#include "module.h"
+#include "redis_connection.h"
+
+#include <math.h>
+#include <structmember.h>
+
+#include "redisbloom.h"
+
+typedef struct {
+    lb_base base;
+    lb_redis *conn;
+    lb_redisbloom *bf;
+    PyObject *key;       /* as given: str or bytes */
+    PyObject *key_bytes; /* its bytes */
+    lb_bf_options opt;
+    double ttl;          /* seconds; 0: none */
+    size_t chunk;        /* keys per round trip */
+} RedisBloomFilter;
+
+#define RB(o) ((RedisBloomFilter *)(o))
+
+/* What the batch in progress on this thread did: its chunks run on the
+ * calling thread (with the GIL released), and the exception is raised there
+ * too, so a thread-local keeps concurrent batches on one filter apart. */
+static _Thread_local struct {
+    size_t done;               /* keys of earlier chunks of this batch, all in */
+    long long added;           /* FULL: keys of the batch that went in, -1 unknown */
+    lb_redis_status status;    /* status of the failed chunk */
+} tl_batch;
+
+static void rb_release(lb_base *b)
+{
+    RedisBloomFilter *f = (RedisBloomFilter *)b;
+    lb_bf_free(f->bf);
+    f->bf = NULL;
+    lb_redis_free(f->conn);
+    f->conn = NULL;
+}
+
+/* Raise the exception for a failed call.  added: keys that went in before a
+ * FULL (-1: unknown). */
+static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
+{
+    lb_state *S = f->base.st;
+    const char *msg = f->conn ? lb_redis_errstr(f->conn) : "";
+    const char *text = f->bf ? lb_bf_reply_text(f->bf) : "";
+    if (!msg || !*msg)
+        msg = lb_redis_status_name(st);
+    if (st != LB_REDIS_ERR_FULL && st != LB_REDIS_ERR_NOMODULE && st != LB_REDIS_ERR_REPLY &&
+        st != LB_REDIS_ERR_WRONGTYPE) {
+        if (st == LB_REDIS_ERR_NOTFOUND)
+            PyErr_SetString(PyExc_KeyError, msg);
+        else
+            lb_raise_redis(S, st, f->conn, f->key);
+        return;
+    }
+    const char *r = *text ? text : msg;
+    PyObject *reply = PyUnicode_DecodeUTF8(r, (Py_ssize_t)strlen(r), "replace");
+    if (!reply)
+        return;
+    if (st == LB_REDIS_ERR_FULL) {
+        PyObject *n = added >= 0 ? PyLong_FromLongLong(added) : Py_NewRef(Py_None);
+        if (n)
+            lb_raise_with(S->FilterFullError, msg, "reply", reply, "added", n, "key", f->key,
+                          NULL);
+        Py_XDECREF(n);
+    } else if (st == LB_REDIS_ERR_NOMODULE)
+        lb_raise_with(S->ModuleMissingError, msg, "reply", reply, NULL);
+    else if (st == LB_REDIS_ERR_WRONGTYPE)
+        lb_raise_with(S->WrongTypeError, msg, "reply", reply, "key", f->key, NULL);
+    else
+        lb_raise_with(S->RedisResponseError, msg, "reply", reply, NULL);
+    Py_DECREF(reply);
+}
+
+static void rb_raise_backend(lb_base *b)
+{
+    rb_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.added);
+}
+
+static int parse_ttl(PyObject *obj, double *out)
+{
+    *out = 0;
+    if (!obj || obj == Py_None)
+        return 0;
+    PyObject *secs = NULL;
+    if (PyObject_HasAttrString(obj, "total_seconds"))
+        secs = PyObject_CallMethod(obj, "total_seconds", NULL);
+    else
+        secs = Py_NewRef(obj);
+    if (!secs)
+        return -1;
+    double t = PyFloat_AsDouble(secs);
+    Py_DECREF(secs);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(t > 0) || !isfinite(t) || t > 1e12) {
+        PyErr_Format(PyExc_ValueError, "ttl must be a positive number of seconds or None, not %R",
+                     obj);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "capacity", "error_rate", "expansion", "non_scaling",
+                             "no_create", "ttl", "chunk_size", LB_CONN_KWNAMES, NULL};
+    lb_state *st = lb_state_from_type(type);
+    if (!st)
+        return NULL;
+    PyObject *key, *capacity = Py_None, *error_rate = Py_None, *expansion = Py_None,
+                   *ttl = Py_None, *chunk = Py_None;
+    int non_scaling = 0, no_create = 0;
+    lb_conn_kw kw = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "O|OO$OppOO" LB_CONN_KWFORMAT ":RedisBloomFilter", kwlist,
+                                     &key, &capacity, &error_rate, &expansion, &non_scaling,
+                                     &no_create, &ttl, &chunk, LB_CONN_KWADDR(kw)))
+        return NULL;
+
+    PyObject *key_bytes;
+    if (PyUnicode_Check(key))
+        key_bytes = PyUnicode_AsUTF8String(key);
+    else if (PyBytes_Check(key))
+        key_bytes = Py_NewRef(key);
+    else
+        return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
+                            Py_TYPE(key)->tp_name);
+    if (!key_bytes)
+        return NULL;
+    RedisBloomFilter *self = NULL;
+    lb_redis_config cfg;
+    lb_redis_config_init(&cfg);
+    lb_bf_options opt;
+    lb_bf_options_init(&opt);
+    if (PyBytes_GET_SIZE(key_bytes) == 0) {
+        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
+        goto fail;
+    }
+    if (capacity != Py_None) {
+        if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &opt.capacity) < 0)
+            goto fail;
+        if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
+            PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
+            goto fail;
+        }
+    }
+    if (error_rate != Py_None) {
+        double p = PyFloat_AsDouble(error_rate);
+        if (p == -1.0 && PyErr_Occurred())
+            goto fail;
+        if (!(p > 0.0 && p < 1.0)) {
+            PyErr_Format(st->InvalidFalsePositiveRateError,
+                         "false-positive rate must be in (0, 1), not %R", error_rate);
+            goto fail;
+        }
+        opt.error_rate = p;
+    }
+    if (expansion != Py_None) {
+        if (non_scaling) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a non_scaling filter cannot expand: give expansion or non_scaling, "
+                            "not both (the module rejects the pair)");
+            goto fail;
+        }
+        if (PyBool_Check(expansion) || !PyLong_Check(expansion)) {
+            PyErr_Format(PyExc_TypeError, "expansion must be an int, not %.200s",
+                         Py_TYPE(expansion)->tp_name);
+            goto fail;
+        }
+        long e = PyLong_AsLong(expansion);
+        if (e == -1 && PyErr_Occurred())
+            goto fail;
+        if (e < 1 || e > 1L << 30) {
+            PyErr_Format(PyExc_ValueError, "expansion must be in 1..%ld, not %R", 1L << 30,
+                         expansion);
+            goto fail;
+        }
+        opt.expansion = (uint32_t)e;
+    }
+    opt.non_scaling = non_scaling;
+    opt.no_create = no_create;
+    double ttl_s;
+    if (parse_ttl(ttl, &ttl_s) < 0)
+        goto fail;
+    opt.ttl_ms = (int64_t)ceil(ttl_s * 1000.0);
+    size_t chunk_keys = LB_BF_DEFAULT_CHUNK_KEYS;
+    if (chunk != Py_None) {
+        Py_ssize_t c = PyLong_AsSsize_t(chunk);
+        if (c == -1 && PyErr_Occurred())
+            goto fail;
+        if (c < 1 || c > 1000000) {
+            PyErr_SetString(PyExc_ValueError, "chunk_size must be in 1..1000000");
+            goto fail;
+        }
+        chunk_keys = (size_t)c;
+    }
+    if (lb_conn_config(st, &kw, &cfg) < 0)
+        goto fail;
+
+    self = (RedisBloomFilter *)type->tp_alloc(type, 0);
+    if (!self)
+        goto fail;
+    if (lb_base_init(&self->base, type) < 0)
+        goto fail;
+    self->base.raise_backend = rb_raise_backend;
+    self->key = Py_NewRef(key);
+    self->key_bytes = Py_NewRef(key_bytes);
+    self->opt = opt;
+    self->ttl = ttl_s;
+    self->chunk = chunk_keys;
+    self->conn = lb_redis_new(&cfg);
+    if (!self->conn) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    lb_redis_status rs = lb_bf_new(self->conn, PyBytes_AS_STRING(key_bytes),
+                                   (size_t)PyBytes_GET_SIZE(key_bytes), &opt, &self->bf);
+    if (rs != LB_REDIS_OK) {
+        lb_raise_redis(st, rs, self->conn, key);
+        goto fail;
+    }
+    lb_bf_set_chunk_keys(self->bf, chunk_keys);
+    lb_redis_config_free(&cfg);
+    Py_DECREF(key_bytes);
+    return (PyObject *)self;
+
+fail:
+    lb_redis_config_free(&cfg);
+    Py_DECREF(key_bytes);
+    Py_XDECREF(self);
+    return NULL;
+}
+
+static void rb_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    RedisBloomFilter *f = RB(self);
+    if (f->base.lock)
+        rb_release(&f->base);
+    lb_base_fini(&f->base);
+    Py_CLEAR(f->key);
+    Py_CLEAR(f->key_bytes);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static int rb_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+/* ---- round trips -------------------------------------------------------- */
+
+static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    RedisBloomFilter *f = (RedisBloomFilter *)b;
+    lb_redis_status rs = lb_bf_add(f->bf, keys, n, out);
+    if (rs == LB_REDIS_OK) {
+        tl_batch.done += n;
+        *done = n;
+        return LB_OK;
+    }
+    long long fa = rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1;
+    tl_batch.added = fa < 0 ? -1 : (long long)tl_batch.done + fa;
+    tl_batch.status = rs;
+    *done = fa > 0 ? (size_t)fa : 0;
+    return LB_ERR_BACKEND;
+}
+
+static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    RedisBloomFilter *f = (RedisBloomFilter *)b;
+    lb_redis_status rs = lb_bf_test(f->bf, keys, n, out);
+    *done = rs == LB_REDIS_OK ? n : 0;
+    if (rs == LB_REDIS_OK)
+        return LB_OK;
+    tl_batch.status = rs;
+    tl_batch.added = -1;
+    return LB_ERR_BACKEND;
+}
+
+/* One key, one round trip, with the GIL released. */
+static int rb_single(RedisBloomFilter *f, PyObject *key, int add)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+        return -1;
+    if (lb_enter(&f->base) < 0) {
+        lb_key_release(&hold);
+        return -1;
+    }
+    uint8_t out = 0;
+    lb_redis_status rs;
+    lb_busy_begin(&f->base);
+    Py_BEGIN_ALLOW_THREADS
+    rs = add ? lb_bf_add(f->bf, &k, 1, &out) : lb_bf_test(f->bf, &k, 1, &out);
+    Py_END_ALLOW_THREADS
+    lb_busy_end(&f->base);
+    lb_key_release(&hold);
+    if (rs != LB_REDIS_OK) {
+        rb_raise(f, rs, rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1);
+        return -1;
+    }
+    return out;
+}
+
+static PyObject *rb_add(PyObject *self, PyObject *key)
+{
+    int r = rb_single(RB(self), key, 1);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static int rb_contains(PyObject *self, PyObject *key)
+{
+    return rb_single(RB(self), key, 0);
+}
+
+static PyObject *rb_test(PyObject *self, PyObject *key)
+{
+    int r = rb_contains(self, key);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *rb_batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
+{
+    tl_batch.done = 0;
+    tl_batch.added = -1;
+    tl_batch.status = LB_REDIS_OK;
+    return lb_run_batch(&RB(self)->base, keys, fn, kind, LB_GIL_ALWAYS, RB(self)->chunk);
+}
+
+static PyObject *rb_add_many(PyObject *self, PyObject *keys)
+{
+    return rb_batch(self, keys, rb_add_chunk, LB_RESULT_LIST);
+}
+
+static PyObject *rb_update(PyObject *self, PyObject *keys)
+{
+    return rb_batch(self, keys, rb_add_chunk, LB_RESULT_NONE);
+}
+
+static PyObject *rb_test_many(PyObject *self, PyObject *keys)
+{
+    return rb_batch(self, keys, rb_test_chunk, LB_RESULT_LIST);
+}
+
+/* Run expr with the GIL released; raise on failure. */
+#define RB_CALL(f, expr)                              \
+    do {                                              \
+        lb_redis_status rs_;                          \
+        if (lb_enter(&(f)->base) < 0)                 \
+            return NULL;                              \
+        lb_busy_begin(&(f)->base);                    \
+        Py_BEGIN_ALLOW_THREADS                        \
+        rs_ = (expr);                                 \
+        Py_END_ALLOW_THREADS                          \
+        lb_busy_end(&(f)->base);                      \
+        if (rs_ != LB_REDIS_OK) {                     \
+            rb_raise((f), rs_, -1);                   \
+            return NULL;                              \
+        }                                             \
+    } while (0)
+
+static PyObject *rb_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    RB_CALL(RB(self), lb_bf_reset(RB(self)->bf));
+    Py_RETURN_NONE;
+}
+
+static PyObject *rb_reserve(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    int created = 0;
+    RB_CALL(RB(self), lb_bf_reserve(RB(self)->bf, &created));
+    return PyBool_FromLong(created);
+}
+
+static PyObject *rb_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&RB(self)->base, rb_release);
+}
+
+static PyObject *opt_int(long long v)
+{
+    if (v < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(v);
+}
+
+static PyObject *rb_info(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    RedisBloomFilter *f = RB(self);
+    lb_bf_info info;
+    RB_CALL(f, lb_bf_info_get(f->bf, &info));
+    PyObject *mod = PyImport_ImportModule("ling_bloom.redisbloom");
+    if (!mod)
+        return NULL;
+    PyObject *cls = PyObject_GetAttrString(mod, "RedisBloomInfo");
+    Py_DECREF(mod);
+    if (!cls)
+        return NULL;
+    PyObject *vals[5] = {opt_int(info.capacity), opt_int(info.size), opt_int(info.filters),
+                         opt_int(info.items), opt_int(info.expansion)};
+    PyObject *r = NULL;
+    if (vals[0] && vals[1] && vals[2] && vals[3] && vals[4])
+        r = PyObject_CallFunctionObjArgs(cls, vals[0], vals[1], vals[2], vals[3], vals[4], NULL);
+    for (int i = 0; i < 5; i++)
+        Py_XDECREF(vals[i]);
+    Py_DECREF(cls);
+    return r;
+}
+
+static PyObject *rb_card(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    uint64_t n = 0;
+    RB_CALL(RB(self), lb_bf_card(RB(self)->bf, &n));
+    return PyLong_FromUnsignedLongLong(n);
+}
+
+static PyObject *rb_dump(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    RedisBloomFilter *f = RB(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    long long iter = 0, next = 0;
+    lb_redis_status rs = LB_REDIS_OK;
+    int failed = 0;
+    lb_busy_begin(&f->base);
+    for (;;) {
+        const char *data;
+        size_t len;
+        Py_BEGIN_ALLOW_THREADS
+        rs = lb_bf_scandump(f->bf, iter, &next, &data, &len);
+        Py_END_ALLOW_THREADS
+        if (rs != LB_REDIS_OK || next == 0)
+            break;
+        if (next == iter) { /* a server that does not move on: do not loop forever */
+            lb_redis_set_error(f->conn, LB_REDIS_ERR_PROTOCOL,
+                               "BF.SCANDUMP answered the iterator %lld it was given", iter);
+            rs = LB_REDIS_ERR_PROTOCOL;
+            break;
+        }
+        PyObject *item = Py_BuildValue("(Ly#)", next, data, (Py_ssize_t)len);
+        if (!item || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(item);
+        iter = next;
+    }
+    lb_busy_end(&f->base);
+    if (failed) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    if (rs != LB_REDIS_OK) {
+        Py_DECREF(list);
+        rb_raise(f, rs, -1);
+        return NULL;
+    }
+    return list;
+}
+
+static PyObject *rb_restore(PyObject *self, PyObject *chunks)
+{
+    RedisBloomFilter *f = RB(self);
+    if (PyUnicode_Check(chunks) || PyBytes_Check(chunks) || PyByteArray_Check(chunks))
+        return PyErr_Format(PyExc_TypeError,
+                            "restore() takes the list dump() returned (pairs of iterator and "
+                            "bytes); for a packed dump use "
+                            "ling_bloom.redisbloom.chunks_from_bytes() first");
+    PyObject *seq = PySequence_Fast(chunks, "restore() takes an iterable of (iterator, bytes)");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = NULL;
+    Py_ssize_t held = 0;
+    lb_bf_chunk *cs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *cs);
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof *views);
+    if (!cs || !views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "restore() needs at least one chunk");
+        goto done;
+    }
+    for (; held < n; held++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, held);
+        if (!PyTuple_Check(item) && !PyList_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "chunk %zd is a %.200s, not an (iterator, bytes) pair",
+                         held, Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd is not an (iterator, bytes) pair", held);
+            goto done;
+        }
+        PyObject *it = PySequence_Fast_GET_ITEM(item, 0);
+        PyObject *data = PySequence_Fast_GET_ITEM(item, 1);
+        if (PyBool_Check(it) || !PyLong_Check(it)) {
+            PyErr_Format(PyExc_TypeError, "chunk %zd: the iterator must be an int", held);
+            goto done;
+        }
+        long long v = PyLong_AsLongLong(it);
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        if (v <= 0) {
+            PyErr_Format(PyExc_ValueError, "chunk %zd: the iterator must be positive, not %lld",
+                         held, v);
+            goto done;
+        }
+        if (PyUnicode_Check(data)) {
+            PyErr_Format(PyExc_TypeError, "chunk %zd: the data must be bytes, not str", held);
+            goto done;
+        }
+        if (PyObject_GetBuffer(data, &views[held], PyBUF_SIMPLE) < 0)
+            goto done;
+        cs[held].iter = v;
+        cs[held].data = views[held].buf;
+        cs[held].len = (size_t)views[held].len;
+    }
+    lb_redis_status rs;
+    if (lb_enter(&f->base) < 0)
+        goto done;
+    lb_busy_begin(&f->base);
+    Py_BEGIN_ALLOW_THREADS
+    rs = lb_bf_restore(f->bf, cs, (size_t)n);
+    Py_END_ALLOW_THREADS
+    lb_busy_end(&f->base);
+    if (rs != LB_REDIS_OK)
+        rb_raise(f, rs, -1);
+    else
+        result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(cs);
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* from_url(url, key, ...): RedisBloomFilter(key, url=url, ...). */
+static PyObject *rb_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 2)
+        return PyErr_Format(PyExc_TypeError, "from_url() takes the url and the key");
+    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
+    if (!kw)
+        return NULL;
+    if (PyDict_SetItemString(kw, "url", PyTuple_GET_ITEM(args, 0)) < 0) {
+        Py_DECREF(kw);
+        return NULL;
+    }
+    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
+    PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
+    Py_XDECREF(pos);
+    Py_DECREF(kw);
+    return r;
+}
+
+/* from_redis(client, key, ...): the connection settings of a redis-py client. */
+static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 2)
+        return PyErr_Format(PyExc_TypeError, "from_redis() takes the client and the key");
+    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
+    if (!mod)
+        return NULL;
+    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
+                                             PyTuple_GET_ITEM(args, 0));
+    Py_DECREF(mod);
+    if (!settings)
+        return NULL;
+    if (kwargs && PyDict_Update(settings, kwargs) < 0) {
+        Py_DECREF(settings);
+        return NULL;
+    }
+    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
+    PyObject *r = pos ? PyObject_Call(cls, pos, settings) : NULL;
+    Py_XDECREF(pos);
+    Py_DECREF(settings);
+    return r;
+}
+
+/* ---- properties --------------------------------------------------------- */
+
+static PyObject *rb_get_key(PyObject *self, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(RB(self)->key);
+}
+
+static PyObject *rb_get_capacity(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(RB(self)->opt.capacity);
+}
+
+static PyObject *rb_get_error_rate(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyFloat_FromDouble(RB(self)->opt.error_rate);
+}
+
+static PyObject *rb_get_expansion(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (RB(self)->opt.non_scaling)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(RB(self)->opt.expansion);
+}
+
+static PyObject *rb_get_non_scaling(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(RB(self)->opt.non_scaling);
+}
+
+static PyObject *rb_get_no_create(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(RB(self)->opt.no_create);
+}
+
+static PyObject *rb_get_ttl(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (RB(self)->ttl <= 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(RB(self)->ttl);
+}
+
+static PyObject *rb_get_chunk_size(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(RB(self)->chunk);
+}
+
+static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
+{
+    (void)unused;
+    RedisBloomFilter *f = RB(self);
+    return PyBool_FromLong(f->bf ? lb_bf_is_reserved(f->bf) : 0);
+}
+
+static PyObject *rb_repr(PyObject *self)
+{
+    RedisBloomFilter *f = RB(self);
+    char rate[40];
+    PyOS_snprintf(rate, sizeof rate, "%g", f->opt.error_rate);
+    if (f->opt.non_scaling)
+        return PyUnicode_FromFormat("<RedisBloomFilter key=%R capacity=%llu error_rate=%s "
+                                    "non_scaling%s>",
+                                    f->key, (unsigned long long)f->opt.capacity, rate,
+                                    f->base.closed ? " closed" : "");
+    return PyUnicode_FromFormat("<RedisBloomFilter key=%R capacity=%llu error_rate=%s "
+                                "expansion=%u%s>",
+                                f->key, (unsigned long long)f->opt.capacity, rate,
+                                (unsigned)f->opt.expansion, f->base.closed ? " closed" : "");
+}
+
+static PyMethodDef rb_methods[] = {
+    {"add", rb_add, METH_O,
+     "add(key) -> bool\n\nBF.ADD; True when the module reports the key new.  The first add "
+     "reserves the filter (BF.RESERVE) unless no_create."},
+    {"test", rb_test, METH_O,
+     "test(key) -> bool\n\nBF.EXISTS.  Never creates the filter (a missing key tests False)."},
+    {"add_many", rb_add_many, METH_O,
+     "add_many(keys) -> list[bool]\n\nBF.MADD, one round trip per chunk_size keys.  A full "
+     "non-scaling filter raises FilterFullError; its .added tells how many keys of the batch "
+     "went in (they are the first ones)."},
+    {"update", rb_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
+    {"test_many", rb_test_many, METH_O,
+     "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
+    {"reset", rb_reset, METH_NOARGS,
+     "reset()\n\nDelete the key; the next add reserves the filter again."},
+    {"reserve", rb_reserve, METH_NOARGS,
+     "reserve() -> bool\n\nSend BF.RESERVE now (even with no_create).  True when it created "
+     "the filter, False when one was there already (its parameters are kept)."},
+    {"close", rb_close, METH_NOARGS, "close()\n\nClose the connection; the filter stays in Redis."},
+    {"__enter__", lb_enter_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"info", rb_info, METH_NOARGS,
+     "info() -> ling_bloom.redisbloom.RedisBloomInfo\n\nBF.INFO, read by field name: capacity, "
+     "size (bytes), filters, items, expansion (None when non-scaling).  KeyError when the key "
+     "does not exist."},
+    {"card", rb_card, METH_NOARGS,
+     "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
+    {"dump", rb_dump, METH_NOARGS,
+     "dump() -> list[tuple[int, bytes]]\n\nThe filter as BF.SCANDUMP's steps: (iterator, "
+     "chunk) pairs, what BF.LOADCHUNK replays (redis-py's loadchunk takes them too).  Do not "
+     "write to the filter while it is being dumped.  KeyError when the key does not exist.  "
+     "ling_bloom.redisbloom.chunks_to_bytes() packs the list into one bytes value."},
+    {"restore", rb_restore, METH_O,
+     "restore(chunks)\n\nReplace the filter by a dump: the chunks are loaded into a temporary "
+     "key and renamed over this one in one step (readers never see half a filter).  The "
+     "chunks must come from the same kind of server (the module and fakeredis dump in their "
+     "own formats)."},
+    {"from_url", (PyCFunction)(void (*)(void))rb_from_url,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_url(url, key, **options) -> RedisBloomFilter\n\nurl as redis-py: "
+     "redis://[[user]:password@]host[:port][/db] or unix:///path?db=N."},
+    {"from_redis", (PyCFunction)(void (*)(void))rb_from_redis,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_redis(client, key, **options) -> RedisBloomFilter\n\nThe connection settings of a "
+     "redis-py client (its own connections are not used, and close() leaves it open)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef rb_getset[] = {
+    {"key", rb_get_key, NULL, "the Redis key of the filter", NULL},
+    {"capacity", rb_get_capacity, NULL,
+     "the capacity BF.RESERVE is sent with (the configured one, not the server's: see info())",
+     NULL},
+    {"error_rate", rb_get_error_rate, NULL, "the error rate BF.RESERVE is sent with", NULL},
+    {"expansion", rb_get_expansion, NULL, "growth factor of a scaling filter; None if non_scaling",
+     NULL},
+    {"non_scaling", rb_get_non_scaling, NULL, "reserved with NONSCALING", NULL},
+    {"no_create", rb_get_no_create, NULL, "never sends BF.RESERVE", NULL},
+    {"ttl", rb_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
+    {"chunk_size", rb_get_chunk_size, NULL, "keys per BF.MADD / BF.MEXISTS round trip", NULL},
+    {"is_reserved", rb_get_is_reserved, NULL,
+     "whether BF.RESERVE succeeded or found the filter there (False again after reset)", NULL},
+    {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef rb_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot rb_slots[] = {
+    {Py_tp_doc,
+     "RedisBloomFilter(key, capacity=1000, error_rate=0.001, *, expansion=2, "
+     "non_scaling=False, no_create=False, ttl=None, chunk_size=10000, url=None, ...)\n\n"
+     "A Bloom filter kept by the RedisBloom module at key (BF.* commands): the server "
+     "hashes, this side sends items, pipelined.  Connection keywords as redis-py: url, host, "
+     "port, db, username, password, unix_socket_path, socket_timeout (default 10 s), "
+     "socket_connect_timeout (default 5 s).\n\n"
+     "The first add sends BF.RESERVE key error_rate capacity with EXPANSION expansion, or "
+     "NONSCALING (never both: the module rejects the pair); 'item exists' means another "
+     "process created it first and is not an error.  It is sent again after a reconnect, "
+     "so a server restarted empty gets the configured parameters back rather than the "
+     "module's defaults.  no_create: never reserve (BF.ADD then creates a missing filter "
+     "with the module's defaults).  ttl: PEXPIRE after every write, in the same round "
+     "trip.\n\n"
+     "Errors: FilterFullError (.added: keys of the call that went in, None when the "
+     "server did not say) when a non-scaling filter is full; ModuleMissingError when the "
+     "server has no BF.* commands; WrongTypeError (.key) when the key holds another "
+     "type.\n\n"
+     "A key of another type and the tests: the module answers 0 to BF.EXISTS / BF.MEXISTS "
+     "on it, not an error, so every test would silently say False.  A user expects the "
+     "WrongTypeError that add raises, so when a test answers all-False and the key's type "
+     "is not yet known on this connection, one more round trip asks TYPE: another type "
+     "raises WrongTypeError.  That costs one extra round trip once per connection (never "
+     "on the hot path); a key replaced by another type later, while the connection stays "
+     "open, is not noticed by tests."},
+    {Py_tp_new, rb_new},
+    {Py_tp_dealloc, rb_dealloc},
+    {Py_tp_traverse, rb_traverse},
+    {Py_tp_methods, rb_methods},
+    {Py_tp_getset, rb_getset},
+    {Py_tp_members, rb_members},
+    {Py_tp_repr, rb_repr},
+    {Py_sq_contains, rb_contains},
+    {0, NULL},
+};
+
+static PyType_Spec rb_spec = {
+    .name = "ling_bloom.RedisBloomFilter",
+    .basicsize = sizeof(RedisBloomFilter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = rb_slots,
+};
+
+PyTypeObject *lb_redisbloom_filter_type(PyObject *module)
+{
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &rb_spec, NULL);
+}
