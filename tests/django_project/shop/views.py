@@ -1,0 +1,45 @@
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+
+from ling_bloom.contrib.django import guard_for
+
+from .models import Product
+
+
+def _json(p):
+    return {"id": p.pk, "sku": p.sku, "name": p.name}
+
+
+def product_detail(request, pk):
+    return JsonResponse(_json(get_object_or_404(Product, pk=pk)))
+
+
+def by_sku(request, sku):
+    return JsonResponse(_json(get_object_or_404(Product, sku=sku)))
+
+
+def legacy(request, pk):
+    return product_detail(request, pk)
+
+
+def unguarded(request, pk):
+    return product_detail(request, pk)
+
+
+_cached = None
+
+
+def cached_product(request, pk):
+    """The full flow: filter, Django's cache with null caching, one query per key."""
+    global _cached
+    if _cached is None:
+        @guard_for("products", cache="default", null_ttl=60, metrics=False)
+        def load(key):
+            p = Product.objects.filter(pk=int(key)).first()
+            return None if p is None else _json(p)
+
+        _cached = load
+    value = _cached(pk)
+    if value is None:
+        return JsonResponse({"error": "not found"}, status=404)
+    return JsonResponse(value)

@@ -1,0 +1,13 @@
+from django.urls import include, path
+
+from django_project.shop import views
+
+shop_patterns = ([path("sku/<slug:sku>/", views.by_sku, name="by-sku")], "shop")
+
+urlpatterns = [
+    path("products/<int:pk>/", views.product_detail, name="product-detail"),
+    path("cached/<int:pk>/", views.cached_product, name="cached-product"),
+    path("legacy/product/<int:pk>/", views.legacy),
+    path("unguarded/<int:pk>/", views.unguarded, name="unguarded"),
+    path("shop/", include(shop_patterns)),
+]
