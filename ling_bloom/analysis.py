@@ -514,11 +514,17 @@ def plot_fpr(
     ax = _axes(ax, figsize)
     targets = set()
     floor = 1.0
+    # Experiments on the same geometry share one theory curve: draw it once.
+    curves = [([r.keys_added if x == "keys" else r.load for r in e.rows],
+               [r.theoretical_rate for r in e.rows]) for e in exps]
+    shared = len(exps) > 1 and all(c == curves[0] for c in curves)
+    if shared:
+        ax.plot(*curves[0], "-", color="0.2", alpha=0.8, label="theory (same m, k for all)")
     for i, e in enumerate(exps):
         color = f"C{i % 10}"
-        xs = [r.keys_added if x == "keys" else r.load for r in e.rows]
-        theory = [r.theoretical_rate for r in e.rows]
-        ax.plot(xs, theory, "-", color=color, alpha=0.8, label=f"theory: {e.title}")
+        xs, theory = curves[i]
+        if not shared:
+            ax.plot(xs, theory, "-", color=color, alpha=0.8, label=f"theory: {e.title}")
         # Measured, with two binomial standard deviations; checkpoints with no false
         # positive at all are below what the probes can see, and left out.
         pts = [(xv, r) for xv, r in zip(xs, e.rows) if r.false_positives]

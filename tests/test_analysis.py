@@ -205,8 +205,14 @@ def test_plots_draw_measured_theory_and_stages(tmp_path):
     b = analysis.run_experiment("memory", 5000, 0.01, hash="ling-base", load=2, checkpoints=8)
     ax = analysis.plot_fpr([a, b], x="load")
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert any(lbl.startswith("theory:") and "xxh3" in lbl for lbl in labels)
+    # same geometry: one theory curve for both, one measured series each
+    assert labels.count("theory (same m, k for all)") == 1
+    assert any(lbl.startswith("measured:") and "xxh3" in lbl for lbl in labels)
     assert any(lbl.startswith("measured:") and "ling-base" in lbl for lbl in labels)
+    c = analysis.run_experiment("memory", 5000, 0.05, load=2, checkpoints=8)
+    ax3 = analysis.plot_fpr([a, c])
+    labels3 = [t.get_text() for t in ax3.get_legend().get_texts()]
+    assert sum(lbl.startswith("theory:") for lbl in labels3) == 2
     assert ax.get_yscale() == "log"
     path = tmp_path / "fpr.png"
     ax.figure.savefig(path)
