@@ -1,0 +1,226 @@
+"""Flask: keep lookups of ids that do not exist away from the database.
+
+    from ling_bloom.contrib.flask import BloomGuard
+
+    bloom = BloomGuard(app, filters={"products": products_filter})   # or bloom.init_app(app)
+
+    @app.get("/products/<int:product_id>")
+    @bloom.guard("product_id", filter="products")     # 404 before the view runs
+    def product(product_id): ...
+
+    @bloom.source("products")                         # for `flask bloom-warmup products`
+    def product_ids():
+        return db.execute("SELECT id FROM product")
+
+Instead of the decorator, endpoints can be guarded from the app's configuration:
+``app.config["LING_BLOOM_ROUTES"] = {"product": ("product_id", "products")}`` (endpoint ->
+URL parameter, filter name).  ``LING_BLOOM_REJECT_STATUS`` (default 404) is the answer to
+a rejected key.  A guarded request that passes the filter and still answers 404 is
+counted as an observed false positive (``bloom.get_guard("products").stats()``).
+
+``flask bloom-warmup NAME`` fills the filter from its source (``--save FILE`` writes it,
+for in-memory filters; ``--incremental --state FILE`` with a ``@bloom.fetcher(NAME)``
+reads only rows newer than the last run's).
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import click
+from flask import Flask, abort, current_app, g, request
+from flask.cli import with_appcontext
+from werkzeug.exceptions import HTTPException
+
+from ling_bloom.guard import Guard, as_key
+from ling_bloom.warmup import FileState, sync, warmup
+
+__all__ = ["BloomGuard", "bloom_warmup_command"]
+
+_DEFAULT = "default"
+
+
+class BloomGuard:
+    """The Flask extension: filters by name, a guard (counters) per filter, the view
+    decorator, configured routes, and warm-up sources for the CLI.
+
+    filters   {name: filter} (a filter, or a function returning one at first use)
+    filter    a single filter, named "default"
+    metrics   passed to each Guard (None: Prometheus' default registry when installed)
+    """
+
+    def __init__(self, app: Optional[Flask] = None, filters: Optional[Dict[str, Any]] = None,
+                 *, filter: Any = None, metrics: Any = None):
+        self._filters: Dict[str, Any] = dict(filters or {})
+        if filter is not None:
+            self._filters[_DEFAULT] = filter
+        self._guards: Dict[str, Guard] = {}
+        self._lock = threading.Lock()
+        self.metrics = metrics
+        self.sources: Dict[str, Callable[[], Iterable[Any]]] = {}
+        self.fetchers: Dict[str, Callable[[Any, int], Any]] = {}
+        if app is not None:
+            self.init_app(app)
+
+    # -- set-up
+    def init_app(self, app: Flask) -> None:
+        app.config.setdefault("LING_BLOOM_REJECT_STATUS", 404)
+        app.config.setdefault("LING_BLOOM_ROUTES", {})
+        for name, f in (app.config.get("LING_BLOOM_FILTERS") or {}).items():
+            self._filters.setdefault(name, f)
+        app.extensions["ling_bloom"] = self
+        app.before_request(self._before_request)
+        app.after_request(self._after_request)
+        if "bloom-warmup" not in app.cli.commands:
+            app.cli.add_command(bloom_warmup_command)
+
+    def add_filter(self, name: str, filter: Any) -> None:
+        with self._lock:
+            self._filters[name] = filter
+            guard = self._guards.get(name)
+            if guard is not None:
+                guard.filter = filter if not callable(filter) or hasattr(filter, "test") else filter()
+
+    def get_filter(self, name: str = _DEFAULT) -> Any:
+        return self.get_guard(name).filter
+
+    def get_guard(self, name: str = _DEFAULT) -> Guard:
+        guard = self._guards.get(name)
+        if guard is None:
+            with self._lock:
+                guard = self._guards.get(name)
+                if guard is None:
+                    try:
+                        f = self._filters[name]
+                    except KeyError:
+                        raise KeyError(f"no ling_bloom filter named {name!r} (known: "
+                                       f"{', '.join(sorted(self._filters)) or 'none'})") from None
+                    if callable(f) and not hasattr(f, "test"):
+                        f = self._filters[name] = f()
+                    guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics)
+        return guard
+
+    def source(self, name: str = _DEFAULT) -> Callable[[Callable[[], Iterable[Any]]], Callable[[], Iterable[Any]]]:
+        """Register the function giving every key of filter ``name`` (for the warm-up)."""
+        def register(fn: Callable[[], Iterable[Any]]) -> Callable[[], Iterable[Any]]:
+            self.sources[name] = fn
+            return fn
+        return register
+
+    def fetcher(self, name: str = _DEFAULT) -> Callable[[Callable[[Any, int], Any]], Callable[[Any, int], Any]]:
+        """Register ``fetch(after, limit)`` of filter ``name`` for incremental warm-ups:
+        rows with an id above ``after`` in id order, as ids or (id, key) pairs."""
+        def register(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+            self.fetchers[name] = fn
+            return fn
+        return register
+
+    # -- the check
+    def _reject(self) -> Any:
+        abort(current_app.config.get("LING_BLOOM_REJECT_STATUS", 404))
+
+    def _check(self, name: str, value: Any, prefix: str) -> Guard:
+        guard = self.get_guard(name)
+        key = as_key(value)
+        if prefix:
+            key = prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
+        if not guard.check(key):
+            self._reject()
+        return guard
+
+    def guard(self, arg: str, filter: str = _DEFAULT, prefix: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A view decorator: the URL parameter ``arg`` is the key; a key that filter
+        ``filter`` has never seen gets LING_BLOOM_REJECT_STATUS (404) before the view runs."""
+        def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(view)
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                if arg not in kwargs:
+                    raise TypeError(f"the view has no URL parameter {arg!r} to guard")
+                guard = self._check(filter, kwargs[arg], prefix)
+                try:
+                    rv = current_app.make_response(view(*args, **kwargs))
+                except HTTPException as e:
+                    guard.record(None if (e.code or 500) >= 500 else e.code != 404)
+                    raise
+                except Exception:
+                    guard.record(None)
+                    raise
+                guard.record(None if rv.status_code >= 500 else rv.status_code != 404)
+                return rv
+            guarded.bloom_guarded = True  # type: ignore[attr-defined]
+            return guarded
+        return decorate
+
+    def _before_request(self) -> Any:
+        routes: Dict[str, Tuple[Any, ...]] = current_app.config.get("LING_BLOOM_ROUTES") or {}
+        if not routes or request.endpoint not in routes:
+            return None
+        view = current_app.view_functions.get(request.endpoint)
+        if getattr(view, "bloom_guarded", False):
+            return None  # the decorator does it
+        spec = routes[request.endpoint]
+        arg, name = spec[0], (spec[1] if len(spec) > 1 else _DEFAULT)
+        prefix = spec[2] if len(spec) > 2 else ""
+        value = (request.view_args or {}).get(arg)
+        if value is None:
+            return None
+        g._ling_bloom_guard = self._check(name, value, prefix)
+        return None
+
+    def _after_request(self, response: Any) -> Any:
+        guard = g.pop("_ling_bloom_guard", None)
+        if guard is not None:
+            status = response.status_code
+            guard.record(None if status >= 500 else status != 404)
+        return response
+
+
+@click.command("bloom-warmup")
+@click.argument("names", nargs=-1)
+@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(min=1),
+              help="keys per filter.update (one Redis round trip each)")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False),
+              help="save the filled filter to this file (in-memory filters)")
+@click.option("--incremental", is_flag=True,
+              help="only rows newer than the last run's (needs @bloom.fetcher and --state)")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False),
+              help="where the incremental position is kept")
+@click.option("--progress/--no-progress", default=None,
+              help="a progress bar (default: when stderr is a terminal)")
+@with_appcontext
+def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Optional[str],
+                         incremental: bool, state_path: Optional[str],
+                         progress: Optional[bool]) -> None:
+    """Fill ling_bloom filters from their registered sources (default: all of them)."""
+    ext: BloomGuard = current_app.extensions["ling_bloom"]
+    todo = list(names) or sorted(ext.fetchers if incremental else ext.sources)
+    if not todo:
+        raise click.UsageError("no filter to fill: register a source with @bloom.source(name)")
+    if save_path and len(todo) > 1:
+        raise click.UsageError("--save takes one filter name")
+    for name in todo:
+        try:
+            flt = ext.get_filter(name)
+        except KeyError as e:
+            raise click.UsageError(str(e.args[0])) from None
+        if incremental:
+            if name not in ext.fetchers:
+                raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
+            if not state_path:
+                raise click.UsageError("--incremental needs --state FILE")
+            res = sync(flt, ext.fetchers[name], FileState(state_path), batch_size=batch_size)
+            click.echo(f"{name}: {res.keys:,} new keys in {res.batches} batches, "
+                       f"last id {res.last_id}")
+        else:
+            if name not in ext.sources:
+                raise click.UsageError(f"{name}: no source: register one with "
+                                       f"@bloom.source({name!r})")
+            summary = warmup(flt, ext.sources[name](), batch_size=batch_size,
+                             progress=progress, stream=sys.stderr,
+                             desc=name, summary=False)
+            click.echo(f"{name}: {summary}")
+        if save_path:
+            flt.save(save_path)
+            click.echo(f"{name}: saved to {save_path}")

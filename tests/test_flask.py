@@ -1,0 +1,221 @@
+"""ling_bloom.contrib.flask with Flask's test client over a SQLite database (sqlite3),
+counting the queries each request runs."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from frameworks import require
+
+flask = require("flask", "flask")
+
+import ling_bloom as lb  # noqa: E402
+from ling_bloom.contrib.flask import BloomGuard  # noqa: E402
+
+
+class DB:
+    """A SQLite file; every statement run through any of its connections is recorded."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.queries = []
+        with self.connect() as c:
+            c.execute("CREATE TABLE product (id INTEGER PRIMARY KEY, sku TEXT UNIQUE, name TEXT)")
+            c.executemany("INSERT INTO product VALUES (?, ?, ?)",
+                          [(i, f"sku-{i}", f"product {i}") for i in range(1, 201)])
+        self.queries.clear()
+
+    def connect(self):
+        conn = sqlite3.connect(self.path)
+        conn.set_trace_callback(self.queries.append)
+        return conn
+
+    def selects(self):
+        return [q for q in self.queries if q.lstrip().upper().startswith("SELECT")]
+
+
+def make_app(db, **config):
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, **config)
+    bloom = BloomGuard(app, filters={
+        "products": lb.MemoryFilter(10_000, 0.001),
+        "skus": lambda: lb.MemoryFilter(10_000, 0.001),  # made at first use
+    }, metrics=False)
+
+    def one(sql, *args):
+        conn = db.connect()
+        try:
+            return conn.execute(sql, args).fetchone()
+        finally:
+            conn.close()
+
+    @app.get("/products/<int:product_id>")
+    @bloom.guard("product_id", filter="products")
+    def product(product_id):
+        row = one("SELECT id, sku, name FROM product WHERE id = ?", product_id)
+        if row is None:
+            flask.abort(404)
+        return {"id": row[0], "sku": row[1], "name": row[2]}
+
+    @app.get("/by-sku/<sku>")
+    def by_sku(sku):  # guarded by configuration (LING_BLOOM_ROUTES), not a decorator
+        row = one("SELECT id FROM product WHERE sku = ?", sku)
+        return ({"id": row[0]}, 200) if row else ({"error": "no such sku"}, 404)
+
+    @app.get("/unguarded/<int:product_id>")
+    def unguarded(product_id):
+        row = one("SELECT id FROM product WHERE id = ?", product_id)
+        return ({"id": row[0]}, 200) if row else ("", 404)
+
+    @bloom.source("products")
+    def product_ids():
+        conn = db.connect()
+        try:
+            yield from conn.execute("SELECT id FROM product ORDER BY id")
+        finally:
+            conn.close()
+
+    @bloom.source("skus")
+    def skus():
+        conn = db.connect()
+        try:
+            for (sku,) in conn.execute("SELECT sku FROM product"):
+                yield "sku:" + sku
+        finally:
+            conn.close()
+
+    @bloom.fetcher("products")
+    def fetch(after, limit):
+        conn = db.connect()
+        try:
+            return conn.execute("SELECT id FROM product WHERE id > ? ORDER BY id LIMIT ?",
+                                (after or 0, limit)).fetchall()
+        finally:
+            conn.close()
+
+    return app, bloom
+
+
+@pytest.fixture
+def db(tmp_path):
+    return DB(tmp_path / "shop.sqlite3")
+
+
+def request(client, db, url):
+    db.queries.clear()
+    r = client.get(url)
+    return r.status_code, len(db.selects())
+
+
+def warm(app, *args):
+    result = app.test_cli_runner().invoke(args=["bloom-warmup", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_decorated_view_rejects_unknown_ids_without_a_query(db):
+    app, bloom = make_app(db)
+    c = app.test_client()
+    assert request(c, db, "/products/5") == (404, 0)  # before the warm-up: unknown
+    out = warm(app, "products", "--no-progress")
+    assert "products: 200 keys in" in out
+    assert request(c, db, "/products/5") == (200, 1)
+    assert c.get("/products/5").get_json()["sku"] == "sku-5"
+    for bad in [201, 999_999, 10**15]:
+        assert request(c, db, f"/products/{bad}") == (404, 0)
+    s = bloom.get_guard("products").stats()
+    assert (s.rejected, s.found, s.not_found) == (4, 2, 0)
+
+
+def test_control_unguarded_view_queries(db):
+    app, _ = make_app(db)
+    assert request(app.test_client(), db, "/unguarded/999999") == (404, 1)
+
+
+def test_false_positive_is_counted(db):
+    app, bloom = make_app(db)
+    bloom.get_filter("products").add("424242")
+    assert request(app.test_client(), db, "/products/424242") == (404, 1)
+    s = bloom.get_guard("products").stats()
+    assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
+
+
+def test_configured_route_with_prefix_and_status(db):
+    app, bloom = make_app(db, LING_BLOOM_ROUTES={"by_sku": ("sku", "skus", "sku:")},
+                          LING_BLOOM_REJECT_STATUS=410)
+    warm(app, "skus", "--no-progress")
+    c = app.test_client()
+    assert request(c, db, "/by-sku/sku-7") == (200, 1)
+    assert request(c, db, "/by-sku/nope") == (410, 0)
+    bloom.get_filter("skus").add("sku:ghost")
+    assert request(c, db, "/by-sku/ghost") == (404, 1)
+    s = bloom.get_guard("skus").stats()
+    assert (s.lookups, s.rejected, s.found, s.not_found) == (3, 1, 1, 1)
+
+
+def test_init_app_later_and_single_filter(db):
+    f = lb.MemoryFilter(100, 0.01)
+    f.add("1")
+    bloom = BloomGuard(filter=f, metrics=False)
+    app = flask.Flask(__name__)
+    bloom.init_app(app)
+    seen = []
+
+    @app.get("/items/<item_id>")
+    @bloom.guard("item_id")
+    def item(item_id):
+        seen.append(item_id)
+        return "ok"
+
+    c = app.test_client()
+    assert c.get("/items/1").status_code == 200
+    assert c.get("/items/2").status_code == 404
+    assert seen == ["1"]
+    assert app.extensions["ling_bloom"] is bloom
+
+
+def test_warmup_save_and_incremental(db, tmp_path):
+    app, bloom = make_app(db)
+    path = tmp_path / "products.bloom"
+    state = tmp_path / "products.sync.json"
+    out = warm(app, "products", "--no-progress", "--save", str(path))
+    assert "saved to" in out
+    assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 201)]))
+
+    conn = db.connect()
+    conn.executemany("INSERT INTO product VALUES (?, ?, ?)", [(201, "a", "a"), (202, "b", "b")])
+    conn.commit(); conn.close()
+    out = warm(app, "products", "--incremental", "--state", str(state), "--batch-size", "150")
+    assert "202 new keys in 2 batches, last id 202" in out  # the first run: everything
+    out = warm(app, "products", "--incremental", "--state", str(state))
+    assert "0 new keys" in out
+    c = app.test_client()
+    assert request(c, db, "/products/202") == (200, 1)
+
+
+def test_warmup_cli_errors(db):
+    app, _ = make_app(db)
+    runner = app.test_cli_runner()
+    r = runner.invoke(args=["bloom-warmup", "nope"])
+    assert r.exit_code == 2 and "no ling_bloom filter named 'nope'" in r.output
+    r = runner.invoke(args=["bloom-warmup", "products", "--incremental"])
+    assert r.exit_code == 2 and "--state" in r.output
+    r = runner.invoke(args=["bloom-warmup", "skus", "--incremental", "--state", "x"])
+    assert r.exit_code == 2 and "fetcher" in r.output
+
+
+def test_decorator_on_a_view_without_the_parameter(db):
+    f = lb.MemoryFilter(100, 0.01)
+    bloom = BloomGuard(filter=f, metrics=False)
+    app = flask.Flask(__name__)
+    app.config["TESTING"] = True
+    bloom.init_app(app)
+
+    @app.get("/x/<other>")
+    @bloom.guard("item_id")
+    def x(other):
+        return "ok"
+
+    with pytest.raises(TypeError, match="item_id"):
+        app.test_client().get("/x/1")
