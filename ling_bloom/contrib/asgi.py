@@ -1,0 +1,184 @@
+"""ASGI (Starlette, FastAPI): keep lookups of ids that do not exist away from the database.
+
+    from ling_bloom.contrib.asgi import BloomGuardMiddleware
+
+    app.add_middleware(
+        BloomGuardMiddleware,
+        filters={"products": products_filter},
+        routes={"/products/{product_id:int}": ("product_id", "products")},
+        reject_status=404,
+    )
+
+``routes`` maps a path in Starlette's syntax (``{name}``, ``{name:int}``, ``{name:path}``
+...) to the path parameter carrying the key and the filter's name (a bare parameter name
+means the filter "default", which ``filter=`` sets); or give ``BloomRoute`` objects, which
+also take a key prefix and the HTTP methods to guard.  A request whose key the filter has
+never seen is answered (404, ``{"detail": "Not Found"}``, or your ``reject``) before
+routing, so no endpoint, dependency or query runs.  A guarded request that passes and
+still answers 404 is counted as an observed false positive
+(``middleware.get_guard("products").stats()``, or the ``guards`` dict you pass in).
+
+It is a pure ASGI middleware (no BaseHTTPMiddleware): streaming responses, websockets and
+lifespan events pass through untouched.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from starlette.responses import JSONResponse, Response
+from starlette.routing import compile_path
+
+from ling_bloom.guard import Guard, as_key
+
+__all__ = ["BloomGuardMiddleware", "BloomRoute"]
+
+_DEFAULT = "default"
+
+Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+
+
+class BloomRoute:
+    """A guarded path: ``BloomRoute("/products/{product_id:int}", "product_id",
+    filter="products", prefix="", methods=("GET", "HEAD"))`` (methods=None: all)."""
+
+    def __init__(self, path: str, param: str, filter: str = _DEFAULT, prefix: str = "",
+                 methods: Optional[Iterable[str]] = ("GET", "HEAD")):
+        self.path = path
+        self.param = param
+        self.filter = filter
+        self.prefix = prefix
+        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
+        self.regex, _, self.convertors = compile_path(path)
+        if param not in self.convertors:
+            raise ValueError(f"the path {path!r} has no parameter {param!r}")
+
+    def match(self, method: str, path: str) -> Optional[Any]:
+        if self.methods is not None and method not in self.methods:
+            return None
+        m = self.regex.match(path)
+        if m is None:
+            return None
+        return self.convertors[self.param].convert(m.group(self.param))
+
+    def __repr__(self) -> str:
+        return f"BloomRoute({self.path!r}, {self.param!r}, filter={self.filter!r})"
+
+
+RouteSpec = Union[str, Tuple[str, ...]]
+
+
+def _routes(routes: Union[Dict[str, RouteSpec], Sequence[BloomRoute]]) -> List[BloomRoute]:
+    if isinstance(routes, dict):
+        out = []
+        for path, spec in routes.items():
+            if isinstance(spec, str):
+                out.append(BloomRoute(path, spec))
+            else:
+                out.append(BloomRoute(path, *spec))
+        return out
+    return list(routes)
+
+
+def _route_path(scope: Scope) -> str:
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    # As Starlette's router sees it: without the root_path the app is mounted at.
+    if root and path.startswith(root):
+        if path == root:
+            return ""
+        if path[len(root)] == "/":
+            return path[len(root):]
+    return path
+
+
+class BloomGuardMiddleware:
+    """``BloomGuardMiddleware(app, routes, filters=None, *, filter=None, reject_status=404,
+    reject=None, metrics=None, guards=None)``
+
+    routes         {path: param | (param, filter_name[, prefix])} or [BloomRoute, ...]
+    filters        {name: filter}; ``filter=`` is the one named "default"
+    reject_status  the status of a rejection (JSON body {"detail": ...})
+    reject         or a function ``(scope, key, filter_name) -> Response`` (may be async)
+    guards         {name: Guard} to use instead of making one per filter (to share
+                   counters with your own code); ``metrics`` is passed to those it makes
+    """
+
+    def __init__(self, app: Callable[..., Any],
+                 routes: Union[Dict[str, RouteSpec], Sequence[BloomRoute]],
+                 filters: Optional[Dict[str, Any]] = None, *, filter: Any = None,
+                 reject_status: int = 404,
+                 reject: Optional[Callable[..., Any]] = None,
+                 metrics: Any = None,
+                 guards: Optional[Dict[str, Guard]] = None):
+        self.app = app
+        self.routes = _routes(routes)
+        filters = dict(filters or {})
+        if filter is not None:
+            filters[_DEFAULT] = filter
+        self.guards: Dict[str, Guard] = dict(guards or {})
+        for name, f in filters.items():
+            if name not in self.guards:
+                self.guards[name] = Guard(f, name=name, metrics=metrics)
+        for r in self.routes:
+            if r.filter not in self.guards:
+                raise ValueError(f"{r!r}: no filter named {r.filter!r} (known: "
+                                 f"{', '.join(sorted(self.guards)) or 'none'})")
+        self.reject_status = reject_status
+        self.reject = reject
+
+    def get_guard(self, name: str = _DEFAULT) -> Guard:
+        return self.guards[name]
+
+    async def _rejection(self, scope: Scope, key: Any, name: str) -> Response:
+        if self.reject is None:
+            from http import HTTPStatus
+
+            try:
+                detail = HTTPStatus(self.reject_status).phrase
+            except ValueError:
+                detail = "Rejected"
+            return JSONResponse({"detail": detail}, status_code=self.reject_status)
+        out = self.reject(scope, key, name)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.routes:
+            await self.app(scope, receive, send)
+            return
+        method, path = scope.get("method", "GET"), _route_path(scope)
+        for route in self.routes:
+            value = route.match(method, path)
+            if value is None:
+                continue
+            key = as_key(value)
+            if route.prefix:
+                key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
+            guard = self.guards[route.filter]
+            if not guard.check(key):
+                response = await self._rejection(scope, key, route.filter)
+                await response(scope, receive, send)
+                return
+            await self._observed(guard, scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _observed(self, guard: Guard, scope: Scope, receive: Receive, send: Send) -> None:
+        status: List[int] = []
+
+        async def send_status(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        except Exception:
+            guard.record(None)
+            raise
+        code = status[0] if status else 500
+        guard.record(None if code >= 500 else code != 404)

@@ -1,0 +1,217 @@
+"""ling_bloom.contrib.asgi with Starlette's TestClient over a SQLite database, counting
+queries; and the full flow (AsyncGuard) inside an async endpoint."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from frameworks import require
+
+require("starlette", "asgi")
+try:  # Starlette's TestClient runs on httpx2 (httpx is its deprecated fallback)
+    import httpx2  # noqa: F401
+except ImportError:
+    require("httpx", "asgi")
+
+from starlette.applications import Starlette  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
+from starlette.responses import JSONResponse, PlainTextResponse  # noqa: E402
+from starlette.routing import Mount, Route, WebSocketRoute  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+import ling_bloom as lb  # noqa: E402
+from ling_bloom.contrib.asgi import BloomGuardMiddleware, BloomRoute  # noqa: E402
+from ling_bloom.guard import AsyncGuard, MemoryCache  # noqa: E402
+from ling_bloom.warmup import warmup  # noqa: E402
+
+
+class DB:
+    def __init__(self, path):
+        self.path = str(path)
+        self.queries = []
+        conn = self.connect()
+        conn.execute("CREATE TABLE product (id INTEGER PRIMARY KEY, sku TEXT UNIQUE)")
+        conn.executemany("INSERT INTO product VALUES (?, ?)",
+                         [(i, f"sku-{i}") for i in range(1, 101)])
+        conn.commit()
+        conn.close()
+        self.queries.clear()
+
+    def connect(self):
+        conn = sqlite3.connect(self.path, check_same_thread=False)
+        conn.set_trace_callback(self.queries.append)
+        return conn
+
+    def one(self, sql, *args):
+        conn = self.connect()
+        try:
+            return conn.execute(sql, args).fetchone()
+        finally:
+            conn.close()
+
+    def selects(self):
+        return len([q for q in self.queries if q.lstrip().upper().startswith("SELECT")])
+
+
+@pytest.fixture
+def db(tmp_path):
+    return DB(tmp_path / "shop.sqlite3")
+
+
+@pytest.fixture
+def filters(db):
+    products = lb.MemoryFilter(10_000, 0.001)
+    conn = db.connect()
+    warmup(products, conn.execute("SELECT id FROM product"), progress=False)
+    skus = lb.MemoryFilter(10_000, 0.001)
+    warmup(skus, ("sku:" + s for (s,) in conn.execute("SELECT sku FROM product")),
+           progress=False)
+    conn.close()
+    db.queries.clear()
+    return {"products": products, "skus": skus}
+
+
+def make_app(db, filters, **mw):
+    async def product(request):
+        row = db.one("SELECT id, sku FROM product WHERE id = ?", request.path_params["product_id"])
+        if row is None:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return JSONResponse({"id": row[0], "sku": row[1]})
+
+    async def by_sku(request):
+        row = db.one("SELECT id FROM product WHERE sku = ?", request.path_params["sku"])
+        return JSONResponse({"id": row[0]}) if row else JSONResponse({}, status_code=404)
+
+    async def update(request):
+        db.one("SELECT id FROM product WHERE id = ?", request.path_params["product_id"])
+        return PlainTextResponse("updated")
+
+    async def ws(websocket):
+        await websocket.accept()
+        await websocket.send_text("hello")
+        await websocket.close()
+
+    routes = [
+        Route("/products/{product_id:int}", product),
+        Route("/products/{product_id:int}", update, methods=["PUT"]),
+        Route("/sku/{sku}", by_sku),
+        WebSocketRoute("/ws", ws),
+        Mount("/api", routes=[Route("/products/{product_id:int}", product)]),
+    ]
+    options = dict(
+        filters=filters,
+        routes=[
+            BloomRoute("/products/{product_id:int}", "product_id", "products"),
+            BloomRoute("/sku/{sku}", "sku", "skus", prefix="sku:"),
+        ],
+        metrics=False,
+    )
+    options.update(mw)
+    return Starlette(routes=routes, middleware=[Middleware(BloomGuardMiddleware, **options)])
+
+
+def call(client, db, method, url):
+    db.queries.clear()
+    r = client.request(method, url)
+    return r.status_code, db.selects()
+
+
+def middleware_of(client):
+    app = client.app
+    stack = app.middleware_stack or app.build_middleware_stack()
+    while not isinstance(stack, BloomGuardMiddleware):
+        stack = stack.app
+    return stack
+
+
+def test_unknown_ids_are_rejected_before_the_endpoint(db, filters):
+    with TestClient(make_app(db, filters)) as client:  # lifespan passes through
+        assert call(client, db, "GET", "/products/42") == (200, 1)
+        assert client.get("/products/42").json() == {"id": 42, "sku": "sku-42"}
+        for bad in ["/products/101", "/products/999999", "/products/0"]:
+            assert call(client, db, "GET", bad) == (404, 0)
+        r = client.get("/products/555")
+        assert r.json() == {"detail": "Not Found"}
+        assert call(client, db, "GET", "/sku/sku-9") == (200, 1)
+        assert call(client, db, "GET", "/sku/unknown") == (404, 0)
+        s = middleware_of(client).get_guard("products").stats()
+        assert (s.rejected, s.found, s.not_found) == (4, 2, 0)
+
+
+def test_other_methods_paths_and_websockets_pass(db, filters):
+    with TestClient(make_app(db, filters)) as client:
+        assert call(client, db, "PUT", "/products/999999") == (200, 1)  # only GET/HEAD guarded
+        with client.websocket_connect("/ws") as ws:
+            assert ws.receive_text() == "hello"
+        # not a guarded path (the mounted copy is not in routes): reaches the database
+        assert call(client, db, "GET", "/api/products/999999") == (404, 1)
+
+
+def test_false_positive_is_counted(db, filters):
+    filters["products"].add("500")
+    with TestClient(make_app(db, filters)) as client:
+        assert call(client, db, "GET", "/products/500") == (404, 1)
+        s = middleware_of(client).get_guard("products").stats()
+        assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
+
+
+def test_reject_status_and_custom_reject(db, filters):
+    with TestClient(make_app(db, filters, reject_status=410)) as client:
+        r = client.get("/products/999")
+        assert (r.status_code, r.json()) == (410, {"detail": "Gone"})
+
+    async def reject(scope, key, name):
+        return PlainTextResponse(f"no {name} {key}", status_code=404)
+
+    with TestClient(make_app(db, filters, reject=reject)) as client:
+        r = client.get("/products/999")
+        assert (r.status_code, r.text) == (404, "no products 999")
+        assert db.selects() == 0
+
+
+def test_dict_routes_and_default_filter(db, filters):
+    app = Starlette(routes=[Route("/p/{pid:int}", lambda r: PlainTextResponse("ok"))],
+                    middleware=[Middleware(BloomGuardMiddleware, filter=filters["products"],
+                                           routes={"/p/{pid:int}": "pid"}, metrics=False)])
+    with TestClient(app) as client:
+        assert client.get("/p/1").status_code == 200
+        assert client.get("/p/1001").status_code == 404
+
+
+def test_configuration_errors(filters):
+    with pytest.raises(ValueError, match="no parameter"):
+        BloomRoute("/p/{id}", "pid")
+    with pytest.raises(ValueError, match="no filter named 'nope'"):
+        BloomGuardMiddleware(lambda *a: None, routes={"/p/{id}": ("id", "nope")},
+                             filters=filters, metrics=False)
+
+
+def test_root_path_is_stripped(db, filters):
+    with TestClient(make_app(db, filters), root_path="/prefix") as client:
+        assert call(client, db, "GET", "/products/999999") == (404, 0)
+        assert call(client, db, "GET", "/products/7") == (200, 1)
+
+
+def test_async_guard_in_an_endpoint(db, filters):
+    """The full flow in an async app: filter, cache, one query per key, null caching."""
+    guard = AsyncGuard(filters["products"], MemoryCache(), metrics=False)
+
+    @guard
+    async def load(key):
+        row = db.one("SELECT id, sku FROM product WHERE id = ?", int(key))
+        return None if row is None else {"id": row[0], "sku": row[1]}
+
+    async def product(request):
+        value = await load(request.path_params["pid"])
+        return JSONResponse(value) if value else JSONResponse({}, status_code=404)
+
+    app = Starlette(routes=[Route("/c/{pid:int}", product)])
+    filters["products"].add("777")  # a false positive
+    with TestClient(app) as client:
+        assert call(client, db, "GET", "/c/3") == (200, 1)
+        assert call(client, db, "GET", "/c/3") == (200, 0)
+        assert call(client, db, "GET", "/c/123456") == (404, 0)
+        assert call(client, db, "GET", "/c/777") == (404, 1)
+        assert call(client, db, "GET", "/c/777") == (404, 0)
+    assert guard.stats().null_hits == 1
