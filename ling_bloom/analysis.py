@@ -272,6 +272,12 @@ class Experiment:
     def __str__(self) -> str:
         return self.to_markdown()
 
+    def __repr__(self) -> str:
+        last = self.rows[-1] if self.rows else None
+        tail = (f", final: {last.keys_added:,} keys, measured {_fmt_rate(last.measured_rate)}, "
+                f"theory {_fmt_rate(last.theoretical_rate)}") if last else ""
+        return f"<Experiment {self.title}: {len(self.rows)} rows{tail}>"
+
 
 # --------------------------------------------------------------------------------------
 # Running
