@@ -1,0 +1,725 @@
+"""RedisBloomFilter: the RedisBloom module's BF.* commands.
+
+Against LING_BLOOM_REDISBLOOM_URL (a Redis with the real module) when set, else against
+fakeredis's TCP server with BF support started on a free port of 127.0.0.1.  Details in
+which fakeredis differs from the module (reference: redisbloom-replies.md) are tested
+against the real module only, or against ScriptedServer, which answers with the module's
+recorded replies byte for byte and records what the filter sent.  Faults (server killed,
+restarted, paused, never answering) always use servers started here.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+import ling_bloom as lb
+from ling_bloom.redisbloom import RedisBloomInfo, chunks_from_bytes, chunks_to_bytes
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bf_server import (  # noqa: E402
+    BFTarget,
+    FakeBFServer,
+    PlainRedis,
+    ScriptedServer,
+    SilentListener,
+    fakeredis_available,
+    free_port,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL_ONLY = "fakeredis differs from the RedisBloom module here (see redisbloom-replies.md); " \
+            "set LING_BLOOM_REDISBLOOM_URL to a Redis with the module"
+
+
+@pytest.fixture(scope="module")
+def target():
+    if not os.environ.get("LING_BLOOM_REDISBLOOM_URL"):
+        why = fakeredis_available()
+        if why:
+            pytest.skip(why)
+    t = BFTarget()
+    yield t
+    t.stop()
+
+
+@pytest.fixture
+def r(target):
+    redis = pytest.importorskip("redis")
+    client = redis.Redis.from_url(target.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def key(r):
+    k = f"lbtest:{uuid.uuid4().hex}"
+    yield k
+    r.delete(k)
+
+
+def make(target, key, **kw):
+    return lb.RedisBloomFilter(key, url=target.url, **kw)
+
+
+def need_fake():
+    why = fakeredis_available()
+    if why:
+        pytest.skip(why)
+
+
+# ---------------------------------------------------------------- basics
+
+def test_add_test_contains(target, key, r):
+    with make(target, key) as f:
+        assert f.add("alpha") is True
+        assert f.add("alpha") is False
+        assert f.test("alpha") is True
+        assert "alpha" in f
+        assert f.test("beta") is False
+        assert "beta" not in f
+        assert f.add(b"bytes-key") is True
+        assert f.test(bytearray(b"bytes-key")) is True
+        assert f.test(memoryview(b"bytes-key")) is True
+        assert f.card() == 2
+
+
+def test_batches(target, key):
+    with make(target, key) as f:
+        assert f.add_many(["a", "b", "a", "c"]) == [True, True, False, True]
+        assert f.test_many(["a", "b", "c", "zz"]) == [True, True, True, False]
+        assert f.update(["d", "e"]) is None
+        assert f.test_many(("d", "e")) == [True, True]
+        assert f.add_many([]) == []
+        assert f.test_many(iter([])) == []
+        assert f.test_many(k for k in ["a", "q"]) == [True, False]
+        assert f.card() == 5
+        with pytest.raises(TypeError):
+            f.add_many("abc")
+        with pytest.raises(TypeError):
+            f.add(12)
+
+
+def test_chunked_batches(target, key):
+    keys = [f"k{i}" for i in range(250)]
+    with make(target, key, chunk_size=64) as f:
+        assert f.chunk_size == 64
+        assert f.add_many(keys) == [True] * 250
+        assert f.test_many(keys) == [True] * 250
+        assert f.card() == 250
+
+
+def test_test_never_creates(target, key, r):
+    with make(target, key) as f:
+        assert f.test("x") is False
+        assert f.test_many(["x", "y"]) == [False, False]
+        assert r.exists(key) == 0
+        assert f.is_reserved is False
+
+
+def test_empty_key_batch_changes_nothing(target, key, r):
+    with make(target, key) as f:
+        with pytest.raises(lb.EmptyKeyError):
+            f.add_many(["a", "", "b"])
+        with pytest.raises(TypeError):
+            f.add_many(["a", 3])
+        assert r.exists(key) == 0
+        assert f.is_reserved is False
+        with pytest.raises(lb.EmptyKeyError):
+            f.add("")
+        with pytest.raises(lb.EmptyKeyError):
+            f.test_many(["", "a"])
+
+
+def test_options_and_validation(target, key):
+    f = make(target, key, capacity=5000, error_rate=0.01, expansion=4, ttl=30)
+    assert (f.key, f.capacity, f.error_rate, f.expansion, f.non_scaling, f.no_create) == \
+        (key, 5000, 0.01, 4, False, False)
+    assert f.ttl == 30.0
+    assert "capacity=5000" in repr(f) and "expansion=4" in repr(f)
+    f.close()
+    d = make(target, key)
+    assert (d.capacity, d.error_rate, d.expansion, d.ttl, d.chunk_size) == (1000, 0.001, 2, None, 10000)
+    d.close()
+    ns = make(target, key, non_scaling=True)
+    assert ns.expansion is None and ns.non_scaling is True and "non_scaling" in repr(ns)
+    ns.close()
+    with pytest.raises(ValueError, match="non_scaling"):
+        make(target, key, non_scaling=True, expansion=2)
+    for bad in (0, -5):
+        with pytest.raises(ValueError):
+            make(target, key, expansion=bad)
+    with pytest.raises(TypeError):
+        make(target, key, expansion=2.5)
+    with pytest.raises(lb.InvalidCapacityError):
+        make(target, key, capacity=0)
+    with pytest.raises(lb.InvalidCapacityError):
+        make(target, key, capacity=-1)
+    for p in (0, 1, 1.5, -0.1, float("nan")):
+        with pytest.raises(lb.InvalidFalsePositiveRateError):
+            make(target, key, error_rate=p)
+    with pytest.raises(lb.EmptyKeyError):
+        make(target, "")
+    with pytest.raises(TypeError):
+        lb.RedisBloomFilter(5, url=target.url)
+    with pytest.raises(ValueError):
+        make(target, key, ttl=-1)
+    with pytest.raises(ValueError):
+        make(target, key, chunk_size=0)
+
+
+def test_close_and_context_manager(target, key):
+    f = make(target, key)
+    f.add("a")
+    f.close()
+    f.close()
+    assert f.closed
+    for call in (lambda: f.add("a"), lambda: f.test("a"), lambda: f.add_many(["a"]),
+                 lambda: f.test_many(["a"]), f.reset, f.info, f.card, f.dump, f.reserve,
+                 lambda: "a" in f):
+        with pytest.raises(lb.ClosedError):
+            call()
+    with make(target, key) as g:
+        assert g.test("a") is True  # the filter stays in Redis
+    assert g.closed
+
+
+def test_from_url_and_from_redis(target, key, r):
+    with lb.RedisBloomFilter.from_url(target.url, key, capacity=50) as f:
+        f.add("x")
+        assert f.capacity == 50
+    with lb.RedisBloomFilter.from_redis(r, key) as g:
+        assert g.test("x")
+    assert r.ping()  # from_redis never closes the caller's client
+
+
+# ----------------------------------------------------------- reserve logic
+
+def test_first_add_reserves_with_configured_parameters(target, key):
+    with make(target, key, capacity=777, error_rate=0.02) as f:
+        assert f.is_reserved is False
+        f.add("a")
+        assert f.is_reserved is True
+        info = f.info()
+        assert isinstance(info, RedisBloomInfo)
+        assert info.capacity == 777
+        assert info.filters == 1 and info.items == 1
+        assert info.expansion == 2
+
+
+def test_batch_reserves_too(target, key):
+    with make(target, key, capacity=321) as f:
+        f.update(["a", "b"])
+        assert f.is_reserved and f.info().capacity == 321
+
+
+def test_item_exists_is_not_an_error(target, key):
+    other = make(target, key, capacity=4242)
+    assert other.reserve() is True
+    with make(target, key, capacity=10) as f:
+        assert f.add("a") is True
+        assert f.is_reserved is True
+        # the filter that was there is kept, whatever its parameters
+        assert f.info().capacity == 4242
+        assert f.reserve() is False
+    other.close()
+
+
+def test_non_scaling_reserve_and_info(target, key):
+    with make(target, key, capacity=100, non_scaling=True) as f:
+        f.add("a")
+        info = f.info()
+        assert info.capacity == 100
+        assert info.expansion is None  # nil on a non-scaling filter
+
+
+def test_no_create_never_reserves(target, key):
+    with make(target, key, capacity=5000, no_create=True) as f:
+        f.add("a")
+        assert f.is_reserved is False
+        # BF.ADD created it with the server's defaults, not ours
+        assert f.info().capacity == 100
+
+
+def test_reset_deletes_and_next_add_reserves_again(target, key, r):
+    with make(target, key, capacity=333) as f:
+        f.add_many(["a", "b"])
+        f.reset()
+        assert r.exists(key) == 0
+        assert f.is_reserved is False
+        assert f.test("a") is False
+        assert f.add("a") is True
+        assert f.is_reserved is True and f.info().capacity == 333 and f.card() == 1
+        f.reset()
+        f.reset()  # on a missing key: fine
+
+
+def test_ttl_set_by_writes(target, key, r):
+    with make(target, key, ttl=60) as f:
+        f.add("a")
+        ttl = r.pttl(key)
+        assert 0 < ttl <= 60_000
+        r.persist(key)
+        f.test("a")
+        assert r.pttl(key) == -1  # tests do not touch the expiry
+        f.add_many(["b", "c"])
+        assert 0 < r.pttl(key) <= 60_000
+    with make(target, key + ":nottl") as g:
+        g.add("a")
+        assert r.pttl(key + ":nottl") == -1
+        r.delete(key + ":nottl")
+
+
+# --------------------------------------------------------------- errors
+
+def test_full_non_scaling_filter(target, key, r):
+    with make(target, key, capacity=3, non_scaling=True) as f:
+        assert f.add_many(["1", "2"]) == [True, True]
+        with pytest.raises(lb.FilterFullError) as ei:
+            f.add_many(["3", "4", "5"])
+        e = ei.value
+        assert isinstance(e, lb.RedisResponseError)
+        assert e.key == key
+        assert e.added is None or e.added == 1
+        assert f.test("3") is True  # the key before the failing one went in
+        with pytest.raises(lb.FilterFullError) as ei:
+            f.add("6")
+        assert ei.value.added == 0
+        assert f.card() == 3
+
+
+@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
+def test_full_reports_added_on_the_module(target, key):
+    with make(target, key, capacity=4, non_scaling=True, chunk_size=2) as f:
+        f.add("seed")
+        with pytest.raises(lb.FilterFullError) as ei:
+            f.add_many(["a", "b", "c", "d", "e"])
+        assert ei.value.added == 3
+        assert "full" in ei.value.reply
+
+
+def test_wrong_type(target, key, r):
+    r.set(key, "a string")
+    with make(target, key) as f:
+        for call in (lambda: f.add("a"), lambda: f.add_many(["a", "b"]), f.info, f.card,
+                     f.dump, lambda: f.test("a"), lambda: f.test_many(["a", "b"])):
+            with pytest.raises(lb.WrongTypeError) as ei:
+                call()
+            assert ei.value.key == key
+            assert key in str(ei.value)
+            assert isinstance(ei.value, lb.RedisResponseError)
+    assert r.get(key) == b"a string"
+
+
+def test_missing_key_info_and_dump(target, key):
+    with make(target, key) as f:
+        with pytest.raises(KeyError):
+            f.info()
+        with pytest.raises(KeyError):
+            f.dump()
+        assert f.card() == 0
+
+
+def test_module_missing():
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed")
+    with PlainRedis() as plain:
+        with lb.RedisBloomFilter("k", url=plain.url) as f:
+            for call in (lambda: f.add("a"), lambda: f.add_many(["a"]), lambda: f.test("a"),
+                         lambda: f.test_many(["a", "b"]), f.info, f.card, f.dump, f.reserve):
+                with pytest.raises(lb.ModuleMissingError) as ei:
+                    call()
+                assert isinstance(ei.value, lb.NotSupportedError)
+                assert isinstance(ei.value, lb.RedisResponseError)
+                assert "unknown command" in ei.value.reply.lower()
+                assert "RedisBloom" in str(ei.value)
+            assert f.is_reserved is False
+        with lb.RedisBloomFilter("k", url=plain.url, no_create=True) as g:
+            with pytest.raises(lb.ModuleMissingError):
+                g.add("a")
+
+
+# -------------------------------------------------------- dump / restore
+
+def test_dump_restore_round_trip(target, key, r):
+    keys = [f"u{i}" for i in range(500)]
+    with make(target, key, capacity=100) as f, make(target, key + ":copy") as g:
+        f.update(keys)
+        chunks = f.dump()
+        assert chunks and all(isinstance(i, int) and i > 0 and isinstance(c, bytes) for i, c in chunks)
+        g.add("old content")
+        g.restore(chunks)
+        assert g.is_reserved
+        assert g.test_many(keys) == [True] * 500
+        assert g.card() == f.card() == 500
+        packed = chunks_to_bytes(chunks)
+        assert chunks_from_bytes(packed) == chunks
+        g.restore(chunks_from_bytes(packed))
+        assert all(g.test_many(keys))
+        assert not [k for k in r.scan_iter(match="*:restore:*")]
+    r.delete(key + ":copy")
+
+
+def test_restore_with_ttl(target, key, r):
+    with make(target, key) as f, make(target, key + ":t", ttl=100) as g:
+        f.add("a")
+        g.restore(f.dump())
+        assert 0 < r.pttl(key + ":t") <= 100_000
+    r.delete(key + ":t")
+
+
+def test_restore_rejects_bad_input(target, key, r):
+    with make(target, key) as f:
+        f.add("keep")
+        with pytest.raises(ValueError):
+            f.restore([])
+        with pytest.raises(TypeError):
+            f.restore(b"bytes")
+        with pytest.raises(TypeError):
+            f.restore([b"x"])
+        with pytest.raises(ValueError):
+            f.restore([(0, b"x")])
+        with pytest.raises(TypeError):
+            f.restore([("1", b"x")])
+        with pytest.raises(TypeError):
+            f.restore([(1, "text")])
+        with pytest.raises(lb.RedisError):
+            f.restore([(1, b"not a filter at all")])
+        assert f.test("keep") is True  # unchanged
+        assert not [k for k in r.scan_iter(match="*:restore:*")]
+
+
+def test_packed_dump_errors():
+    with pytest.raises(ValueError):
+        chunks_from_bytes(b"short")
+    with pytest.raises(ValueError):
+        chunks_from_bytes(b"X" * 40)
+    good = chunks_to_bytes([(1, b"abc"), (7, b"")])
+    assert chunks_from_bytes(good) == [(1, b"abc"), (7, b"")]
+    with pytest.raises(ValueError):
+        chunks_from_bytes(good[:-1])
+    with pytest.raises(ValueError):
+        chunks_from_bytes(good + b"x")
+
+
+@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
+def test_module_details(target, key):
+    with make(target, key, capacity=100, expansion=2) as f:
+        f.update([f"x{i}" for i in range(1000)])
+        info = f.info()
+        assert info.filters > 1
+        assert info.size > info.items  # bytes, not items
+        assert len(f.dump()) >= 3       # a header and a chunk per sub-filter
+
+
+# -------------------------------------------------- module reply shapes
+
+OK = b"+OK\r\n"
+
+
+def scripted(**replies):
+    return ScriptedServer({k.replace("_", "."): v for k, v in replies.items()})
+
+
+def test_wire_reserve_commands():
+    with ScriptedServer({"BF.RESERVE": OK, "BF.ADD": b":1\r\n", "PEXPIRE": b":1\r\n",
+                         "BF.MADD": b"*2\r\n:1\r\n:0\r\n", "DEL": b":1\r\n"}) as s:
+        with lb.RedisBloomFilter("k", capacity=1000, error_rate=0.001, url=s.url) as f:
+            f.add("a")
+            f.add("b")
+        with lb.RedisBloomFilter("n", capacity=50, error_rate=0.0123, non_scaling=True,
+                                 url=s.url) as g:
+            assert g.add_many(["a", "b"]) == [True, False]
+        with lb.RedisBloomFilter("t", expansion=3, ttl=1.5, url=s.url) as h:
+            h.add("a")
+            h.reset()
+            h.add("b")
+        with lb.RedisBloomFilter("c", no_create=True, url=s.url) as c:
+            c.add("a")
+        cmds = [[a.decode() for a in c] for c in s.commands]
+    assert cmds == [
+        ["BF.RESERVE", "k", "0.001", "1000", "EXPANSION", "2"],
+        ["BF.ADD", "k", "a"],
+        ["BF.ADD", "k", "b"],  # reserved once
+        ["BF.RESERVE", "n", "0.0123", "50", "NONSCALING"],  # never EXPANSION with NONSCALING
+        ["BF.MADD", "n", "a", "b"],
+        ["BF.RESERVE", "t", "0.001", "1000", "EXPANSION", "3"], ["PEXPIRE", "t", "1500"],
+        ["BF.ADD", "t", "a"], ["PEXPIRE", "t", "1500"],
+        ["DEL", "t"],
+        ["BF.RESERVE", "t", "0.001", "1000", "EXPANSION", "3"], ["PEXPIRE", "t", "1500"],
+        ["BF.ADD", "t", "b"], ["PEXPIRE", "t", "1500"],
+        ["BF.ADD", "c", "a"],  # no_create: no RESERVE
+    ]
+
+
+def test_wire_item_exists_and_other_reserve_errors():
+    with ScriptedServer({"BF.RESERVE": b"-ERR item exists\r\n", "BF.ADD": b":0\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            assert f.add("a") is False
+            assert f.is_reserved
+    bad = b"-ERR (0 < error rate range < 1) \r\n"
+    with ScriptedServer({"BF.RESERVE": bad, "BF.ADD": b":1\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            with pytest.raises(lb.RedisResponseError) as ei:
+                f.add("a")
+            assert ei.value.reply == "ERR (0 < error rate range < 1) "
+            assert not isinstance(ei.value, (lb.FilterFullError, lb.ModuleMissingError))
+            assert not f.is_reserved
+        # a rejected RESERVE never lets the add create a filter with the module's defaults
+        assert s.names() == ["BF.RESERVE"]
+
+
+def test_wire_madd_cut_short_by_full_filter():
+    # the module's reply: the array stops at the failing item and ends with the error
+    madd = b"*3\r\n:1\r\n:0\r\n-ERR non scaling filter is full\r\n"
+    with ScriptedServer({"BF.RESERVE": OK, "BF.MADD": madd,
+                         "BF.ADD": b"-ERR non scaling filter is full\r\n"}) as s:
+        with lb.RedisBloomFilter("k", non_scaling=True, url=s.url) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add_many(["a", "b", "c", "d"])
+            assert ei.value.added == 2
+            assert ei.value.reply == "ERR non scaling filter is full"
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add("z")
+            assert ei.value.added == 0
+        with lb.RedisBloomFilter("k", non_scaling=True, chunk_size=4, url=s.url) as f:
+            # a first chunk of 4 answered in full? no: every MADD is cut at its third item
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add_many(["a", "b", "c", "d", "e", "f"])
+            assert ei.value.added == 2
+
+
+def test_wire_full_after_earlier_chunks():
+    calls = []
+
+    def madd(args):
+        calls.append(args)
+        n = len(args) - 2
+        if len(calls) == 1:
+            return b"*%d\r\n" % n + b":1\r\n" * n
+        return b"*2\r\n:1\r\n-ERR non scaling filter is full\r\n"
+
+    with ScriptedServer({"BF.RESERVE": OK, "BF.MADD": madd}) as s:
+        with lb.RedisBloomFilter("k", non_scaling=True, chunk_size=3, url=s.url) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add_many(["a", "b", "c", "d", "e", "f"])
+            assert ei.value.added == 4  # 3 of the first chunk, 1 of the second
+
+
+def test_wire_short_or_long_replies_are_errors_not_padding():
+    for reply in (b"*2\r\n:1\r\n:1\r\n", b"*4\r\n:1\r\n:1\r\n:1\r\n:1\r\n", b":1\r\n",
+                  b"*3\r\n:1\r\n$1\r\nx\r\n:1\r\n"):
+        with ScriptedServer({"BF.MEXISTS": reply}) as s:
+            with lb.RedisBloomFilter("k", url=s.url) as f:
+                with pytest.raises(lb.RedisError) as ei:
+                    f.test_many(["a", "b", "c"])
+                assert not isinstance(ei.value, lb.RedisResponseError)
+
+
+def test_wire_info_by_field_name():
+    # fields reordered, an unknown field, nil expansion, names as bulk strings
+    info = (b"*12\r\n$14\r\nExpansion rate\r\n$-1\r\n$14\r\nSome new field\r\n:99\r\n"
+            b"$24\r\nNumber of items inserted\r\n:3\r\n$4\r\nSize\r\n:2080\r\n"
+            b"$17\r\nNumber of filters\r\n:1\r\n$8\r\nCapacity\r\n:1000\r\n")
+    with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.INFO": info}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            assert f.info() == RedisBloomInfo(capacity=1000, size=2080, filters=1, items=3,
+                                              expansion=None)
+    module = (b"*10\r\n+Capacity\r\n:1000\r\n+Size\r\n:2080\r\n+Number of filters\r\n:1\r\n"
+              b"+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n")
+    with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.INFO": module}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            i = f.info()
+            assert (i.capacity, i.size, i.filters, i.items, i.expansion) == (1000, 2080, 1, 3, 2)
+    with ScriptedServer({"TYPE": b"+none\r\n", "BF.INFO": b"-ERR not found\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            with pytest.raises(KeyError):
+                f.info()
+    with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.INFO": b"*1\r\n:1000\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            with pytest.raises(lb.RedisError):
+                f.info()
+
+
+def test_wire_exists_on_wrong_type_answers_zero():
+    # the module answers 0 on a key of another type: one TYPE reveals it
+    with ScriptedServer({"BF.EXISTS": b":0\r\n", "BF.MEXISTS": b"*2\r\n:0\r\n:0\r\n",
+                         "TYPE": b"+string\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            with pytest.raises(lb.WrongTypeError) as ei:
+                f.test("a")
+            assert ei.value.key == "k" and "string" in str(ei.value)
+            with pytest.raises(lb.WrongTypeError):
+                f.test_many(["a", "b"])
+    # a missing key or a Bloom filter: the answer stands, asked once per connection
+    for t in (b"+none\r\n", b"+MBbloom--\r\n"):
+        with ScriptedServer({"BF.EXISTS": b":0\r\n", "BF.MEXISTS": b"*2\r\n:0\r\n:0\r\n",
+                             "TYPE": t}) as s:
+            with lb.RedisBloomFilter("k", url=s.url) as f:
+                assert f.test("a") is False
+                assert f.test_many(["a", "b"]) == [False, False]
+                assert f.test("b") is False
+            assert s.names().count("TYPE") == 1
+    # a true answer proves the type: no TYPE at all
+    with ScriptedServer({"BF.EXISTS": b":1\r\n", "BF.MEXISTS": b"*2\r\n:0\r\n:0\r\n",
+                         "TYPE": b"+string\r\n"}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            assert f.test("a") is True
+            assert f.test_many(["a", "b"]) == [False, False]
+        assert "TYPE" not in s.names()
+
+
+def test_wire_scandump_sequence_and_restore():
+    steps = {b"0": b"*2\r\n:1\r\n$3\r\nHDR\r\n", b"1": b"*2\r\n:145\r\n$2\r\nC1\r\n",
+             b"145": b"*2\r\n:457\r\n$2\r\nC2\r\n", b"457": b'*2\r\n:0\r\n$0\r\n\r\n'}
+    with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.SCANDUMP": lambda a: steps[a[2]],
+                         "BF.LOADCHUNK": OK, "DEL": b":0\r\n", "PEXPIRE": b":1\r\n",
+                         "RENAME": OK}) as s:
+        with lb.RedisBloomFilter("bf", url=s.url) as f:
+            chunks = f.dump()
+            assert chunks == [(1, b"HDR"), (145, b"C1"), (457, b"C2")]
+            f.restore(chunks)
+            assert f.is_reserved
+        cmds = [[a for a in c] for c in s.commands]
+    loads = [c for c in cmds if c[0] == b"BF.LOADCHUNK"]
+    tmp = loads[0][1]
+    assert tmp.startswith(b"{bf}:restore:")  # in the key's cluster slot
+    assert [(c[2], c[3]) for c in loads] == [(b"1", b"HDR"), (b"145", b"C1"), (b"457", b"C2")]
+    assert [b"RENAME", tmp, b"bf"] in cmds
+
+
+def test_wire_module_missing_texts():
+    # Redis 6 quotes with backticks, Redis 7 with single quotes
+    for text in (b"-ERR unknown command `BF.ADD`, with args beginning with: `k`, \r\n",
+                 b"-ERR unknown command 'BF.RESERVE', with args beginning with: 'k' \r\n"):
+        with ScriptedServer({"BF.RESERVE": text, "BF.ADD": text}) as s:
+            with lb.RedisBloomFilter("k", url=s.url) as f:
+                with pytest.raises(lb.ModuleMissingError):
+                    f.add("a")
+
+
+def test_wire_card_falls_back_to_info_on_old_modules():
+    info = (b"*10\r\n+Capacity\r\n:100\r\n+Size\r\n:240\r\n+Number of filters\r\n:1\r\n"
+            b"+Number of items inserted\r\n:7\r\n+Expansion rate\r\n:2\r\n")
+    with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.INFO": info}) as s:
+        with lb.RedisBloomFilter("k", url=s.url) as f:
+            assert f.card() == 7
+
+
+def test_reply_shapes_in_c():
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not shutil.which("pkg-config"):
+        pytest.skip("no C compiler or pkg-config")
+    import tempfile
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "hiredis"], capture_output=True,
+                           text=True)
+    if flags.returncode != 0:
+        pytest.skip("hiredis development files are missing")
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "shapes")
+        core = os.path.join(ROOT, "csrc", "core")
+        build = subprocess.run(
+            [cc, "-std=gnu11", "-I", core, "-o", exe,
+             os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
+             os.path.join(core, "redisbloom.c"), os.path.join(core, "redis_conn.c"),
+             *flags.stdout.split(), "-lm"], capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr
+        run = subprocess.run([exe], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
+# -------------------------------------------------------------- faults
+
+def test_server_down():
+    port = free_port()
+    with lb.RedisBloomFilter("k", url=f"redis://127.0.0.1:{port}/0") as f:
+        with pytest.raises(lb.RedisConnectionError):
+            f.add("a")
+        with pytest.raises(lb.RedisConnectionError):
+            f.test_many(["a", "b"])
+        assert f.is_reserved is False
+
+
+def test_never_answering_times_out():
+    with SilentListener() as s:
+        with lb.RedisBloomFilter("k", url=s.url, socket_timeout=0.3) as f:
+            with pytest.raises(lb.RedisTimeoutError):
+                f.test("a")
+            with pytest.raises(lb.RedisTimeoutError):
+                f.add_many(["a", "b"])
+
+
+def test_server_restarted_empty_gets_our_parameters_back():
+    need_fake()
+    with FakeBFServer() as srv:
+        with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
+            f.add("a")
+            srv.restart()  # empty now
+            assert f.add("b") is True  # the stale connection is replaced
+            assert f.info().capacity == 555  # reserved again, not the module's defaults
+            assert f.test("a") is False  # the data was lost with the server
+            srv.restart()
+            assert f.test_many(["b", "c"]) == [False, False]
+            assert f.add_many(["c", "d"]) == [True, True]
+            assert f.info().capacity == 555
+
+
+def test_paused_server_times_out_then_recovers():
+    need_fake()
+    with FakeBFServer() as srv:
+        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=0.5) as f:
+            f.add("a")
+            srv.pause()
+            try:
+                with pytest.raises(lb.RedisTimeoutError):
+                    f.test("a")
+            finally:
+                srv.resume()
+            assert f.test("a") is True
+
+
+def test_killed_during_a_batch():
+    need_fake()
+    with FakeBFServer() as srv:
+        with lb.RedisBloomFilter("k", url=srv.url, chunk_size=500, socket_timeout=30) as f:
+            f.add("warm")
+            srv.pause()  # the batch below cannot finish while the server is stopped
+            errors = []
+
+            def run():
+                try:
+                    f.add_many([f"x{i}" for i in range(5000)])
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+            t = threading.Thread(target=run)
+            t.start()
+            t.join(0.3)
+            srv.kill()
+            t.join(30)
+            assert not t.is_alive()
+            assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
+            srv.start()
+            assert f.add("after") is True  # a fresh connection, reserved again
+
+
+def test_threads_share_one_filter(target, key):
+    with make(target, key, chunk_size=50) as f:
+        def work(n):
+            keys = [f"t{n}:{i}" for i in range(200)]
+            f.update(keys)
+            assert all(f.test_many(keys))
+            for k in keys[:20]:
+                assert k in f
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert f.card() == 800
