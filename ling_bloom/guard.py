@@ -216,9 +216,9 @@ class RedisCache:
         self.dumps = dumps
         self.loads = loads
         if asynchronous:
-            self.get = self._aget  # type: ignore[method-assign]
-            self.set = self._aset  # type: ignore[method-assign]
-            self.delete = self._adelete  # type: ignore[method-assign]
+            self.get = self._aget  # type: ignore[method-assign,assignment]
+            self.set = self._aset  # type: ignore[method-assign,assignment]
+            self.delete = self._adelete  # type: ignore[method-assign,assignment]
 
     def _decode(self, raw: Any) -> Any:
         if raw is None:
@@ -576,6 +576,13 @@ class _GuardBase:
         else:
             self._count(not_found=1)
 
+    def _from_cache(self, cached: Any, default: Any) -> Any:
+        if is_null(cached):
+            self._count(cache_hits=1, null_hits=1, not_found=1)
+            return default
+        self._count(cache_hits=1, found=1)
+        return cached
+
     def _call_loader(self, loader: Optional[Callable[..., Any]], key: Any) -> Any:
         fn = loader or self.loader
         if fn is None:
@@ -634,22 +641,15 @@ class Guard(_GuardBase):
             return self._from_cache(cached, default)
         return self._load(key, ck, default, loader)
 
-    def _from_cache(self, cached: Any, default: Any) -> Any:
-        if is_null(cached):
-            self._count(cache_hits=1, null_hits=1, not_found=1)
-            return default
-        self._count(cache_hits=1, found=1)
-        return cached
-
     def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
         with self._flights_lock:
-            flight = self._flights.get(ck)
-            leader = flight is None
-            if leader:
+            running = self._flights.get(ck)
+            leader = running is None
+            if running is None:
                 flight = self._flights[ck] = _Flight()
             else:
+                flight = running
                 flight.waiters += 1
-        assert flight is not None
         if not leader:
             flight.event.wait()
             if flight.error is not None:
@@ -766,8 +766,6 @@ class AsyncGuard(_GuardBase):
         if cached is not None:
             return self._from_cache(cached, default)
         return await self._load(key, ck, default, loader)
-
-    _from_cache = Guard._from_cache
 
     async def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
         flight = self._flights.get(ck)

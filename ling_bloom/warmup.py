@@ -293,8 +293,8 @@ class CallbackState:
     """The last id seen, kept by your own functions (a database row, a Redis key ...)."""
 
     def __init__(self, load: Callable[[], Any], save: Callable[[Any], None]):
-        self.load = load  # type: ignore[method-assign]
-        self.save = save  # type: ignore[method-assign]
+        self.load = load
+        self.save = save
 
 
 class SyncResult(NamedTuple):

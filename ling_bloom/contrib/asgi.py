@@ -35,9 +35,7 @@ __all__ = ["BloomGuardMiddleware", "BloomRoute"]
 
 _DEFAULT = "default"
 
-Scope = Dict[str, Any]
-Receive = Callable[[], Awaitable[Dict[str, Any]]]
-Send = Callable[[Dict[str, Any]], Awaitable[None]]
+from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
 
 class BloomRoute:
@@ -170,7 +168,7 @@ class BloomGuardMiddleware:
     async def _observed(self, guard: Guard, scope: Scope, receive: Receive, send: Send) -> None:
         status: List[int] = []
 
-        async def send_status(message: Dict[str, Any]) -> None:
+        async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
             await send(message)

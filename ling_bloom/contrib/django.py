@@ -193,9 +193,9 @@ class DjangoCache:
             self.alias = None
             self._cache = alias
         if asynchronous:
-            self.get = self._aget  # type: ignore[method-assign]
-            self.set = self._aset  # type: ignore[method-assign]
-            self.delete = self._adelete  # type: ignore[method-assign]
+            self.get = self._aget  # type: ignore[method-assign,assignment]
+            self.set = self._aset  # type: ignore[method-assign,assignment]
+            self.delete = self._adelete  # type: ignore[method-assign,assignment]
 
     @property
     def cache(self) -> Any:
@@ -284,9 +284,9 @@ def _routes() -> Tuple[Dict[str, _Route], List[_Route]]:
                 raise ImproperlyConfigured(f"{where}: KWARG names the URL kwarg holding the key")
             names = r["URL_NAME"]
             for n in [names] if isinstance(names, str) else names:
-                by_name[n] = _Route(fname, kwarg, None)
+                by_name[n] = _Route(str(fname), kwarg, None)
         elif "PATTERN" in r:
-            patterns.append(_Route(fname, kwarg, re.compile(r["PATTERN"])))
+            patterns.append(_Route(str(fname), kwarg, re.compile(r["PATTERN"])))
         else:
             raise ImproperlyConfigured(f"{where} needs URL_NAME or PATTERN")
     return by_name, patterns
