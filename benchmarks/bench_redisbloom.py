@@ -1,0 +1,190 @@
+"""RedisBloomFilter against redis-py's ``r.bf()`` (hiredis parser) on the same server, in the
+same run: single add and test, and batches of 100 and 10,000 keys (BF.MADD / BF.MEXISTS).
+
+    python benchmarks/bench_redisbloom.py [--url URL] [--quick] [--out FILE]
+
+The server: --url, else LING_BLOOM_REDISBLOOM_URL (a Redis with the RedisBloom module), else
+a fakeredis TCP server started here on a free port of 127.0.0.1 (pure Python, far slower
+than the module: its own time dominates, so ratios against it understate the client's
+share).  The note (benchmarks/results/redisbloom.md by default) says which server it was.
+Each figure is the best of a few repetitions; keys are fresh for every filter.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import uuid
+from typing import Callable, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import ling_bloom as lb  # noqa: E402
+
+
+def best(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def server_kind(r) -> str:
+    try:
+        mods = r.execute_command("MODULE", "LIST")
+    except Exception:
+        return "unknown server"
+    for m in mods or []:
+        d = m if isinstance(m, dict) else dict(zip(m[::2], m[1::2]))
+        name = d.get(b"name") or d.get("name")
+        if name and (name in (b"bf", "bf") or b"bloom" in str(name).encode().lower()):
+            ver = d.get(b"ver") or d.get("ver")
+            return f"Redis with the RedisBloom module (bf, ver {ver})"
+    info = r.info("server")
+    return f"Redis {info.get('redis_version')} (modules: {mods})"
+
+
+def run(url: Optional[str], quick: bool, out: str) -> int:
+    import redis
+
+    fake = None
+    if not url:
+        url = os.environ.get("LING_BLOOM_REDISBLOOM_URL")
+    if url:
+        where = None
+    else:
+        from bf_server import FakeBFServer, fakeredis_available
+
+        why = fakeredis_available()
+        if why:
+            print(f"no BF.* server: {why}")
+            return 2
+        fake = FakeBFServer()
+        url = fake.url
+        where = f"fakeredis {__import__('fakeredis').__version__} TCP server (pure Python, BF.* via pyprobables) on 127.0.0.1"
+    try:
+        r = redis.Redis.from_url(url)
+        if where is None:
+            where = server_kind(r)
+        hiredis = getattr(__import__("redis.utils", fromlist=["x"]), "HIREDIS_AVAILABLE", False)
+        proto = r.connection_pool.connection_kwargs.get("protocol", 2)
+        singles = 300 if quick else (2000 if fake is None else 1000)
+        reps_small = 5 if quick else 20
+        reps_big = 1 if quick else 3
+        rows: List[Tuple[str, float, float]] = []
+
+        def fresh() -> str:
+            return f"lbbench:{uuid.uuid4().hex}"
+
+        def pair(label: str, n_keys: int, ours: Callable[[], object],
+                 theirs: Callable[[], object], repeat: int) -> None:
+            t_ours = best(ours, repeat)
+            t_theirs = best(theirs, repeat)
+            rows.append((label, n_keys / t_ours, n_keys / t_theirs))
+            print(f"{label:32s} ling_bloom {n_keys / t_ours:12,.0f} keys/s   redis-py "
+                  f"{n_keys / t_theirs:12,.0f} keys/s   x{t_theirs / t_ours:.2f}", flush=True)
+
+        cap = 1_000_000
+        keys = [f"user:{i}" for i in range(max(singles, 10_000))]
+        bf = r.bf()
+
+        # single add / test: one round trip per key
+        k1, k2 = fresh(), fresh()
+        f = lb.RedisBloomFilter(k1, capacity=cap, error_rate=0.001, url=url, socket_timeout=None)
+        f.reserve()
+        bf.reserve(k2, 0.001, cap, expansion=2)
+        it_ours = iter(range(10**9))
+        it_theirs = iter(range(10**9))
+
+        def ours_add() -> None:
+            base = next(it_ours) * singles
+            for i in range(singles):
+                f.add(f"s{base + i}")
+
+        def theirs_add() -> None:
+            base = next(it_theirs) * singles
+            for i in range(singles):
+                bf.add(k2, f"s{base + i}")
+
+        pair("add (single key)", singles, ours_add, theirs_add, 3)
+        probe = keys[:singles]
+        pair("test (single key)", singles, lambda: [f.test(k) for k in probe],
+             lambda: [bf.exists(k2, k) for k in probe], 3)
+
+        # batches
+        for size, repeat in ((100, reps_small), (10_000, reps_big)):
+            batch = keys[:size]
+            ka, kb = fresh(), fresh()
+            g = lb.RedisBloomFilter(ka, capacity=cap, error_rate=0.001, url=url,
+                                    socket_timeout=None)
+            g.reserve()
+            bf.reserve(kb, 0.001, cap, expansion=2)
+            pair(f"add_many / madd ({size:,})", size, lambda: g.add_many(batch),
+                 lambda: bf.madd(kb, *batch), repeat)
+            pair(f"test_many / mexists ({size:,})", size, lambda: g.test_many(batch),
+                 lambda: bf.mexists(kb, *batch), repeat)
+            g.close()
+            r.delete(ka, kb)
+        f.close()
+        r.delete(k1, k2)
+
+        lines = [
+            "# RedisBloomFilter vs redis-py `r.bf()`",
+            "",
+            f"Server: **{where}**.  Client machine: {platform.machine()}, Python "
+            f"{platform.python_version()}, redis-py {redis.__version__} (hiredis parser: "
+            f"{'yes' if hiredis else 'no'}, RESP{proto}), ling_bloom {lb.__version__}.",
+            "",
+            "Keys per second, best of a few repetitions, same server, same run; ratio = "
+            "ling_bloom / redis-py (above 1: ling_bloom is faster).",
+            "",
+            "| operation | ling_bloom keys/s | redis-py keys/s | ratio |",
+            "|---|---:|---:|---:|",
+        ]
+        for label, ours, theirs in rows:
+            lines.append(f"| {label} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |")
+        lines += [
+            "",
+            "Single calls are one round trip each on both sides; batches are one BF.MADD / "
+            "BF.MEXISTS per 10,000 keys on both sides.",
+        ]
+        if fake is not None:
+            lines += [
+                "",
+                "These figures come from **fakeredis**, not the module: the fake server parses "
+                "and runs every command in Python, so its own time dominates every row and the "
+                "ratios mostly measure the server.  Run with LING_BLOOM_REDISBLOOM_URL pointing "
+                "at a Redis with the RedisBloom module for the client's real share.",
+            ]
+        lines.append("")
+        if out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out, "w") as fh:
+                fh.write("\n".join(lines))
+            print(f"written to {out}")
+        return 0
+    finally:
+        if fake is not None:
+            fake.stop()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", help="a Redis with BF.* (default: $LING_BLOOM_REDISBLOOM_URL, "
+                                  "else a fakeredis server started here)")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "redisbloom.md"),
+                    help="where to write the note ('' for nowhere)")
+    a = ap.parse_args(argv)
+    return run(a.url, a.quick, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
