@@ -215,3 +215,23 @@ def test_async_guard_in_an_endpoint(db, filters):
         assert call(client, db, "GET", "/c/777") == (404, 1)
         assert call(client, db, "GET", "/c/777") == (404, 0)
     assert guard.stats().null_hits == 1
+
+
+def test_fastapi_app(db, filters):
+    fastapi = require("fastapi", "asgi")
+    app = fastapi.FastAPI()
+    app.add_middleware(BloomGuardMiddleware, filters=filters, metrics=False,
+                       routes={"/items/{item_id:int}": ("item_id", "products")})
+
+    @app.get("/items/{item_id}")
+    def read_item(item_id: int):
+        row = db.one("SELECT id, sku FROM product WHERE id = ?", item_id)
+        if row is None:
+            raise fastapi.HTTPException(status_code=404, detail="Item not found")
+        return {"id": row[0], "sku": row[1]}
+
+    with TestClient(app) as client:
+        assert call(client, db, "GET", "/items/12") == (200, 1)
+        assert client.get("/items/12").json() == {"id": 12, "sku": "sku-12"}
+        assert call(client, db, "GET", "/items/9999") == (404, 0)
+        assert client.get("/items/9999").json() == {"detail": "Not Found"}
