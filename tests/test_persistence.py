@@ -480,6 +480,12 @@ HOSTILE_SCRIPT = textwrap.dedent(
     body += struct.pack("<Qddd", 2**40, 0.01, 2.0, 0.9) + struct.pack("<II", 5, 0)
     body += struct.pack("<Q", 0) * 5 + bytes(1000)
     cases.append(seal(body))
+    for nstages in (64, 4096, 4097, 2**31):
+        # a chain that claims many stages with a full stage table but no bits
+        body = bytearray(b"LBLM" + struct.pack("<HBB", 1, 3, 0))
+        body += struct.pack("<Qddd", 1, 0.5, 1.0001, 0.9999) + struct.pack("<II", nstages, 0)
+        body += struct.pack("<Q", 1) * min(nstages, 4097)
+        cases.append(seal(body))
     for data in cases:
         for fn in (lb.from_bytes, lb.MemoryFilter.from_bytes, lb.CountingFilter.from_bytes,
                    lb.ScalableFilter.from_bytes):
