@@ -61,8 +61,8 @@ class Bench:
     def __init__(self, srv: RedisServer, quick: bool, repeat: int):
         self.srv = srv
         self.repeat = repeat
-        self.counts = {1: 300 if quick else 3000, 100: 20 if quick else 200,
-                       10_000: 2 if quick else 10}
+        self.counts = {1: 200 if quick else 1000, 100: 10 if quick else 100,
+                       10_000: 1 if quick else 5}
         n_keys = max(self.counts[1], 100 * self.counts[100], 10_000)
         self.keys = [f"user:{i}" for i in range(n_keys)]
         p = lb.estimate(CAPACITY, ERROR_RATE)

@@ -4,6 +4,8 @@
     clean_redis     the session server, running and flushed before the test
     raw_redis       a RawRedis client of clean_redis (no redis-py needed)
     private_redis   a server of the test's own, for kill() / restart(); stopped afterwards
+    redis_server_factory  make(extra_args=[...]) -> a started RedisServer (e.g. with
+                    --requirepass, --loadmodule); every one is stopped afterwards
     silent_listener accepts and never answers (timeouts)
 
 Without redis-server installed these skip, saying so -- except under CI=true, where they
@@ -58,6 +60,22 @@ def private_redis():
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def redis_server_factory():
+    made = []
+
+    def make(extra_args=(), **kwargs) -> RedisServer:
+        srv = _new_server(extra_args=extra_args, **kwargs)
+        made.append(srv)
+        return srv.start()
+
+    try:
+        yield make
+    finally:
+        for srv in made:
+            srv.stop()
 
 
 @pytest.fixture

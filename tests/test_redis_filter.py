@@ -587,22 +587,22 @@ def test_server_error_reply_carries_the_text(private_redis):
         assert f.add("a") is True
 
 
-def test_password_and_db(clean_redis):
-    with __import__("redis_server").RedisServer(extra_args=["--requirepass", "s3cret"]) as srv:
-        with RedisFilter.from_url(f"redis://:s3cret@127.0.0.1:{srv.port}/2", "bf", 100) as f:
-            assert f.add("a") is True
-        with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1", password="s3cret",
-                         db=2) as f:
-            assert "a" in f
-        with RedisFilter.from_url(f"redis://default:s3cret@127.0.0.1:{srv.port}/2", "bf",
-                                  100) as f:
-            assert "a" in f
-        with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1", password="wrong") as f:
-            with pytest.raises(lb.RedisConnectionError):
-                f.add("a")
-        with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1") as f:
-            with pytest.raises(lb.RedisError):
-                f.add("a")
+def test_password_and_db(redis_server_factory):
+    srv = redis_server_factory(["--requirepass", "s3cret"])
+    with RedisFilter.from_url(f"redis://:s3cret@127.0.0.1:{srv.port}/2", "bf", 100) as f:
+        assert f.add("a") is True
+    with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1", password="s3cret",
+                     db=2) as f:
+        assert "a" in f
+    with RedisFilter.from_url(f"redis://default:s3cret@127.0.0.1:{srv.port}/2", "bf",
+                              100) as f:
+        assert "a" in f
+    with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1", password="wrong") as f:
+        with pytest.raises(lb.RedisConnectionError):
+            f.add("a")
+    with RedisFilter("bf", 100, port=srv.port, host="127.0.0.1") as f:
+        with pytest.raises(lb.RedisError):
+            f.add("a")
 
 
 def test_forked_child_reconnects(clean_redis, raw_redis):
@@ -829,3 +829,35 @@ def test_server_helper_kill_and_restart(private_redis):
     private_redis.stop()
     assert second.poll() is not None and not private_redis.ping()
     assert not os.path.exists(private_redis.dir)
+
+
+BENCH = pathlib.Path(__file__).parent.parent / "benchmarks" / "bench_redis.py"
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="benchmarks/ not in this checkout")
+def test_redis_benchmark_quick(tmp_path, redis_server):
+    """The benchmark runs end to end at small counts (no timing is checked)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "redis.md"
+    r = subprocess.run([sys.executable, str(BENCH), "--quick", "--repeat", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=str(BENCH.parent.parent))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    md = out.read_text()
+    assert "| RedisFilter bitfield |" in md and "## Ratios against the goals" in md
+
+
+def test_missing_server_skips_locally_and_fails_under_ci(monkeypatch):
+    import conftest
+    import redis_server
+
+    monkeypatch.setattr(redis_server, "redis_server_path", lambda: None)
+    with pytest.raises(redis_server.RedisServerNotInstalled):
+        redis_server.RedisServer()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        conftest._new_server()
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        conftest._new_server()
