@@ -27,8 +27,12 @@ def connection_kwargs(client: Any) -> Dict[str, Any]:
         raise TypeError(
             f"expected a redis-py client with a connection_pool, not {type(client).__name__}"
         )
-    if settings.get("ssl") or "ssl_certfile" in settings:
-        raise ValueError("the client uses TLS, which this build of ling_bloom cannot speak")
+    if settings.get("ssl") or "ssl_certfile" in settings or "ssl_cert_reqs" in settings:
+        from ._core import NotSupportedError
+
+        raise NotSupportedError(
+            "the client uses TLS, which the system's hiredis (0.14) cannot speak"
+        )
     out: Dict[str, Any] = {}
     for theirs, ours in _NAMES.items():
         value = settings.get(theirs)
