@@ -74,7 +74,9 @@ def run(url: Optional[str], quick: bool, out: str) -> int:
         if where is None:
             where = server_kind(r)
         hiredis = getattr(__import__("redis.utils", fromlist=["x"]), "HIREDIS_AVAILABLE", False)
-        proto = r.connection_pool.connection_kwargs.get("protocol", 2)
+        conn = r.connection_pool.get_connection()
+        proto = getattr(conn, "protocol", None) or r.connection_pool.connection_kwargs.get("protocol") or 2
+        r.connection_pool.release(conn)
         singles = 300 if quick else (2000 if fake is None else 1000)
         reps_small = 5 if quick else 20
         reps_big = 1 if quick else 3
