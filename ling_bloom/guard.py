@@ -463,6 +463,7 @@ class _GuardBase:
         self._stat_lock = threading.Lock()
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._drifting = False
+        self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
         # metrics: None = Prometheus' default registry when prometheus_client is installed,
         # False = none, a CollectorRegistry = that one.
         if metrics is False:
@@ -529,12 +530,23 @@ class _GuardBase:
             self._c = dict.fromkeys(_COUNTERS, 0)
             self._drifting = False
 
+    def _promise(self) -> Optional[float]:
+        # The filter's error_rate, read once per filter object (a remote filter may have to
+        # ask its server); a guard whose filter is replaced reads the new one's.
+        flt = self.filter
+        cached = self._promise_of
+        if cached is not None and cached[0] is flt:
+            return cached[1]
+        p = _filter_rate(flt, "error_rate")
+        self._promise_of = (flt, p)
+        return p
+
     # -- the seeds' monitoring advice: warn when the observed rate drifts above the promise
     def _check_drift(self, fp: int, n: int) -> None:
         # The rate only rises at a false positive, so this runs only then.
         if n < self.drift_min_samples:
             return
-        promise = _filter_rate(self.filter, "error_rate")
+        promise = self._promise()
         if promise is None or not 0 < promise < 1:
             return
         rate = fp / n
