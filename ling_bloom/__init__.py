@@ -15,7 +15,7 @@ ling-base bit for bit, to share a Redis bitmap with Go services.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import _core
 from ._core import (
@@ -73,6 +73,33 @@ def estimate(n: int, p: float) -> Params:
     return Params(m, k)
 
 
+if TYPE_CHECKING:
+    from .guard import AsyncGuard, Guard, MemoryCache, RedisCache, bloom_guard
+    from .warmup import sync, warmup
+
+# The guard and warm-up helpers import asyncio and friends: load them on first use.
+_LAZY = {
+    "AsyncGuard": "guard",
+    "Guard": "guard",
+    "MemoryCache": "guard",
+    "RedisCache": "guard",
+    "bloom_guard": "guard",
+    "sync": "warmup",
+    "warmup": "warmup",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ling_bloom' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
 _KINDS = {1: MemoryFilter, 2: CountingFilter, 3: ScalableFilter}
 
 
@@ -95,6 +122,13 @@ def load(path: str) -> MemoryFilter | CountingFilter | ScalableFilter:
 
 
 __all__ = [
+    "AsyncGuard",
+    "Guard",
+    "MemoryCache",
+    "RedisCache",
+    "bloom_guard",
+    "sync",
+    "warmup",
     "Batcher",
     "BloomError",
     "ClosedError",

@@ -104,8 +104,8 @@ def run(n: int = 200_000, error_rate: float = 0.01, out: Optional[TextIO] = None
 
 
 def _redis_demo(say: Callable[[str], None], present: List[str], absent: List[str]) -> None:
-    try:
-        from . import _demo_redis
-    except ImportError:
-        return
+    from . import _demo_redis, _demo_redisbloom
+
     _demo_redis.run(say, present, absent)
+    say("")
+    _demo_redisbloom.run(say, present, absent)

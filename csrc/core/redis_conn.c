@@ -53,6 +53,8 @@ const char *lb_redis_status_name(lb_redis_status st)
     case LB_REDIS_ERR_NOTFOUND: return "notfound";
     case LB_REDIS_ERR_ARG: return "arg";
     case LB_REDIS_ERR_NOMEM: return "nomem";
+    case LB_REDIS_ERR_FULL: return "full";
+    case LB_REDIS_ERR_NOMODULE: return "nomodule";
     }
     return "unknown";
 }

@@ -178,6 +178,12 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
     case LB_REDIS_ERR_NOMEM:
         PyErr_NoMemory();
         return;
+    case LB_REDIS_ERR_FULL:
+        PyErr_SetString(st->FilterFullError, text);
+        return;
+    case LB_REDIS_ERR_NOMODULE:
+        PyErr_SetString(st->ModuleMissingError, text);
+        return;
     default:
         PyErr_SetString(st->RedisError, text);
     }
