@@ -1,0 +1,371 @@
+"""Typed stubs of ling_bloom._core, the C extension (csrc/py).  Keep in step with the C code:
+tests/test_typing.py checks that every public name of the built module is declared here."""
+
+from types import TracebackType
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple, Type, TypeVar, Union
+import os
+
+from typing_extensions import Buffer, Self
+
+from .redisbloom import RedisBloomInfo
+
+Key = Union[str, Buffer]
+"""A key: a str (hashed as UTF-8), bytes, or any C-contiguous buffer.  Never empty."""
+
+_Path = Union[str, "os.PathLike[str]"]
+_T = TypeVar("_T")
+
+FORMAT_VERSION: int
+"""Version of the saved-filter format that to_bytes() writes."""
+MAX_BITS: int
+"""The largest m (bits or counters) of any filter: 2**48."""
+MAX_K: int
+"""The largest number of hash functions: 64."""
+
+# ---- errors --------------------------------------------------------------------------------
+
+class BloomError(Exception):
+    """Base of every ling_bloom error."""
+
+class ClosedError(BloomError):
+    """The filter was closed."""
+
+class InvalidCapacityError(BloomError, ValueError):
+    """Capacity (or m) is zero, negative or too large."""
+
+class InvalidFalsePositiveRateError(BloomError, ValueError):
+    """The false-positive rate is not in (0, 1)."""
+
+class EmptyKeyError(BloomError, ValueError):
+    """The key is empty."""
+
+class NotSupportedError(BloomError):
+    """The operation is not supported by this filter."""
+
+class GeometryMismatchError(BloomError, ValueError):
+    """Two filters (or a filter and what Redis holds) differ in m, k or hash."""
+
+class RedisError(BloomError):
+    """Base of the errors of the Redis filters."""
+
+class RedisConnectionError(RedisError, ConnectionError):
+    """Could not connect to Redis, or the connection was lost."""
+
+class RedisTimeoutError(RedisError, TimeoutError):
+    """Redis did not answer within the timeout."""
+
+class RedisResponseError(RedisError):
+    """Redis answered with an error."""
+
+    reply: Optional[str]
+
+class WrongTypeError(RedisResponseError):
+    """A Redis key holds another type."""
+
+    key: Any
+
+class FilterFullError(RedisResponseError):
+    """A non-scaling RedisBloom filter is full."""
+
+    added: int
+
+class ModuleMissingError(RedisResponseError, NotSupportedError):
+    """The Redis server has no RedisBloom module (no BF.* commands)."""
+
+# ---- functions ------------------------------------------------------------------------------
+
+def estimate(n: int, p: float) -> Tuple[int, int]:
+    """ling-base's Estimate: (m, k) for n keys at false-positive rate p."""
+
+def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
+    """The k bit indices of key in a filter of m bits."""
+
+def hash_pair(key: Key, hash: Optional[str] = ...) -> Tuple[int, int]:
+    """The two 64-bit hashes double hashing starts from."""
+
+# ---- what every filter has ------------------------------------------------------------------
+
+class _Filter:
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+    def add(self, key: Key, /) -> bool:
+        """Add key; True when it was not present."""
+    def test(self, key: Key, /) -> bool:
+        """False: never added.  True: probably added."""
+    def __contains__(self, key: object, /) -> bool: ...
+    def add_many(self, keys: Iterable[Key], /) -> List[bool]:
+        """add() for each key; a bad key raises before anything changes."""
+    def update(self, keys: Iterable[Key], /) -> None:
+        """Add every key (no per-key result)."""
+    def test_many(self, keys: Iterable[Key], /) -> List[bool]:
+        """test() for each key."""
+    def reset(self) -> None:
+        """Remove every key."""
+    def close(self) -> None:
+        """Release the filter; later calls raise ClosedError.  Idempotent."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+        /,
+    ) -> bool: ...
+
+class _Saved(_Filter):
+    def to_bytes(self) -> bytes:
+        """The filter in the saved format (versioned header, checksum)."""
+    @classmethod
+    def from_bytes(cls, data: Buffer, /) -> Self:
+        """Rebuild a filter from to_bytes(); ValueError for damaged input."""
+    def save(self, path: _Path, /) -> None:
+        """Write to_bytes() to path atomically."""
+    @classmethod
+    def load(cls, path: _Path, /) -> Self:
+        """Read a filter written by save()."""
+    def copy(self) -> Self: ...
+    def __copy__(self) -> Self: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]: ...
+    def _repr_html_(self) -> str: ...
+    def approximate_count(self) -> int:
+        """Distinct keys added, estimated."""
+    def current_error_rate(self) -> float:
+        """The false-positive rate now."""
+
+class _Fixed(_Saved):
+    @property
+    def m(self) -> int:
+        """Bits (or counters)."""
+    @property
+    def k(self) -> int:
+        """Hash functions."""
+    @property
+    def hash(self) -> str:
+        """Hashing scheme: "xxh3" or "ling-base"."""
+    @property
+    def capacity(self) -> Optional[int]:
+        """The capacity it was sized for, or None (built from m and k)."""
+    @property
+    def error_rate(self) -> Optional[float]:
+        """The rate it was sized for, or None."""
+    @property
+    def nbytes(self) -> int: ...
+    def fill_ratio(self) -> float:
+        """Cells in use / m."""
+
+# ---- the in-memory filters ------------------------------------------------------------------
+
+class MemoryFilter(_Fixed):
+    """A Bloom filter in one bit array of m bits with k hash functions."""
+
+    def __new__(
+        cls,
+        capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ...,
+        *,
+        m: Optional[int] = ...,
+        k: Optional[int] = ...,
+        hash: Optional[str] = ...,
+    ) -> Self: ...
+    @property
+    def bits_set(self) -> int:
+        """Number of bits set."""
+    def union(self, other: MemoryFilter, /) -> Self:
+        """A new filter with the keys of both (same m, k and hash)."""
+    def intersection(self, other: MemoryFilter, /) -> Self:
+        """A new filter with the bits both have set."""
+    def __or__(self, other: MemoryFilter, /) -> Self: ...
+    def __and__(self, other: MemoryFilter, /) -> Self: ...
+    def __ior__(self, other: MemoryFilter, /) -> Self: ...
+    def __iand__(self, other: MemoryFilter, /) -> Self: ...
+    def to_bitmap(self) -> bytes:
+        """The raw bits: bit i is byte i//8, mask 0x80 >> i%8 (Redis's SETBIT order)."""
+    @classmethod
+    def from_bitmap(cls, data: Buffer, m: int, k: int, hash: Optional[str] = ...) -> Self:
+        """A filter over raw bits; a shorter bitmap is padded with zeros, as Redis does."""
+    def __sizeof__(self) -> int: ...
+
+class CountingFilter(_Fixed):
+    """A Bloom filter of m 4-bit saturating counters that can remove keys."""
+
+    def __new__(
+        cls,
+        capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ...,
+        *,
+        m: Optional[int] = ...,
+        k: Optional[int] = ...,
+        hash: Optional[str] = ...,
+    ) -> Self: ...
+    def remove(self, key: Key, /) -> None:
+        """Remove one occurrence; KeyError when the key tests absent (nothing changes)."""
+    def discard(self, key: Key, /) -> bool:
+        """remove() without the KeyError; True when something was removed."""
+    def count(self, key: Key, /) -> int:
+        """The smallest of key's counters (0..15)."""
+
+class ScalableFilter(_Saved):
+    """A scalable Bloom filter: a chain of bit arrays that grows.  error_rate bounds the
+    whole chain."""
+
+    def __new__(
+        cls,
+        initial_capacity: float,
+        error_rate: float = ...,
+        growth_ratio: float = ...,
+        fpr_ratio: float = ...,
+        *,
+        hash: Optional[str] = ...,
+    ) -> Self: ...
+    @property
+    def initial_capacity(self) -> int: ...
+    @property
+    def error_rate(self) -> float:
+        """The bound the whole chain keeps."""
+    @property
+    def growth_ratio(self) -> float: ...
+    @property
+    def fpr_ratio(self) -> float: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def num_sub_filters(self) -> int:
+        """Number of stages."""
+    @property
+    def capacity(self) -> int:
+        """Keys the present stages take."""
+    @property
+    def nbytes(self) -> int: ...
+    def stages(self) -> List[Dict[str, Any]]:
+        """capacity, count, m, k, error_rate, bits_set of each stage."""
+
+# ---- the Redis filters ----------------------------------------------------------------------
+
+class RedisFilter(_Filter):
+    """A Bloom filter in a Redis bitmap, hashed on the client."""
+
+    def __new__(
+        cls,
+        key: Union[str, bytes],
+        capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ...,
+        *,
+        m: Optional[int] = ...,
+        k: Optional[int] = ...,
+        hash: Optional[str] = ...,
+        ttl: Optional[float] = ...,
+        mode: Optional[str] = ...,
+        chunk_size: Optional[int] = ...,
+        url: Optional[str] = ...,
+        host: Optional[str] = ...,
+        port: Optional[int] = ...,
+        db: Optional[int] = ...,
+        username: Optional[str] = ...,
+        password: Optional[str] = ...,
+        unix_socket_path: Optional[str] = ...,
+        socket_timeout: Optional[float] = ...,
+        socket_connect_timeout: Optional[float] = ...,
+    ) -> Self: ...
+    @classmethod
+    def from_url(
+        cls, url: str, key: Union[str, bytes], capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ..., **options: Any
+    ) -> Self: ...
+    @classmethod
+    def open(cls, url: str, key: Union[str, bytes], **options: Any) -> Self:
+        """An existing filter, with the geometry stored next to it."""
+    @classmethod
+    def from_redis(
+        cls, client: Any, key: Union[str, bytes], capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ..., **options: Any
+    ) -> Self: ...
+    @property
+    def key(self) -> Union[str, bytes]: ...
+    @property
+    def m(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def capacity(self) -> Optional[int]: ...
+    @property
+    def error_rate(self) -> Optional[float]: ...
+    @property
+    def ttl(self) -> Optional[float]: ...
+    @property
+    def nparts(self) -> int:
+        """Redis strings the bitmap spans (2**32 bits each)."""
+    @property
+    def nbytes(self) -> int: ...
+    def bits_set(self) -> int:
+        """BITCOUNT over every part."""
+    def approximate_count(self) -> int: ...
+    def fill_ratio(self) -> float: ...
+    def current_error_rate(self) -> float: ...
+    def load(self, memory_filter: MemoryFilter, /) -> None:
+        """OR a MemoryFilter of the same m, k and hash into the bitmap."""
+    def snapshot(self) -> MemoryFilter:
+        """A local copy of the bitmap."""
+    def key_names(self) -> List[bytes]: ...
+
+class RedisBloomFilter(_Filter):
+    """A filter in the RedisBloom module (BF.* commands)."""
+
+    def __new__(
+        cls,
+        key: Union[str, bytes],
+        capacity: Optional[int] = ...,
+        error_rate: Optional[float] = ...,
+        *,
+        expansion: Optional[int] = ...,
+        non_scaling: bool = ...,
+        no_create: bool = ...,
+        ttl: Optional[float] = ...,
+        chunk_size: Optional[int] = ...,
+        url: Optional[str] = ...,
+        host: Optional[str] = ...,
+        port: Optional[int] = ...,
+        db: Optional[int] = ...,
+        username: Optional[str] = ...,
+        password: Optional[str] = ...,
+        unix_socket_path: Optional[str] = ...,
+        socket_timeout: Optional[float] = ...,
+        socket_connect_timeout: Optional[float] = ...,
+    ) -> Self: ...
+    @classmethod
+    def from_url(cls, url: str, key: Union[str, bytes], **options: Any) -> Self: ...
+    @classmethod
+    def from_redis(cls, client: Any, key: Union[str, bytes], **options: Any) -> Self: ...
+    @property
+    def key(self) -> Union[str, bytes]: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def error_rate(self) -> float: ...
+    @property
+    def expansion(self) -> Optional[int]: ...
+    @property
+    def non_scaling(self) -> bool: ...
+    @property
+    def no_create(self) -> bool: ...
+    @property
+    def ttl(self) -> Optional[float]: ...
+    @property
+    def chunk_size(self) -> int: ...
+    @property
+    def is_reserved(self) -> bool: ...
+    def reserve(self) -> bool:
+        """Send BF.RESERVE now; True when it created the filter."""
+    def info(self) -> RedisBloomInfo:
+        """BF.INFO, read by field name."""
+    def card(self) -> int:
+        """BF.CARD: items added."""
+    def dump(self) -> List[Tuple[int, bytes]]:
+        """The filter as BF.SCANDUMP's (iterator, chunk) steps."""
+    def restore(self, chunks: Iterable[Tuple[int, bytes]], /) -> None:
+        """Replace the filter by a dump, atomically."""
