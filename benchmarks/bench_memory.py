@@ -320,17 +320,17 @@ def build_floor(build_dir: str) -> tuple[str | None, str]:
     return exe, ""
 
 
-def run_floor(exe: str, present: list, absent: list, m: int, k: int, repeat: int,
-              tmp: str) -> dict:
-    pf, af = os.path.join(tmp, "present.keys"), os.path.join(tmp, "absent.keys")
-    write_key_file(pf, present)
-    write_key_file(af, absent)
+def run_floor(exe: str, present: list, sample: list, absent: list, m: int, k: int,
+              repeat: int, tmp: str) -> dict:
+    files = [os.path.join(tmp, name) for name in ("present.keys", "sample.keys", "absent.keys")]
+    for path, keys in zip(files, (present, sample, absent)):
+        write_key_file(path, keys)
     try:
-        r = subprocess.run([exe, pf, af, str(m), str(k), "xxh3", str(min(repeat, 64))],
+        r = subprocess.run([exe, *files, str(m), str(k), "xxh3", str(min(repeat, 64))],
                            capture_output=True, text=True, check=True)
     finally:
-        os.unlink(pf)
-        os.unlink(af)
+        for path in files:
+            os.unlink(path)
     return json.loads(r.stdout)
 
 
@@ -408,6 +408,7 @@ def time_batch_test(f, fn, keys: list, repeat: int) -> tuple[float, int]:
         r = fn(f, keys)
         times.append((time.perf_counter() - t0) / max(1, len(keys)))
         hits = sum(1 for x in r if x)
+        del r  # freed here, not inside the next timed call
     return statistics.median(times) * 1e9, hits
 
 
@@ -535,6 +536,14 @@ def machine_info() -> dict:
         "compiler": cc_version,
         "ling_bloom_commit": commit,
     }
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
 
 
 def fmt_ns(v: float | None) -> str:
@@ -743,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         skipped["C floor"] = floor_why
 
     info = machine_info()
+    info["load_at_start"] = load_average()
     versions = {i.name: version_of(i.dist) for i in impls}
     print(f"machine: {info['cpu']}, {info['cores']} cores, {info['memory']}; "
           f"{info['python']}; {info['compiler']}")
@@ -793,8 +803,8 @@ def main(argv: list[str] | None = None) -> int:
                     t1 = time.perf_counter()
                     with tempfile.TemporaryDirectory(prefix="lb-floor-") as tmp:
                         try:
-                            res = run_floor(floor_exe, ks.present, ks.absent, params.m,
-                                            params.k, args.repeat, tmp)
+                            res = run_floor(floor_exe, ks.present, sample_present,
+                                            ks.absent, params.m, params.k, args.repeat, tmp)
                             idx = 1 if sec["rows"] and sec["rows"][0]["impl"] == "ling_bloom" \
                                 else 0
                             while idx < len(sec["rows"]) and \
@@ -818,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.unfreeze()
 
     elapsed = time.perf_counter() - started
+    info["load_at_end"] = load_average()
     os.makedirs(args.out_dir, exist_ok=True)
     base = os.path.join(args.out_dir, args.name)
     cmd = "python benchmarks/bench_memory.py" + (" " + " ".join(argv if argv is not None
@@ -828,7 +839,9 @@ def main(argv: list[str] | None = None) -> int:
         f"python: {info['python']}; compiler: {info['compiler']}; "
         f"ling_bloom commit {info['ling_bloom_commit']}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
-        f"repeat: {args.repeat}; run time {elapsed:.0f} s",
+        f"repeat: {args.repeat}; run time {elapsed:.0f} s; load average (1/5/15 min) "
+        f"{info['load_at_start']} at the start, {info['load_at_end']} at the end "
+        f"(other work on the machine shows here)",
     ]
     head += [f"skipped {k}: {v}" for k, v in skipped.items()]
     with open(base + ".txt", "w") as f:

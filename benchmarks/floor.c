@@ -6,7 +6,10 @@
  * Python in the loop.  bench_memory.py builds it against csrc/core and runs it
  * on the same keys the Python filters get.
  *
- *   floor PRESENT_FILE ABSENT_FILE M K SCHEME REPEAT
+ *   floor PRESENT_FILE SAMPLE_FILE ABSENT_FILE M K SCHEME REPEAT
+ *
+ * PRESENT_FILE holds the n keys to add, SAMPLE_FILE the present keys the tests
+ * are timed on (bench_memory.py's sample), ABSENT_FILE the keys never added.
  *
  * A key file is: a little-endian uint64 count N, N little-endian uint32
  * lengths, then the N keys' bytes back to back (the UTF-8 of a str key, or a
@@ -15,7 +18,7 @@
  * Timing mirrors bench_memory.py: the n present keys are added to a fresh
  * filter in REPEAT equal slices, each slice timed, and the median slice is
  * reported (so every slice runs against a filter of realistic fill); tests
- * run REPEAT times over the whole present / absent set, median reported.
+ * run REPEAT times over the sample / the absent keys, median reported.
  * Prints one JSON object, times in ns per key. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -150,8 +153,8 @@ typedef struct {
     size_t hits_present, hits_absent;
 } result;
 
-static void run(int batch, const keyset *present, const keyset *absent, const lb_geometry *g,
-                int repeat, result *r)
+static void run(int batch, const keyset *present, const keyset *sample, const keyset *absent,
+                const lb_geometry *g, int repeat, result *r)
 {
     double t[64];
     uint8_t out[CHUNK];
@@ -169,7 +172,7 @@ static void run(int batch, const keyset *present, const keyset *absent, const lb
         t[s] = (now_ns() - t0) / (double)(hi - lo ? hi - lo : 1);
     }
     r->add = median(t, repeat);
-    const keyset *sets[2] = {present, absent};
+    const keyset *sets[2] = {sample, absent};
     for (int which = 0; which < 2; which++) {
         const keyset *ks = sets[which];
         size_t hits = 0;
@@ -194,17 +197,19 @@ static void run(int batch, const keyset *present, const keyset *absent, const lb
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s PRESENT_FILE ABSENT_FILE M K SCHEME REPEAT\n", argv[0]);
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s PRESENT_FILE SAMPLE_FILE ABSENT_FILE M K SCHEME REPEAT\n",
+                argv[0]);
         return 2;
     }
-    keyset present, absent;
+    keyset present, sample, absent;
     load_keys(argv[1], &present);
-    load_keys(argv[2], &absent);
-    uint64_t m = strtoull(argv[3], NULL, 10);
-    uint32_t k = (uint32_t)strtoul(argv[4], NULL, 10);
-    int scheme = lb_hash_scheme_parse(argv[5]);
-    int repeat = atoi(argv[6]);
+    load_keys(argv[2], &sample);
+    load_keys(argv[3], &absent);
+    uint64_t m = strtoull(argv[4], NULL, 10);
+    uint32_t k = (uint32_t)strtoul(argv[5], NULL, 10);
+    int scheme = lb_hash_scheme_parse(argv[6]);
+    int repeat = atoi(argv[7]);
     if (m == 0 || k == 0 || k > LB_MAX_K || scheme < 0 || repeat < 1 || repeat > 64) {
         fprintf(stderr, "bad arguments\n");
         return 2;
@@ -212,20 +217,22 @@ int main(int argc, char **argv)
     lb_geometry g;
     lb_geometry_init(&g, m, k, (lb_hash_scheme)scheme);
     result one, batch;
-    run(0, &present, &absent, &g, repeat, &one);
-    run(1, &present, &absent, &g, repeat, &batch);
-    printf("{\"n\": %zu, \"absent\": %zu, \"m\": %llu, \"k\": %u, \"scheme\": \"%s\", "
+    run(0, &present, &sample, &absent, &g, repeat, &one);
+    run(1, &present, &sample, &absent, &g, repeat, &batch);
+    printf("{\"n\": %zu, \"sample\": %zu, \"absent\": %zu, \"m\": %llu, \"k\": %u, \"scheme\": \"%s\", "
            "\"nbytes\": %llu, "
            "\"add\": %.3f, \"test_present\": %.3f, \"test_absent\": %.3f, "
            "\"batch_add\": %.3f, \"batch_test_present\": %.3f, \"batch_test_absent\": %.3f, "
            "\"hits_present\": %zu, \"hits_absent\": %zu, "
            "\"batch_hits_present\": %zu, \"batch_hits_absent\": %zu}\n",
-           present.n, absent.n, (unsigned long long)m, k, lb_hash_scheme_name(g.scheme),
+           present.n, sample.n, absent.n, (unsigned long long)m, k, lb_hash_scheme_name(g.scheme),
            (unsigned long long)((m + 7) / 8), one.add, one.test_present, one.test_absent,
            batch.add, batch.test_present, batch.test_absent, one.hits_present,
            one.hits_absent, batch.hits_present, batch.hits_absent);
     free(present.buf);
     free(present.keys);
+    free(sample.buf);
+    free(sample.keys);
     free(absent.buf);
     free(absent.keys);
     return 0;
