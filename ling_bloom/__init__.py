@@ -100,7 +100,11 @@ def __getattr__(name: str) -> object:
     return value
 
 
-_KINDS = {1: MemoryFilter, 2: CountingFilter, 3: ScalableFilter}
+_KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter]]" = {
+    1: MemoryFilter,
+    2: CountingFilter,
+    3: ScalableFilter,
+}
 
 
 def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
