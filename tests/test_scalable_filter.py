@@ -278,3 +278,22 @@ def test_subclass():
     assert f.seen_all(keys(100))
     assert type(f.copy()) is Sub and type(pickle.loads(pickle.dumps(f))) is Sub
     assert math.isfinite(f.current_error_rate())
+
+
+def test_a_tight_fpr_ratio_floors_stage_rates_and_keeps_the_bound():
+    """With fpr_ratio 0.05 the 15th stage's rate would need more than 64 hash functions:
+    later stages are built for 2**-63 instead, and the chain keeps its bound."""
+    f = ScalableFilter(1, 0.01, 1.03125, 0.05)
+    ks = keys(60)
+    f.update(ks)
+    stages = f.stages()
+    assert len(stages) > 20
+    assert all(s["k"] <= 64 for s in stages)
+    assert min(s["error_rate"] for s in stages) == 2.0 ** -63
+    assert sum(s["error_rate"] for s in stages) <= 0.01
+    assert all(f.test_many(ks))
+
+
+def test_a_bound_too_small_for_any_stage_is_an_error():
+    with pytest.raises(ValueError):
+        ScalableFilter(1, 1e-300)

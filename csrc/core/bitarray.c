@@ -47,73 +47,157 @@ uint64_t lb_bits_popcount(const lb_bits *b)
     return total;
 }
 
-int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
+/* The probes keep the data pointer, k and the count of fresh bits in locals: a
+ * store through uint8_t * may alias anything, so b->data, g->k and b->bits_set
+ * used in the loop would be reloaded (and bits_set read-modified-written)
+ * after every probe, a store-to-load chain through memory per bit.  For XXH3
+ * the index walk is fused into the probe loop (one multiply per index, no
+ * array); ling-base keeps lb_indices.  Indices are the same either way. */
+#define LB_XXH3_INDEX(x, m) ((uint64_t)(((unsigned __int128)(x) * (m)) >> 64))
+
+static inline unsigned set_bit(uint8_t *d, uint64_t i)
 {
-    uint64_t idx[LB_MAX_K];
-    lb_indices(g, h, idx);
-    int flipped = 0;
-    for (uint32_t i = 0; i < g->k; i++)
-        flipped |= lb_bits_set(b, idx[i]);
-    return flipped;
+    uint8_t mask = (uint8_t)(0x80u >> (i & 7));
+    uint8_t old = d[i >> 3];
+    d[i >> 3] = old | mask;
+    return !(old & mask);
 }
 
-int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h)
+static inline int get_bit(const uint8_t *d, uint64_t i)
 {
+    return (d[i >> 3] >> (7 - (i & 7))) & 1;
+}
+
+/* Sets the k bits of h; returns how many were 0. */
+static inline unsigned add_pair(uint8_t *d, const lb_geometry *g, uint32_t k, lb_hash_pair h)
+{
+    unsigned fresh = 0;
+    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
+        const uint64_t m = g->m;
+        uint64_t x = h.h1;
+        for (uint32_t i = 0; i < k; i++, x += h.h2)
+            fresh += set_bit(d, LB_XXH3_INDEX(x, m));
+    }
+    else {
+        uint64_t idx[LB_MAX_K];
+        lb_indices(g, h, idx);
+        for (uint32_t i = 0; i < k; i++)
+            fresh += set_bit(d, idx[i]);
+    }
+    return fresh;
+}
+
+static inline int test_pair(const uint8_t *d, const lb_geometry *g, uint32_t k, lb_hash_pair h)
+{
+    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
+        const uint64_t m = g->m;
+        uint64_t x = h.h1;
+        for (uint32_t i = 0; i < k; i++, x += h.h2)
+            if (!get_bit(d, LB_XXH3_INDEX(x, m)))
+                return 0;
+        return 1;
+    }
     uint64_t idx[LB_MAX_K];
     lb_indices(g, h, idx);
-    for (uint32_t i = 0; i < g->k; i++)
-        if (!lb_bits_get(b, idx[i]))
+    for (uint32_t i = 0; i < k; i++)
+        if (!get_bit(d, idx[i]))
             return 0;
     return 1;
 }
 
-/* The batch walk shared by add and test: a ring of LB_AHEAD keys whose
- * indices are computed and whose lines are prefetched before they are used. */
-#define LB_BATCH_WALK(B, G, KEYS, N, PREFETCH, BODY)                                   \
-    do {                                                                             \
-        uint64_t ring_[LB_AHEAD][LB_MAX_K];                                          \
-        const uint32_t k_ = (G)->k;                                                  \
+int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
+{
+    unsigned fresh = add_pair(b->data, g, g->k, h);
+    b->bits_set += fresh;
+    return fresh != 0;
+}
+
+int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h)
+{
+    return test_pair(b->data, g, g->k, h);
+}
+
+/* Prefetch the k lines of a hashed key.  always_inline: GCC otherwise finds a
+ * function whose only effect is __builtin_prefetch "const" and deletes the calls. */
+static inline __attribute__((always_inline)) void prefetch_pair(const uint8_t *d, const lb_geometry *g, uint32_t k,
+                                 lb_hash_pair h, int write)
+{
+    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
+        const uint64_t m = g->m;
+        uint64_t x = h.h1;
+        for (uint32_t i = 0; i < k; i++, x += h.h2) {
+            const uint8_t *p = d + (LB_XXH3_INDEX(x, m) >> 3);
+            if (write)
+                LB_PREFETCH_W(p);
+            else
+                LB_PREFETCH_R(p);
+        }
+        return;
+    }
+    uint64_t idx[LB_MAX_K];
+    lb_indices(g, h, idx);
+    for (uint32_t i = 0; i < k; i++) {
+        if (write)
+            LB_PREFETCH_W(d + (idx[i] >> 3));
+        else
+            LB_PREFETCH_R(d + (idx[i] >> 3));
+    }
+}
+
+/* The batch walk shared by add and test: a ring of the hash pairs of the next
+ * LB_AHEAD keys, whose lines were prefetched when they were hashed.  Keeping
+ * (h1, h2) and recomputing each index (one multiply) costs less than storing
+ * and reloading k indices per key. */
+#define LB_BATCH_WALK(D, G, KEYS, N, WRITE, BODY)                                     \
+    do {                                                                              \
+        lb_hash_pair ring_[LB_AHEAD];                                                 \
+        const uint32_t k_ = (G)->k;                                                   \
+        const lb_hash_scheme s_ = (G)->scheme;                                        \
         size_t ahead_ = (N) < LB_AHEAD ? (N) : LB_AHEAD;                              \
-        for (size_t j_ = 0; j_ < ahead_; j_++) {                                     \
-            lb_indices((G), lb_hash((G)->scheme, (KEYS)[j_].data, (KEYS)[j_].len),   \
-                       ring_[j_]);                                                   \
-            for (uint32_t i_ = 0; i_ < k_; i_++)                                     \
-                PREFETCH(&(B)->data[ring_[j_][i_] >> 3]);                            \
-        }                                                                            \
-        for (size_t j_ = 0; j_ < (N); j_++) {                                        \
-            uint64_t *idx = ring_[j_ % LB_AHEAD];                                    \
-            size_t key_no = j_;                                                      \
-            BODY                                                                     \
-            size_t next_ = j_ + LB_AHEAD;                                            \
-            if (next_ < (N)) {                                                       \
-                lb_indices((G),                                                      \
-                           lb_hash((G)->scheme, (KEYS)[next_].data, (KEYS)[next_].len), \
-                           idx);                                                     \
-                for (uint32_t i_ = 0; i_ < k_; i_++)                                 \
-                    PREFETCH(&(B)->data[idx[i_] >> 3]);                              \
-            }                                                                        \
-        }                                                                            \
+        for (size_t j_ = 0; j_ < ahead_; j_++) {                                      \
+            ring_[j_] = lb_hash(s_, (KEYS)[j_].data, (KEYS)[j_].len);                 \
+            prefetch_pair((D), (G), k_, ring_[j_], (WRITE));                          \
+        }                                                                             \
+        for (size_t j_ = 0; j_ < (N); j_++) {                                         \
+            const lb_hash_pair h = ring_[j_ % LB_AHEAD];                              \
+            size_t key_no = j_;                                                       \
+            BODY                                                                      \
+            size_t next_ = j_ + LB_AHEAD;                                             \
+            if (next_ < (N)) {                                                        \
+                ring_[j_ % LB_AHEAD] = lb_hash(s_, (KEYS)[next_].data, (KEYS)[next_].len); \
+                prefetch_pair((D), (G), k_, ring_[j_ % LB_AHEAD], (WRITE));           \
+            }                                                                         \
+        }                                                                             \
     } while (0)
 
 void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                        uint8_t *out)
 {
-    LB_BATCH_WALK(b, g, keys, n, LB_PREFETCH_W, {
-        int flipped = 0;
-        for (uint32_t i = 0; i < k_; i++)
-            flipped |= lb_bits_set(b, idx[i]);
+    uint8_t *const d = b->data;
+    uint64_t fresh_total = 0;
+    LB_BATCH_WALK(d, g, keys, n, 1, {
+        unsigned fresh = add_pair(d, g, k_, h);
+        fresh_total += fresh;
         if (out)
-            out[key_no] = (uint8_t)flipped;
+            out[key_no] = (uint8_t)(fresh != 0);
     });
+    b->bits_set += fresh_total;
 }
 
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                         uint8_t *out)
 {
-    LB_BATCH_WALK(b, g, keys, n, LB_PREFETCH_R, {
+    const uint8_t *const d = b->data;
+    LB_BATCH_WALK(d, g, keys, n, 0, {
         int all = 1;
-        for (uint32_t i = 0; i < k_; i++)
-            all &= lb_bits_get(b, idx[i]);
+        if (LB_LIKELY(s_ == LB_HASH_XXH3)) {
+            const uint64_t m_ = g->m;
+            uint64_t x_ = h.h1;
+            for (uint32_t i = 0; i < k_; i++, x_ += h.h2)
+                all &= get_bit(d, LB_XXH3_INDEX(x_, m_));
+        }
+        else
+            all = test_pair(d, g, k_, h);
         out[key_no] = (uint8_t)all;
     });
 }

@@ -28,8 +28,12 @@ lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *c
     if (!(cap >= 1.0 && cap < (double)LB_MAX_BITS))
         return LB_ERR_RANGE;
     double p = s->error_rate * (1.0 - s->fpr_ratio) * pow(s->fpr_ratio, (double)i);
-    if (!(p > 0.0))
-        return LB_ERR_RANGE;
+    /* Past the stage whose rate would need more than 64 hash functions, every
+     * stage gets 2^-63 (k = 63): together they add less than 1e-15, and the
+     * chain goes on growing (up to LB_SCALABLE_MAX_STAGES) as long as the sum
+     * of its stages' rates stays within error_rate (lb_scalable_push_stage). */
+    if (!(p >= LB_SCALABLE_MIN_STAGE_RATE))
+        p = LB_SCALABLE_MIN_STAGE_RATE;
     *capacity = (uint64_t)cap;
     *rate = p;
     lb_status st = lb_estimate(*capacity, p, m, k);
@@ -48,6 +52,12 @@ lb_status lb_scalable_push_stage(lb_scalable *s)
     lb_status st = lb_scalable_stage_params(s, s->nstages, &capacity, &rate, &m, &k);
     if (st != LB_OK)
         return st;
+    /* A stage raised to the floor rate must not take the chain past its bound. */
+    double total = rate;
+    for (uint32_t i = 0; i < s->nstages; i++)
+        total += s->stages[i].error_rate;
+    if (total > s->error_rate * (1.0 + 1e-9))
+        return LB_ERR_RANGE;
     if (s->nstages == s->cap) {
         uint32_t ncap = s->cap ? s->cap * 2 : 4;
         lb_stage *ns = realloc(s->stages, (size_t)ncap * sizeof(*ns));

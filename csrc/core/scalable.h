@@ -7,7 +7,8 @@
  * (ling-base's option means the rate of the first stage alone; its chain's
  * bound is p0 / (1 - r), ten times more with the defaults.)
  * Stage i holds round(initial_capacity * s^i) keys (s = growth_ratio) before
- * the next one is added.
+ * the next one is added.  (A stage rate below 2^-63 is raised to it: see
+ * lb_scalable_stage_params.)
  *
  * A key is hashed once; each stage derives its own k_i indices for its own m_i
  * from that one hash pair.  add tests every stage first, so adding a key that
@@ -22,6 +23,8 @@
 /* A chain stops growing here (LB_ERR_RANGE).  With fpr_ratio 0.9 the stage
  * rates need more than 64 hash functions after about 360 stages anyway. */
 #define LB_SCALABLE_MAX_STAGES 4096
+/* The smallest rate a stage is built for: 2^-63, which needs k = 63. */
+#define LB_SCALABLE_MIN_STAGE_RATE 1.0842021724855044e-19
 
 typedef struct {
     lb_bits bits;

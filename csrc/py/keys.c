@@ -50,7 +50,8 @@ int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold
 typedef struct {
     PyObject **objs;
     lb_key *keys;
-    lb_key_hold *holds;
+    lb_key_hold *holds;  /* only for keys that needed a buffer view: nviews of them */
+    size_t nviews;
     uint8_t *out;
 } chunk_space;
 
@@ -69,15 +70,17 @@ static chunk_space *chunk_space_new(size_t n)
     w->holds = (lb_key_hold *)p;
     p += n * sizeof(lb_key_hold);
     w->out = (uint8_t *)p;
+    w->nviews = 0;
     return w;
 }
 
 static void chunk_drop(chunk_space *w, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < w->nviews; i++)
         lb_key_release(&w->holds[i]);
+    w->nviews = 0;
+    for (size_t i = 0; i < n; i++)
         Py_DECREF(w->objs[i]);
-    }
 }
 
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
@@ -140,10 +143,14 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
             PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
             Py_INCREF(obj);
             w->objs[got] = obj;
-            if (lb_key_get(st, obj, &w->keys[got], &w->holds[got]) < 0) {
+            /* str and bytes (nearly every key) need no hold: write one only for
+             * a buffer view, packed, so the chunk's work space stays small. */
+            lb_key_hold *hold = &w->holds[w->nviews];
+            if (lb_key_get(st, obj, &w->keys[got], hold) < 0) {
                 Py_DECREF(obj);
                 break;
             }
+            w->nviews += (size_t)hold->has_view;
         }
         if (got < len || lb_enter(self) < 0) {
             chunk_drop(w, got);

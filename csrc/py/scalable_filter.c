@@ -10,6 +10,7 @@
 typedef struct {
     lb_base base;
     lb_scalable s;
+    lb_status growth_error;  /* why a batch could not grow the chain */
 } ScalableFilter;
 
 #define SF(o) ((ScalableFilter *)(o))
@@ -28,12 +29,18 @@ static lb_status sf_raise(lb_state *st, lb_status s)
         break;
     case LB_ERR_RANGE:
         lb_raise(st, s, "the filter cannot grow further: its next stage would need more than "
-                        "2**48 bits or more than 64 hash functions");
+                        "2**48 bits, or it has 4096 stages, or its stages' rates would add up to more than "
+                        "error_rate");
         break;
     default:
         lb_raise(st, s, NULL);
     }
     return s;
+}
+
+static void sf_raise_growth(lb_base *b)
+{
+    sf_raise(b->st, ((ScalableFilter *)b)->growth_error);
 }
 
 static ScalableFilter *sf_alloc(PyTypeObject *type)
@@ -42,10 +49,12 @@ static ScalableFilter *sf_alloc(PyTypeObject *type)
     if (!self)
         return NULL;
     memset(&self->s, 0, sizeof(self->s));
+    self->growth_error = LB_OK;
     if (lb_base_init(&self->base, type) < 0) {
         Py_DECREF(self);
         return NULL;
     }
+    self->base.raise_backend = sf_raise_growth;
     return self;
 }
 
@@ -145,7 +154,12 @@ static PyObject *sf_test(PyObject *self, PyObject *key)
 static lb_status sf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
                               size_t *done)
 {
-    return lb_scalable_add_batch(&((ScalableFilter *)b)->s, keys, n, out, done);
+    ScalableFilter *f = (ScalableFilter *)b;
+    lb_status s = lb_scalable_add_batch(&f->s, keys, n, out, done);
+    if (s == LB_OK)
+        return LB_OK;
+    f->growth_error = s;
+    return LB_ERR_BACKEND;
 }
 
 static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
