@@ -16,6 +16,8 @@ typedef struct {
 
 #define CF(o) ((CountingFilter *)(o))
 
+static const lb_batch_ops cf_batch;
+
 static void cf_release(lb_base *b)
 {
     lb_counters_free(&((CountingFilter *)b)->c);
@@ -32,6 +34,7 @@ static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
         return NULL;
     }
     self->f.base.reads_during_batch = 1;
+    self->f.base.batch = &cf_batch;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_counters_init(&self->c, a->m);
     if (s != LB_OK) {
@@ -152,23 +155,7 @@ static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     return LB_OK;
 }
 
-static PyObject *cf_add_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *cf_update(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&CF(self)->f.base, keys, cf_add_chunk, LB_RESULT_NONE,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *cf_test_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&CF(self)->f.base, keys, cf_test_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
+static const lb_batch_ops cf_batch = {cf_add_chunk, cf_test_chunk, 0};
 
 static PyObject *cf_reset(PyObject *self, PyObject *unused)
 {
@@ -279,20 +266,6 @@ static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
     return (PyObject *)f;
 }
 
-static PyObject *cf_reduce(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    PyObject *data = cf_to_bytes(self, NULL);
-    if (!data)
-        return NULL;
-    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
-    if (!ctor) {
-        Py_DECREF(data);
-        return NULL;
-    }
-    return Py_BuildValue("(N(N))", ctor, data);
-}
-
 static PyObject *cf_repr(PyObject *self)
 {
     char extra[64];
@@ -311,9 +284,7 @@ static PyMethodDef cf_methods[] = {
     {"discard", cf_discard, METH_O,
      "discard(key) -> bool\n\nremove() without the KeyError; True when something was removed."},
     {"count", cf_count, METH_O, "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
-    {"add_many", cf_add_many, METH_O, "add_many(keys) -> list[bool]"},
-    {"update", cf_update, METH_O, "update(keys) -> None"},
-    {"test_many", cf_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    LB_BATCH_METHOD_DEFS,
     {"reset", cf_reset, METH_NOARGS, "reset()"},
     {"close", cf_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
@@ -330,7 +301,7 @@ static PyMethodDef cf_methods[] = {
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
-    {"__reduce__", cf_reduce, METH_NOARGS, NULL},
+    {"__reduce__", lb_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

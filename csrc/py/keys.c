@@ -194,3 +194,26 @@ done:
     Py_DECREF(seq);
     return result;
 }
+
+static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result_kind kind)
+{
+    lb_base *b = (lb_base *)self;
+    const lb_batch_ops *ops = b->batch;
+    return lb_run_batch(b, keys, add ? ops->add : ops->test, kind,
+                        ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
+}
+
+PyObject *lb_add_many_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 1, LB_RESULT_LIST);
+}
+
+PyObject *lb_update_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 1, LB_RESULT_NONE);
+}
+
+PyObject *lb_test_many_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 0, LB_RESULT_LIST);
+}

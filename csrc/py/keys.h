@@ -76,4 +76,17 @@ typedef enum {
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
                        lb_gil_mode gil, size_t chunk);
 
+/* add_many, update and test_many of every type, through self->batch. */
+PyObject *lb_add_many_method(PyObject *self, PyObject *keys);
+PyObject *lb_update_method(PyObject *self, PyObject *keys);
+PyObject *lb_test_many_method(PyObject *self, PyObject *keys);
+
+#define LB_BATCH_METHOD_DEFS                                                                   \
+    {"add_many", lb_add_many_method, METH_O,                                                   \
+     "add_many(keys) -> list[bool]\n\nadd() for each key; a bad key raises before anything " \
+     "changes."},                                                                              \
+        {"update", lb_update_method, METH_O, "update(keys) -> None\n\nAdd every key."},        \
+        {"test_many", lb_test_many_method, METH_O,                                             \
+         "test_many(keys) -> list[bool]\n\ntest() for each key."}
+
 #endif

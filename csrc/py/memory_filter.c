@@ -15,6 +15,8 @@ typedef struct {
 
 #define MF(o) ((MemoryFilter *)(o))
 
+static const lb_batch_ops mf_batch;
+
 static void mf_release(lb_base *b)
 {
     lb_bits_free(&((MemoryFilter *)b)->bits);
@@ -32,6 +34,7 @@ static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
         return NULL;
     }
     self->f.base.reads_during_batch = 1;
+    self->f.base.batch = &mf_batch;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_bits_init(&self->bits, a->m);
     if (s != LB_OK) {
@@ -130,23 +133,7 @@ static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     return LB_OK;
 }
 
-static PyObject *mf_add_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *mf_update(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&MF(self)->f.base, keys, mf_add_chunk, LB_RESULT_NONE,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *mf_test_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&MF(self)->f.base, keys, mf_test_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
+static const lb_batch_ops mf_batch = {mf_add_chunk, mf_test_chunk, 0};
 
 /* ---- whole filter ------------------------------------------------------- */
 
@@ -423,20 +410,6 @@ done:
     return result;
 }
 
-static PyObject *mf_reduce(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    PyObject *data = mf_to_bytes(self, NULL);
-    if (!data)
-        return NULL;
-    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
-    if (!ctor) {
-        Py_DECREF(data);
-        return NULL;
-    }
-    return Py_BuildValue("(N(N))", ctor, data);
-}
-
 static PyObject *mf_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -455,9 +428,7 @@ static PyObject *mf_repr(PyObject *self)
 static PyMethodDef mf_methods[] = {
     {"add", mf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
     {"test", mf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
-    {"add_many", mf_add_many, METH_O, "add_many(keys) -> list[bool]\n\nadd() for each key."},
-    {"update", mf_update, METH_O, "update(keys) -> None\n\nAdd every key."},
-    {"test_many", mf_test_many, METH_O, "test_many(keys) -> list[bool]\n\ntest() for each key."},
+    LB_BATCH_METHOD_DEFS,
     {"reset", mf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", mf_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
@@ -484,7 +455,7 @@ static PyMethodDef mf_methods[] = {
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
-    {"__reduce__", mf_reduce, METH_NOARGS, NULL},
+    {"__reduce__", lb_reduce, METH_NOARGS, NULL},
     {"__sizeof__", mf_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

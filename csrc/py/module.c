@@ -97,6 +97,8 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
     b->closed = 0;
     b->weakrefs = NULL;
     b->raise_backend = NULL;
+    b->batch = NULL;
+    b->chunk = 0;
     return 0;
 }
 
@@ -397,6 +399,20 @@ PyObject *lb_repr_html(PyObject *self, PyObject *unused)
     PyObject *r = PyObject_CallMethod(mod, "html", "O", self);
     Py_DECREF(mod);
     return r;
+}
+
+PyObject *lb_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);
+    if (!data)
+        return NULL;
+    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
+    if (!ctor) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", ctor, data);
 }
 
 PyObject *lb_save(PyObject *self, PyObject *path)

@@ -56,6 +56,19 @@ lb_state *lb_state_from_type(PyTypeObject *type);
  * moves (`reads_during_batch`): they go on, and see each bit of a key being
  * added either set or not yet set.  Between chunks a batch lets every waiter
  * in before it goes on, so a long warm-up does not stall request threads. */
+struct lb_base_s;
+
+/* How a type runs batches: its chunk functions (see keys.h), the GIL policy
+ * and the keys per chunk.  add_many, update and test_many are then the same
+ * methods for every type (lb_add_many_method, ... in keys.c). */
+typedef struct {
+    lb_status (*add)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
+                     size_t *done);
+    lb_status (*test)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
+                      size_t *done);
+    int gil_always;   /* release the GIL for every chunk (network round trips) */
+} lb_batch_ops;
+
 typedef struct lb_base_s {
     PyObject_HEAD
     lb_state *st;
@@ -68,6 +81,8 @@ typedef struct lb_base_s {
     /* For filters backed by a server: sets the Python exception for the
      * LB_ERR_BACKEND a chunk returned (the details are in the object). */
     void (*raise_backend)(struct lb_base_s *self);
+    const lb_batch_ops *batch;
+    size_t chunk;     /* keys per chunk; 0: LB_CHUNK */
     PyObject *weakrefs;
 } lb_base;
 
@@ -181,6 +196,9 @@ PyObject *lb_closed_get(PyObject *self, void *unused);
 
 /* _repr_html_ for notebooks: ling_bloom._display.html(self). */
 PyObject *lb_repr_html(PyObject *self, PyObject *unused);
+
+/* __reduce__ for pickle: (type(self).from_bytes, (self.to_bytes(),)). */
+PyObject *lb_reduce(PyObject *self, PyObject *unused);
 
 /* save(path) and load(path) in terms of to_bytes / from_bytes. */
 PyObject *lb_save(PyObject *self, PyObject *path);

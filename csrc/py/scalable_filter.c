@@ -15,6 +15,8 @@ typedef struct {
 
 #define SF(o) ((ScalableFilter *)(o))
 
+static const lb_batch_ops sf_batch;
+
 static void sf_release(lb_base *b)
 {
     lb_scalable_free(&((ScalableFilter *)b)->s);
@@ -55,6 +57,7 @@ static ScalableFilter *sf_alloc(PyTypeObject *type)
         return NULL;
     }
     self->base.raise_backend = sf_raise_growth;
+    self->base.batch = &sf_batch;
     return self;
 }
 
@@ -170,23 +173,7 @@ static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     return LB_OK;
 }
 
-static PyObject *sf_add_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *sf_update(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&SF(self)->base, keys, sf_add_chunk, LB_RESULT_NONE,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
-
-static PyObject *sf_test_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&SF(self)->base, keys, sf_test_chunk, LB_RESULT_LIST,
-                        LB_GIL_LARGE, LB_CHUNK);
-}
+static const lb_batch_ops sf_batch = {sf_add_chunk, sf_test_chunk, 0};
 
 static PyObject *sf_reset(PyObject *self, PyObject *unused)
 {
@@ -350,20 +337,6 @@ static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
     return r;
 }
 
-static PyObject *sf_reduce(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    PyObject *data = sf_to_bytes(self, NULL);
-    if (!data)
-        return NULL;
-    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
-    if (!ctor) {
-        Py_DECREF(data);
-        return NULL;
-    }
-    return Py_BuildValue("(N(N))", ctor, data);
-}
-
 static PyObject *sf_get_initial_capacity(PyObject *self, void *unused)
 {
     (void)unused;
@@ -426,9 +399,7 @@ static PyMethodDef sf_methods[] = {
      "add(key) -> bool\n\nAdd key to the newest stage unless some stage holds it already; True "
      "when it was added."},
     {"test", sf_test, METH_O, "test(key) -> bool"},
-    {"add_many", sf_add_many, METH_O, "add_many(keys) -> list[bool]"},
-    {"update", sf_update, METH_O, "update(keys) -> None"},
-    {"test_many", sf_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    LB_BATCH_METHOD_DEFS,
     {"reset", sf_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
     {"close", sf_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
@@ -447,7 +418,7 @@ static PyMethodDef sf_methods[] = {
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> ScalableFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
-    {"__reduce__", sf_reduce, METH_NOARGS, NULL},
+    {"__reduce__", lb_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
