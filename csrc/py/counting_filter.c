@@ -35,6 +35,7 @@ static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
     }
     self->f.base.reads_during_batch = 1;
     self->f.base.batch = &cf_batch;
+    self->f.cells_used = &self->c.nonzero;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_counters_init(&self->c, a->m);
     if (s != LB_OK) {
@@ -172,36 +173,6 @@ static PyObject *cf_close(PyObject *self, PyObject *unused)
     return lb_close_with(&CF(self)->f.base, cf_release);
 }
 
-static PyObject *cf_approximate_count(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    CountingFilter *f = CF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    double n = lb_estimate_count(f->c.m, f->f.geo.k, f->c.nonzero);
-    if (!isfinite(n))
-        return PyLong_FromUnsignedLongLong(f->c.m);
-    return PyLong_FromDouble(floor(n + 0.5));
-}
-
-static PyObject *cf_fill_ratio(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    CountingFilter *f = CF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    return PyFloat_FromDouble((double)f->c.nonzero / (double)f->c.m);
-}
-
-static PyObject *cf_current_error_rate(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    CountingFilter *f = CF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    return PyFloat_FromDouble(pow((double)f->c.nonzero / (double)f->c.m, (double)f->f.geo.k));
-}
-
 static PyObject *cf_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
@@ -289,10 +260,10 @@ static PyMethodDef cf_methods[] = {
     {"close", cf_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
-    {"approximate_count", cf_approximate_count, METH_NOARGS,
+    {"approximate_count", lb_fixed_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nDistinct keys held, estimated from the cells in use."},
-    {"fill_ratio", cf_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nCells above 0 / m."},
-    {"current_error_rate", cf_current_error_rate, METH_NOARGS,
+    {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nCells above 0 / m."},
+    {"current_error_rate", lb_fixed_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nfill_ratio() ** k."},
     {"copy", cf_copy, METH_NOARGS, "copy() -> CountingFilter"},
     {"__copy__", cf_copy, METH_NOARGS, NULL},

@@ -35,6 +35,7 @@ static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
     }
     self->f.base.reads_during_batch = 1;
     self->f.base.batch = &mf_batch;
+    self->f.cells_used = &self->bits.bits_set;
     lb_fixed_setup(&self->f, a);
     lb_status s = lb_bits_init(&self->bits, a->m);
     if (s != LB_OK) {
@@ -150,37 +151,6 @@ static PyObject *mf_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return lb_close_with(&MF(self)->f.base, mf_release);
-}
-
-static PyObject *mf_approximate_count(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    MemoryFilter *f = MF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    double n = lb_estimate_count(f->bits.m, f->f.geo.k, f->bits.bits_set);
-    if (!isfinite(n))
-        return PyLong_FromUnsignedLongLong(f->bits.m);
-    return PyLong_FromDouble(floor(n + 0.5));
-}
-
-static PyObject *mf_fill_ratio(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    MemoryFilter *f = MF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    return PyFloat_FromDouble((double)f->bits.bits_set / (double)f->bits.m);
-}
-
-static PyObject *mf_current_error_rate(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    MemoryFilter *f = MF(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    double fill = (double)f->bits.bits_set / (double)f->bits.m;
-    return PyFloat_FromDouble(pow(fill, (double)f->f.geo.k));
 }
 
 static PyObject *mf_bits_set(PyObject *self, void *unused)
@@ -433,11 +403,11 @@ static PyMethodDef mf_methods[] = {
     {"close", mf_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
-    {"approximate_count", mf_approximate_count, METH_NOARGS,
+    {"approximate_count", lb_fixed_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nThe number of distinct keys added, estimated from the "
      "number of set bits (Swamidass and Baldi)."},
-    {"fill_ratio", mf_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
-    {"current_error_rate", mf_current_error_rate, METH_NOARGS,
+    {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
+    {"current_error_rate", lb_fixed_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe false-positive rate now: fill_ratio() ** k."},
     {"union", mf_union, METH_O, "union(other) -> MemoryFilter (also a | b)"},
     {"intersection", mf_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},

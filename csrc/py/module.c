@@ -728,6 +728,37 @@ PyObject *lb_fixed_get_error_rate(PyObject *self, void *offset)
     return PyFloat_FromDouble(a->error_rate);
 }
 
+PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    double n = lb_estimate_count(f->args.m, f->args.k, *f->cells_used);
+    if (!isfinite(n)) /* every cell in use: no upper bound; say m */
+        return PyLong_FromUnsignedLongLong(f->args.m);
+    return PyLong_FromDouble(floor(n + 0.5));
+}
+
+PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    return PyFloat_FromDouble((double)*f->cells_used / (double)f->args.m);
+}
+
+PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    double fill = (double)*f->cells_used / (double)f->args.m;
+    return PyFloat_FromDouble(pow(fill, (double)f->args.k));
+}
+
 PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload, size_t len)
 {
     lb_format_header h;

@@ -163,7 +163,14 @@ typedef struct {
     lb_base base;
     lb_fixed_args args;
     lb_geometry geo;
+    const uint64_t *cells_used;  /* bits set, or counters above zero */
 } lb_fixed_filter;
+
+/* approximate_count(), fill_ratio() and current_error_rate() of an
+ * lb_fixed_filter, from m, k and *cells_used. */
+PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused);
+PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused);
+PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused);
 
 /* Getters for m, k, hash, capacity, error_rate: the closure of their
  * PyGetSetDef is the offset of the object's lb_fixed_args (LB_FIXED_ARGS for
