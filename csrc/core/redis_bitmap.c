@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define LB_RB_LOAD_CHUNK ((size_t)8 << 20)  /* bytes per SETRANGE round trip */
 #define LB_RB_SNAP_CHUNK ((size_t)16 << 20) /* bytes per GETRANGE round trip */
@@ -42,34 +40,6 @@ struct lb_redis_bitmap {
 };
 
 /* ----------------------------------------------------------------- names */
-
-/* Redis Cluster's rule: the first '{' and the first '}' after it, with at
- * least one byte between. */
-static int has_hash_tag(const char *k, size_t n)
-{
-    const char *o = memchr(k, '{', n);
-    if (!o)
-        return 0;
-    const char *c = memchr(o + 1, '}', n - (size_t)(o + 1 - k));
-    return c && c > o + 1;
-}
-
-/* A printable rendering of a binary key for messages (truncated, \xNN). */
-static const char *show(const char *k, size_t n, char *buf, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)k[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
-            buf[o++] = (char)c;
-        else
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-    }
-    if (o + 8 >= cap && n)
-        o += (size_t)snprintf(buf + o, cap - o, "...");
-    buf[o < cap ? o : cap - 1] = '\0';
-    return buf;
-}
 
 /* Name of part p (p < nparts), or of the meta key (UINT64_MAX), or of the
  * load temp key (UINT64_MAX - 1, suffix given).  Returns a pointer valid
@@ -129,24 +99,14 @@ lb_redis_status lb_redis_bitmap_new(lb_redis *conn, const void *key, size_t keyl
     bm->mode = LB_RB_BITFIELD;
     bm->chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
     lb_redis_batch_init(&bm->batch);
-    bm->key = malloc(keylen);
-    int wrap = !has_hash_tag(key, keylen) && !memchr(key, '}', keylen);
-    bm->baselen = keylen + (wrap ? 2 : 0);
-    bm->base = malloc(bm->baselen);
-    bm->namecap = bm->baselen + 64;
-    bm->name = malloc(bm->namecap);
-    if (!bm->key || !bm->base || !bm->name) {
+    bm->keylen = keylen;
+    if (lb_redis_slot_names(key, keylen, &bm->key, &bm->base, &bm->baselen) == 0) {
+        bm->namecap = bm->baselen + 64;
+        bm->name = malloc(bm->namecap);
+    }
+    if (!bm->name) {
         lb_redis_bitmap_free(bm);
         return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    }
-    memcpy(bm->key, key, keylen);
-    bm->keylen = keylen;
-    if (wrap) {
-        bm->base[0] = '{';
-        memcpy(bm->base + 1, key, keylen);
-        bm->base[keylen + 1] = '}';
-    } else {
-        memcpy(bm->base, key, keylen);
     }
     *out = bm;
     return LB_REDIS_OK;
@@ -251,7 +211,7 @@ static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t 
     if (x->type == LB_REPLY_NIL)
         return lb_redis_set_error(conn, LB_REDIS_ERR_NOTFOUND,
                                   "no ling_bloom filter at Redis key '%s' (no meta key)",
-                                  show(key, keylen, kb, sizeof kb));
+                                  lb_redis_show(key, keylen, kb, sizeof kb));
     if (x->type != LB_REPLY_STRING)
         return lb_redis_set_error(conn, LB_REDIS_ERR_PROTOCOL, "unexpected reply to GET of a meta key");
     int pr = meta_parse(x->str, x->len, got);
@@ -259,13 +219,14 @@ static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t 
         return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
                                   "the filter at Redis key '%s' was written by a newer ling_bloom "
                                   "(format '%.80s')",
-                                  show(key, keylen, kb, sizeof kb), x->str);
+                                  lb_redis_show(key, keylen, kb, sizeof kb), x->str);
     if (pr != 0) {
         char vb[100];
         return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
                                   "the meta key of Redis key '%s' holds '%s', not a ling_bloom "
                                   "geometry",
-                                  show(key, keylen, kb, sizeof kb), show(x->str, x->len, vb, sizeof vb));
+                                  lb_redis_show(key, keylen, kb, sizeof kb),
+                                  lb_redis_show(x->str, x->len, vb, sizeof vb));
     }
     return LB_REDIS_OK;
 }
@@ -278,7 +239,7 @@ static lb_redis_status name_wrongtype(lb_redis_bitmap *bm, uint64_t part)
     const char *n = name_of(bm, part, &len);
     snprintf(msg, sizeof msg, "%s", lb_redis_errstr(bm->conn));
     return lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s (key '%s')", msg,
-                              show(n, len, kb, sizeof kb));
+                              lb_redis_show(n, len, kb, sizeof kb));
 }
 
 static void add_meta_set(lb_redis_bitmap *bm, lb_redis_batch *b, const char *val, int vlen)
@@ -331,7 +292,7 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
         describe(&bm->g, c, sizeof c);
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_MISMATCH,
                                   "geometry mismatch at Redis key '%s': stored %s, this filter %s",
-                                  show(bm->key, bm->keylen, kb, sizeof kb), a, c);
+                                  lb_redis_show(bm->key, bm->keylen, kb, sizeof kb), a, c);
     }
     bm->meta_checked = 1;
     bm->meta_conn = lb_redis_connect_count(bm->conn);
@@ -669,15 +630,10 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
         return st;
 
     /* A temp key name unique to this call, in the filter's slot. */
-    char *tmp = malloc(bm->baselen + 96);
+    size_t tlen;
+    char *tmp = lb_redis_temp_name(bm->base, bm->baselen, "load", ++bm->load_seq, &tlen);
     if (!tmp)
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    memcpy(tmp, bm->base, bm->baselen);
-    size_t tlen = bm->baselen +
-                  (size_t)sprintf(tmp + bm->baselen, ":load:%ld:%lu:%lld%09ld", (long)getpid(),
-                                  ++bm->load_seq, (long long)ts.tv_sec, ts.tv_nsec);
     const uint8_t lastmask = last_mask(bm->g.m);
     lb_redis_batch *b = &bm->batch;
 

@@ -1138,3 +1138,72 @@ lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *
         *reply = rs ? rs[0] : NULL;
     return st;
 }
+
+/* --------------------------------------------------------------- key names */
+
+const char *lb_redis_show(const char *k, size_t n, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    if (o + 8 >= cap && n)
+        o += (size_t)snprintf(buf + o, cap - o, "...");
+    buf[o < cap ? o : cap - 1] = '\0';
+    return buf;
+}
+
+/* Redis Cluster's rule: the first '{' and the first '}' after it, with at
+ * least one byte between. */
+static int has_hash_tag(const char *k, size_t n)
+{
+    const char *o = memchr(k, '{', n);
+    if (!o)
+        return 0;
+    const char *c = memchr(o + 1, '}', n - (size_t)(o + 1 - k));
+    return c && c > o + 1;
+}
+
+int lb_redis_slot_names(const void *key, size_t keylen, char **key_out, char **base_out,
+                        size_t *baselen)
+{
+    int wrap = !has_hash_tag(key, keylen) && !memchr(key, '}', keylen);
+    char *k = malloc(keylen);
+    char *base = malloc(keylen + (wrap ? 2 : 0));
+    *key_out = *base_out = NULL;
+    if (!k || !base) {
+        free(k);
+        free(base);
+        return -1;
+    }
+    memcpy(k, key, keylen);
+    if (wrap) {
+        base[0] = '{';
+        memcpy(base + 1, key, keylen);
+        base[keylen + 1] = '}';
+    } else {
+        memcpy(base, key, keylen);
+    }
+    *key_out = k;
+    *base_out = base;
+    *baselen = keylen + (wrap ? 2 : 0);
+    return 0;
+}
+
+char *lb_redis_temp_name(const char *base, size_t baselen, const char *what, unsigned long seq,
+                         size_t *len)
+{
+    char *tmp = malloc(baselen + strlen(what) + 96);
+    if (!tmp)
+        return NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memcpy(tmp, base, baselen);
+    *len = baselen + (size_t)sprintf(tmp + baselen, ":%s:%ld:%lu:%lld%09ld", what, (long)getpid(),
+                                     seq, (long long)ts.tv_sec, ts.tv_nsec);
+    return tmp;
+}

@@ -224,4 +224,28 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
                                       const size_t *lens, int flags, lb_reply **reply);
 
+/* --------------------------------------------------------------- key names */
+
+/* For the layers above (redis_bitmap, redisbloom), which keep a user key and
+ * name other keys after it. */
+
+/* A printable rendering of a binary key for messages (truncated, \xNN);
+ * returns buf. */
+const char *lb_redis_show(const char *k, size_t n, char *buf, size_t cap);
+
+/* Copy key (binary-safe, keylen >= 1) into *key_out, and build into *base_out
+ * the prefix of the names that must land in key's Redis Cluster slot: key
+ * when it has a hash tag (the first '{' followed later by a '}' with at least
+ * one byte between them) or contains a '}', else "{" key "}" (see
+ * redis_bitmap.h).  Both malloc'd.  0, or -1 when out of memory (then both
+ * are NULL). */
+int lb_redis_slot_names(const void *key, size_t keylen, char **key_out, char **base_out,
+                        size_t *baselen);
+
+/* A temporary key name unique to this call: base ":" what ":" pid ":" seq
+ * ":" time, in base's slot.  malloc'd (its length in *len), or NULL when out
+ * of memory. */
+char *lb_redis_temp_name(const char *base, size_t baselen, const char *what, unsigned long seq,
+                         size_t *len);
+
 #endif

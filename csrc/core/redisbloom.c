@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
 #define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
@@ -43,23 +41,6 @@ void lb_bf_options_init(lb_bf_options *o)
     o->expansion = LB_BF_DEFAULT_EXPANSION;
 }
 
-/* A printable rendering of a binary key for messages (truncated, \xNN). */
-static const char *show(const char *k, size_t n, char *buf, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)k[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
-            buf[o++] = (char)c;
-        else
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-    }
-    if (o + 8 >= cap && n)
-        o += (size_t)snprintf(buf + o, cap - o, "...");
-    buf[o < cap ? o : cap - 1] = '\0';
-    return buf;
-}
-
 /* Case-insensitive substring test. */
 static int ci_contains(const char *s, const char *needle)
 {
@@ -92,16 +73,6 @@ static int ci_equal(const char *a, size_t alen, const char *b)
         if (tolower((unsigned char)a[i]) != tolower((unsigned char)b[i]))
             return 0;
     return 1;
-}
-
-/* Redis Cluster's hash tag rule (as redis_bitmap.h describes). */
-static int has_hash_tag(const char *k, size_t n)
-{
-    const char *o = memchr(k, '{', n);
-    if (!o)
-        return 0;
-    const char *c = memchr(o + 1, '}', n - (size_t)(o + 1 - k));
-    return c && c > o + 1;
 }
 
 /* Shortest decimal that reads back as the same double (Go's 'f', -1 sends
@@ -173,7 +144,7 @@ static lb_redis_status wrongtype(lb_redisbloom *bf, const char *text)
 {
     char kb[160];
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_WRONGTYPE, "%s (key '%s')", text,
-                              show(bf->key, bf->keylen, kb, sizeof kb));
+                              lb_redis_show(bf->key, bf->keylen, kb, sizeof kb));
 }
 
 /* An error reply x to cmd: the status and message it stands for.  adds: cmd
@@ -193,10 +164,10 @@ static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const ch
     if (adds && (ci_contains(t, "filter is full") || blank_error(t)))
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_FULL,
                                   "the non-scaling RedisBloom filter at key '%s' is full (%s)",
-                                  show(bf->key, bf->keylen, kb, sizeof kb),
+                                  lb_redis_show(bf->key, bf->keylen, kb, sizeof kb),
                                   t[0] ? t : "no text");
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_REPLY, "%s at key '%s': %s", cmd,
-                              show(bf->key, bf->keylen, kb, sizeof kb), t);
+                              lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), t);
 }
 
 static void clear_call(lb_redisbloom *bf)
@@ -305,22 +276,10 @@ lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
     bf->full_added = -1;
     lb_redis_batch_init(&bf->batch);
     format_rate(opt->error_rate, bf->rate, sizeof bf->rate);
-    int wrap = !has_hash_tag(key, keylen) && !memchr(key, '}', keylen);
-    bf->key = malloc(keylen);
-    bf->baselen = keylen + (wrap ? 2 : 0);
-    bf->base = malloc(bf->baselen);
-    if (!bf->key || !bf->base) {
+    bf->keylen = keylen;
+    if (lb_redis_slot_names(key, keylen, &bf->key, &bf->base, &bf->baselen) < 0) {
         lb_bf_free(bf);
         return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    }
-    memcpy(bf->key, key, keylen);
-    bf->keylen = keylen;
-    if (wrap) {
-        bf->base[0] = '{';
-        memcpy(bf->base + 1, key, keylen);
-        bf->base[keylen + 1] = '}';
-    } else {
-        memcpy(bf->base, key, keylen);
     }
     *out = bf;
     return LB_REDIS_OK;
@@ -543,8 +502,8 @@ static lb_redis_status check_type_reply(lb_redisbloom *bf, const lb_reply *x, co
     clear_call(bf);
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_WRONGTYPE,
                               "WRONGTYPE the key '%s' holds a %s, not a RedisBloom filter%s",
-                              show(bf->key, bf->keylen, kb, sizeof kb),
-                              show(x->str, x->len, tb, sizeof tb), why);
+                              lb_redis_show(bf->key, bf->keylen, kb, sizeof kb),
+                              lb_redis_show(x->str, x->len, tb, sizeof tb), why);
 }
 
 static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out)
@@ -632,7 +591,7 @@ static lb_redis_status typed_reply(lb_redisbloom *bf, lb_reply **rs, const char 
             keep_text(bf, rs[1]->str ? rs[1]->str : "", rs[1]->len);
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOTFOUND,
                                   "no RedisBloom filter at key '%s' (%s: the key does not exist)",
-                                  show(bf->key, bf->keylen, kb, sizeof kb), cmd);
+                                  lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), cmd);
     }
     lb_redis_status st = check_type_reply(bf, t, "");
     if (st != LB_REDIS_OK)
@@ -758,15 +717,10 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
             return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG,
                                       "chunk %zu: the iterator must be a positive integer", i);
 
-    char *tmp = malloc(bf->baselen + 96);
+    size_t tlen;
+    char *tmp = lb_redis_temp_name(bf->base, bf->baselen, "restore", ++bf->seq, &tlen);
     if (!tmp)
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    memcpy(tmp, bf->base, bf->baselen);
-    size_t tlen = bf->baselen +
-                  (size_t)sprintf(tmp + bf->baselen, ":restore:%ld:%lu:%lld%09ld", (long)getpid(),
-                                  ++bf->seq, (long long)ts.tv_sec, ts.tv_nsec);
     lb_redis_batch *b = &bf->batch;
     lb_redis_status st = LB_REDIS_OK;
     size_t i = 0;
