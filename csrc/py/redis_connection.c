@@ -188,3 +188,258 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
         PyErr_SetString(st->RedisError, text);
     }
 }
+
+/* ---- the part both filter objects start with ---------------------------- */
+
+PyObject *lb_redis_key_bytes(lb_state *st, PyObject *key)
+{
+    PyObject *key_bytes;
+    if (PyUnicode_Check(key))
+        key_bytes = PyUnicode_AsUTF8String(key);
+    else if (PyBytes_Check(key))
+        key_bytes = Py_NewRef(key);
+    else
+        return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
+                            Py_TYPE(key)->tp_name);
+    if (key_bytes && PyBytes_GET_SIZE(key_bytes) == 0) {
+        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
+        Py_CLEAR(key_bytes);
+    }
+    return key_bytes;
+}
+
+int lb_redis_parse_ttl(PyObject *obj, double *out)
+{
+    *out = 0;
+    if (!obj || obj == Py_None)
+        return 0;
+    PyObject *secs = NULL;
+    if (PyObject_HasAttrString(obj, "total_seconds"))
+        secs = PyObject_CallMethod(obj, "total_seconds", NULL);
+    else
+        secs = Py_NewRef(obj);
+    if (!secs)
+        return -1;
+    double t = PyFloat_AsDouble(secs);
+    Py_DECREF(secs);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(t > 0) || !isfinite(t) || t > 1e12) {
+        PyErr_Format(PyExc_ValueError, "ttl must be a positive number of seconds or None, not %R",
+                     obj);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+int lb_redis_parse_chunk(PyObject *obj, size_t *out)
+{
+    if (obj == Py_None)
+        return 0;
+    Py_ssize_t c = PyLong_AsSsize_t(obj);
+    if (c == -1 && PyErr_Occurred())
+        return -1;
+    if (c < 1 || c > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "chunk_size must be in 1..1000000");
+        return -1;
+    }
+    *out = (size_t)c;
+    return 0;
+}
+
+lb_redis_filter *lb_redis_filter_new(PyTypeObject *type, lb_state *st, const lb_conn_kw *kw,
+                                     PyObject *key, PyObject *key_bytes, double ttl,
+                                     size_t chunk, const lb_redis_ops *ops)
+{
+    lb_redis_config cfg;
+    if (lb_conn_config(st, kw, &cfg) < 0)
+        return NULL;
+    lb_redis_filter *f = (lb_redis_filter *)type->tp_alloc(type, 0);
+    if (!f)
+        goto fail;
+    if (lb_base_init(&f->base, type) < 0)
+        goto fail;
+    f->base.raise_backend = ops->raise_backend;
+    f->ops = ops;
+    f->key = Py_NewRef(key);
+    f->key_bytes = Py_NewRef(key_bytes);
+    f->ttl = ttl;
+    f->chunk = chunk;
+    f->conn = lb_redis_new(&cfg);
+    if (!f->conn) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    lb_redis_config_free(&cfg);
+    return f;
+
+fail:
+    lb_redis_config_free(&cfg);
+    Py_XDECREF(f);
+    return NULL;
+}
+
+void lb_redis_filter_release(lb_redis_filter *f)
+{
+    lb_redis_free(f->conn);
+    f->conn = NULL;
+}
+
+void lb_redis_filter_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.lock)
+        f->ops->release(&f->base);
+    lb_base_fini(&f->base);
+    Py_CLEAR(f->key);
+    Py_CLEAR(f->key_bytes);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+int lb_redis_filter_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+        return -1;
+    if (lb_enter(&f->base) < 0) {
+        lb_key_release(&hold);
+        return -1;
+    }
+    uint8_t out = 0;
+    lb_redis_status rs;
+    LB_REDIS_GIL_FREE(f, rs, fn(f, &k, 1, &out));
+    lb_key_release(&hold);
+    if (rs != LB_REDIS_OK) {
+        f->ops->raise(f, rs);
+        return -1;
+    }
+    return out;
+}
+
+PyObject *lb_redis_add(PyObject *self, PyObject *key)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int r = lb_redis_single(f, key, f->ops->add);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+int lb_redis_contains(PyObject *self, PyObject *key)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    return lb_redis_single(f, key, f->ops->test);
+}
+
+PyObject *lb_redis_test(PyObject *self, PyObject *key)
+{
+    int r = lb_redis_contains(self, key);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->ops->batch_begin)
+        f->ops->batch_begin();
+    return lb_run_batch(&f->base, keys, fn, kind, LB_GIL_ALWAYS, f->chunk);
+}
+
+PyObject *lb_redis_add_many(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_LIST);
+}
+
+PyObject *lb_redis_update(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_NONE);
+}
+
+PyObject *lb_redis_test_many(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->test_chunk, LB_RESULT_LIST);
+}
+
+PyObject *lb_redis_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&LB_REDIS_FILTER(self)->base, LB_REDIS_FILTER(self)->ops->release);
+}
+
+PyObject *lb_redis_get_key(PyObject *self, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(LB_REDIS_FILTER(self)->key);
+}
+
+PyObject *lb_redis_get_ttl(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (LB_REDIS_FILTER(self)->ttl <= 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(LB_REDIS_FILTER(self)->ttl);
+}
+
+/* cls(*args[1:], **kw); steals kw. */
+static PyObject *call_with(PyObject *cls, PyObject *args, PyObject *kw)
+{
+    PyObject *pos = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
+    Py_XDECREF(pos);
+    Py_DECREF(kw);
+    return r;
+}
+
+static int check_nargs(PyObject *args, Py_ssize_t max_args, const char *usage)
+{
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs < 2 || (max_args && nargs > max_args)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *lb_redis_from_url(PyObject *cls, PyObject *args, PyObject *kwargs, Py_ssize_t max_args,
+                            const char *usage)
+{
+    if (check_nargs(args, max_args, usage) < 0)
+        return NULL;
+    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
+    if (!kw)
+        return NULL;
+    if (PyDict_SetItemString(kw, "url", PyTuple_GET_ITEM(args, 0)) < 0) {
+        Py_DECREF(kw);
+        return NULL;
+    }
+    return call_with(cls, args, kw);
+}
+
+PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
+                              Py_ssize_t max_args, const char *usage)
+{
+    if (check_nargs(args, max_args, usage) < 0)
+        return NULL;
+    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
+    if (!mod)
+        return NULL;
+    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
+                                             PyTuple_GET_ITEM(args, 0));
+    Py_DECREF(mod);
+    if (!settings)
+        return NULL;
+    if (kwargs && PyDict_Update(settings, kwargs) < 0) {
+        Py_DECREF(settings);
+        return NULL;
+    }
+    return call_with(cls, args, settings);
+}

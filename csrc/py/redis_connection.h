@@ -1,9 +1,11 @@
 /* redis_connection.h: what RedisFilter and RedisBloomFilter share: the
- * connection keywords (redis-py's names) and the Python exception for each
- * lb_redis_status. */
+ * connection keywords (redis-py's names), the Python exception for each
+ * lb_redis_status, and the part of the object that holds the connection and
+ * the key, with what works on it alone. */
 #ifndef LB_PY_REDIS_CONNECTION_H
 #define LB_PY_REDIS_CONNECTION_H
 
+#include "keys.h"
 #include "module.h"
 #include "redis_conn.h"
 
@@ -41,5 +43,113 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
 /* Raise an exception of type exc with message msg and the given attributes
  * (name, value pairs, NULL-terminated; values are borrowed). */
 void lb_raise_with(PyObject *exc, const char *msg, ...);
+
+/* ---- the part both filter objects start with ---------------------------- */
+
+typedef struct lb_redis_filter_s lb_redis_filter;
+
+/* The type's add or test of n keys (run with the GIL released). */
+typedef lb_redis_status (*lb_redis_keys_fn)(lb_redis_filter *f, const lb_key *keys, size_t n,
+                                            uint8_t *out);
+
+/* What each type supplies to the shared methods below. */
+typedef struct {
+    lb_redis_keys_fn add, test;        /* single keys */
+    lb_chunk_fn add_chunk, test_chunk; /* batches (lb_run_batch) */
+    void (*batch_begin)(void);         /* before a batch; may be NULL */
+    /* Raise the exception for a failed call (not a batch: those go through
+     * raise_backend, set in the base). */
+    void (*raise)(lb_redis_filter *f, lb_redis_status status);
+    void (*raise_backend)(lb_base *b);
+    /* Free what the type built on the connection, then call
+     * lb_redis_filter_release. */
+    void (*release)(lb_base *b);
+} lb_redis_ops;
+
+struct lb_redis_filter_s {
+    lb_base base;
+    lb_redis *conn;
+    PyObject *key;            /* as given: str or bytes */
+    PyObject *key_bytes;      /* its bytes */
+    double ttl;               /* seconds; 0: none */
+    size_t chunk;             /* keys per round trip */
+    const lb_redis_ops *ops;
+};
+
+#define LB_REDIS_FILTER(o) ((lb_redis_filter *)(o))
+
+/* The key argument as bytes (a str as its UTF-8): a new reference, or NULL
+ * with TypeError (neither str nor bytes) or EmptyKeyError set. */
+PyObject *lb_redis_key_bytes(lb_state *st, PyObject *key);
+/* ttl= (seconds, or anything with total_seconds(); None: *out = 0).  0, or
+ * -1 with ValueError. */
+int lb_redis_parse_ttl(PyObject *obj, double *out);
+/* chunk_size= (None leaves *out as it is).  0, or -1 with ValueError. */
+int lb_redis_parse_chunk(PyObject *obj, size_t *out);
+
+/* Allocate an object of type with the common part set up and its (not yet
+ * connected) connection built from kw: the object, or NULL with the exception
+ * set. */
+lb_redis_filter *lb_redis_filter_new(PyTypeObject *type, lb_state *st, const lb_conn_kw *kw,
+                                     PyObject *key, PyObject *key_bytes, double ttl,
+                                     size_t chunk, const lb_redis_ops *ops);
+/* Free the connection (release functions call it after freeing what uses it). */
+void lb_redis_filter_release(lb_redis_filter *f);
+/* tp_dealloc and tp_traverse. */
+void lb_redis_filter_dealloc(PyObject *self);
+int lb_redis_filter_traverse(PyObject *self, visitproc visit, void *arg);
+
+/* Claim the filter (after lb_enter) and evaluate expr (an lb_redis_status,
+ * stored in rs) with the GIL released. */
+#define LB_REDIS_GIL_FREE(f, rs, expr)  \
+    do {                                \
+        lb_busy_begin(&(f)->base);      \
+        Py_BEGIN_ALLOW_THREADS          \
+        (rs) = (expr);                  \
+        Py_END_ALLOW_THREADS            \
+        lb_busy_end(&(f)->base);        \
+    } while (0)
+
+/* In a method returning PyObject *: enter, run expr as LB_REDIS_GIL_FREE, and
+ * on failure raise (ops->raise) and return NULL. */
+#define LB_REDIS_CALL(f, expr)                 \
+    do {                                       \
+        lb_redis_status rs_;                   \
+        if (lb_enter(&(f)->base) < 0)          \
+            return NULL;                       \
+        LB_REDIS_GIL_FREE((f), rs_, (expr));   \
+        if (rs_ != LB_REDIS_OK) {              \
+            (f)->ops->raise((f), rs_);         \
+            return NULL;                       \
+        }                                      \
+    } while (0)
+
+/* One key, one round trip, with the GIL released: its answer (0 or 1), or
+ * -1 with the exception set. */
+int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn);
+
+/* The methods add, test, __contains__, add_many, update, test_many and
+ * close, in terms of the ops. */
+PyObject *lb_redis_add(PyObject *self, PyObject *key);
+PyObject *lb_redis_test(PyObject *self, PyObject *key);
+int lb_redis_contains(PyObject *self, PyObject *key);
+PyObject *lb_redis_add_many(PyObject *self, PyObject *keys);
+PyObject *lb_redis_update(PyObject *self, PyObject *keys);
+PyObject *lb_redis_test_many(PyObject *self, PyObject *keys);
+PyObject *lb_redis_close(PyObject *self, PyObject *unused);
+
+/* Getters of the properties key and ttl. */
+PyObject *lb_redis_get_key(PyObject *self, void *unused);
+PyObject *lb_redis_get_ttl(PyObject *self, void *unused);
+
+/* The bodies of the classmethods from_url(url, key, ...) and
+ * from_redis(client, key, ...): cls(*args[1:], url=url, **kwargs), and
+ * cls(*args[1:], **the client's connection settings, **kwargs).  args must
+ * hold at least 2 items and, unless max_args is 0, at most max_args; else
+ * TypeError(usage). */
+PyObject *lb_redis_from_url(PyObject *cls, PyObject *args, PyObject *kwargs, Py_ssize_t max_args,
+                            const char *usage);
+PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
+                              Py_ssize_t max_args, const char *usage);
 
 #endif

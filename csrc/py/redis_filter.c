@@ -1,7 +1,5 @@
 /* redis_filter.c: RedisFilter, a Bloom filter kept as a Redis bitmap and
  * hashed on the client (csrc/core/redis_bitmap.h does the Redis side). */
-#include "keys.h"
-#include "module.h"
 #include "redis_connection.h"
 
 #include <math.h>
@@ -11,15 +9,10 @@
 #include "redis_bitmap.h"
 
 typedef struct {
-    lb_base base;
+    lb_redis_filter r;      /* base, connection, key, ttl, chunk */
     lb_fixed_args args;
-    lb_redis *conn;
     lb_redis_bitmap *bm;
-    PyObject *key;          /* as given: str or bytes */
-    PyObject *key_bytes;    /* its bytes */
-    double ttl;             /* seconds; 0: none */
-    size_t chunk;           /* keys per round trip */
-    lb_redis_status last;   /* status of the last failed round trip */
+    lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
 
 #define RF(o) ((RedisFilter *)(o))
@@ -29,40 +22,66 @@ static void rf_release(lb_base *b)
     RedisFilter *f = (RedisFilter *)b;
     lb_redis_bitmap_free(f->bm);
     f->bm = NULL;
-    lb_redis_free(f->conn);
-    f->conn = NULL;
+    lb_redis_filter_release(&f->r);
+}
+
+static void rf_raise(lb_redis_filter *r, lb_redis_status status)
+{
+    lb_raise_redis(r->base.st, status, r->conn, r->key);
 }
 
 static void rf_raise_backend(lb_base *b)
 {
-    RedisFilter *f = (RedisFilter *)b;
-    lb_raise_redis(b->st, f->last, f->conn, f->key);
+    rf_raise(&RF(b)->r, RF(b)->last);
 }
 
-static int parse_ttl(PyObject *obj, double *out)
+/* ---- round trips -------------------------------------------------------- */
+
+static lb_redis_status rf_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+                                   uint8_t *out)
 {
-    *out = 0;
-    if (!obj || obj == Py_None)
-        return 0;
-    PyObject *secs = NULL;
-    if (PyObject_HasAttrString(obj, "total_seconds"))
-        secs = PyObject_CallMethod(obj, "total_seconds", NULL);
-    else
-        secs = Py_NewRef(obj);
-    if (!secs)
-        return -1;
-    double t = PyFloat_AsDouble(secs);
-    Py_DECREF(secs);
-    if (t == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!(t > 0) || !isfinite(t) || t > 1e12) {
-        PyErr_Format(PyExc_ValueError, "ttl must be a positive number of seconds or None, not %R",
-                     obj);
-        return -1;
-    }
-    *out = t;
-    return 0;
+    return lb_redis_bitmap_add(RF(r)->bm, keys, n, out);
 }
+
+static lb_redis_status rf_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+                                    uint8_t *out)
+{
+    return lb_redis_bitmap_test(RF(r)->bm, keys, n, out);
+}
+
+/* A chunk of a batch: all its keys, or none (the status kept for raise_backend). */
+static lb_status rf_chunk(lb_base *b, lb_redis_keys_fn fn, const lb_key *keys, size_t n,
+                          uint8_t *out, size_t *done)
+{
+    lb_redis_status rs = fn(&RF(b)->r, keys, n, out);
+    *done = rs == LB_REDIS_OK ? n : 0;
+    if (rs == LB_REDIS_OK)
+        return LB_OK;
+    RF(b)->last = rs;
+    return LB_ERR_BACKEND;
+}
+
+static lb_status rf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    return rf_chunk(b, rf_add_keys, keys, n, out, done);
+}
+
+static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    return rf_chunk(b, rf_test_keys, keys, n, out, done);
+}
+
+static const lb_redis_ops rf_ops = {
+    .add = rf_add_keys,
+    .test = rf_test_keys,
+    .add_chunk = rf_add_chunk,
+    .test_chunk = rf_test_chunk,
+    .raise = rf_raise,
+    .raise_backend = rf_raise_backend,
+    .release = rf_release,
+};
 
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -79,30 +98,16 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &mode, &chunk, LB_CONN_KWADDR(kw)))
         return NULL;
 
-    PyObject *key_bytes;
-    if (PyUnicode_Check(key))
-        key_bytes = PyUnicode_AsUTF8String(key);
-    else if (PyBytes_Check(key))
-        key_bytes = Py_NewRef(key);
-    else
-        return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
-                            Py_TYPE(key)->tp_name);
+    PyObject *key_bytes = lb_redis_key_bytes(st, key);
     if (!key_bytes)
         return NULL;
     RedisFilter *self = NULL;
-    lb_redis_config cfg;
-    lb_redis_config_init(&cfg);
-    if (PyBytes_GET_SIZE(key_bytes) == 0) {
-        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
-        goto fail;
-    }
-
     lb_fixed_args a;
     int adopt = lb_fixed_args_from(st, capacity, error_rate, m, k, hash, "RedisFilter", 1, &a);
     if (adopt < 0)
         goto fail;
     double ttl_s;
-    if (parse_ttl(ttl, &ttl_s) < 0)
+    if (lb_redis_parse_ttl(ttl, &ttl_s) < 0)
         goto fail;
     lb_rb_mode rb_mode = LB_RB_BITFIELD;
     if (mode != Py_None) {
@@ -119,40 +124,19 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         }
     }
     size_t chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
-    if (chunk != Py_None) {
-        Py_ssize_t c = PyLong_AsSsize_t(chunk);
-        if (c == -1 && PyErr_Occurred())
-            goto fail;
-        if (c < 1 || c > 1000000) {
-            PyErr_SetString(PyExc_ValueError, "chunk_size must be in 1..1000000");
-            goto fail;
-        }
-        chunk_keys = (size_t)c;
-    }
-    if (lb_conn_config(st, &kw, &cfg) < 0)
+    if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
-
-    self = (RedisFilter *)type->tp_alloc(type, 0);
+    self = (RedisFilter *)lb_redis_filter_new(type, st, &kw, key, key_bytes, ttl_s, chunk_keys,
+                                              &rf_ops);
     if (!self)
         goto fail;
-    if (lb_base_init(&self->base, type) < 0)
-        goto fail;
-    self->base.raise_backend = rf_raise_backend;
-    self->key = Py_NewRef(key);
-    self->key_bytes = Py_NewRef(key_bytes);
-    self->ttl = ttl_s;
-    self->chunk = chunk_keys;
-    self->conn = lb_redis_new(&cfg);
-    if (!self->conn) {
-        PyErr_NoMemory();
-        goto fail;
-    }
+    lb_redis *conn = self->r.conn;
     if (adopt == 1) {
         /* No geometry given: adopt the one stored next to the bitmap. */
         lb_geometry g;
         lb_redis_status rs;
         Py_BEGIN_ALLOW_THREADS
-        rs = lb_redis_bitmap_read_meta(self->conn, PyBytes_AS_STRING(key_bytes),
+        rs = lb_redis_bitmap_read_meta(conn, PyBytes_AS_STRING(key_bytes),
                                        (size_t)PyBytes_GET_SIZE(key_bytes), &g);
         Py_END_ALLOW_THREADS
         if (rs == LB_REDIS_ERR_NOTFOUND) {
@@ -163,7 +147,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             goto fail;
         }
         if (rs != LB_REDIS_OK) {
-            lb_raise_redis(st, rs, self->conn, key);
+            lb_raise_redis(st, rs, conn, key);
             goto fail;
         }
         a.m = g.m;
@@ -173,165 +157,32 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->args = a;
     lb_geometry g;
     lb_geometry_init(&g, a.m, a.k, a.scheme);
-    lb_redis_status rs = lb_redis_bitmap_new(self->conn, PyBytes_AS_STRING(key_bytes),
+    lb_redis_status rs = lb_redis_bitmap_new(conn, PyBytes_AS_STRING(key_bytes),
                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g,
                                              (int64_t)ceil(ttl_s * 1000.0), &self->bm);
     if (rs != LB_REDIS_OK) {
-        lb_raise_redis(st, rs, self->conn, key);
+        lb_raise_redis(st, rs, conn, key);
         goto fail;
     }
     lb_redis_bitmap_set_mode(self->bm, rb_mode);
     lb_redis_bitmap_set_chunk_keys(self->bm, chunk_keys);
-    lb_redis_config_free(&cfg);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
 fail:
-    lb_redis_config_free(&cfg);
     Py_DECREF(key_bytes);
     Py_XDECREF(self);
     return NULL;
 }
 
-static void rf_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    RedisFilter *f = RF(self);
-    if (f->base.lock)
-        rf_release(&f->base);
-    lb_base_fini(&f->base);
-    Py_CLEAR(f->key);
-    Py_CLEAR(f->key_bytes);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static int rf_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-/* ---- round trips -------------------------------------------------------- */
-
-typedef enum { OP_ADD, OP_TEST } rf_op;
-
-static lb_status rf_run(RedisFilter *f, rf_op op, const lb_key *keys, size_t n, uint8_t *out)
-{
-    lb_redis_status rs = op == OP_ADD ? lb_redis_bitmap_add(f->bm, keys, n, out)
-                                      : lb_redis_bitmap_test(f->bm, keys, n, out);
-    if (rs == LB_REDIS_OK)
-        return LB_OK;
-    f->last = rs;
-    return LB_ERR_BACKEND;
-}
-
-static lb_status rf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
-{
-    lb_status s = rf_run((RedisFilter *)b, OP_ADD, keys, n, out);
-    *done = s == LB_OK ? n : 0;
-    return s;
-}
-
-static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                               size_t *done)
-{
-    lb_status s = rf_run((RedisFilter *)b, OP_TEST, keys, n, out);
-    *done = s == LB_OK ? n : 0;
-    return s;
-}
-
-/* One key, one round trip, with the GIL released. */
-static int rf_single(RedisFilter *f, PyObject *key, rf_op op)
-{
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
-        return -1;
-    if (lb_enter(&f->base) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
-    uint8_t out = 0;
-    lb_status s;
-    lb_busy_begin(&f->base);
-    Py_BEGIN_ALLOW_THREADS
-    s = rf_run(f, op, &k, 1, &out);
-    Py_END_ALLOW_THREADS
-    lb_busy_end(&f->base);
-    lb_key_release(&hold);
-    if (s != LB_OK) {
-        rf_raise_backend(&f->base);
-        return -1;
-    }
-    return out;
-}
-
-static PyObject *rf_add(PyObject *self, PyObject *key)
-{
-    int r = rf_single(RF(self), key, OP_ADD);
-    return r < 0 ? NULL : PyBool_FromLong(r);
-}
-
-static int rf_contains(PyObject *self, PyObject *key)
-{
-    return rf_single(RF(self), key, OP_TEST);
-}
-
-static PyObject *rf_test(PyObject *self, PyObject *key)
-{
-    int r = rf_contains(self, key);
-    return r < 0 ? NULL : PyBool_FromLong(r);
-}
-
-static PyObject *rf_add_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&RF(self)->base, keys, rf_add_chunk, LB_RESULT_LIST, LB_GIL_ALWAYS,
-                        RF(self)->chunk);
-}
-
-static PyObject *rf_update(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&RF(self)->base, keys, rf_add_chunk, LB_RESULT_NONE, LB_GIL_ALWAYS,
-                        RF(self)->chunk);
-}
-
-static PyObject *rf_test_many(PyObject *self, PyObject *keys)
-{
-    return lb_run_batch(&RF(self)->base, keys, rf_test_chunk, LB_RESULT_LIST, LB_GIL_ALWAYS,
-                        RF(self)->chunk);
-}
-
-/* Run fn on the bitmap with the GIL released; raise on failure. */
-#define RF_CALL(f, expr)                              \
-    do {                                              \
-        lb_redis_status rs_;                          \
-        if (lb_enter(&(f)->base) < 0)                 \
-            return NULL;                              \
-        lb_busy_begin(&(f)->base);                    \
-        Py_BEGIN_ALLOW_THREADS                        \
-        rs_ = (expr);                                 \
-        Py_END_ALLOW_THREADS                          \
-        lb_busy_end(&(f)->base);                      \
-        if (rs_ != LB_REDIS_OK) {                     \
-            lb_raise_redis((f)->base.st, rs_, (f)->conn, (f)->key); \
-            return NULL;                              \
-        }                                             \
-    } while (0)
+/* Run expr on the bitmap with the GIL released; raise on failure. */
+#define RF_CALL(f, expr) LB_REDIS_CALL(&(f)->r, (expr))
 
 static PyObject *rf_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RF_CALL(RF(self), lb_redis_bitmap_reset(RF(self)->bm));
     Py_RETURN_NONE;
-}
-
-static PyObject *rf_close(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return lb_close_with(&RF(self)->base, rf_release);
 }
 
 static PyObject *rf_bits_set(PyObject *self, PyObject *unused)
@@ -375,7 +226,7 @@ static PyObject *rf_current_error_rate(PyObject *self, PyObject *unused)
 /* Check that mf is a MemoryFilter of this filter's m, k and hash. */
 static int rf_check_memory_filter(RedisFilter *f, PyObject *mf)
 {
-    lb_state *st = f->base.st;
+    lb_state *st = f->r.base.st;
     if (!PyObject_TypeCheck(mf, st->MemoryFilter)) {
         PyErr_Format(PyExc_TypeError, "expected a MemoryFilter, not %.200s",
                      Py_TYPE(mf)->tp_name);
@@ -404,18 +255,14 @@ static PyObject *rf_load(PyObject *self, PyObject *mf)
     const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(bits);
     size_t len = (size_t)PyBytes_GET_SIZE(bits);
     lb_redis_status rs;
-    if (lb_enter(&f->base) < 0) {
+    if (lb_enter(&f->r.base) < 0) {
         Py_DECREF(bits);
         return NULL;
     }
-    lb_busy_begin(&f->base);
-    Py_BEGIN_ALLOW_THREADS
-    rs = lb_redis_bitmap_load(f->bm, data, len);
-    Py_END_ALLOW_THREADS
-    lb_busy_end(&f->base);
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_load(f->bm, data, len));
     Py_DECREF(bits);
     if (rs != LB_REDIS_OK) {
-        lb_raise_redis(f->base.st, rs, f->conn, f->key);
+        rf_raise(&f->r, rs);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -433,21 +280,17 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
         return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(bits);
     lb_redis_status rs;
-    if (lb_enter(&f->base) < 0) {
+    if (lb_enter(&f->r.base) < 0) {
         Py_DECREF(bits);
         return NULL;
     }
-    lb_busy_begin(&f->base);
-    Py_BEGIN_ALLOW_THREADS
-    rs = lb_redis_bitmap_snapshot(f->bm, out, nbytes);
-    Py_END_ALLOW_THREADS
-    lb_busy_end(&f->base);
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_snapshot(f->bm, out, nbytes));
     if (rs != LB_REDIS_OK) {
         Py_DECREF(bits);
-        lb_raise_redis(f->base.st, rs, f->conn, f->key);
+        rf_raise(&f->r, rs);
         return NULL;
     }
-    PyObject *r = PyObject_CallMethod((PyObject *)f->base.st->MemoryFilter, "from_bitmap", "OKIs",
+    PyObject *r = PyObject_CallMethod((PyObject *)f->r.base.st->MemoryFilter, "from_bitmap", "OKIs",
                                       bits, (unsigned long long)f->args.m, f->args.k,
                                       lb_hash_scheme_name(f->args.scheme));
     Py_DECREF(bits);
@@ -461,91 +304,36 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
     return r;
 }
 
-/* from_url(url, key, ...) and open(url, key, ...): RedisFilter(key, url=url, ...). */
-static PyObject *rf_with_url(PyObject *cls, PyObject *args, PyObject *kwargs, int adopt_only)
-{
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (adopt_only ? nargs != 2 : nargs < 2)
-        return PyErr_Format(PyExc_TypeError,
-                            adopt_only ? "open() takes the url and the key"
-                                       : "from_url() takes the url, the key, then the "
-                                         "arguments of RedisFilter");
-    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
-    if (!kw)
-        return NULL;
-    if (adopt_only) {
-        static const char *const geometry[] = {"capacity", "error_rate", "m", "k", NULL};
-        for (int i = 0; geometry[i]; i++) {
-            if (PyDict_GetItemString(kw, geometry[i])) {
-                Py_DECREF(kw);
-                return PyErr_Format(PyExc_TypeError,
-                                    "open() adopts the stored geometry; %s cannot be given",
-                                    geometry[i]);
-            }
-        }
-    }
-    if (PyDict_SetItemString(kw, "url", PyTuple_GET_ITEM(args, 0)) < 0) {
-        Py_DECREF(kw);
-        return NULL;
-    }
-    PyObject *pos = PyTuple_GetSlice(args, 1, nargs); /* key, capacity, error_rate */
-    PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
-    Py_XDECREF(pos);
-    Py_DECREF(kw);
-    return r;
-}
-
+/* from_url(url, key, ...): RedisFilter(key, url=url, ...). */
 static PyObject *rf_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    return rf_with_url(cls, args, kwargs, 0);
+    return lb_redis_from_url(cls, args, kwargs, 0,
+                             "from_url() takes the url, the key, then the arguments of "
+                             "RedisFilter");
 }
 
+/* open(url, key, ...): the same, adopting the stored geometry. */
 static PyObject *rf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    return rf_with_url(cls, args, kwargs, 1);
+    static const char *const geometry[] = {"capacity", "error_rate", "m", "k", NULL};
+    for (int i = 0; kwargs && PyTuple_GET_SIZE(args) == 2 && geometry[i]; i++) {
+        if (PyDict_GetItemString(kwargs, geometry[i]))
+            return PyErr_Format(PyExc_TypeError,
+                                "open() adopts the stored geometry; %s cannot be given",
+                                geometry[i]);
+    }
+    return lb_redis_from_url(cls, args, kwargs, 2, "open() takes the url and the key");
 }
 
 /* from_redis(client, key, ...): the connection settings of a redis-py client. */
 static PyObject *rf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs < 2)
-        return PyErr_Format(PyExc_TypeError, "from_redis() takes the client, the key, then "
-                                             "the arguments of RedisFilter");
-    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
-    if (!mod)
-        return NULL;
-    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
-                                             PyTuple_GET_ITEM(args, 0));
-    Py_DECREF(mod);
-    if (!settings)
-        return NULL;
-    if (kwargs && PyDict_Update(settings, kwargs) < 0) {
-        Py_DECREF(settings);
-        return NULL;
-    }
-    PyObject *pos = PyTuple_GetSlice(args, 1, nargs);
-    PyObject *r = pos ? PyObject_Call(cls, pos, settings) : NULL;
-    Py_XDECREF(pos);
-    Py_DECREF(settings);
-    return r;
+    return lb_redis_from_redis(cls, args, kwargs, 0,
+                               "from_redis() takes the client, the key, then the arguments of "
+                               "RedisFilter");
 }
 
 /* ---- properties --------------------------------------------------------- */
-
-static PyObject *rf_get_key(PyObject *self, void *unused)
-{
-    (void)unused;
-    return Py_NewRef(RF(self)->key);
-}
-
-static PyObject *rf_get_ttl(PyObject *self, void *unused)
-{
-    (void)unused;
-    if (RF(self)->ttl <= 0)
-        Py_RETURN_NONE;
-    return PyFloat_FromDouble(RF(self)->ttl);
-}
 
 static PyObject *rf_get_nparts(PyObject *self, void *unused)
 {
@@ -564,7 +352,7 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisFilter *f = RF(self);
-    if (lb_enter(&f->base) < 0)
+    if (lb_enter(&f->r.base) < 0)
         return NULL;
     uint64_t n = lb_redis_bitmap_nparts(f->bm);
     PyObject *list = PyList_New(0);
@@ -592,22 +380,22 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
 static PyObject *rf_repr(PyObject *self)
 {
     RedisFilter *f = RF(self);
-    return PyUnicode_FromFormat("<RedisFilter key=%R m=%llu k=%u hash=%s%s>", f->key,
+    return PyUnicode_FromFormat("<RedisFilter key=%R m=%llu k=%u hash=%s%s>", f->r.key,
                                 (unsigned long long)f->args.m, f->args.k,
                                 lb_hash_scheme_name(f->args.scheme),
-                                f->base.closed ? " closed" : "");
+                                f->r.base.closed ? " closed" : "");
 }
 
 static PyMethodDef rf_methods[] = {
-    {"add", rf_add, METH_O, "add(key) -> bool\n\nSet key's bits; True when one of them was 0."},
-    {"test", rf_test, METH_O, "test(key) -> bool"},
-    {"add_many", rf_add_many, METH_O,
+    {"add", lb_redis_add, METH_O, "add(key) -> bool\n\nSet key's bits; True when one of them was 0."},
+    {"test", lb_redis_test, METH_O, "test(key) -> bool"},
+    {"add_many", lb_redis_add_many, METH_O,
      "add_many(keys) -> list[bool]\n\nOne pipelined round trip per chunk_size keys."},
-    {"update", rf_update, METH_O, "update(keys) -> None"},
-    {"test_many", rf_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    {"update", lb_redis_update, METH_O, "update(keys) -> None"},
+    {"test_many", lb_redis_test_many, METH_O, "test_many(keys) -> list[bool]"},
     {"reset", rf_reset, METH_NOARGS,
      "reset()\n\nDelete the bitmap (every part) and write the geometry again."},
-    {"close", rf_close, METH_NOARGS, "close()\n\nClose the connection; the data stays in Redis."},
+    {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the data stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
     {"bits_set", rf_bits_set, METH_NOARGS, "bits_set() -> int\n\nBITCOUNT over every part."},
@@ -638,7 +426,7 @@ static PyMethodDef rf_methods[] = {
 };
 
 static PyGetSetDef rf_getset[] = {
-    {"key", rf_get_key, NULL, "the Redis key of the bitmap", NULL},
+    {"key", lb_redis_get_key, NULL, "the Redis key of the bitmap", NULL},
     {"m", lb_fixed_get_m, NULL, "number of bits", (void *)offsetof(RedisFilter, args)},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", (void *)offsetof(RedisFilter, args)},
     {"hash", lb_fixed_get_hash, NULL, "hashing scheme", (void *)offsetof(RedisFilter, args)},
@@ -646,7 +434,7 @@ static PyGetSetDef rf_getset[] = {
      (void *)offsetof(RedisFilter, args)},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None",
      (void *)offsetof(RedisFilter, args)},
-    {"ttl", rf_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
+    {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
     {"nparts", rf_get_nparts, NULL, "Redis strings the bitmap spans (2**32 bits each)", NULL},
     {"nbytes", rf_get_nbytes, NULL, "bytes of bitmap: ceil(m / 8)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
@@ -669,13 +457,13 @@ static PyType_Slot rf_slots[] = {
      "the bitmap is the same.  Without capacity or m and k, the geometry stored next to an "
      "existing filter is adopted."},
     {Py_tp_new, rf_new},
-    {Py_tp_dealloc, rf_dealloc},
-    {Py_tp_traverse, rf_traverse},
+    {Py_tp_dealloc, lb_redis_filter_dealloc},
+    {Py_tp_traverse, lb_redis_filter_traverse},
     {Py_tp_methods, rf_methods},
     {Py_tp_getset, rf_getset},
     {Py_tp_members, rf_members},
     {Py_tp_repr, rf_repr},
-    {Py_sq_contains, rf_contains},
+    {Py_sq_contains, lb_redis_contains},
     {0, NULL},
 };
 

@@ -1,7 +1,5 @@
 /* redisbloom_filter.c: RedisBloomFilter, a Bloom filter kept by the RedisBloom
  * module on the server (csrc/core/redisbloom.h does the Redis side). */
-#include "keys.h"
-#include "module.h"
 #include "redis_connection.h"
 
 #include <math.h>
@@ -10,14 +8,9 @@
 #include "redisbloom.h"
 
 typedef struct {
-    lb_base base;
-    lb_redis *conn;
+    lb_redis_filter r;   /* base, connection, key, ttl, chunk */
     lb_redisbloom *bf;
-    PyObject *key;       /* as given: str or bytes */
-    PyObject *key_bytes; /* its bytes */
     lb_bf_options opt;
-    double ttl;          /* seconds; 0: none */
-    size_t chunk;        /* keys per round trip */
 } RedisBloomFilter;
 
 #define RB(o) ((RedisBloomFilter *)(o))
@@ -36,16 +29,15 @@ static void rb_release(lb_base *b)
     RedisBloomFilter *f = (RedisBloomFilter *)b;
     lb_bf_free(f->bf);
     f->bf = NULL;
-    lb_redis_free(f->conn);
-    f->conn = NULL;
+    lb_redis_filter_release(&f->r);
 }
 
 /* Raise the exception for a failed call.  added: keys that went in before a
  * FULL (-1: unknown). */
 static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
 {
-    lb_state *S = f->base.st;
-    const char *msg = f->conn ? lb_redis_errstr(f->conn) : "";
+    lb_state *S = f->r.base.st;
+    const char *msg = f->r.conn ? lb_redis_errstr(f->r.conn) : "";
     const char *text = f->bf ? lb_bf_reply_text(f->bf) : "";
     if (!msg || !*msg)
         msg = lb_redis_status_name(st);
@@ -54,7 +46,7 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
         if (st == LB_REDIS_ERR_NOTFOUND)
             PyErr_SetString(PyExc_KeyError, msg);
         else
-            lb_raise_redis(S, st, f->conn, f->key);
+            lb_raise_redis(S, st, f->r.conn, f->r.key);
         return;
     }
     const char *r = *text ? text : msg;
@@ -64,13 +56,13 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
     if (st == LB_REDIS_ERR_FULL) {
         PyObject *n = added >= 0 ? PyLong_FromLongLong(added) : Py_NewRef(Py_None);
         if (n)
-            lb_raise_with(S->FilterFullError, msg, "reply", reply, "added", n, "key", f->key,
+            lb_raise_with(S->FilterFullError, msg, "reply", reply, "added", n, "key", f->r.key,
                           NULL);
         Py_XDECREF(n);
     } else if (st == LB_REDIS_ERR_NOMODULE)
         lb_raise_with(S->ModuleMissingError, msg, "reply", reply, NULL);
     else if (st == LB_REDIS_ERR_WRONGTYPE)
-        lb_raise_with(S->WrongTypeError, msg, "reply", reply, "key", f->key, NULL);
+        lb_raise_with(S->WrongTypeError, msg, "reply", reply, "key", f->r.key, NULL);
     else
         lb_raise_with(S->RedisResponseError, msg, "reply", reply, NULL);
     Py_DECREF(reply);
@@ -81,30 +73,75 @@ static void rb_raise_backend(lb_base *b)
     rb_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.added);
 }
 
-static int parse_ttl(PyObject *obj, double *out)
+/* A failed call other than a batch: only an add can fill the filter. */
+static void rb_raise_call(lb_redis_filter *r, lb_redis_status st)
 {
-    *out = 0;
-    if (!obj || obj == Py_None)
-        return 0;
-    PyObject *secs = NULL;
-    if (PyObject_HasAttrString(obj, "total_seconds"))
-        secs = PyObject_CallMethod(obj, "total_seconds", NULL);
-    else
-        secs = Py_NewRef(obj);
-    if (!secs)
-        return -1;
-    double t = PyFloat_AsDouble(secs);
-    Py_DECREF(secs);
-    if (t == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!(t > 0) || !isfinite(t) || t > 1e12) {
-        PyErr_Format(PyExc_ValueError, "ttl must be a positive number of seconds or None, not %R",
-                     obj);
-        return -1;
-    }
-    *out = t;
-    return 0;
+    RedisBloomFilter *f = (RedisBloomFilter *)r;
+    rb_raise(f, st, st == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1);
 }
+
+/* ---- round trips -------------------------------------------------------- */
+
+static lb_redis_status rb_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+                                   uint8_t *out)
+{
+    return lb_bf_add(RB(r)->bf, keys, n, out);
+}
+
+static lb_redis_status rb_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+                                    uint8_t *out)
+{
+    return lb_bf_test(RB(r)->bf, keys, n, out);
+}
+
+static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    RedisBloomFilter *f = (RedisBloomFilter *)b;
+    lb_redis_status rs = lb_bf_add(f->bf, keys, n, out);
+    if (rs == LB_REDIS_OK) {
+        tl_batch.done += n;
+        *done = n;
+        return LB_OK;
+    }
+    long long fa = rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1;
+    tl_batch.added = fa < 0 ? -1 : (long long)tl_batch.done + fa;
+    tl_batch.status = rs;
+    *done = fa > 0 ? (size_t)fa : 0;
+    return LB_ERR_BACKEND;
+}
+
+static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    RedisBloomFilter *f = (RedisBloomFilter *)b;
+    lb_redis_status rs = lb_bf_test(f->bf, keys, n, out);
+    *done = rs == LB_REDIS_OK ? n : 0;
+    if (rs == LB_REDIS_OK)
+        return LB_OK;
+    tl_batch.status = rs;
+    tl_batch.added = -1;
+    return LB_ERR_BACKEND;
+}
+
+/* A batch starts on this thread. */
+static void rb_batch_begin(void)
+{
+    tl_batch.done = 0;
+    tl_batch.added = -1;
+    tl_batch.status = LB_REDIS_OK;
+}
+
+static const lb_redis_ops rb_ops = {
+    .add = rb_add_keys,
+    .test = rb_test_keys,
+    .add_chunk = rb_add_chunk,
+    .test_chunk = rb_test_chunk,
+    .batch_begin = rb_batch_begin,
+    .raise = rb_raise_call,
+    .raise_backend = rb_raise_backend,
+    .release = rb_release,
+};
 
 static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -123,25 +160,12 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &no_create, &ttl, &chunk, LB_CONN_KWADDR(kw)))
         return NULL;
 
-    PyObject *key_bytes;
-    if (PyUnicode_Check(key))
-        key_bytes = PyUnicode_AsUTF8String(key);
-    else if (PyBytes_Check(key))
-        key_bytes = Py_NewRef(key);
-    else
-        return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
-                            Py_TYPE(key)->tp_name);
+    PyObject *key_bytes = lb_redis_key_bytes(st, key);
     if (!key_bytes)
         return NULL;
     RedisBloomFilter *self = NULL;
-    lb_redis_config cfg;
-    lb_redis_config_init(&cfg);
     lb_bf_options opt;
     lb_bf_options_init(&opt);
-    if (PyBytes_GET_SIZE(key_bytes) == 0) {
-        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
-        goto fail;
-    }
     if (capacity != Py_None) {
         if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &opt.capacity) < 0)
             goto fail;
@@ -186,191 +210,35 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     opt.non_scaling = non_scaling;
     opt.no_create = no_create;
     double ttl_s;
-    if (parse_ttl(ttl, &ttl_s) < 0)
+    if (lb_redis_parse_ttl(ttl, &ttl_s) < 0)
         goto fail;
     opt.ttl_ms = (int64_t)ceil(ttl_s * 1000.0);
     size_t chunk_keys = LB_BF_DEFAULT_CHUNK_KEYS;
-    if (chunk != Py_None) {
-        Py_ssize_t c = PyLong_AsSsize_t(chunk);
-        if (c == -1 && PyErr_Occurred())
-            goto fail;
-        if (c < 1 || c > 1000000) {
-            PyErr_SetString(PyExc_ValueError, "chunk_size must be in 1..1000000");
-            goto fail;
-        }
-        chunk_keys = (size_t)c;
-    }
-    if (lb_conn_config(st, &kw, &cfg) < 0)
+    if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
-
-    self = (RedisBloomFilter *)type->tp_alloc(type, 0);
+    self = (RedisBloomFilter *)lb_redis_filter_new(type, st, &kw, key, key_bytes, ttl_s,
+                                                   chunk_keys, &rb_ops);
     if (!self)
         goto fail;
-    if (lb_base_init(&self->base, type) < 0)
-        goto fail;
-    self->base.raise_backend = rb_raise_backend;
-    self->key = Py_NewRef(key);
-    self->key_bytes = Py_NewRef(key_bytes);
     self->opt = opt;
-    self->ttl = ttl_s;
-    self->chunk = chunk_keys;
-    self->conn = lb_redis_new(&cfg);
-    if (!self->conn) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    lb_redis_status rs = lb_bf_new(self->conn, PyBytes_AS_STRING(key_bytes),
+    lb_redis_status rs = lb_bf_new(self->r.conn, PyBytes_AS_STRING(key_bytes),
                                    (size_t)PyBytes_GET_SIZE(key_bytes), &opt, &self->bf);
     if (rs != LB_REDIS_OK) {
-        lb_raise_redis(st, rs, self->conn, key);
+        lb_raise_redis(st, rs, self->r.conn, key);
         goto fail;
     }
     lb_bf_set_chunk_keys(self->bf, chunk_keys);
-    lb_redis_config_free(&cfg);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
 fail:
-    lb_redis_config_free(&cfg);
     Py_DECREF(key_bytes);
     Py_XDECREF(self);
     return NULL;
 }
 
-static void rb_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    RedisBloomFilter *f = RB(self);
-    if (f->base.lock)
-        rb_release(&f->base);
-    lb_base_fini(&f->base);
-    Py_CLEAR(f->key);
-    Py_CLEAR(f->key_bytes);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static int rb_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    return 0;
-}
-
-/* ---- round trips -------------------------------------------------------- */
-
-static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
-{
-    RedisBloomFilter *f = (RedisBloomFilter *)b;
-    lb_redis_status rs = lb_bf_add(f->bf, keys, n, out);
-    if (rs == LB_REDIS_OK) {
-        tl_batch.done += n;
-        *done = n;
-        return LB_OK;
-    }
-    long long fa = rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1;
-    tl_batch.added = fa < 0 ? -1 : (long long)tl_batch.done + fa;
-    tl_batch.status = rs;
-    *done = fa > 0 ? (size_t)fa : 0;
-    return LB_ERR_BACKEND;
-}
-
-static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                               size_t *done)
-{
-    RedisBloomFilter *f = (RedisBloomFilter *)b;
-    lb_redis_status rs = lb_bf_test(f->bf, keys, n, out);
-    *done = rs == LB_REDIS_OK ? n : 0;
-    if (rs == LB_REDIS_OK)
-        return LB_OK;
-    tl_batch.status = rs;
-    tl_batch.added = -1;
-    return LB_ERR_BACKEND;
-}
-
-/* One key, one round trip, with the GIL released. */
-static int rb_single(RedisBloomFilter *f, PyObject *key, int add)
-{
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
-        return -1;
-    if (lb_enter(&f->base) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
-    uint8_t out = 0;
-    lb_redis_status rs;
-    lb_busy_begin(&f->base);
-    Py_BEGIN_ALLOW_THREADS
-    rs = add ? lb_bf_add(f->bf, &k, 1, &out) : lb_bf_test(f->bf, &k, 1, &out);
-    Py_END_ALLOW_THREADS
-    lb_busy_end(&f->base);
-    lb_key_release(&hold);
-    if (rs != LB_REDIS_OK) {
-        rb_raise(f, rs, rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1);
-        return -1;
-    }
-    return out;
-}
-
-static PyObject *rb_add(PyObject *self, PyObject *key)
-{
-    int r = rb_single(RB(self), key, 1);
-    return r < 0 ? NULL : PyBool_FromLong(r);
-}
-
-static int rb_contains(PyObject *self, PyObject *key)
-{
-    return rb_single(RB(self), key, 0);
-}
-
-static PyObject *rb_test(PyObject *self, PyObject *key)
-{
-    int r = rb_contains(self, key);
-    return r < 0 ? NULL : PyBool_FromLong(r);
-}
-
-static PyObject *rb_batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
-{
-    tl_batch.done = 0;
-    tl_batch.added = -1;
-    tl_batch.status = LB_REDIS_OK;
-    return lb_run_batch(&RB(self)->base, keys, fn, kind, LB_GIL_ALWAYS, RB(self)->chunk);
-}
-
-static PyObject *rb_add_many(PyObject *self, PyObject *keys)
-{
-    return rb_batch(self, keys, rb_add_chunk, LB_RESULT_LIST);
-}
-
-static PyObject *rb_update(PyObject *self, PyObject *keys)
-{
-    return rb_batch(self, keys, rb_add_chunk, LB_RESULT_NONE);
-}
-
-static PyObject *rb_test_many(PyObject *self, PyObject *keys)
-{
-    return rb_batch(self, keys, rb_test_chunk, LB_RESULT_LIST);
-}
-
 /* Run expr with the GIL released; raise on failure. */
-#define RB_CALL(f, expr)                              \
-    do {                                              \
-        lb_redis_status rs_;                          \
-        if (lb_enter(&(f)->base) < 0)                 \
-            return NULL;                              \
-        lb_busy_begin(&(f)->base);                    \
-        Py_BEGIN_ALLOW_THREADS                        \
-        rs_ = (expr);                                 \
-        Py_END_ALLOW_THREADS                          \
-        lb_busy_end(&(f)->base);                      \
-        if (rs_ != LB_REDIS_OK) {                     \
-            rb_raise((f), rs_, -1);                   \
-            return NULL;                              \
-        }                                             \
-    } while (0)
+#define RB_CALL(f, expr) LB_REDIS_CALL(&(f)->r, (expr))
 
 static PyObject *rb_reset(PyObject *self, PyObject *unused)
 {
@@ -385,12 +253,6 @@ static PyObject *rb_reserve(PyObject *self, PyObject *unused)
     int created = 0;
     RB_CALL(RB(self), lb_bf_reserve(RB(self)->bf, &created));
     return PyBool_FromLong(created);
-}
-
-static PyObject *rb_close(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return lb_close_with(&RB(self)->base, rb_release);
 }
 
 static PyObject *opt_int(long long v)
@@ -436,7 +298,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
-    if (lb_enter(&f->base) < 0)
+    if (lb_enter(&f->r.base) < 0)
         return NULL;
     PyObject *list = PyList_New(0);
     if (!list)
@@ -444,7 +306,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
     long long iter = 0, next = 0;
     lb_redis_status rs = LB_REDIS_OK;
     int failed = 0;
-    lb_busy_begin(&f->base);
+    lb_busy_begin(&f->r.base);
     for (;;) {
         const char *data;
         size_t len;
@@ -454,7 +316,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
         if (rs != LB_REDIS_OK || next == 0)
             break;
         if (next == iter) { /* a server that does not move on: do not loop forever */
-            lb_redis_set_error(f->conn, LB_REDIS_ERR_PROTOCOL,
+            lb_redis_set_error(f->r.conn, LB_REDIS_ERR_PROTOCOL,
                                "BF.SCANDUMP answered the iterator %lld it was given", iter);
             rs = LB_REDIS_ERR_PROTOCOL;
             break;
@@ -468,7 +330,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
         Py_DECREF(item);
         iter = next;
     }
-    lb_busy_end(&f->base);
+    lb_busy_end(&f->r.base);
     if (failed) {
         Py_DECREF(list);
         return NULL;
@@ -541,13 +403,9 @@ static PyObject *rb_restore(PyObject *self, PyObject *chunks)
         cs[held].len = (size_t)views[held].len;
     }
     lb_redis_status rs;
-    if (lb_enter(&f->base) < 0)
+    if (lb_enter(&f->r.base) < 0)
         goto done;
-    lb_busy_begin(&f->base);
-    Py_BEGIN_ALLOW_THREADS
-    rs = lb_bf_restore(f->bf, cs, (size_t)n);
-    Py_END_ALLOW_THREADS
-    lb_busy_end(&f->base);
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_bf_restore(f->bf, cs, (size_t)n));
     if (rs != LB_REDIS_OK)
         rb_raise(f, rs, -1);
     else
@@ -564,53 +422,16 @@ done:
 /* from_url(url, key, ...): RedisBloomFilter(key, url=url, ...). */
 static PyObject *rb_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 2)
-        return PyErr_Format(PyExc_TypeError, "from_url() takes the url and the key");
-    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
-    if (!kw)
-        return NULL;
-    if (PyDict_SetItemString(kw, "url", PyTuple_GET_ITEM(args, 0)) < 0) {
-        Py_DECREF(kw);
-        return NULL;
-    }
-    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
-    PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
-    Py_XDECREF(pos);
-    Py_DECREF(kw);
-    return r;
+    return lb_redis_from_url(cls, args, kwargs, 2, "from_url() takes the url and the key");
 }
 
 /* from_redis(client, key, ...): the connection settings of a redis-py client. */
 static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 2)
-        return PyErr_Format(PyExc_TypeError, "from_redis() takes the client and the key");
-    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
-    if (!mod)
-        return NULL;
-    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
-                                             PyTuple_GET_ITEM(args, 0));
-    Py_DECREF(mod);
-    if (!settings)
-        return NULL;
-    if (kwargs && PyDict_Update(settings, kwargs) < 0) {
-        Py_DECREF(settings);
-        return NULL;
-    }
-    PyObject *pos = PyTuple_Pack(1, PyTuple_GET_ITEM(args, 1));
-    PyObject *r = pos ? PyObject_Call(cls, pos, settings) : NULL;
-    Py_XDECREF(pos);
-    Py_DECREF(settings);
-    return r;
+    return lb_redis_from_redis(cls, args, kwargs, 2, "from_redis() takes the client and the key");
 }
 
 /* ---- properties --------------------------------------------------------- */
-
-static PyObject *rb_get_key(PyObject *self, void *unused)
-{
-    (void)unused;
-    return Py_NewRef(RB(self)->key);
-}
 
 static PyObject *rb_get_capacity(PyObject *self, void *unused)
 {
@@ -644,18 +465,10 @@ static PyObject *rb_get_no_create(PyObject *self, void *unused)
     return PyBool_FromLong(RB(self)->opt.no_create);
 }
 
-static PyObject *rb_get_ttl(PyObject *self, void *unused)
-{
-    (void)unused;
-    if (RB(self)->ttl <= 0)
-        Py_RETURN_NONE;
-    return PyFloat_FromDouble(RB(self)->ttl);
-}
-
 static PyObject *rb_get_chunk_size(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromSize_t(RB(self)->chunk);
+    return PyLong_FromSize_t(RB(self)->r.chunk);
 }
 
 static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
@@ -673,33 +486,33 @@ static PyObject *rb_repr(PyObject *self)
     if (f->opt.non_scaling)
         return PyUnicode_FromFormat("<RedisBloomFilter key=%R capacity=%llu error_rate=%s "
                                     "non_scaling%s>",
-                                    f->key, (unsigned long long)f->opt.capacity, rate,
-                                    f->base.closed ? " closed" : "");
+                                    f->r.key, (unsigned long long)f->opt.capacity, rate,
+                                    f->r.base.closed ? " closed" : "");
     return PyUnicode_FromFormat("<RedisBloomFilter key=%R capacity=%llu error_rate=%s "
                                 "expansion=%u%s>",
-                                f->key, (unsigned long long)f->opt.capacity, rate,
-                                (unsigned)f->opt.expansion, f->base.closed ? " closed" : "");
+                                f->r.key, (unsigned long long)f->opt.capacity, rate,
+                                (unsigned)f->opt.expansion, f->r.base.closed ? " closed" : "");
 }
 
 static PyMethodDef rb_methods[] = {
-    {"add", rb_add, METH_O,
+    {"add", lb_redis_add, METH_O,
      "add(key) -> bool\n\nBF.ADD; True when the module reports the key new.  The first add "
      "reserves the filter (BF.RESERVE) unless no_create."},
-    {"test", rb_test, METH_O,
+    {"test", lb_redis_test, METH_O,
      "test(key) -> bool\n\nBF.EXISTS.  Never creates the filter (a missing key tests False)."},
-    {"add_many", rb_add_many, METH_O,
+    {"add_many", lb_redis_add_many, METH_O,
      "add_many(keys) -> list[bool]\n\nBF.MADD, one round trip per chunk_size keys.  A full "
      "non-scaling filter raises FilterFullError; its .added tells how many keys of the batch "
      "went in (they are the first ones)."},
-    {"update", rb_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
-    {"test_many", rb_test_many, METH_O,
+    {"update", lb_redis_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
+    {"test_many", lb_redis_test_many, METH_O,
      "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
     {"reset", rb_reset, METH_NOARGS,
      "reset()\n\nDelete the key; the next add reserves the filter again."},
     {"reserve", rb_reserve, METH_NOARGS,
      "reserve() -> bool\n\nSend BF.RESERVE now (even with no_create).  True when it created "
      "the filter, False when one was there already (its parameters are kept)."},
-    {"close", rb_close, METH_NOARGS, "close()\n\nClose the connection; the filter stays in Redis."},
+    {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the filter stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
     {"info", rb_info, METH_NOARGS,
@@ -730,7 +543,7 @@ static PyMethodDef rb_methods[] = {
 };
 
 static PyGetSetDef rb_getset[] = {
-    {"key", rb_get_key, NULL, "the Redis key of the filter", NULL},
+    {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
     {"capacity", rb_get_capacity, NULL,
      "the capacity BF.RESERVE is sent with (the configured one, not the server's: see info())",
      NULL},
@@ -739,7 +552,7 @@ static PyGetSetDef rb_getset[] = {
      NULL},
     {"non_scaling", rb_get_non_scaling, NULL, "reserved with NONSCALING", NULL},
     {"no_create", rb_get_no_create, NULL, "never sends BF.RESERVE", NULL},
-    {"ttl", rb_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
+    {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
     {"chunk_size", rb_get_chunk_size, NULL, "keys per BF.MADD / BF.MEXISTS round trip", NULL},
     {"is_reserved", rb_get_is_reserved, NULL,
      "whether BF.RESERVE succeeded or found the filter there (False again after reset)", NULL},
@@ -779,13 +592,13 @@ static PyType_Slot rb_slots[] = {
      "on the hot path); a key replaced by another type later, while the connection stays "
      "open, is not noticed by tests."},
     {Py_tp_new, rb_new},
-    {Py_tp_dealloc, rb_dealloc},
-    {Py_tp_traverse, rb_traverse},
+    {Py_tp_dealloc, lb_redis_filter_dealloc},
+    {Py_tp_traverse, lb_redis_filter_traverse},
     {Py_tp_methods, rb_methods},
     {Py_tp_getset, rb_getset},
     {Py_tp_members, rb_members},
     {Py_tp_repr, rb_repr},
-    {Py_sq_contains, rb_contains},
+    {Py_sq_contains, lb_redis_contains},
     {0, NULL},
 };
 
