@@ -10,6 +10,9 @@ One code path for every variant (ling_bloom.guard.Guard), configured by environm
                                 front of the null-caching cache
                   guard-redis   the same with a RedisFilter (one bitmap in Redis for every
                                 worker; filled by run.py before the server starts)
+  BENCH_WORKLOAD  cheap         the product row by primary key
+                  heavy         the product row with an unindexed aggregate over its reviews
+                                (see queries.py): every lookup, found or not, scans
   BENCH_PG_DSN, BENCH_REDIS_URL, BENCH_FILTER_KEY, BENCH_ERROR_RATE
 
 404 for an id that is not a product (rejected by the filter or not found), 200 and JSON
@@ -27,15 +30,20 @@ from flask import Flask, abort, jsonify
 
 import ling_bloom as lb
 from ling_bloom.guard import Guard, RedisCache
+from queries import LOOKUP, WORKLOADS, row_to_value
 
 VARIANT = os.environ.get("BENCH_VARIANT", "none")
 DSN = os.environ["BENCH_PG_DSN"]
 REDIS_URL = os.environ["BENCH_REDIS_URL"]
 FILTER_KEY = os.environ.get("BENCH_FILTER_KEY", "bench:products:bloom")
 ERROR_RATE = float(os.environ.get("BENCH_ERROR_RATE", "0.001"))
+WORKLOAD = os.environ.get("BENCH_WORKLOAD", "cheap")
 VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis")
 if VARIANT not in VARIANTS:
     raise SystemExit(f"BENCH_VARIANT must be one of {VARIANTS}, not {VARIANT!r}")
+if WORKLOAD not in WORKLOADS:
+    raise SystemExit(f"BENCH_WORKLOAD must be one of {WORKLOADS}, not {WORKLOAD!r}")
+QUERY = LOOKUP[WORKLOAD]
 
 _local = threading.local()
 
@@ -51,11 +59,9 @@ def db() -> psycopg.Connection:
 
 def load_product(key: str):
     with db().cursor() as cur:
-        cur.execute("SELECT id, name, price FROM products WHERE id = %s", (int(key),))
+        cur.execute(QUERY, {"id": int(key)})
         row = cur.fetchone()
-    if row is None:
-        return None
-    return {"id": row[0], "name": row[1], "price": str(row[2])}
+    return row_to_value(WORKLOAD, row)
 
 
 class PassAll:
@@ -115,4 +121,4 @@ def product(pid: int):
 
 @app.get("/healthz")
 def healthz():
-    return {"variant": VARIANT, "pid": os.getpid()}
+    return {"variant": VARIANT, "workload": WORKLOAD, "pid": os.getpid()}
