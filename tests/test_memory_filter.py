@@ -564,3 +564,11 @@ def test_theory_helpers_agree_with_estimate():
     assert lb.false_positive_rate(m, k, 1000) == pytest.approx(0.01, rel=0.05)
     assert lb.optimal_k(m, 1000) == 7
     assert math.isclose(lb.false_positive_rate(m, k, 0), 0.0)
+
+
+def test_a_filter_that_cannot_be_allocated_is_a_memory_error_that_says_so():
+    # 2**48 bits is 32 TiB: within the limit on m, beyond any machine's memory.
+    with pytest.raises(MemoryError, match="cannot allocate 35184372088832 bytes"):
+        MemoryFilter(m=2**48, k=7)
+    with pytest.raises(lb.InvalidCapacityError):
+        MemoryFilter(m=2**48 + 1, k=7)

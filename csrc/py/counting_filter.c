@@ -40,8 +40,11 @@ static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
     lb_status s = lb_counters_init(&self->c, a->m);
     if (s != LB_OK) {
         lb_state *st = self->f.base.st;
+        char why[96];
+        PyOS_snprintf(why, sizeof(why), "cannot allocate %llu bytes of counters (m = %llu)",
+                      (unsigned long long)self->c.nbytes, (unsigned long long)a->m);
         Py_DECREF(self);
-        lb_raise(st, s, NULL);
+        lb_raise(st, s, why);
         return NULL;
     }
     return self;

@@ -56,7 +56,9 @@ PyObject *lb_raise(lb_state *st, lb_status status, const char *detail)
         text = "invalid argument";
         break;
     case LB_ERR_NOMEM:
-        return PyErr_NoMemory();
+        exc = PyExc_MemoryError;
+        text = "out of memory";
+        break;
     case LB_ERR_FORMAT:
         exc = PyExc_ValueError;
         text = "not a valid saved filter";
