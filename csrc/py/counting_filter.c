@@ -16,63 +16,23 @@ typedef struct {
 
 #define CF(o) ((CountingFilter *)(o))
 
-static const lb_batch_ops cf_batch;
+static const lb_fixed_kind cf_kind;
+
+static lb_status cf_init(lb_fixed_filter *f, uint64_t m)
+{
+    CountingFilter *self = (CountingFilter *)f;
+    f->cells_used = &self->c.nonzero;
+    return lb_counters_init(&self->c, m);
+}
 
 static void cf_release(lb_base *b)
 {
     lb_counters_free(&((CountingFilter *)b)->c);
 }
 
-static CountingFilter *cf_new_from(PyTypeObject *type, const lb_fixed_args *a)
-{
-    CountingFilter *self = (CountingFilter *)type->tp_alloc(type, 0);
-    if (!self)
-        return NULL;
-    self->c.data = NULL;
-    if (lb_base_init(&self->f.base, type) < 0) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    self->f.base.reads_during_batch = 1;
-    self->f.base.batch = &cf_batch;
-    self->f.cells_used = &self->c.nonzero;
-    lb_fixed_setup(&self->f, a);
-    lb_status s = lb_counters_init(&self->c, a->m);
-    if (s != LB_OK) {
-        lb_state *st = self->f.base.st;
-        char why[96];
-        PyOS_snprintf(why, sizeof(why), "cannot allocate %llu bytes of counters (m = %llu)",
-                      (unsigned long long)self->c.nbytes, (unsigned long long)a->m);
-        Py_DECREF(self);
-        lb_raise(st, s, why);
-        return NULL;
-    }
-    return self;
-}
-
 static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    lb_state *st = lb_state_from_type(type);
-    lb_fixed_args a;
-    if (!st || lb_parse_fixed_args(st, args, kwargs, "CountingFilter", &a) < 0)
-        return NULL;
-    return (PyObject *)cf_new_from(type, &a);
-}
-
-static void cf_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    lb_base_fini(&CF(self)->f.base);
-    lb_counters_free(&CF(self)->c);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static int cf_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    return 0;
+    return lb_fixed_type_new(type, args, kwargs, &cf_kind);
 }
 
 /* Convert the key, enter the filter and hash: 0, or -1 with an exception. */
@@ -160,6 +120,8 @@ static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static const lb_batch_ops cf_batch = {cf_add_chunk, cf_test_chunk, 0};
+static const lb_fixed_kind cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,
+                                      &cf_batch};
 
 static PyObject *cf_reset(PyObject *self, PyObject *unused)
 {
@@ -168,12 +130,6 @@ static PyObject *cf_reset(PyObject *self, PyObject *unused)
         return NULL;
     lb_counters_clear(&CF(self)->c);
     Py_RETURN_NONE;
-}
-
-static PyObject *cf_close(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return lb_close_with(&CF(self)->f.base, cf_release);
 }
 
 static PyObject *cf_nbytes(PyObject *self, void *unused)
@@ -188,7 +144,7 @@ static PyObject *cf_copy(PyObject *self, PyObject *unused)
     CountingFilter *src = CF(self);
     if (lb_enter(&src->f.base) < 0)
         return NULL;
-    CountingFilter *dst = cf_new_from(Py_TYPE(src), &src->f.args);
+    CountingFilter *dst = (CountingFilter *)lb_fixed_new(Py_TYPE(src), &src->f.args, &cf_kind);
     if (!dst)
         return NULL;
     memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
@@ -231,7 +187,7 @@ static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
     if (lb_fixed_read(st, data, &view, LB_KIND_COUNTING, "CountingFilter", &a, &payload, &len) <
         0)
         return NULL;
-    CountingFilter *f = cf_new_from((PyTypeObject *)cls, &a);
+    CountingFilter *f = (CountingFilter *)lb_fixed_new((PyTypeObject *)cls, &a, &cf_kind);
     if (f) {
         memcpy(f->c.data, payload, len);
         lb_counters_recount(&f->c);
@@ -260,7 +216,7 @@ static PyMethodDef cf_methods[] = {
     {"count", cf_count, METH_O, "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
     LB_BATCH_METHOD_DEFS,
     {"reset", cf_reset, METH_NOARGS, "reset()"},
-    {"close", cf_close, METH_NOARGS, "close()"},
+    {"close", lb_fixed_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
     {"approximate_count", lb_fixed_approximate_count, METH_NOARGS,
@@ -301,8 +257,8 @@ static PyType_Slot cf_slots[] = {
                 "A Bloom filter of m 4-bit saturating counters (two per byte) that can remove "
                 "keys."},
     {Py_tp_new, cf_new},
-    {Py_tp_dealloc, cf_dealloc},
-    {Py_tp_traverse, cf_traverse},
+    {Py_tp_dealloc, lb_fixed_dealloc},
+    {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, cf_methods},
     {Py_tp_getset, cf_getset},
     {Py_tp_members, cf_members},

@@ -15,64 +15,28 @@ typedef struct {
 
 #define MF(o) ((MemoryFilter *)(o))
 
-static const lb_batch_ops mf_batch;
+static const lb_fixed_kind mf_kind;
+
+static lb_status mf_init(lb_fixed_filter *f, uint64_t m)
+{
+    MemoryFilter *self = (MemoryFilter *)f;
+    f->cells_used = &self->bits.bits_set;
+    return lb_bits_init(&self->bits, m);
+}
 
 static void mf_release(lb_base *b)
 {
     lb_bits_free(&((MemoryFilter *)b)->bits);
 }
 
-/* A new, empty filter of the given type and geometry. */
 static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    MemoryFilter *self = (MemoryFilter *)type->tp_alloc(type, 0);
-    if (!self)
-        return NULL;
-    self->bits.data = NULL;
-    if (lb_base_init(&self->f.base, type) < 0) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    self->f.base.reads_during_batch = 1;
-    self->f.base.batch = &mf_batch;
-    self->f.cells_used = &self->bits.bits_set;
-    lb_fixed_setup(&self->f, a);
-    lb_status s = lb_bits_init(&self->bits, a->m);
-    if (s != LB_OK) {
-        lb_state *st = self->f.base.st;
-        char why[96];
-        PyOS_snprintf(why, sizeof(why), "cannot allocate %llu bytes of bits (m = %llu)",
-                      (unsigned long long)self->bits.nbytes, (unsigned long long)a->m);
-        Py_DECREF(self);
-        lb_raise(st, s, why);
-        return NULL;
-    }
-    return self;
+    return (MemoryFilter *)lb_fixed_new(type, a, &mf_kind);
 }
 
 static PyObject *mf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    lb_state *st = lb_state_from_type(type);
-    lb_fixed_args a;
-    if (!st || lb_parse_fixed_args(st, args, kwargs, "MemoryFilter", &a) < 0)
-        return NULL;
-    return (PyObject *)mf_new_from(type, &a);
-}
-
-static void mf_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    lb_base_fini(&MF(self)->f.base);
-    lb_bits_free(&MF(self)->bits);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static int mf_traverse(PyObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    return 0;
+    return lb_fixed_type_new(type, args, kwargs, &mf_kind);
 }
 
 /* ---- single keys ------------------------------------------------------- */
@@ -138,6 +102,8 @@ static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static const lb_batch_ops mf_batch = {mf_add_chunk, mf_test_chunk, 0};
+static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
+                                      &mf_batch};
 
 /* ---- whole filter ------------------------------------------------------- */
 
@@ -148,12 +114,6 @@ static PyObject *mf_reset(PyObject *self, PyObject *unused)
         return NULL;
     lb_bits_clear(&MF(self)->bits);
     Py_RETURN_NONE;
-}
-
-static PyObject *mf_close(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    return lb_close_with(&MF(self)->f.base, mf_release);
 }
 
 static PyObject *mf_bits_set(PyObject *self, void *unused)
@@ -234,7 +194,8 @@ static PyObject *mf_intersection(PyObject *self, PyObject *other)
     return mf_combine(self, other, 0);
 }
 
-static PyObject *mf_nb_or(PyObject *a, PyObject *b)
+/* a | b and a & b: NotImplemented unless both are MemoryFilters. */
+static PyObject *mf_binary(PyObject *a, PyObject *b, int is_union)
 {
     lb_state *st = lb_state_from_type(Py_TYPE(a));
     if (!st) {
@@ -243,19 +204,17 @@ static PyObject *mf_nb_or(PyObject *a, PyObject *b)
     }
     if (!PyObject_TypeCheck(a, st->MemoryFilter) || !PyObject_TypeCheck(b, st->MemoryFilter))
         Py_RETURN_NOTIMPLEMENTED;
-    return mf_combine(a, b, 1);
+    return mf_combine(a, b, is_union);
+}
+
+static PyObject *mf_nb_or(PyObject *a, PyObject *b)
+{
+    return mf_binary(a, b, 1);
 }
 
 static PyObject *mf_nb_and(PyObject *a, PyObject *b)
 {
-    lb_state *st = lb_state_from_type(Py_TYPE(a));
-    if (!st) {
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if (!PyObject_TypeCheck(a, st->MemoryFilter) || !PyObject_TypeCheck(b, st->MemoryFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    return mf_combine(a, b, 0);
+    return mf_binary(a, b, 0);
 }
 
 static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
@@ -403,7 +362,7 @@ static PyMethodDef mf_methods[] = {
     {"test", mf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
     {"reset", mf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
-    {"close", mf_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
+    {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
     {"approximate_count", lb_fixed_approximate_count, METH_NOARGS,
@@ -456,8 +415,8 @@ static PyType_Slot mf_slots[] = {
                 "MemoryFilter(*, m, k, hash=\"xxh3\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
     {Py_tp_new, mf_new},
-    {Py_tp_dealloc, mf_dealloc},
-    {Py_tp_traverse, mf_traverse},
+    {Py_tp_dealloc, lb_fixed_dealloc},
+    {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, mf_methods},
     {Py_tp_getset, mf_getset},
     {Py_tp_members, mf_members},

@@ -693,10 +693,72 @@ PyMODINIT_FUNC PyInit__core(void)
 
 #include "format.h"
 
-void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a)
+lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
+                              const lb_fixed_kind *kind)
 {
+    /* tp_alloc zeroes the object: the storage pointer is NULL until init. */
+    lb_fixed_filter *f = (lb_fixed_filter *)type->tp_alloc(type, 0);
+    if (!f)
+        return NULL;
+    f->kind = kind;
+    if (lb_base_init(&f->base, type) < 0) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    /* The storage never moves while the filter is open: tests may run
+     * during another thread's batch. */
+    f->base.reads_during_batch = 1;
+    f->base.batch = kind->batch;
     f->args = *a;
     lb_geometry_init(&f->geo, a->m, a->k, a->scheme);
+    lb_status s = kind->init(f, a->m);
+    if (s != LB_OK) {
+        lb_state *st = f->base.st;
+        char why[96];
+        PyOS_snprintf(why, sizeof(why), "cannot allocate %llu bytes of %s (m = %llu)",
+                      (unsigned long long)((a->m + kind->cells_per_byte - 1) /
+                                           kind->cells_per_byte),
+                      kind->cells, (unsigned long long)a->m);
+        Py_DECREF(f);
+        lb_raise(st, s, why);
+        return NULL;
+    }
+    return f;
+}
+
+PyObject *lb_fixed_type_new(PyTypeObject *type, PyObject *args, PyObject *kwargs,
+                            const lb_fixed_kind *kind)
+{
+    lb_state *st = lb_state_from_type(type);
+    lb_fixed_args a;
+    if (!st || lb_parse_fixed_args(st, args, kwargs, kind->name, &a) < 0)
+        return NULL;
+    return (PyObject *)lb_fixed_new(type, &a, kind);
+}
+
+void lb_fixed_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    PyObject_GC_UnTrack(self);
+    lb_base_fini(&f->base);
+    if (f->kind)
+        f->kind->release(&f->base);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+int lb_fixed_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+PyObject *lb_fixed_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    return lb_close_with(&f->base, f->kind->release);
 }
 
 PyObject *lb_fixed_get_m(PyObject *self, void *offset)

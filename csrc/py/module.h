@@ -159,12 +159,38 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
 
 /* The part of MemoryFilter and CountingFilter that is the same: the base,
  * the arguments they were built from and the geometry. */
+struct lb_fixed_kind_s;
+
 typedef struct {
     lb_base base;
     lb_fixed_args args;
     lb_geometry geo;
     const uint64_t *cells_used;  /* bits set, or counters above zero */
+    const struct lb_fixed_kind_s *kind;
 } lb_fixed_filter;
+
+/* What differs between the fixed types: their storage (allocated for m cells
+ * by init, which also points cells_used at its count; freed by release), how
+ * many cells a byte holds, and their batch table. */
+typedef struct lb_fixed_kind_s {
+    const char *name;        /* "MemoryFilter" */
+    const char *cells;       /* "bits", "counters" (for messages) */
+    unsigned cells_per_byte;
+    lb_status (*init)(lb_fixed_filter *f, uint64_t m);
+    void (*release)(lb_base *b);
+    const lb_batch_ops *batch;
+} lb_fixed_kind;
+
+/* A new, empty filter of a fixed type (type may be a subclass); NULL with an
+ * exception (MemoryError saying how many bytes it asked for). */
+lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
+                              const lb_fixed_kind *kind);
+/* tp_new, tp_dealloc, tp_traverse and close() of a fixed type. */
+PyObject *lb_fixed_type_new(PyTypeObject *type, PyObject *args, PyObject *kwargs,
+                            const lb_fixed_kind *kind);
+void lb_fixed_dealloc(PyObject *self);
+int lb_fixed_traverse(PyObject *self, visitproc visit, void *arg);
+PyObject *lb_fixed_close(PyObject *self, PyObject *unused);
 
 /* approximate_count(), fill_ratio() and current_error_rate() of an
  * lb_fixed_filter, from m, k and *cells_used. */
@@ -181,8 +207,6 @@ PyObject *lb_fixed_get_k(PyObject *self, void *unused);
 PyObject *lb_fixed_get_hash(PyObject *self, void *unused);
 PyObject *lb_fixed_get_capacity(PyObject *self, void *unused);
 PyObject *lb_fixed_get_error_rate(PyObject *self, void *unused);
-/* Set up a new object of a fixed type from parsed arguments. */
-void lb_fixed_setup(lb_fixed_filter *f, const lb_fixed_args *a);
 /* to_bytes of a fixed filter. */
 PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload, size_t len);
 /* Parse a saved fixed filter of the given kind: fills args and returns the
