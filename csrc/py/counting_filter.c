@@ -40,12 +40,8 @@ static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int rea
 {
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->f.base, key, &k, &hold, read_only) < 0)
         return -1;
-    if ((read_only ? lb_enter_read(&f->f.base) : lb_enter(&f->f.base)) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
     *h = lb_hash(f->f.geo.scheme, k.data, k.len);
     lb_key_release(&hold);
     return 0;

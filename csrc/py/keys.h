@@ -42,6 +42,21 @@ static inline void lb_key_release(lb_key_hold *hold)
         PyBuffer_Release(&hold->view);
 }
 
+/* One key of a single-key call: convert it, then enter the filter (reading
+ * only, or not).  The key is converted first because a buffer's exporter can
+ * run Python code.  0, or -1 with an exception and nothing held. */
+static inline int lb_key_enter(lb_base *b, PyObject *obj, lb_key *key, lb_key_hold *hold,
+                               int read_only)
+{
+    if (lb_key_get(b->st, obj, key, hold) < 0)
+        return -1;
+    if ((read_only ? lb_enter_read(b) : lb_enter(b)) < 0) {
+        lb_key_release(hold);
+        return -1;
+    }
+    return 0;
+}
+
 /* A batch: an iterable of keys walked in chunks.
  *
  * The iterable is taken as a sequence (a list or tuple as it is, anything

@@ -46,12 +46,8 @@ static PyObject *mf_add(PyObject *self, PyObject *key)
     MemoryFilter *f = MF(self);
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
         return NULL;
-    if (lb_enter(&f->f.base) < 0) {
-        lb_key_release(&hold);
-        return NULL;
-    }
     int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
     lb_key_release(&hold);
     return Py_NewRef(r ? Py_True : Py_False);
@@ -62,12 +58,8 @@ static int mf_contains(PyObject *self, PyObject *key)
     MemoryFilter *f = MF(self);
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->f.base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
         return -1;
-    if (lb_enter_read(&f->f.base) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
     int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
     lb_key_release(&hold);
     return r;

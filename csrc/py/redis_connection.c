@@ -310,12 +310,8 @@ int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn)
 {
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
         return -1;
-    if (lb_enter(&f->base) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
     uint8_t out = 0;
     lb_redis_status rs;
     LB_REDIS_GIL_FREE(f, rs, fn(f, &k, 1, &out));

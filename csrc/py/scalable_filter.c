@@ -116,12 +116,8 @@ static PyObject *sf_add(PyObject *self, PyObject *key)
     ScalableFilter *f = SF(self);
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
         return NULL;
-    if (lb_enter(&f->base) < 0) {
-        lb_key_release(&hold);
-        return NULL;
-    }
     int added;
     lb_status s = lb_scalable_add(&f->s, k.data, k.len, &added);
     lb_key_release(&hold);
@@ -137,12 +133,8 @@ static int sf_contains(PyObject *self, PyObject *key)
     ScalableFilter *f = SF(self);
     lb_key k;
     lb_key_hold hold;
-    if (lb_key_get(f->base.st, key, &k, &hold) < 0)
+    if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
         return -1;
-    if (lb_enter(&f->base) < 0) {
-        lb_key_release(&hold);
-        return -1;
-    }
     int r = lb_scalable_test(&f->s, k.data, k.len);
     lb_key_release(&hold);
     return r;
