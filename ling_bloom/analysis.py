@@ -368,7 +368,7 @@ def run_experiment(
     *,
     keys: str = "sequential",
     probe_keys: Optional[str] = None,
-    hash: str = "xxh3",
+    hash: str = "xxh3-mix",
     m: Optional[int] = None,
     k: Optional[int] = None,
     checkpoints: Union[int, Sequence[int]] = 10,

@@ -448,7 +448,7 @@ static PyMemberDef rf_members[] = {
 
 static PyType_Slot rf_slots[] = {
     {Py_tp_doc,
-     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3\", ttl=None, url=None, ...)\n"
+     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3-mix\", ttl=None, url=None, ...)\n"
      "RedisFilter(key, *, m, k, ...)\n\n"
      "A Bloom filter kept as a Redis bitmap at key, hashed here and sent pipelined.  "
      "Connection keywords as redis-py: url, host, port, db, username, password, "
