@@ -34,7 +34,7 @@ def _stirling2_row(k: int) -> list[int]:
     return row
 
 
-def ideal_false_positive_rate(m: int, k: int, n: int) -> float:
+def ideal_false_positive_rate(m: int, k: int, n: float) -> float:
     """The exact expected false-positive rate of ideal hashing: m bits, n distinct keys, each
     key (and the probed key) setting or testing k independent, uniform indices.
 
@@ -54,10 +54,14 @@ def ideal_false_positive_rate(m: int, k: int, n: int) -> float:
         return 0.0
     if k > 64:
         raise ValueError("k must be at most 64")
+    if not float(n).is_integer():  # between two whole numbers of keys: interpolate
+        lo = math.floor(n)
+        a, b = ideal_false_positive_rate(m, k, lo), ideal_false_positive_rate(m, k, lo + 1)
+        return a + (b - a) * (n - lo)
     with localcontext() as ctx:
         ctx.prec = 100
         big_m = Decimal(m)
-        balls = n * k
+        balls = int(n) * k
         stirling = _stirling2_row(k)
         m_to_k = big_m**k
         falling = Decimal(1)

@@ -61,7 +61,7 @@ def test_memory_experiment_rows_match_the_filter():
         assert row.false_positives == sum(f.test_many(absent))
         assert row.fill == pytest.approx(f.fill_ratio())
         assert row.measured_rate == row.false_positives / row.probes
-        assert row.theoretical_rate == pytest.approx(lb.false_positive_rate(m, k, row.keys_added))
+        assert row.theoretical_rate == pytest.approx(lb.ideal_false_positive_rate(m, k, row.keys_added))
         assert row.nbytes == f.nbytes
         assert row.stages is None
     # rates grow as the filter fills; at capacity the measured rate is near the promise
@@ -105,7 +105,7 @@ def test_counting_experiment_and_fixed_geometry():
     exp = analysis.run_experiment("counting", 10_000, None, m=100_000, k=4, checkpoints=2)
     assert exp.filter_type == "CountingFilter"
     assert (exp.m, exp.k) == (100_000, 4)
-    assert exp.final.theoretical_rate == pytest.approx(lb.false_positive_rate(100_000, 4, 10_000))
+    assert exp.final.theoretical_rate == pytest.approx(lb.ideal_false_positive_rate(100_000, 4, 10_000))
     assert exp.final.nbytes == 50_000
 
 
@@ -145,7 +145,7 @@ def test_theoretical_rate_of_a_scalable_filter_combines_its_stages():
     s.update([f"x{i}" for i in range(1000)])
     want = 1.0
     for st in s.stages():
-        want *= 1 - lb.false_positive_rate(st["m"], st["k"], st["count"])
+        want *= 1 - lb.ideal_false_positive_rate(st["m"], st["k"], st["count"])
     assert analysis.theoretical_rate(s) == pytest.approx(1 - want)
     assert math.isnan(analysis.theoretical_rate(object()))
 
