@@ -861,3 +861,21 @@ def test_missing_server_skips_locally_and_fails_under_ci(monkeypatch):
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match="not installed"):
         conftest._new_server()
+
+
+def test_a_bitmap_of_0_1_is_read_with_its_own_walk(clean_redis, raw_redis):
+    """A bitmap that ling_bloom 0.1 wrote records hash=xxh3 (the 0.1 walk).  A filter built
+    today with the default hash refuses it; open() adopts it, and so does hash="xxh3"."""
+    with rf(clean_redis, "old", 1000, 0.01, hash="xxh3") as f:  # what 0.1 wrote
+        f.update(["a", "b"])
+        (m, k) = (f.m, f.k)
+    assert raw_redis.command("GET", "{old}:meta") == f"ling_bloom:v=1;m={m};k={k};hash=xxh3".encode()
+    with rf(clean_redis, "old", 1000, 0.01) as g:
+        assert g.hash == "xxh3-mix"
+        with pytest.raises(lb.GeometryMismatchError, match="hash=xxh3"):
+            g.add("c")
+        with pytest.raises(lb.GeometryMismatchError):
+            g.test("a")
+    with RedisFilter.open(f"redis://{clean_redis.host}:{clean_redis.port}/0", "old") as h:
+        assert (h.m, h.k, h.hash) == (m, k, "xxh3")
+        assert h.test_many(["a", "b"]) == [True, True]
