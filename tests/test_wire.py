@@ -110,3 +110,53 @@ def test_late_reply_before_a_write_rechecks_the_meta_key(clean_redis):
             assert srv.connections == 2
             assert srv.names(1)[:2] == ["SET", "GET"]  # the meta check first
             assert f.test_many(["x", "y"]) == [True, True]
+
+
+# --------------------------------------- 9: a reply header announcing a huge array
+
+_HUGE_CLIENT = textwrap.dedent(r"""
+    import resource, sys
+    asan = "libasan" in open("/proc/self/maps").read()
+    if not asan:  # the code before the fix would touch 16 GiB: never let it near that
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    import ling_bloom as lb
+    url, mode = sys.argv[1], sys.argv[2]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if mode == "bf":
+        f = lb.RedisBloomFilter("k", url=url, socket_timeout=5)
+        call = lambda: f.test_many(["a", "b", "c"])
+    else:
+        f = lb.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=5)
+        call = lambda: f.test("x")
+    try:
+        call()
+        print("no error")
+    except BaseException as e:
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print(type(e).__name__, isinstance(e, lb.RedisError), grew // 1024, "|", e)
+""")
+
+
+@pytest.mark.parametrize("header", [b"*2147483647\r\n", b"*50000000\r\n"])
+@pytest.mark.parametrize("mode", ["bitfield", "bf"])
+def test_huge_array_header_allocates_nothing(clean_redis, header, mode):
+    def script(c, args):
+        name = args[0].upper()
+        if name in (b"BITFIELD", b"BF.MEXISTS"):
+            return header + b":1\r\n:1\r\n"  # and then nothing: the rest never comes
+        if mode == "bf":
+            return b"+MBbloom--\r\n" if name == b"TYPE" else OK
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        out = subprocess.run([sys.executable, "-c", _HUGE_CLIENT, srv.url, mode],
+                             capture_output=True, text=True, timeout=120)
+    line = out.stdout.strip()
+    assert out.returncode == 0, out.stderr
+    name, is_redis_error, grew_mib, _, msg = line.split(" ", 4)
+    # a protocol error at once: not MemoryError, not a timeout waiting for the elements
+    assert name not in ("MemoryError", "RedisTimeoutError", "RedisConnectionError"), line
+    assert is_redis_error == "True", line
+    want = "more than the command can answer"
+    assert want in msg, line
+    assert int(grew_mib) < 64, line  # nothing was allocated for the announced length

@@ -272,6 +272,7 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "GET", 3);
     lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
     lb_redis_batch_free(b); /* the replies live in the connection */
     if (st == LB_REDIS_ERR_WRONGTYPE)
@@ -318,6 +319,8 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
  * it (LB_REDIS_KEPT_CONN). */
 static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
+    /* the one array any command here answers: BITFIELD, one element per GET */
+    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
     lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
@@ -342,6 +345,7 @@ lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_
     lb_redis_batch_cmd(&bm->batch, 2);
     lb_redis_batch_arg(&bm->batch, "GET", 3);
     lb_redis_batch_arg(&bm->batch, mn, len);
+    lb_redis_batch_expect_elements(&bm->batch, 0);
     st = lb_redis_exec(conn, &bm->batch, LB_REDIS_IDEMPOTENT, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = name_wrongtype(bm, UINT64_MAX);
@@ -614,6 +618,7 @@ static lb_redis_status load_fail(lb_redis_bitmap *bm, lb_redis_status st, const 
         lb_redis_batch_cmd(b, 2);
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
+        lb_redis_batch_expect_elements(b, 0);
         (void)lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
     }
     return lb_redis_set_error(bm->conn, st, "load: %s", msg);

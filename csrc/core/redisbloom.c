@@ -11,6 +11,7 @@
 #define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
 #define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
 #define BF_REPLY_TEXT_MAX 512
+#define BF_INFO_MAX_ELEMENTS 64 /* BF.INFO: name/value pairs (the module sends 5) */
 
 struct lb_redisbloom {
     lb_redis *conn;
@@ -317,6 +318,7 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     if (created)
         *created = 0;
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
     lb_redis_batch_arg(b, "BF.RESERVE", 10);
     arg_key(bf);
@@ -373,6 +375,7 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
                         size_t n)
 {
     lb_redis_batch *b = &bf->batch;
+    lb_redis_batch_expect_elements(b, n > 1 ? n : 0); /* MADD/MEXISTS: one per item */
     lb_redis_batch_cmd(b, (int)(2 + n));
     lb_redis_batch_arg_str(b, n == 1 ? one : many);
     arg_key(bf);
@@ -532,6 +535,7 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
     /* All false and the type unknown: the module answers 0 on a key of
      * another type, so ask once. */
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "TYPE", 4);
     arg_key(bf);
@@ -564,6 +568,7 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     lb_reply **rs;
     clear_call(bf);
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     arg_key(bf);
@@ -615,6 +620,7 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.INFO", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -636,6 +642,7 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.CARD", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -684,6 +691,7 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
     lb_redis_batch_arg(b, "BF.SCANDUMP", 11);
     arg_key(bf);
     lb_redis_batch_arg_i64(b, iter);
+    lb_redis_batch_expect_elements(b, 2); /* [next iterator, chunk] */
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -745,6 +753,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
             i++;
         }
         add_pexpire(bf, tmp, tlen, BF_RESTORE_TMP_TTL_MS);
+        lb_redis_batch_expect_elements(b, 0);
         int last = i == n;
         if (last) {
             lb_redis_batch_cmd(b, 3);
@@ -780,6 +789,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         lb_redis_batch_cmd(b, 2);
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
+        lb_redis_batch_expect_elements(b, 0);
         (void)lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, NULL);
         st = lb_redis_set_error(bf->conn, keep, "%s", msg);
     }
