@@ -1,6 +1,7 @@
 /* redisbloom.c: see redisbloom.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redisbloom.h"
+#include "redis_reply.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -109,11 +110,28 @@ static int bloom_type(const char *t, size_t n)
 
 static lb_redis_status bad_reply(lb_redisbloom *bf, const char *what)
 {
-    /* The stream is still in step, but a reply of the wrong shape means we
-     * are not talking to what we think: start afresh next time. */
+    /* A reply that does not fit what was sent: the stream may be out of
+     * step, and this is not the server we think: start afresh next time. */
     lb_redis_disconnect(bf->conn);
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
-                              "unexpected reply shape to %s from Redis", what);
+                              "protocol error: a reply to %s that does not fit the command "
+                              "sent (type, length or value); connection dropped",
+                              what);
+}
+
+static const lb_reply_want want_ok = {LB_WANT_OK, 0, 0};
+static const lb_reply_want want_bit = {LB_WANT_INT, 0, 1}; /* PEXPIRE, DEL of one key */
+
+static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const char *cmd, int adds);
+
+/* A reply of a RAW_ERRORS batch: its error (fail_reply), or a protocol error
+ * when it does not fit w, or OK. */
+static lb_redis_status expect_reply(lb_redisbloom *bf, const lb_reply *x, const lb_reply_want *w,
+                                    const char *what)
+{
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, what, 0);
+    return lb_reply_fits(x, w) ? LB_REDIS_OK : bad_reply(bf, what);
 }
 
 static void keep_text(lb_redisbloom *bf, const char *s, size_t n)
@@ -341,15 +359,15 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
         return st;
     const lb_reply *x = rs[0];
     int made = 0;
-    if (x->type == LB_REPLY_STATUS)
+    if (lb_reply_fits(x, &want_ok))
         made = 1;
     else if (x->type == LB_REPLY_ERROR) {
         if (!(x->str && ci_contains(x->str, "item exists")))
             return fail_reply(bf, x, "BF.RESERVE", 0);
     } else
         return bad_reply(bf, "BF.RESERVE");
-    if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[1], "PEXPIRE", 0);
+    if (bf->opt.ttl_ms > 0 && (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
     if (made)
@@ -464,8 +482,9 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
             *added = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
         if (st != LB_REDIS_OK)
             return st;
-        if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-            return fail_reply(bf, rs[1], "PEXPIRE", 0);
+        if (bf->opt.ttl_ms > 0 &&
+            (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+            return st;
         confirm_type(bf); /* a successful add proves the key is a Bloom filter */
         return LB_REDIS_OK;
     }
@@ -575,8 +594,8 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
-    if (rs[0]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[0], "DEL", 0);
+    if ((st = expect_reply(bf, rs[0], &want_bit, "DEL")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 0;
     bf->type_ok = 0;
     return LB_REDIS_OK;
@@ -627,7 +646,8 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     st = typed_reply(bf, rs, "BF.INFO");
     if (st != LB_REDIS_OK)
         return st;
-    if (lb_bf_parse_info(rs[1], out) < 0)
+    /* a filter holds at least one sub-filter of capacity >= 1 */
+    if (lb_bf_parse_info(rs[1], out) < 0 || out->capacity == 0 || out->filters == 0)
         return bad_reply(bf, "BF.INFO");
     return LB_REDIS_OK;
 }
@@ -768,16 +788,15 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS, &rs);
         if (st != LB_REDIS_OK)
             break;
-        for (size_t c = 0; c < b->ncmds; c++) {
-            if (rs[c]->type != LB_REPLY_ERROR)
-                continue;
+        for (size_t c = 0; c < b->ncmds && st == LB_REDIS_OK; c++) {
             /* which command: DEL?, LOADCHUNKs, PEXPIRE tmp, RENAME, PEXPIRE key */
             size_t nload = i - first, off = first == 0 ? 1 : 0;
             const char *what = c < off ? "DEL" : c < off + nload ? "BF.LOADCHUNK"
                                : c == off + nload ? "PEXPIRE" : c == off + nload + 1 ? "RENAME"
                                                                                  : "PEXPIRE";
-            st = fail_reply(bf, rs[c], what, 0);
-            break;
+            const lb_reply_want *w = c < off ? &want_bit : c < off + nload ? &want_ok
+                                     : c == off + nload + 1 ? &want_ok : &want_bit;
+            st = expect_reply(bf, rs[c], w, what);
         }
     }
     if (st != LB_REDIS_OK && sent_any && lb_redis_is_connected(bf->conn)) {
