@@ -288,3 +288,78 @@ def test_redisbloom_reply_that_does_not_fit_is_a_protocol_error(over, call):
             conns = srv.connections
             assert f.test("a") is False
             assert srv.connections == conns + 1
+
+
+# ---------------------------------------- 10: a BF.SCANDUMP that never ends
+
+_INFO = (b"*10\r\n+Capacity\r\n:1000\r\n+Size\r\n:2080\r\n+Number of filters\r\n:1\r\n"
+         b"+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n")
+
+
+def _scandump_server(step):
+    """BF.SCANDUMP answered by step(iterator) -> (next iterator, chunk bytes)."""
+    def script(c, args):
+        name = args[0].upper()
+        if name == b"TYPE":
+            return b"+MBbloom--\r\n"
+        if name == b"BF.INFO":
+            return _INFO
+        if name == b"BF.SCANDUMP":
+            nxt, data = step(int(args[2]))
+            return array(integer(nxt), bulk(data))
+        return b"-ERR unexpected\r\n"
+
+    return HostileServer(script)
+
+
+def _run_bounded(fn, watchdog=30.0):
+    """fn() in a thread; (finished, exception).  The watchdog only turns a hang into a
+    failure (generous: a bounded dump ends in well under a second)."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(watchdog)
+    return not t.is_alive(), out.get("error")
+
+
+@pytest.mark.parametrize("kind,step", [
+    ("iter+1", lambda it: (it + 1, b"x" * 4096)),
+    ("iter+1, empty chunks", lambda it: (it + 1, b"")),
+    ("1,2,1,2", lambda it: (1 if it != 1 else 2, b"y" * 100)),
+    ("the same iterator", lambda it: (max(it, 1), b"z")),
+])
+def test_scandump_that_never_ends_is_bounded(kind, step):
+    with _scandump_server(step) as srv:
+        f = lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10)
+        finished, err = _run_bounded(f.dump)
+        assert finished, f"dump() still running against a server answering {kind}"
+        assert isinstance(err, lb.RedisProtocolError), repr(err)
+        assert "BF.SCANDUMP" in str(err)
+        f.close()
+
+
+def test_close_does_not_wait_forever_behind_a_dump():
+    with _scandump_server(lambda it: (it + 1, b"x" * 1024)) as srv:
+        f = lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10)
+        t = threading.Thread(target=lambda: pytest.raises(lb.RedisError, f.dump), daemon=True)
+        t.start()
+        assert wait_until(lambda: "BF.SCANDUMP" in srv.names())
+        finished, err = _run_bounded(f.close)
+        assert finished and err is None, repr(err)
+        t.join(30)
+        assert not t.is_alive()
+        assert f.closed
+
+
+def test_dump_within_the_bounds_is_whole():
+    chunks = {0: (1, b"header"), 1: (7, b"a" * 1000), 7: (1007, b"b" * 500), 1007: (0, b"")}
+    with _scandump_server(lambda it: chunks[it]) as srv:
+        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10) as f:
+            assert f.dump() == [(1, b"header"), (7, b"a" * 1000), (1007, b"b" * 500)]
