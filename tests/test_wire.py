@@ -363,3 +363,62 @@ def test_dump_within_the_bounds_is_whole():
     with _scandump_server(lambda it: chunks[it]) as srv:
         with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10) as f:
             assert f.dump() == [(1, b"header"), (7, b"a" * 1000), (1007, b"b" * 500)]
+
+
+# ------------------------------ 11: what Python code can override in load/snapshot
+
+
+class _Liar(lb.MemoryFilter):
+    """A MemoryFilter whose to_bitmap() answers something else."""
+
+    answer = None
+
+    def to_bitmap(self):
+        return self.answer(self) if callable(self.answer) else self.answer
+
+
+@pytest.mark.parametrize("answer", [
+    lambda self: bytearray(lb.MemoryFilter.to_bitmap(self)),  # right size, but resizable
+    lambda self: bytearray(1),                                 # short: heap memory after it
+    lambda self: b"\xff" * ((self.m + 7) // 8),                # bytes, all bits set
+    lambda self: b"",
+    "not bytes",
+    None,
+])
+def test_load_takes_the_filters_own_bits(clean_redis, answer):
+    with rf(clean_redis, key="ld") as f:
+        mf = _Liar(m=f.m, k=f.k)
+        mf.answer = answer
+        mf.update([f"u{i}" for i in range(50)])
+        f.load(mf)
+        # exactly the filter's bits went to Redis: not the subclass's answer
+        assert f.snapshot().to_bitmap() == lb.MemoryFilter.to_bitmap(mf)
+        assert f.test_many([f"u{i}" for i in range(50)]) == [True] * 50
+
+
+@pytest.fixture
+def patched_memory_filter():
+    saved = {n: lb.MemoryFilter.__dict__[n] for n in ("to_bitmap", "from_bitmap")}
+    try:
+        yield lb.MemoryFilter
+    finally:
+        for n, v in saved.items():
+            setattr(lb.MemoryFilter, n, v)
+
+
+@pytest.mark.parametrize("answer", [bytearray(4), b"\x00", "x", 1])
+def test_load_with_to_bitmap_replaced_on_the_type(clean_redis, patched_memory_filter, answer):
+    with rf(clean_redis, key="lt") as f:
+        mf = lb.MemoryFilter(m=f.m, k=f.k)
+        mf.add("a")
+        patched_memory_filter.to_bitmap = lambda self: answer
+        with pytest.raises(TypeError):
+            f.load(mf)
+
+
+def test_snapshot_with_from_bitmap_replaced_on_the_type(clean_redis, patched_memory_filter):
+    with lb.RedisFilter.from_url(clean_redis.url, "sn", 1000, 0.01) as f:  # has a capacity
+        f.add("a")
+        patched_memory_filter.from_bitmap = classmethod(lambda cls, *a: object())
+        with pytest.raises(TypeError):
+            f.snapshot()
