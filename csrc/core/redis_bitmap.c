@@ -286,6 +286,7 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     lb_redis_batch_arg(b, "GET", 3);
     lb_redis_batch_arg(b, mn, len);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
     lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
     lb_redis_batch_free(b); /* the replies live in the connection */
     if (st == LB_REDIS_ERR_WRONGTYPE)
@@ -337,6 +338,9 @@ static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
     /* the one array any command here answers: BITFIELD, one element per GET */
     lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
+    /* and no data beyond what GETRANGE asked for (snapshot adds it): every
+     * other reply fits in redis_conn's per-command slack */
+    lb_redis_batch_expect_bytes(&bm->batch, 0);
     lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
@@ -362,6 +366,7 @@ lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_
     lb_redis_batch_arg(&bm->batch, "GET", 3);
     lb_redis_batch_arg(&bm->batch, mn, len);
     lb_redis_batch_expect_elements(&bm->batch, 0);
+    lb_redis_batch_expect_bytes(&bm->batch, 0);
     st = lb_redis_exec(conn, &bm->batch, LB_REDIS_IDEMPOTENT, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = name_wrongtype(bm, UINT64_MAX);
@@ -801,6 +806,7 @@ lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size
             lb_redis_batch_arg(b, pname, pn);
             lb_redis_batch_arg_u64(b, off);
             lb_redis_batch_arg_u64(b, off + piece - 1);
+            lb_redis_batch_expect_bytes(b, piece);
             bm->cmds[ncmd].part = (uint32_t)p;
             dest[ncmd] = pstart + off;
             plen[ncmd] = piece;
