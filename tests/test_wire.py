@@ -477,3 +477,27 @@ def test_handshake_replies_must_be_ok(clean_redis, name, reply):
             with pytest.raises(lb.RedisProtocolError) as ei:
                 f.test("a")
             assert name.decode() in str(ei.value)
+
+
+def test_scandump_bounds_from_a_lying_info_stay_finite():
+    # BF.INFO claiming 10**18 sub-filters of capacity 1 (non-scaling): computing the
+    # bounds must not loop over them; the dump still ends
+    info = (b"*10\r\n+Capacity\r\n:1\r\n+Size\r\n:1\r\n+Number of filters\r\n"
+            b":1000000000000000000\r\n+Number of items inserted\r\n:1\r\n+Expansion rate\r\n$-1\r\n")
+
+    def script(c, args):
+        name = args[0].upper()
+        if name == b"TYPE":
+            return b"+MBbloom--\r\n"
+        if name == b"BF.INFO":
+            return info
+        if name == b"BF.SCANDUMP":
+            it = int(args[2])
+            return array(integer(0 if it == 5 else it + 1), bulk(b"" if it == 5 else b"c"))
+        return b"-ERR unexpected\r\n"
+
+    with HostileServer(script) as srv:
+        f = lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10)
+        finished, err = _run_bounded(f.dump)
+        assert finished and err is None, repr(err)
+        f.close()

@@ -812,12 +812,15 @@ static void dump_bounds(const lb_bf_info *info, lb_bf_dump *d)
     const double cap_bytes = 1099511627776.0; /* 1 TiB: no Redis holds more */
     double size = info->size > 0 ? (double)info->size : 0;
     double filters = info->filters > 0 ? (double)info->filters : 1;
+    if (filters > 65536)
+        filters = 65536; /* a chain is a few dozen links; keep the numbers finite */
     double e = info->expansion > 1 ? (double)info->expansion : 1;
-    double items = 0, link = info->capacity > 0 ? (double)info->capacity : 1;
-    for (double i = 0; i < filters && items < cap_bytes; i++, link *= e)
-        items += link;
+    double cap = info->capacity > 0 ? (double)info->capacity : 1;
+    /* capacity * (1 + e + ... + e^(filters-1)), in closed form (no loop a
+     * server could make long); overflow to inf is clamped below */
+    double items = e == 1 ? cap * filters : cap * (pow(e, filters) - 1) / (e - 1);
     double b = 1048576.0 + 4 * size + 16 * items;
-    if (b > cap_bytes)
+    if (!(b < cap_bytes))
         b = cap_bytes;
     d->max_bytes = (uint64_t)b;
     double c = 64 + 4 * filters + b / 4096;
