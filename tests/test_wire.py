@@ -8,7 +8,6 @@ words them).
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -21,7 +20,6 @@ import ling_bloom as lb
 from hostile_server import HostileServer, array, bulk, integer, wait_until
 
 OK = b"+OK\r\n"
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def rf(srv, key="bf", **kw):
