@@ -13,6 +13,7 @@ server's own reply).  ``ctx`` is the client connection:
     ctx.send_later(data, s)  write raw bytes to the client s seconds from now (a late reply;
                              the server's late_sent counts those written)
     ctx.index                0 for the first client connection, 1 for the next, ...
+    srv.send_to(i, data)     (from the test) write raw bytes to client connection i now
     ctx.close()              drop the client connection
 
 Without an upstream port, ``script`` must answer every command itself.  ``connections``
@@ -161,6 +162,11 @@ class HostileServer:
     @property
     def url(self) -> str:
         return f"redis://{HOST}:{self.port}/0"
+
+    def send_to(self, index: int, data: bytes) -> None:
+        """Write raw bytes to client connection `index` now (from the test's thread: a reply
+        nobody asked for, after the call that the test made returned)."""
+        self._conns[index].send(data)
 
     def names(self, index: Optional[int] = None) -> List[str]:
         return [a[0].decode().upper() for i, a in self.commands if index is None or i == index]
