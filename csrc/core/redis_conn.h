@@ -156,7 +156,34 @@ typedef struct {
     size_t ncmds;       /* commands begun */
     long args_left;     /* arguments still owed to the current command */
     int failed;         /* 0, or LB_REDIS_ERR_NOMEM / LB_REDIS_ERR_ARG */
+    size_t max_elements; /* see lb_redis_batch_expect_elements */
+    int max_set;         /* 0: nobody asked, the default bound applies */
+    size_t max_bytes;    /* see lb_redis_batch_expect_bytes */
+    int bytes_set;       /* 0: no byte bound */
 } lb_redis_batch;
+
+/* The most array elements one reply of this batch may hold, nested arrays'
+ * elements included (e.g. BITFIELD with k GETs: k; BF.MEXISTS of n items: n;
+ * commands answering no array: 0 is fine, they never need any).  The bound
+ * of the batch is the largest any of its commands asked for; a batch that
+ * asks nothing gets LB_REDIS_DEFAULT_MAX_ELEMENTS.  A reply announcing more
+ * is a protocol error before anything is allocated for it; within the bound,
+ * a reply's memory grows with the elements that arrived, not with the
+ * length its header announced.  lb_redis_batch_clear forgets it. */
+#define LB_REDIS_DEFAULT_MAX_ELEMENTS ((size_t)1 << 20)
+void lb_redis_batch_expect_elements(lb_redis_batch *b, size_t n);
+
+/* The reply bytes the batch's data can take: each call adds n (e.g. the
+ * bytes a GETRANGE asked for).  Once a batch called it, the round trip may
+ * receive at most the sum plus LB_REDIS_REPLY_SLACK bytes per command (for
+ * the framing, integers, statuses and error texts); more is a protocol
+ * error as soon as it arrives, so a bulk header like "$1000000000" followed
+ * by data makes the client buffer at most the bound plus one read (64 KiB),
+ * not the gigabyte.  A batch that never calls it has no byte bound (its
+ * memory still grows only with what arrives).  lb_redis_batch_clear forgets
+ * it. */
+#define LB_REDIS_REPLY_SLACK 512
+void lb_redis_batch_expect_bytes(lb_redis_batch *b, size_t n);
 
 void lb_redis_batch_init(lb_redis_batch *b);
 void lb_redis_batch_free(lb_redis_batch *b);
@@ -197,6 +224,10 @@ typedef struct lb_reply {
 #define LB_REDIS_IDEMPOTENT 1   /* the batch may run twice (SETBIT, GETBIT, BITFIELD,
                                    EXPIRE, DEL, SET of the same value, ...) */
 #define LB_REDIS_RAW_ERRORS 2   /* do not turn error replies into a failed status */
+#define LB_REDIS_KEPT_CONN 4    /* the caller prepared the open connection (redis_bitmap
+                                   checked its meta key on it): if exec must discard it
+                                   (unexpected input pending), send nothing and return
+                                   LB_REDIS_ERR_IO with lb_redis_last_stale() = 1 */
 
 /* Send the batch in one round trip and read its b->ncmds replies in order.
  *
@@ -214,6 +245,11 @@ typedef struct lb_reply {
  * turns out dead (EOF / reset / broken pipe) before any byte of a reply came
  * back, as after a server restart, the batch is sent once more on a fresh
  * connection.  Timeouts are never retried; non-idempotent batches never are.
+ *
+ * A kept connection with input pending before anything is sent (a late or
+ * unsolicited reply, or the server's EOF) is out of step: it is discarded,
+ * unread, and the batch goes out on a new connection (with LB_REDIS_KEPT_CONN:
+ * nothing is sent, see above).
  *
  * An empty batch returns LB_REDIS_OK without connecting. */
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,

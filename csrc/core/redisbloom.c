@@ -1,6 +1,7 @@
 /* redisbloom.c: see redisbloom.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redisbloom.h"
+#include "redis_reply.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
 #define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
 #define BF_REPLY_TEXT_MAX 512
+#define BF_INFO_MAX_ELEMENTS 64 /* BF.INFO: name/value pairs (the module sends 5) */
 
 struct lb_redisbloom {
     lb_redis *conn;
@@ -108,11 +110,28 @@ static int bloom_type(const char *t, size_t n)
 
 static lb_redis_status bad_reply(lb_redisbloom *bf, const char *what)
 {
-    /* The stream is still in step, but a reply of the wrong shape means we
-     * are not talking to what we think: start afresh next time. */
+    /* A reply that does not fit what was sent: the stream may be out of
+     * step, and this is not the server we think: start afresh next time. */
     lb_redis_disconnect(bf->conn);
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
-                              "unexpected reply shape to %s from Redis", what);
+                              "protocol error: a reply to %s that does not fit the command "
+                              "sent (type, length or value); connection dropped",
+                              what);
+}
+
+static const lb_reply_want want_ok = {LB_WANT_OK, 0, 0};
+static const lb_reply_want want_bit = {LB_WANT_INT, 0, 1}; /* PEXPIRE, DEL of one key */
+
+static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const char *cmd, int adds);
+
+/* A reply of a RAW_ERRORS batch: its error (fail_reply), or a protocol error
+ * when it does not fit w, or OK. */
+static lb_redis_status expect_reply(lb_redisbloom *bf, const lb_reply *x, const lb_reply_want *w,
+                                    const char *what)
+{
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, what, 0);
+    return lb_reply_fits(x, w) ? LB_REDIS_OK : bad_reply(bf, what);
 }
 
 static void keep_text(lb_redisbloom *bf, const char *s, size_t n)
@@ -317,6 +336,8 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     if (created)
         *created = 0;
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
     lb_redis_batch_arg(b, "BF.RESERVE", 10);
     arg_key(bf);
@@ -339,15 +360,15 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
         return st;
     const lb_reply *x = rs[0];
     int made = 0;
-    if (x->type == LB_REPLY_STATUS)
+    if (lb_reply_fits(x, &want_ok))
         made = 1;
     else if (x->type == LB_REPLY_ERROR) {
         if (!(x->str && ci_contains(x->str, "item exists")))
             return fail_reply(bf, x, "BF.RESERVE", 0);
     } else
         return bad_reply(bf, "BF.RESERVE");
-    if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[1], "PEXPIRE", 0);
+    if (bf->opt.ttl_ms > 0 && (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
     if (made)
@@ -373,6 +394,8 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
                         size_t n)
 {
     lb_redis_batch *b = &bf->batch;
+    lb_redis_batch_expect_elements(b, n > 1 ? n : 0); /* MADD/MEXISTS: one per item */
+    lb_redis_batch_expect_bytes(b, 8 * n);              /* ":1\r\n" or "#t\r\n" each */
     lb_redis_batch_cmd(b, (int)(2 + n));
     lb_redis_batch_arg_str(b, n == 1 ? one : many);
     arg_key(bf);
@@ -447,8 +470,10 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
         if (bf->opt.ttl_ms > 0)
             add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
         lb_reply **rs;
-        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS, &rs);
-        if (st == LB_REDIS_ERR_IO && was_open && attempt == 0)
+        /* KEPT_CONN: a connection discarded for a pending late reply is
+         * replaced by one that is reserved again (the loop) */
+        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS | LB_REDIS_KEPT_CONN, &rs);
+        if (st == LB_REDIS_ERR_IO && (was_open || lb_redis_last_stale(bf->conn)) && attempt == 0)
             continue; /* stale connection (server restarted?): reserve again, send again */
         if (st != LB_REDIS_OK)
             return st;
@@ -459,8 +484,9 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
             *added = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
         if (st != LB_REDIS_OK)
             return st;
-        if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-            return fail_reply(bf, rs[1], "PEXPIRE", 0);
+        if (bf->opt.ttl_ms > 0 &&
+            (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+            return st;
         confirm_type(bf); /* a successful add proves the key is a Bloom filter */
         return LB_REDIS_OK;
     }
@@ -530,6 +556,8 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
     /* All false and the type unknown: the module answers 0 on a key of
      * another type, so ask once. */
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "TYPE", 4);
     arg_key(bf);
@@ -562,14 +590,16 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     lb_reply **rs;
     clear_call(bf);
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     arg_key(bf);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
-    if (rs[0]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[0], "DEL", 0);
+    if ((st = expect_reply(bf, rs[0], &want_bit, "DEL")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 0;
     bf->type_ok = 0;
     return LB_REDIS_OK;
@@ -613,13 +643,16 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.INFO", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
+    lb_redis_batch_expect_bytes(b, 4096);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
     st = typed_reply(bf, rs, "BF.INFO");
     if (st != LB_REDIS_OK)
         return st;
-    if (lb_bf_parse_info(rs[1], out) < 0)
+    /* a filter holds at least one sub-filter of capacity >= 1 */
+    if (lb_bf_parse_info(rs[1], out) < 0 || out->capacity == 0 || out->filters == 0)
         return bad_reply(bf, "BF.INFO");
     return LB_REDIS_OK;
 }
@@ -634,6 +667,8 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.CARD", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -661,8 +696,19 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
 
 /* ------------------------------------------------------- dump / restore */
 
+/* One BF.SCANDUMP; max_chunk > 0: its chunk may not be longer (the bytes a
+ * dump has left, lb_bf_dump_step), checked as the bytes arrive. */
+static lb_redis_status scandump(lb_redisbloom *bf, long long iter, uint64_t max_chunk,
+                                long long *next, const char **data, size_t *len);
+
 lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *next,
                                const char **data, size_t *len)
+{
+    return scandump(bf, iter, 0, next, data, len);
+}
+
+static lb_redis_status scandump(lb_redisbloom *bf, long long iter, uint64_t max_chunk,
+                                long long *next, const char **data, size_t *len)
 {
     lb_redis_batch *b = &bf->batch;
     lb_reply **rs;
@@ -682,6 +728,9 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
     lb_redis_batch_arg(b, "BF.SCANDUMP", 11);
     arg_key(bf);
     lb_redis_batch_arg_i64(b, iter);
+    lb_redis_batch_expect_elements(b, 2); /* [next iterator, chunk] */
+    if (max_chunk)
+        lb_redis_batch_expect_bytes(b, max_chunk > SIZE_MAX ? SIZE_MAX : (size_t)max_chunk);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -704,6 +753,142 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
         return bad_reply(bf, "BF.SCANDUMP");
     *data = c->str;
     *len = c->len;
+    return LB_REDIS_OK;
+}
+
+void lb_bf_dump_init(lb_bf_dump *d)
+{
+    memset(d, 0, sizeof *d);
+}
+
+void lb_bf_dump_free(lb_bf_dump *d)
+{
+    free(d->seen);
+    lb_bf_dump_init(d);
+}
+
+static size_t iter_slot(long long v, size_t cap)
+{
+    uint64_t h = (uint64_t)v * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* Add v to the set of iterators seen: 1 added, 0 already there, -1 no memory. */
+static int iter_seen_add(lb_bf_dump *d, long long v)
+{
+    if ((d->seen_n + 1) * 2 > d->seen_cap) {
+        size_t cap = d->seen_cap ? d->seen_cap * 2 : 64;
+        long long *ns = malloc(cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < cap; i++)
+            ns[i] = -1; /* iterators are > 0 */
+        for (size_t i = 0; i < d->seen_cap; i++) {
+            if (d->seen[i] < 0)
+                continue;
+            size_t j = iter_slot(d->seen[i], cap);
+            while (ns[j] >= 0)
+                j = (j + 1) & (cap - 1);
+            ns[j] = d->seen[i];
+        }
+        free(d->seen);
+        d->seen = ns;
+        d->seen_cap = cap;
+    }
+    size_t j = iter_slot(v, d->seen_cap);
+    while (d->seen[j] >= 0) {
+        if (d->seen[j] == v)
+            return 0;
+        j = (j + 1) & (d->seen_cap - 1);
+    }
+    d->seen[j] = v;
+    d->seen_n++;
+    return 1;
+}
+
+/* The bounds of a dump from BF.INFO (see redisbloom.h). */
+static void dump_bounds(const lb_bf_info *info, lb_bf_dump *d)
+{
+    const double cap_bytes = 1099511627776.0; /* 1 TiB: no Redis holds more */
+    double size = info->size > 0 ? (double)info->size : 0;
+    double filters = info->filters > 0 ? (double)info->filters : 1;
+    if (filters > 65536)
+        filters = 65536; /* a chain is a few dozen links; keep the numbers finite */
+    double e = info->expansion > 1 ? (double)info->expansion : 1;
+    double cap = info->capacity > 0 ? (double)info->capacity : 1;
+    /* capacity * (1 + e + ... + e^(filters-1)), in closed form (no loop a
+     * server could make long); overflow to inf is clamped below */
+    double items = e == 1 ? cap * filters : cap * (pow(e, filters) - 1) / (e - 1);
+    double b = 1048576.0 + 4 * size + 16 * items;
+    if (!(b < cap_bytes))
+        b = cap_bytes;
+    d->max_bytes = (uint64_t)b;
+    double c = 64 + 4 * filters + b / 4096;
+    d->max_chunks = c > 1e9 ? (size_t)1e9 : (size_t)c;
+}
+
+lb_redis_status lb_bf_dump_step(lb_redisbloom *bf, lb_bf_dump *d, int *done, long long *iter,
+                                const char **data, size_t *len)
+{
+    *done = 0;
+    *iter = 0;
+    *data = NULL;
+    *len = 0;
+    if (d->done)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "the dump is over");
+    if (!d->started) {
+        lb_bf_info info;
+        lb_redis_status st = lb_bf_info_get(bf, &info);
+        if (st != LB_REDIS_OK) {
+            d->done = 1;
+            return st;
+        }
+        dump_bounds(&info, d);
+        d->started = 1;
+    }
+    long long next;
+    const char *c;
+    size_t n;
+    lb_redis_status st = scandump(bf, d->iter, d->max_bytes - d->bytes + 1, &next, &c, &n);
+    if (st != LB_REDIS_OK) {
+        d->done = 1;
+        return st;
+    }
+    if (next == 0) {
+        d->done = 1;
+        *done = 1;
+        return LB_REDIS_OK;
+    }
+    int added = next == d->iter ? 0 : iter_seen_add(d, next);
+    if (added < 0) {
+        d->done = 1;
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    d->chunks++;
+    d->bytes += n;
+    if (!added || d->chunks > d->max_chunks || d->bytes > d->max_bytes) {
+        char kb[160];
+        d->done = 1;
+        lb_redis_disconnect(bf->conn);
+        if (!added)
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                                      "protocol error: BF.SCANDUMP of '%s' answered the "
+                                      "iterator %lld again after %zu chunks (a cycle); "
+                                      "connection dropped",
+                                      lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), next,
+                                      d->chunks - 1);
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: BF.SCANDUMP of '%s' goes on past what "
+                                  "BF.INFO allows (%zu chunks, %llu bytes; at most %zu chunks, "
+                                  "%llu bytes); connection dropped",
+                                  lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), d->chunks,
+                                  (unsigned long long)d->bytes, d->max_chunks,
+                                  (unsigned long long)d->max_bytes);
+    }
+    d->iter = next;
+    *iter = next;
+    *data = c;
+    *len = n;
     return LB_REDIS_OK;
 }
 
@@ -743,6 +928,8 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
             i++;
         }
         add_pexpire(bf, tmp, tlen, BF_RESTORE_TMP_TTL_MS);
+        lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
         int last = i == n;
         if (last) {
             lb_redis_batch_cmd(b, 3);
@@ -757,16 +944,15 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS, &rs);
         if (st != LB_REDIS_OK)
             break;
-        for (size_t c = 0; c < b->ncmds; c++) {
-            if (rs[c]->type != LB_REPLY_ERROR)
-                continue;
+        for (size_t c = 0; c < b->ncmds && st == LB_REDIS_OK; c++) {
             /* which command: DEL?, LOADCHUNKs, PEXPIRE tmp, RENAME, PEXPIRE key */
             size_t nload = i - first, off = first == 0 ? 1 : 0;
             const char *what = c < off ? "DEL" : c < off + nload ? "BF.LOADCHUNK"
                                : c == off + nload ? "PEXPIRE" : c == off + nload + 1 ? "RENAME"
                                                                                  : "PEXPIRE";
-            st = fail_reply(bf, rs[c], what, 0);
-            break;
+            const lb_reply_want *w = c < off ? &want_bit : c < off + nload ? &want_ok
+                                     : c == off + nload + 1 ? &want_ok : &want_bit;
+            st = expect_reply(bf, rs[c], w, what);
         }
     }
     if (st != LB_REDIS_OK && sent_any && lb_redis_is_connected(bf->conn)) {
@@ -778,6 +964,8 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         lb_redis_batch_cmd(b, 2);
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
+        lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
         (void)lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, NULL);
         st = lb_redis_set_error(bf->conn, keep, "%s", msg);
     }

@@ -39,6 +39,7 @@ typedef struct {
     PyObject *WrongTypeError;
     PyObject *FilterFullError;
     PyObject *ModuleMissingError;
+    PyObject *RedisProtocolError;
 } lb_state;
 
 extern PyModuleDef lb_module_def;
