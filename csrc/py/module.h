@@ -39,6 +39,8 @@ typedef struct {
     PyObject *WrongTypeError;
     PyObject *FilterFullError;
     PyObject *ModuleMissingError;
+    PyObject *FilterNotFoundError;
+    PyObject *KeyNotOwnedError;
 } lb_state;
 
 extern PyModuleDef lb_module_def;
