@@ -313,14 +313,16 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
  * of a stale connection (a server restarted, ...) is done here rather than
  * by lb_redis_exec, so that the new connection has its meta key checked
  * before the batch goes out again: a server that came back empty may have
- * been claimed meanwhile by a filter of another geometry. */
+ * been claimed meanwhile by a filter of another geometry.  The same holds
+ * for a connection that exec discards because a late reply was pending on
+ * it (LB_REDIS_KEPT_CONN). */
 static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
-    lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, 0, rs);
+    lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
         if (st == LB_REDIS_OK)
-            st = lb_redis_exec(bm->conn, &bm->batch, 0, rs);
+            st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     }
     return st;
 }

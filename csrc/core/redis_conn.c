@@ -1046,6 +1046,23 @@ static lb_redis_status do_connect(lb_redis *r)
     return st;
 }
 
+/* 1 when the open connection has input nobody asked for: bytes left in the
+ * reader, or anything readable on the socket (a late or unsolicited reply,
+ * the server's EOF or a reset) before this call sent a byte.  Every reply of
+ * the last round trip was read, so such input would be taken as the answer
+ * to the next command. */
+static int has_pending_input(lb_redis *r)
+{
+    if (r->reader && r->reader->pos < r->reader->len)
+        return 1;
+    struct pollfd pfd = {r->ctx->fd, POLLIN, 0};
+    int pr;
+    do
+        pr = poll(&pfd, 1, 0);
+    while (pr < 0 && errno == EINTR);
+    return pr != 0; /* readable, hung up, or poll itself failing: not clean */
+}
+
 /* Make sure this process has an open connection.  *fresh = 1 when it was
  * opened by this call. */
 static lb_redis_status ensure_connected(lb_redis *r, int *fresh)
@@ -1090,6 +1107,19 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
                                       b->ncmds);
         r->replies = nr;
         r->replies_cap = b->ncmds;
+    }
+
+    if (lb_redis_is_connected(r) && has_pending_input(r)) {
+        drop(r); /* out of step: never read a reply meant for another command */
+        if (flags & LB_REDIS_KEPT_CONN) {
+            r->stale = 1;
+            char w[160];
+            where(r, w, sizeof w);
+            return lb_redis_set_error(r, LB_REDIS_ERR_IO,
+                                      "the connection to Redis at %s had unexpected input "
+                                      "pending (a late reply?) and was discarded",
+                                      w);
+        }
     }
 
     lb_redis_status st;

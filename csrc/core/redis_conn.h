@@ -199,6 +199,10 @@ typedef struct lb_reply {
 #define LB_REDIS_IDEMPOTENT 1   /* the batch may run twice (SETBIT, GETBIT, BITFIELD,
                                    EXPIRE, DEL, SET of the same value, ...) */
 #define LB_REDIS_RAW_ERRORS 2   /* do not turn error replies into a failed status */
+#define LB_REDIS_KEPT_CONN 4    /* the caller prepared the open connection (redis_bitmap
+                                   checked its meta key on it): if exec must discard it
+                                   (unexpected input pending), send nothing and return
+                                   LB_REDIS_ERR_IO with lb_redis_last_stale() = 1 */
 
 /* Send the batch in one round trip and read its b->ncmds replies in order.
  *
@@ -216,6 +220,11 @@ typedef struct lb_reply {
  * turns out dead (EOF / reset / broken pipe) before any byte of a reply came
  * back, as after a server restart, the batch is sent once more on a fresh
  * connection.  Timeouts are never retried; non-idempotent batches never are.
+ *
+ * A kept connection with input pending before anything is sent (a late or
+ * unsolicited reply, or the server's EOF) is out of step: it is discarded,
+ * unread, and the batch goes out on a new connection (with LB_REDIS_KEPT_CONN:
+ * nothing is sent, see above).
  *
  * An empty batch returns LB_REDIS_OK without connecting. */
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,

@@ -589,8 +589,10 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
         if (bf->opt.ttl_ms > 0)
             add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
         lb_reply **rs;
-        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS, &rs);
-        if (st == LB_REDIS_ERR_IO && was_open && attempt == 0)
+        /* KEPT_CONN: a connection discarded for a pending late reply is
+         * replaced by one that is reserved again (the loop) */
+        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS | LB_REDIS_KEPT_CONN, &rs);
+        if (st == LB_REDIS_ERR_IO && (was_open || lb_redis_last_stale(bf->conn)) && attempt == 0)
             continue; /* stale connection (server restarted?): reserve again, send again */
         if (st != LB_REDIS_OK)
             return st;

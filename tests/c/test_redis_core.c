@@ -422,13 +422,21 @@ static void test_killed_mid_batch(void)
     st = lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, &rs);
     CHECK_MSG(st == LB_REDIS_OK, "%s", lb_redis_errstr(r));
     CHECK(lb_redis_connect_count(r) == c0 + 1);
-    /* ... a non-idempotent one is not */
+    /* ... a non-idempotent one too, as the dead connection's EOF is seen before
+     * anything is sent (pending input: the connection is discarded unused) */
     t_server_stop(&s2, SIGKILL);
     t_server_start(&s2, NULL);
     lb_redis_batch_clear(&b);
     lb_redis_batch_argv(&b, 2, (const char *const[]){"INCR", "t:a"}, NULL);
-    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_ERR_IO);
+    c0 = lb_redis_connect_count(r);
     CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK && rs[0]->integer == 1);
+    CHECK(lb_redis_connect_count(r) == c0 + 1);
+    /* with LB_REDIS_KEPT_CONN nothing is sent: stale, for the caller to redo its set-up */
+    t_server_stop(&s2, SIGKILL);
+    t_server_start(&s2, NULL);
+    CHECK(lb_redis_exec(r, &b, LB_REDIS_KEPT_CONN, &rs) == LB_REDIS_ERR_IO &&
+          lb_redis_last_stale(r) && rs == NULL);
+    CHECK(lb_redis_exec(r, &b, LB_REDIS_KEPT_CONN, &rs) == LB_REDIS_OK && rs[0]->integer == 1);
     /* graceful shutdown (server closes the socket): same */
     t_server_stop(&s2, SIGTERM);
     t_server_start(&s2, NULL);
