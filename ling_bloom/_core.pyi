@@ -277,6 +277,8 @@ class RedisFilter(_Filter):
         ttl: Optional[float] = ...,
         mode: Optional[str] = ...,
         chunk_size: Optional[int] = ...,
+        adopt: bool = ...,
+        max_bytes: Optional[int] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,

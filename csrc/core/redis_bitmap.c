@@ -1,6 +1,7 @@
 /* redis_bitmap.c: see redis_bitmap.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_bitmap.h"
+#include "redis_memory.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ struct lb_redis_bitmap {
     int64_t ttl_ms;
     int meta_checked;
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
+    int adopt;               /* take over a key that exists without a meta key */
     lb_rb_mode mode;
     size_t chunk_keys;
     lb_redis_batch batch;
@@ -125,6 +127,13 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm)
 }
 
 void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode) { bm->mode = mode; }
+void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt) { bm->adopt = adopt != 0; }
+
+uint64_t lb_redis_bitmap_bytes(const lb_geometry *g)
+{
+    /* every part but the last is full; each is a string of its bits / 8 */
+    return g->m / 8 + (g->m % 8 != 0);
+}
 void lb_redis_bitmap_set_chunk_keys(lb_redis_bitmap *bm, size_t n)
 {
     bm->chunk_keys = n ? (n > 1000000 ? 1000000 : n) : LB_RB_DEFAULT_CHUNK_KEYS;
@@ -257,33 +266,12 @@ static void add_meta_set(lb_redis_bitmap *bm, lb_redis_batch *b, const char *val
     }
 }
 
-lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+/* The meta key already there (x: the reply to GET meta, a string): the
+ * geometry it holds must be ours. */
+static lb_redis_status compare_meta(lb_redis_bitmap *bm, const lb_reply *x)
 {
-    char val[160];
-    int vlen = meta_format(&bm->g, val, sizeof val);
-    size_t len;
-    /* Its own batch: a failed batch in bm->batch is re-sent after this check
-     * (bm_exec). */
-    lb_redis_batch mb, *b = &mb;
-    lb_reply **rs;
-    lb_redis_batch_init(b);
-    add_meta_set(bm, b, val, vlen);
-    const char *mn = name_of(bm, UINT64_MAX, &len);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "GET", 3);
-    lb_redis_batch_arg(b, mn, len);
-    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
-    lb_redis_batch_free(b); /* the replies live in the connection */
-    if (st == LB_REDIS_ERR_WRONGTYPE)
-        return name_wrongtype(bm, UINT64_MAX);
-    if (st != LB_REDIS_OK)
-        return st;
     lb_geometry stored;
-    st = meta_check_reply(bm->conn, bm->key, bm->keylen, rs[1], &stored);
-    if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between SET NX and GET: a reset raced us */
-        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
-                                  "the meta key vanished while being checked (a concurrent "
-                                  "reset?); try again");
+    lb_redis_status st = meta_check_reply(bm->conn, bm->key, bm->keylen, x, &stored);
     if (st != LB_REDIS_OK)
         return st;
     if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme) {
@@ -294,6 +282,111 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
                                   "geometry mismatch at Redis key '%s': stored %s, this filter %s",
                                   lb_redis_show(bm->key, bm->keylen, kb, sizeof kb), a, c);
     }
+    return LB_REDIS_OK;
+}
+
+/* First round trip of the check, nothing written: GET meta, TYPE key,
+ * INFO memory.  OK with *claim = 1 when the meta key must be written (a new
+ * filter, or an adopted bitmap), 0 when it is there and matches. */
+static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
+{
+    lb_redis_batch lb_, *b = &lb_;
+    lb_reply **rs;
+    size_t len;
+    char kb[160];
+    *claim = 0;
+    lb_redis_batch_init(b);
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "TYPE", 4);
+    lb_redis_batch_arg(b, bm->key, bm->keylen);
+    lb_redis_memory_cmd(b);
+    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_batch_free(b);
+    if (st != LB_REDIS_OK)
+        return st;
+    for (int i = 0; i < 2; i++) {
+        if (rs[i]->type != LB_REPLY_ERROR)
+            continue;
+        const char *t = rs[i]->str ? rs[i]->str : "";
+        if (strncmp(t, "WRONGTYPE", 9) != 0)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY, "%s", t);
+        lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s", t);
+        return name_wrongtype(bm, UINT64_MAX); /* GET of a meta key of another type */
+    }
+    if (rs[0]->type != LB_REPLY_NIL)
+        return compare_meta(bm, rs[0]);
+    const lb_reply *t = rs[1];
+    if ((t->type != LB_REPLY_STATUS && t->type != LB_REPLY_STRING) || !t->str)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_PROTOCOL, "unexpected reply to TYPE");
+    lb_redis_show(bm->key, bm->keylen, kb, sizeof kb);
+    int missing = t->len == 4 && memcmp(t->str, "none", 4) == 0;
+    if (!missing && !(t->len == 6 && memcmp(t->str, "string", 6) == 0)) {
+        char tb[64];
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE,
+                                  "WRONGTYPE the key '%s' holds a %s, not a bitmap (key '%s')",
+                                  kb, lb_redis_show(t->str, t->len, tb, sizeof tb), kb);
+    }
+    if (!missing && !bm->adopt)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOTOWNED,
+                                  "the Redis key '%s' exists but has no ling_bloom meta key "
+                                  "beside it: this library did not write it, and leaves it "
+                                  "alone (to share a bitmap written by another program, "
+                                  "such as a Go ling-base service, pass adopt=True with the "
+                                  "m, k and hash it was written with)",
+                                  kb);
+    if (missing) {
+        char what[220];
+        snprintf(what, sizeof what, "the filter at Redis key '%s'", kb);
+        st = lb_redis_memory_check(bm->conn, rs[2], lb_redis_bitmap_bytes(&bm->g), what);
+        if (st != LB_REDIS_OK)
+            return st;
+    }
+    *claim = 1;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+{
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    size_t len;
+    int claim;
+    lb_redis_status st = look_before_claiming(bm, &claim);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (!claim) {
+        bm->meta_checked = 1;
+        bm->meta_conn = lb_redis_connect_count(bm->conn);
+        return LB_REDIS_OK;
+    }
+    /* Its own batch: a failed batch in bm->batch is re-sent after this check
+     * (bm_exec).  SET NX: of two processes claiming at once, the first wins
+     * and the other compares. */
+    lb_redis_batch mb, *b = &mb;
+    lb_reply **rs;
+    lb_redis_batch_init(b);
+    add_meta_set(bm, b, val, vlen);
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    lb_redis_batch_free(b); /* the replies live in the connection */
+    if (st == LB_REDIS_ERR_WRONGTYPE)
+        return name_wrongtype(bm, UINT64_MAX);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (rs[1]->type == LB_REPLY_NIL) /* deleted between SET NX and GET: a reset raced us */
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
+                                  "the meta key vanished while being checked (a concurrent "
+                                  "reset?); try again");
+    st = compare_meta(bm, rs[1]);
+    if (st != LB_REDIS_OK)
+        return st;
     bm->meta_checked = 1;
     bm->meta_conn = lb_redis_connect_count(bm->conn);
     return LB_REDIS_OK;
