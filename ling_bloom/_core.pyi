@@ -89,6 +89,10 @@ class KeyNotOwnedError(RedisError, ValueError):
 class ModuleMissingError(RedisResponseError, NotSupportedError):
     """The Redis server has no RedisBloom module (no BF.* commands)."""
 
+class RedisProtocolError(RedisError):
+    """Redis answered something that does not fit the command sent; the connection was
+    dropped."""
+
 # ---- functions ------------------------------------------------------------------------------
 
 def estimate(n: int, p: float) -> Tuple[int, int]:

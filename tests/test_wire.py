@@ -112,3 +112,184 @@ def test_late_reply_before_a_write_rechecks_the_meta_key(clean_redis):
             assert srv.connections == 2
             assert srv.names(1)[:3] == ["GET", "TYPE", "INFO"]  # the meta check first
             assert f.test_many(["x", "y"]) == [True, True]
+
+
+# --------------------------------------- 9: a reply header announcing a huge array
+
+_HUGE_CLIENT = textwrap.dedent(r"""
+    import resource, sys
+    asan = "libasan" in open("/proc/self/maps").read()
+    if not asan:  # the code before the fix would touch 16 GiB: never let it near that
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    import ling_bloom as lb
+    url, mode = sys.argv[1], sys.argv[2]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if mode == "bf":
+        f = lb.RedisBloomFilter("k", url=url, socket_timeout=5)
+        call = lambda: f.test_many(["a", "b", "c"])
+    else:
+        f = lb.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=5)
+        call = lambda: f.test("x")
+    try:
+        call()
+        print("no error")
+    except BaseException as e:
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print(type(e).__name__, isinstance(e, lb.RedisError), grew // 1024, "|", e)
+""")
+
+
+@pytest.mark.parametrize("header", [b"*2147483647\r\n", b"*50000000\r\n"])
+@pytest.mark.parametrize("mode", ["bitfield", "bf"])
+def test_huge_array_header_allocates_nothing(clean_redis, header, mode):
+    def script(c, args):
+        name = args[0].upper()
+        if name in (b"BITFIELD", b"BF.MEXISTS"):
+            return header + b":1\r\n:1\r\n"  # and then nothing: the rest never comes
+        if mode == "bf":
+            return b"+MBbloom--\r\n" if name == b"TYPE" else OK
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        out = subprocess.run([sys.executable, "-c", _HUGE_CLIENT, srv.url, mode],
+                             capture_output=True, text=True, timeout=120)
+    line = out.stdout.strip()
+    assert out.returncode == 0, out.stderr
+    name, is_redis_error, grew_mib, _, msg = line.split(" ", 4)
+    # a protocol error at once: not MemoryError, not a timeout waiting for the elements
+    assert name not in ("MemoryError", "RedisTimeoutError", "RedisConnectionError"), line
+    assert is_redis_error == "True", line
+    want = "more than the command can answer"
+    assert want in msg, line
+    assert int(grew_mib) < 64, line  # nothing was allocated for the announced length
+
+
+# ------------------------------------- 8: replies checked against what was sent
+
+
+def _replace(name, reply, once=True):
+    """A script that answers the first (or every) command `name` with `reply`."""
+    state = {"n": 0}
+
+    def script(c, args):
+        if args[0].upper() == name and (not once or state["n"] == 0):
+            state["n"] += 1
+            return reply(args) if callable(reply) else reply
+        return None
+
+    return script
+
+
+def _bits(n, v):
+    return array(*[integer(v)] * n)
+
+
+@pytest.mark.parametrize("name,reply,call", [
+    # test() of a never-added key must not become True
+    (b"BITFIELD", b"*0\r\n", "test"),                               # no element at all
+    (b"BITFIELD", lambda a: _bits(len(a[2:]) // 3, 7), "test"),      # u1 values of 7
+    (b"BITFIELD", lambda a: _bits(len(a[2:]) // 3, -1), "test"),     # ... and -1
+    (b"BITFIELD", lambda a: _bits(len(a[2:]) // 3 - 1, 1), "test"),  # one GET short
+    (b"BITFIELD", lambda a: _bits(len(a[2:]) // 3 + 1, 1), "test"),  # one too many
+    (b"BITFIELD", lambda a: array(*[bulk(b"1")] * (len(a[2:]) // 3)), "test"),  # strings
+    (b"GETBIT", integer(7), "test_setbit"),
+    (b"GETBIT", integer(-1), "test_setbit"),
+    (b"GETBIT", bulk(b"1"), "test_setbit"),
+    # add() must not report a key as present (or new) on a bad answer
+    (b"BITFIELD", lambda a: _bits(len(a[2:]) // 4, 2), "add"),
+    (b"SETBIT", integer(5), "add_setbit"),
+    (b"PEXPIRE", b"+OK\r\n", "add_ttl"),
+    (b"PEXPIRE", integer(2), "add_ttl"),
+    # counts beyond the bits there are
+    (b"BITCOUNT", integer(10**9), "bits_set"),
+    (b"BITCOUNT", integer(-3), "bits_set"),
+    # the meta key's SET NX: +OK or nil, nothing else
+    (b"SET", integer(1), "test"),
+    (b"SET", b"+QUEUED\r\n", "test"),
+])
+def test_reply_that_does_not_fit_is_a_protocol_error(clean_redis, name, reply, call):
+    with HostileServer(_replace(name, reply), upstream_port=clean_redis.port) as srv:
+        kw = {}
+        if call.endswith("_setbit"):
+            kw["mode"] = "setbit"
+        if call.endswith("_ttl"):
+            kw["ttl"] = 60
+        with rf(srv, **kw) as f:
+            op = call.split("_")[0]
+            fn = {"test": lambda: f.test("never-added"), "add": lambda: f.add("k1"),
+                  "bits": lambda: f.bits_set()}[op]
+            with pytest.raises(lb.RedisProtocolError) as ei:
+                fn()
+            assert "protocol error" in str(ei.value)
+            assert isinstance(ei.value, lb.RedisError)
+            # the connection was dropped; the next call is answered on a new one
+            conns = srv.connections
+            assert f.test("never-added") is False
+            assert srv.connections == conns + 1
+
+
+def test_bitcount_counts_only_the_filter_bytes(clean_redis):
+    # another writer appended bytes past the filter: they do not count (BITCOUNT 0 last)
+    with rf(clean_redis, key="bc") as f:
+        f.add("a")
+        n = f.bits_set()
+        with clean_redis.client() as c:
+            c.command("SETRANGE", "bc", (f.m + 7) // 8 + 10, b"\xff" * 8)
+        assert f.bits_set() == n
+
+
+def _bf_script(**over):
+    base = {b"BF.RESERVE": OK, b"BF.EXISTS": integer(0),
+            b"BF.INSERT": lambda a: array(*[integer(1)] * (len(a) - a.index(b"ITEMS") - 1)),
+            b"INFO": bulk(b"# Memory\r\nused_memory:1000\r\nmaxmemory:0\r\n"),
+            b"BF.MADD": lambda a: array(*[integer(1)] * (len(a) - 2)),
+            b"BF.MEXISTS": lambda a: array(*[integer(0)] * (len(a) - 2)),
+            b"TYPE": b"+MBbloom--\r\n", b"PEXPIRE": integer(1), b"DEL": integer(1),
+            b"BF.INFO": (b"*10\r\n+Capacity\r\n:1000\r\n+Size\r\n:2080\r\n+Number of filters\r\n"
+                         b":1\r\n+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n"),
+            b"BF.CARD": integer(3)}
+    bad = {k.replace("_", ".").upper().encode(): v for k, v in over.items()}
+    state = {"bad_done": set()}
+
+    def script(c, args):
+        name = args[0].upper()
+        if name in bad and name not in state["bad_done"]:
+            state["bad_done"].add(name)
+            r = bad[name]
+        else:
+            r = base.get(name, b"-ERR unknown command\r\n")
+        return r(args) if callable(r) else r
+
+    return script
+
+
+@pytest.mark.parametrize("over,call", [
+    ({"BF_INFO": b"-ERR not found\r\n", "BF_RESERVE": b"+QUEUED\r\n"}, "reserve"),
+    ({"BF_INFO": b"-ERR not found\r\n", "BF_RESERVE": integer(1)}, "reserve"),
+    ({"PEXPIRE": b"+OK\r\n"}, "add_ttl"),
+    ({"PEXPIRE": integer(7)}, "add_ttl"),
+    ({"BF_INSERT": array(integer(7))}, "add"),
+    ({"BF_INSERT": integer(1)}, "add"),  # not the array of one answer per item
+    ({"BF_EXISTS": integer(-1)}, "test"),
+    ({"BF_MEXISTS": lambda a: array(*[integer(2)] * (len(a) - 2))}, "test_many"),
+    ({"BF_MEXISTS": lambda a: array(*[integer(0)] * (len(a) - 3))}, "test_many"),
+    ({"DEL": b"+OK\r\n"}, "reset"),
+    ({"DEL": integer(5)}, "reset"),
+    ({"BF_INFO": (b"*10\r\n+Capacity\r\n:0\r\n+Size\r\n:2080\r\n+Number of filters\r\n"
+                  b":1\r\n+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n")}, "info"),
+    ({"BF_INFO": (b"*10\r\n+Capacity\r\n:1000\r\n+Size\r\n:2080\r\n+Number of filters\r\n"
+                  b":0\r\n+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n")}, "info"),
+    ({"BF_CARD": integer(-2)}, "card"),
+])
+def test_redisbloom_reply_that_does_not_fit_is_a_protocol_error(over, call):
+    with HostileServer(_bf_script(**over)) as srv:
+        kw = {"ttl": 60} if call.endswith("_ttl") else {}
+        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10, **kw) as f:
+            fn = {"add": lambda: f.add("a"), "test": lambda: f.test("a"),
+                  "test_many": lambda: f.test_many(["a", "b", "c"]), "reset": f.reset,
+                  "info": f.info, "card": f.card, "reserve": f.reserve}[call.split("_ttl")[0]]
+            with pytest.raises(lb.RedisProtocolError):
+                fn()
+            conns = srv.connections
+            assert f.test("a") is False
+            assert srv.connections == conns + 1

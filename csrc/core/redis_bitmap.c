@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "redis_bitmap.h"
 #include "redis_memory.h"
+#include "redis_reply.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 typedef struct {
     uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
     uint32_t part;
+    uint32_t nbits; /* BITFIELD: the u1 fields sent (its reply's length) */
 } cmd_info;
 
 struct lb_redis_bitmap {
@@ -212,6 +214,17 @@ static void describe(const lb_geometry *g, char *buf, size_t cap)
              lb_hash_scheme_name(g->scheme));
 }
 
+/* A reply that does not fit what was sent: the stream may be out of step,
+ * and this is not the server we think: drop the connection. */
+static lb_redis_status conn_bad_reply(lb_redis *conn, const char *what)
+{
+    lb_redis_disconnect(conn);
+    return lb_redis_set_error(conn, LB_REDIS_ERR_PROTOCOL,
+                              "protocol error: a reply to %s that does not fit the command "
+                              "sent (type, length or value); connection dropped",
+                              what);
+}
+
 /* Interpret a GET of the meta key. */
 static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t keylen,
                                         const lb_reply *x, lb_geometry *got)
@@ -222,7 +235,7 @@ static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t 
                                   "no ling_bloom filter at Redis key '%s' (no meta key)",
                                   lb_redis_show(key, keylen, kb, sizeof kb));
     if (x->type != LB_REPLY_STRING)
-        return lb_redis_set_error(conn, LB_REDIS_ERR_PROTOCOL, "unexpected reply to GET of a meta key");
+        return conn_bad_reply(conn, "GET of the meta key");
     int pr = meta_parse(x->str, x->len, got);
     if (pr == -2)
         return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
@@ -304,6 +317,7 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
     lb_redis_batch_arg(b, "TYPE", 4);
     lb_redis_batch_arg(b, bm->key, bm->keylen);
     lb_redis_memory_cmd(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     lb_redis_batch_free(b);
     if (st != LB_REDIS_OK)
@@ -321,7 +335,7 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
         return compare_meta(bm, rs[0]);
     const lb_reply *t = rs[1];
     if ((t->type != LB_REPLY_STATUS && t->type != LB_REPLY_STRING) || !t->str)
-        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_PROTOCOL, "unexpected reply to TYPE");
+        return conn_bad_reply(bm->conn, "TYPE of the key");
     lb_redis_show(bm->key, bm->keylen, kb, sizeof kb);
     int missing = t->len == 4 && memcmp(t->str, "none", 4) == 0;
     if (!missing && !(t->len == 6 && memcmp(t->str, "string", 6) == 0)) {
@@ -374,12 +388,16 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "GET", 3);
     lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_expect_elements(b, 0);
     st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
     lb_redis_batch_free(b); /* the replies live in the connection */
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return name_wrongtype(bm, UINT64_MAX);
     if (st != LB_REDIS_OK)
         return st;
+    static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
+    if (!lb_reply_fits(rs[0], &set_nx))
+        return conn_bad_reply(bm->conn, "SET NX of the meta key");
     if (rs[1]->type == LB_REPLY_NIL) /* deleted between SET NX and GET: a reset raced us */
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
                                   "the meta key vanished while being checked (a concurrent "
@@ -411,6 +429,8 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
  * it (LB_REDIS_KEPT_CONN). */
 static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
+    /* the one array any command here answers: BITFIELD, one element per GET */
+    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
     lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
@@ -435,6 +455,7 @@ lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_
     lb_redis_batch_cmd(&bm->batch, 2);
     lb_redis_batch_arg(&bm->batch, "GET", 3);
     lb_redis_batch_arg(&bm->batch, mn, len);
+    lb_redis_batch_expect_elements(&bm->batch, 0);
     st = lb_redis_exec(conn, &bm->batch, LB_REDIS_IDEMPOTENT, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = name_wrongtype(bm, UINT64_MAX);
@@ -506,6 +527,7 @@ static size_t emit(lb_redis_bitmap *bm, int write, uint64_t part, const uint64_t
             return (size_t)-1;
         bm->cmds[ncmd].key = keyidx;
         bm->cmds[ncmd].part = (uint32_t)part;
+        bm->cmds[ncmd].nbits = cnt;
         return ncmd + 1;
     }
     if (cmds_reserve(bm, ncmd + cnt))
@@ -522,6 +544,7 @@ static size_t emit(lb_redis_bitmap *bm, int write, uint64_t part, const uint64_t
             lb_redis_batch_arg(b, "1", 1);
         bm->cmds[ncmd].key = keyidx;
         bm->cmds[ncmd].part = (uint32_t)part;
+        bm->cmds[ncmd].nbits = 1;
         ncmd++;
     }
     return ncmd;
@@ -529,11 +552,17 @@ static size_t emit(lb_redis_bitmap *bm, int write, uint64_t part, const uint64_t
 
 static lb_redis_status bad_reply(lb_redis_bitmap *bm, const char *what)
 {
-    /* The stream is still in step, but a reply of the wrong shape means we are
-     * not talking to what we think: start afresh next time. */
-    lb_redis_disconnect(bm->conn);
-    return lb_redis_set_error(bm->conn, LB_REDIS_ERR_PROTOCOL,
-                              "unexpected reply shape to %s from Redis", what);
+    return conn_bad_reply(bm->conn, what);
+}
+
+/* Check every reply of the last batch against wants[0..n) (NULL: skip). */
+static lb_redis_status check_replies(lb_redis_bitmap *bm, lb_reply **rs, const lb_reply_want *wants,
+                                     const char *const *names, size_t n)
+{
+    for (size_t c = 0; c < n; c++)
+        if (!lb_reply_fits(rs[c], &wants[c]))
+            return bad_reply(bm, names[c]);
+    return LB_REDIS_OK;
 }
 
 static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t n, int write,
@@ -601,31 +630,21 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
             const lb_reply *x = rs[c];
             uint32_t ki = bm->cmds[c].key;
             if (ki == NO_KEY) {
-                if (x->type != LB_REPLY_INTEGER)
+                if (!lb_reply_is_bit(x)) /* PEXPIRE: 1 set, 0 no such key */
                     return bad_reply(bm, "PEXPIRE");
                 continue;
             }
-            int all = 1, any_zero = 0;
+            int all = 1;
             if (bm->mode == LB_RB_BITFIELD) {
-                if (x->type != LB_REPLY_ARRAY)
+                /* exactly one u1 per field sent, each 0 or 1 */
+                if (!lb_reply_bits(x, bm->cmds[c].nbits, &all))
                     return bad_reply(bm, "BITFIELD");
-                for (size_t j = 0; j < x->len; j++) {
-                    const lb_reply *e = x->element[j];
-                    if (!e || e->type != LB_REPLY_INTEGER)
-                        return bad_reply(bm, "BITFIELD");
-                    if (e->integer == 0) {
-                        all = 0;
-                        any_zero = 1;
-                    }
-                }
             } else {
-                if (x->type != LB_REPLY_INTEGER)
+                if (!lb_reply_is_bit(x))
                     return bad_reply(bm, write ? "SETBIT" : "GETBIT");
-                if (x->integer == 0) {
-                    all = 0;
-                    any_zero = 1;
-                }
+                all = (int)x->integer;
             }
+            int any_zero = !all;
             if (out) {
                 if (write)
                     out[start + ki] |= (uint8_t)any_zero;
@@ -668,7 +687,14 @@ lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
         lb_redis_batch_arg(b, n, len);
     }
     add_meta_set(bm, b, val, vlen);
-    return bm_exec(bm, NULL);
+    lb_reply **rs;
+    st = bm_exec(bm, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    const lb_reply_want wants[2] = {{LB_WANT_INT, 0, (long long)bm->nparts + 1},
+                                    {LB_WANT_OK_OR_NIL, 0, 0}};
+    static const char *const names[2] = {"DEL", "SET NX of the meta key"};
+    return check_replies(bm, rs, wants, names, 2);
 }
 
 /* ------------------------------------------------------------ load */
@@ -707,6 +733,7 @@ static lb_redis_status load_fail(lb_redis_bitmap *bm, lb_redis_status st, const 
         lb_redis_batch_cmd(b, 2);
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
+        lb_redis_batch_expect_elements(b, 0);
         (void)lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, NULL);
     }
     return lb_redis_set_error(bm->conn, st, "load: %s", msg);
@@ -750,6 +777,13 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 continue;
             int masked = ce == nbytes && lastmask != 0xff;
             size_t body = ce - c - (masked ? 1 : 0);
+            /* what each command can answer: SETRANGE the string's new length
+             * (at least what it wrote up to, at most a part), PEXPIRE 0/1,
+             * BITOP the result's length, DEL the keys removed */
+            lb_reply_want wants[5];
+            const char *names[5];
+            size_t nw = 0;
+            const long long part_bytes = (long long)LB_RB_PART_BYTES;
             lb_redis_batch_clear(b);
             if (body) {
                 lb_redis_batch_cmd(b, 4);
@@ -757,6 +791,8 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 lb_redis_batch_arg(b, tmp, tlen);
                 lb_redis_batch_arg_u64(b, c - pstart);
                 lb_redis_batch_arg(b, bits + c, body);
+                wants[nw] = (lb_reply_want){LB_WANT_INT, (long long)(c - pstart + body), part_bytes};
+                names[nw++] = "SETRANGE";
             }
             if (masked) {
                 uint8_t lbyte = bits[ce - 1] & lastmask;
@@ -765,11 +801,15 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 lb_redis_batch_arg(b, tmp, tlen);
                 lb_redis_batch_arg_u64(b, ce - 1 - pstart);
                 lb_redis_batch_arg(b, &lbyte, 1);
+                wants[nw] = (lb_reply_want){LB_WANT_INT, (long long)(ce - pstart), part_bytes};
+                names[nw++] = "SETRANGE";
             }
             lb_redis_batch_cmd(b, 3);
             lb_redis_batch_arg(b, "PEXPIRE", 7);
             lb_redis_batch_arg(b, tmp, tlen);
             lb_redis_batch_arg_u64(b, LB_RB_LOAD_TMP_TTL_MS);
+            wants[nw] = (lb_reply_want){LB_WANT_INT, 0, 1};
+            names[nw++] = "PEXPIRE";
             long bitop = -1;
             if (c == last) {
                 size_t pn;
@@ -784,8 +824,15 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 lb_redis_batch_cmd(b, 2);
                 lb_redis_batch_arg(b, "DEL", 3);
                 lb_redis_batch_arg(b, tmp, tlen);
+                wants[nw] = (lb_reply_want){LB_WANT_INT, 0, part_bytes};
+                names[nw++] = "BITOP";
+                wants[nw] = (lb_reply_want){LB_WANT_INT, 0, 1};
+                names[nw++] = "DEL";
             }
-            st = bm_exec(bm, NULL);
+            lb_reply **rs;
+            st = bm_exec(bm, &rs);
+            if (st == LB_REDIS_OK)
+                st = check_replies(bm, rs, wants, names, nw);
             if (st == LB_REDIS_ERR_WRONGTYPE && lb_redis_err_index(bm->conn) == bitop) {
                 st = name_wrongtype(bm, p); /* the DEL of tmp ran after it */
                 break;
@@ -800,8 +847,12 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
     free(tmp);
     if (st == LB_REDIS_OK && bm->ttl_ms > 0) {
         lb_redis_batch_clear(b);
-        add_expires(bm, 0);
-        st = bm_exec(bm, NULL);
+        size_t ne = add_expires(bm, 0);
+        lb_reply **rs;
+        st = bm_exec(bm, &rs);
+        for (size_t c = 0; st == LB_REDIS_OK && c < ne; c++)
+            if (!lb_reply_is_bit(rs[c]))
+                st = bad_reply(bm, "PEXPIRE");
     }
     return st;
 }
@@ -882,12 +933,20 @@ lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count)
         return st;
     lb_redis_batch *b = &bm->batch;
     lb_redis_batch_clear(b);
+    /* Count the part's own bytes only (BITCOUNT key 0 last): its reply is then
+     * at most 8 bits per byte asked, and bytes another writer appended past
+     * the filter do not count. */
+    const uint64_t nbytes = (bm->g.m + 7) / 8;
     for (uint64_t p = 0; p < bm->nparts; p++) {
         size_t pn;
         const char *pname = name_of(bm, p, &pn);
-        lb_redis_batch_cmd(b, 2);
+        uint64_t pstart = p * LB_RB_PART_BYTES;
+        uint64_t pbytes = nbytes - pstart < LB_RB_PART_BYTES ? nbytes - pstart : LB_RB_PART_BYTES;
+        lb_redis_batch_cmd(b, 4);
         lb_redis_batch_arg(b, "BITCOUNT", 8);
         lb_redis_batch_arg(b, pname, pn);
+        lb_redis_batch_arg_u64(b, 0);
+        lb_redis_batch_arg_u64(b, pbytes - 1);
     }
     lb_reply **rs;
     st = bm_exec(bm, &rs);
@@ -896,7 +955,9 @@ lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count)
     if (st != LB_REDIS_OK)
         return st;
     for (uint64_t p = 0; p < bm->nparts; p++) {
-        if (rs[p]->type != LB_REPLY_INTEGER || rs[p]->integer < 0)
+        uint64_t pstart = p * LB_RB_PART_BYTES;
+        uint64_t pbytes = nbytes - pstart < LB_RB_PART_BYTES ? nbytes - pstart : LB_RB_PART_BYTES;
+        if (!lb_reply_int_in(rs[p], 0, (long long)(pbytes * 8)))
             return bad_reply(bm, "BITCOUNT");
         *count += (uint64_t)rs[p]->integer;
     }

@@ -519,6 +519,10 @@ struct lb_redis {
     lb_redis_status status;
     long err_index;
     int stale;            /* last exec: IO on an old connection, nothing answered */
+    size_t max_elements;  /* bound of the round trip's replies (array elements, nested) */
+    size_t reply_elements;/* elements announced so far in the reply being parsed */
+    lb_redis_status parse_status; /* why a reader callback refused (0: it did not) */
+    char parse_err[200];
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -553,14 +557,70 @@ int lb_redis_is_connected(const lb_redis *r)
     return r->ctx != NULL && r->pid == getpid();
 }
 
-/* --- reader callbacks: replies are built in the arena, no malloc per reply. */
+/* --- reader callbacks: replies are built in the arena, no malloc per reply.
+ *
+ * An array is not allocated at the length its header announces: its element
+ * vector starts small and doubles as elements arrive (the outgrown vectors
+ * stay in the arena until the round trip ends: at most as much again), so a
+ * header "*2147483647" costs nothing until elements come.  The announced
+ * lengths of one reply (nested arrays included) may not exceed the bound the
+ * batch gave (lb_redis_batch_expect_elements): over it, the callback refuses
+ * and the reader stops with a protocol error. */
 
-static void attach(const redisReadTask *task, lb_reply *x)
+typedef struct {
+    lb_reply pub;
+    size_t cap; /* slots allocated in pub.element (pub.len: announced) */
+} lb_array_obj;
+
+#define LB_ARRAY_FIRST 8
+
+static void *refuse(lb_redis *r, lb_redis_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static void *refuse(lb_redis *r, lb_redis_status st, const char *fmt, ...)
 {
-    if (task->parent) {
-        lb_reply *p = task->parent->obj;
-        p->element[task->idx] = x;
+    if (!r->parse_status) {
+        r->parse_status = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->parse_err, sizeof r->parse_err, fmt, ap);
+        va_end(ap);
     }
+    return NULL;
+}
+
+/* Hang x into its parent's element vector (growing it); 0, or -1 refused. */
+static int attach(lb_redis *r, const redisReadTask *task, lb_reply *x)
+{
+    if (!task->parent)
+        return 0;
+    lb_array_obj *p = task->parent->obj;
+    if (task->idx < 0 || (size_t)task->idx >= p->pub.len) {
+        refuse(r, LB_REDIS_ERR_PROTOCOL, "array element %d of an array of %zu", task->idx,
+               p->pub.len);
+        return -1;
+    }
+    size_t i = (size_t)task->idx;
+    if (i >= p->cap) {
+        size_t cap = p->cap * 2 > i + 1 ? p->cap * 2 : i + 1;
+        if (cap > p->pub.len)
+            cap = p->pub.len;
+        lb_reply **el = arena_alloc(&r->arena, cap * sizeof *el);
+        if (!el) {
+            refuse(r, LB_REDIS_ERR_NOMEM, "out of memory reading an array of %zu elements",
+                   p->pub.len);
+            return -1;
+        }
+        memcpy(el, p->pub.element, p->cap * sizeof *el);
+        memset(el + p->cap, 0, (cap - p->cap) * sizeof *el);
+        p->pub.element = el;
+        p->cap = cap;
+    }
+    p->pub.element[i] = x;
+    return 0;
 }
 
 static void *cb_string(const redisReadTask *task, char *str, size_t len)
@@ -568,7 +628,7 @@ static void *cb_string(const redisReadTask *task, char *str, size_t len)
     lb_redis *r = task->privdata;
     lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply) + len + 1);
     if (!x)
-        return NULL;
+        return refuse(r, LB_REDIS_ERR_NOMEM, "out of memory for a reply of %zu bytes", len);
     x->type = task->type;
     x->integer = 0;
     x->len = len;
@@ -576,26 +636,38 @@ static void *cb_string(const redisReadTask *task, char *str, size_t len)
     memcpy(x->str, str, len);
     x->str[len] = '\0';
     x->element = NULL;
-    attach(task, x);
-    return x;
+    return attach(r, task, x) ? NULL : x;
 }
 
 static void *cb_array(const redisReadTask *task, lb_array_len_t n)
 {
     lb_redis *r = task->privdata;
-    size_t cnt = n > 0 ? (size_t)n : 0;
-    lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply) + cnt * sizeof(lb_reply *));
-    if (!x)
-        return NULL;
+    long long want = (long long)n;
+    if (!task->parent)
+        r->reply_elements = 0; /* a new top-level reply */
+    if (want < 0)
+        return refuse(r, LB_REDIS_ERR_PROTOCOL, "an array of negative length %lld", want);
+    if ((unsigned long long)want > r->max_elements - r->reply_elements)
+        return refuse(r, LB_REDIS_ERR_PROTOCOL,
+                      "a reply announced an array of %lld elements, more than the command "
+                      "can answer (%zu)",
+                      want, r->max_elements - r->reply_elements);
+    size_t cnt = (size_t)want;
+    r->reply_elements += cnt;
+    size_t cap = cnt < LB_ARRAY_FIRST ? cnt : LB_ARRAY_FIRST;
+    lb_array_obj *a = arena_alloc(&r->arena, sizeof *a + cap * sizeof(lb_reply *));
+    if (!a)
+        return refuse(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
+    lb_reply *x = &a->pub;
     x->type = LB_REPLY_ARRAY;
     x->integer = 0;
     x->len = cnt;
     x->str = NULL;
-    x->element = (lb_reply **)(x + 1);
-    for (size_t i = 0; i < cnt; i++)
+    x->element = (lb_reply **)(a + 1);
+    a->cap = cap;
+    for (size_t i = 0; i < cap; i++)
         x->element[i] = NULL;
-    attach(task, x);
-    return x;
+    return attach(r, task, x) ? NULL : x;
 }
 
 static void *cb_integer(const redisReadTask *task, long long v)
@@ -603,14 +675,13 @@ static void *cb_integer(const redisReadTask *task, long long v)
     lb_redis *r = task->privdata;
     lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply));
     if (!x)
-        return NULL;
+        return refuse(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
     x->type = LB_REPLY_INTEGER;
     x->integer = v;
     x->len = 0;
     x->str = NULL;
     x->element = NULL;
-    attach(task, x);
-    return x;
+    return attach(r, task, x) ? NULL : x;
 }
 
 static void *cb_nil(const redisReadTask *task)
@@ -618,11 +689,10 @@ static void *cb_nil(const redisReadTask *task)
     lb_redis *r = task->privdata;
     lb_reply *x = arena_alloc(&r->arena, sizeof(lb_reply));
     if (!x)
-        return NULL;
+        return refuse(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
     memset(x, 0, sizeof *x);
     x->type = LB_REPLY_NIL;
-    attach(task, x);
-    return x;
+    return attach(r, task, x) ? NULL : x;
 }
 
 static void cb_free(void *obj) { (void)obj; /* arena-owned */ }
@@ -719,6 +789,9 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
     char w[160];
     *received = 0;
     r->roundtrips++;
+    r->parse_status = LB_REDIS_OK;
+    r->parse_err[0] = '\0';
+    r->reply_elements = 0;
 
     for (;;) {
         /* Hand out every reply already parsed. */
@@ -726,9 +799,12 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
             void *rep = NULL;
             if (redisReaderGetReply(r->reader, &rep) != REDIS_OK) {
                 where(r, w, sizeof w);
+                if (r->parse_status == LB_REDIS_ERR_NOMEM)
+                    return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "%s (from Redis at %s)",
+                                              r->parse_err, w);
                 return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
                                           "protocol error from Redis at %s: %s", w,
-                                          r->reader->errstr);
+                                          r->parse_status ? r->parse_err : r->reader->errstr);
             }
             if (!rep)
                 break;
@@ -832,6 +908,15 @@ void lb_redis_batch_clear(lb_redis_batch *b)
     b->ncmds = 0;
     b->args_left = 0;
     b->failed = 0;
+    b->max_elements = 0;
+    b->max_set = 0;
+}
+
+void lb_redis_batch_expect_elements(lb_redis_batch *b, size_t n)
+{
+    if (!b->max_set || n > b->max_elements)
+        b->max_elements = n;
+    b->max_set = 1;
 }
 
 static int batch_reserve(lb_redis_batch *b, size_t more)
@@ -1031,8 +1116,10 @@ static lb_redis_status do_connect(lb_redis *r)
     lb_redis_status st;
     if (hb.failed)
         st = lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building the handshake");
-    else
+    else {
+        r->max_elements = 0; /* AUTH and SELECT answer no array */
         st = roundtrip(r, hb.buf, hb.len, hb.ncmds, hr, &received);
+    }
     lb_redis_batch_free(&hb);
     if (st == LB_REDIS_OK && auth >= 0 && hr[auth]->type == LB_REPLY_ERROR)
         st = lb_redis_set_error(r, LB_REDIS_ERR_AUTH, "Redis at %s refused AUTH%s%s: %s", w,
@@ -1130,6 +1217,7 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
             return st;
         arena_reset(&r->arena);
         size_t received = 0;
+        r->max_elements = b->max_set ? b->max_elements : LB_REDIS_DEFAULT_MAX_ELEMENTS;
         st = roundtrip(r, b->buf, b->len, b->ncmds, r->replies, &received);
         if (st == LB_REDIS_OK)
             break;

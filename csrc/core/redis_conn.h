@@ -158,7 +158,20 @@ typedef struct {
     size_t ncmds;       /* commands begun */
     long args_left;     /* arguments still owed to the current command */
     int failed;         /* 0, or LB_REDIS_ERR_NOMEM / LB_REDIS_ERR_ARG */
+    size_t max_elements; /* see lb_redis_batch_expect_elements */
+    int max_set;         /* 0: nobody asked, the default bound applies */
 } lb_redis_batch;
+
+/* The most array elements one reply of this batch may hold, nested arrays'
+ * elements included (e.g. BITFIELD with k GETs: k; BF.MEXISTS of n items: n;
+ * commands answering no array: 0 is fine, they never need any).  The bound
+ * of the batch is the largest any of its commands asked for; a batch that
+ * asks nothing gets LB_REDIS_DEFAULT_MAX_ELEMENTS.  A reply announcing more
+ * is a protocol error before anything is allocated for it; within the bound,
+ * a reply's memory grows with the elements that arrived, not with the
+ * length its header announced.  lb_redis_batch_clear forgets it. */
+#define LB_REDIS_DEFAULT_MAX_ELEMENTS ((size_t)1 << 20)
+void lb_redis_batch_expect_elements(lb_redis_batch *b, size_t n);
 
 void lb_redis_batch_init(lb_redis_batch *b);
 void lb_redis_batch_free(lb_redis_batch *b);

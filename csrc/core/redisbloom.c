@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "redisbloom.h"
 #include "redis_memory.h"
+#include "redis_reply.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
 #define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
 #define BF_REPLY_TEXT_MAX 512
+#define BF_INFO_MAX_ELEMENTS 64 /* BF.INFO: name/value pairs (the module sends 5) */
 
 struct lb_redisbloom {
     lb_redis *conn;
@@ -110,11 +112,28 @@ static int bloom_type(const char *t, size_t n)
 
 static lb_redis_status bad_reply(lb_redisbloom *bf, const char *what)
 {
-    /* The stream is still in step, but a reply of the wrong shape means we
-     * are not talking to what we think: start afresh next time. */
+    /* A reply that does not fit what was sent: the stream may be out of
+     * step, and this is not the server we think: start afresh next time. */
     lb_redis_disconnect(bf->conn);
     return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
-                              "unexpected reply shape to %s from Redis", what);
+                              "protocol error: a reply to %s that does not fit the command "
+                              "sent (type, length or value); connection dropped",
+                              what);
+}
+
+static const lb_reply_want want_ok = {LB_WANT_OK, 0, 0};
+static const lb_reply_want want_bit = {LB_WANT_INT, 0, 1}; /* PEXPIRE, DEL of one key */
+
+static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const char *cmd, int adds);
+
+/* A reply of a RAW_ERRORS batch: its error (fail_reply), or a protocol error
+ * when it does not fit w, or OK. */
+static lb_redis_status expect_reply(lb_redisbloom *bf, const lb_reply *x, const lb_reply_want *w,
+                                    const char *what)
+{
+    if (x->type == LB_REPLY_ERROR)
+        return fail_reply(bf, x, what, 0);
+    return lb_reply_fits(x, w) ? LB_REDIS_OK : bad_reply(bf, what);
 }
 
 static void keep_text(lb_redisbloom *bf, const char *s, size_t n)
@@ -342,6 +361,7 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     if (cst != LB_REDIS_OK || exists)
         return cst;
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
     lb_redis_batch_arg(b, "BF.RESERVE", 10);
     arg_key(bf);
@@ -364,15 +384,15 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
         return st;
     const lb_reply *x = rs[0];
     int made = 0;
-    if (x->type == LB_REPLY_STATUS)
+    if (lb_reply_fits(x, &want_ok))
         made = 1;
     else if (x->type == LB_REPLY_ERROR) {
         if (!(x->str && ci_contains(x->str, "item exists")))
             return fail_reply(bf, x, "BF.RESERVE", 0);
     } else
         return bad_reply(bf, "BF.RESERVE");
-    if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[1], "PEXPIRE", 0);
+    if (bf->opt.ttl_ms > 0 && (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
     if (made)
@@ -398,6 +418,7 @@ static lb_redis_status check_existing(lb_redisbloom *bf, int *exists)
     lb_redis_batch_arg(b, "BF.INFO", 7);
     arg_key(bf);
     lb_redis_memory_cmd(b);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -482,6 +503,7 @@ static void build_insert(lb_redisbloom *bf, const lb_key *keys, size_t n)
     lb_redis_batch *b = &bf->batch;
     char num[24];
     int head = bf->opt.no_create ? 1 : 4 + (bf->opt.non_scaling ? 1 : 2);
+    lb_redis_batch_expect_elements(b, n); /* one answer per item */
     lb_redis_batch_cmd(b, (int)(2 + head + 1 + n));
     lb_redis_batch_arg(b, "BF.INSERT", 9);
     arg_key(bf);
@@ -511,6 +533,7 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
                         size_t n)
 {
     lb_redis_batch *b = &bf->batch;
+    lb_redis_batch_expect_elements(b, n > 1 ? n : 0); /* MADD/MEXISTS: one per item */
     lb_redis_batch_cmd(b, (int)(2 + n));
     lb_redis_batch_arg_str(b, n == 1 ? one : many);
     arg_key(bf);
@@ -603,8 +626,9 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
             *processed = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
         if (st != LB_REDIS_OK)
             return st;
-        if (bf->opt.ttl_ms > 0 && rs[1]->type == LB_REPLY_ERROR)
-            return fail_reply(bf, rs[1], "PEXPIRE", 0);
+        if (bf->opt.ttl_ms > 0 &&
+            (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+            return st;
         confirm_type(bf); /* a successful add proves the key is a Bloom filter */
         return LB_REDIS_OK;
     }
@@ -675,6 +699,7 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
     /* All false and the type unknown: the module answers 0 on a key of
      * another type, so ask once. */
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "TYPE", 4);
     arg_key(bf);
@@ -707,14 +732,15 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     lb_reply **rs;
     clear_call(bf);
     lb_redis_batch_clear(b);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     arg_key(bf);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
-    if (rs[0]->type == LB_REPLY_ERROR)
-        return fail_reply(bf, rs[0], "DEL", 0);
+    if ((st = expect_reply(bf, rs[0], &want_bit, "DEL")) != LB_REDIS_OK)
+        return st;
     bf->reserved = 0;
     bf->type_ok = 0;
     return LB_REDIS_OK;
@@ -758,13 +784,15 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.INFO", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
     st = typed_reply(bf, rs, "BF.INFO");
     if (st != LB_REDIS_OK)
         return st;
-    if (lb_bf_parse_info(rs[1], out) < 0)
+    /* a filter holds at least one sub-filter of capacity >= 1 */
+    if (lb_bf_parse_info(rs[1], out) < 0 || out->capacity == 0 || out->filters == 0)
         return bad_reply(bf, "BF.INFO");
     return LB_REDIS_OK;
 }
@@ -779,6 +807,7 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "BF.CARD", 7);
     arg_key(bf);
+    lb_redis_batch_expect_elements(b, 0);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -827,6 +856,7 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
     lb_redis_batch_arg(b, "BF.SCANDUMP", 11);
     arg_key(bf);
     lb_redis_batch_arg_i64(b, iter);
+    lb_redis_batch_expect_elements(b, 2); /* [next iterator, chunk] */
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -865,6 +895,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
     if (!replace) { /* never replace a key of another type unasked */
         lb_reply **trs;
         lb_redis_batch_clear(&bf->batch);
+        lb_redis_batch_expect_elements(&bf->batch, 0);
         lb_redis_batch_cmd(&bf->batch, 2);
         lb_redis_batch_arg(&bf->batch, "TYPE", 4);
         arg_key(bf);
@@ -902,6 +933,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
             i++;
         }
         add_pexpire(bf, tmp, tlen, BF_RESTORE_TMP_TTL_MS);
+        lb_redis_batch_expect_elements(b, 0);
         int last = i == n;
         if (last) {
             lb_redis_batch_cmd(b, 3);
@@ -916,16 +948,15 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS, &rs);
         if (st != LB_REDIS_OK)
             break;
-        for (size_t c = 0; c < b->ncmds; c++) {
-            if (rs[c]->type != LB_REPLY_ERROR)
-                continue;
+        for (size_t c = 0; c < b->ncmds && st == LB_REDIS_OK; c++) {
             /* which command: DEL?, LOADCHUNKs, PEXPIRE tmp, RENAME, PEXPIRE key */
             size_t nload = i - first, off = first == 0 ? 1 : 0;
             const char *what = c < off ? "DEL" : c < off + nload ? "BF.LOADCHUNK"
                                : c == off + nload ? "PEXPIRE" : c == off + nload + 1 ? "RENAME"
                                                                                  : "PEXPIRE";
-            st = fail_reply(bf, rs[c], what, 0);
-            break;
+            const lb_reply_want *w = c < off ? &want_bit : c < off + nload ? &want_ok
+                                     : c == off + nload + 1 ? &want_ok : &want_bit;
+            st = expect_reply(bf, rs[c], w, what);
         }
     }
     if (st != LB_REDIS_OK && sent_any && lb_redis_is_connected(bf->conn)) {
@@ -937,6 +968,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         lb_redis_batch_cmd(b, 2);
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
+        lb_redis_batch_expect_elements(b, 0);
         (void)lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, NULL);
         st = lb_redis_set_error(bf->conn, keep, "%s", msg);
     }

@@ -637,7 +637,11 @@ static int module_exec(PyObject *module)
                 st->RedisError, PyExc_ValueError) < 0 ||
         add_exc(module, &st->ModuleMissingError, "ModuleMissingError",
                 "The Redis server has no RedisBloom module (no BF.* commands).",
-                st->RedisResponseError, st->NotSupportedError) < 0)
+                st->RedisResponseError, st->NotSupportedError) < 0 ||
+        add_exc(module, &st->RedisProtocolError, "RedisProtocolError",
+                "Redis answered something that does not fit the command sent (type, length or "
+                "value); the connection was dropped.",
+                st->RedisError, NULL) < 0)
         return -1;
     if (add_type(module, &st->MemoryFilter, lb_memory_filter_type(module)) < 0 ||
         add_type(module, &st->CountingFilter, lb_counting_filter_type(module)) < 0 ||

@@ -41,6 +41,7 @@ typedef struct {
     PyObject *ModuleMissingError;
     PyObject *FilterNotFoundError;
     PyObject *KeyNotOwnedError;
+    PyObject *RedisProtocolError;
 } lb_state;
 
 extern PyModuleDef lb_module_def;

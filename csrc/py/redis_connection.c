@@ -149,7 +149,7 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
         PyErr_SetString(st->RedisTimeoutError, text);
         return;
     case LB_REDIS_ERR_PROTOCOL:
-        PyErr_SetString(st->RedisError, text);
+        PyErr_SetString(st->RedisProtocolError, text);
         return;
     case LB_REDIS_ERR_REPLY:
     case LB_REDIS_ERR_WRONGTYPE:
