@@ -363,6 +363,24 @@ def test_never_touches_a_key_it_does_not_own(clean_redis, raw_redis):
     assert raw_redis.command("EXISTS", "{new}:meta") == 1
 
 
+def test_expired_or_deleted_filter_comes_back_with_its_meta_key(clean_redis, raw_redis):
+    # the meta key is checked once per connection; a write after the filter expired or
+    # was deleted must not leave a bare bitmap, which every other process would refuse
+    with rf(clean_redis, "bf", ttl=60) as f:
+        f.add("a")
+        raw_redis.command("PEXPIRE", "bf", 1)
+        raw_redis.command("PEXPIRE", "{bf}:meta", 1)
+        while raw_redis.command("EXISTS", "bf", "{bf}:meta"):
+            pass
+        assert f.add("b") is True
+        assert 0 < raw_redis.command("PTTL", "{bf}:meta") <= 60_000
+        raw_redis.command("DEL", "bf", "{bf}:meta")  # another client
+        f.add_many(["c", "d"])
+        assert raw_redis.command("EXISTS", "{bf}:meta") == 1
+    with rf(clean_redis, "bf") as g:  # a new connection: its own, not someone else's
+        assert g.test_many(["a", "b", "c", "d"]) == [False, False, True, True]
+
+
 def test_adopt_a_bitmap_written_without_a_meta_key(clean_redis, raw_redis):
     m, k = 4096, 3
     for i in lb.indices("alice", m, k, hash="ling-base"):  # as a Go service writes it

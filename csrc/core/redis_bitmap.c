@@ -14,6 +14,7 @@
 #define LB_RB_LOAD_TMP_TTL_MS 600000        /* temp key of load: 10 minutes */
 #define LB_RB_PART_BYTES (LB_RB_PART_BITS / 8)
 #define NO_KEY UINT32_MAX
+#define META_SET (UINT32_MAX - 1) /* cmd_info.key of the SET NX of the meta key */
 
 typedef struct {
     uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
@@ -483,6 +484,23 @@ static int cmds_reserve(lb_redis_bitmap *bm, size_t n)
 }
 
 /* PEXPIRE every part and the meta key (write batches with a TTL). */
+/* SET meta <ours> NX [PX ttl] in every write round trip: a filter that
+ * expired or was deleted while this connection stayed open (its meta key
+ * checked long ago) is written again with its meta key, in the same round
+ * trip, never as a bare bitmap that other processes would refuse as not
+ * theirs.  An existing meta key is left as it is. */
+static size_t add_meta_guard(lb_redis_bitmap *bm, size_t ncmd)
+{
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    add_meta_set(bm, &bm->batch, val, vlen);
+    if (cmds_reserve(bm, ncmd + 1) == 0) {
+        bm->cmds[ncmd].key = META_SET;
+        bm->cmds[ncmd].part = UINT32_MAX;
+    }
+    return ncmd + 1;
+}
+
 static size_t add_expires(lb_redis_bitmap *bm, size_t ncmd)
 {
     if (bm->ttl_ms <= 0)
@@ -610,7 +628,7 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
                 return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
         }
         if (write)
-            ncmd = add_expires(bm, ncmd);
+            ncmd = add_expires(bm, add_meta_guard(bm, ncmd));
         if (cmds_reserve(bm, ncmd))
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
 
@@ -629,6 +647,12 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
         for (size_t c = 0; c < ncmd; c++) {
             const lb_reply *x = rs[c];
             uint32_t ki = bm->cmds[c].key;
+            if (ki == META_SET) {
+                static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
+                if (!lb_reply_fits(x, &set_nx))
+                    return bad_reply(bm, "SET NX of the meta key");
+                continue;
+            }
             if (ki == NO_KEY) {
                 if (!lb_reply_is_bit(x)) /* PEXPIRE: 1 set, 0 no such key */
                     return bad_reply(bm, "PEXPIRE");
@@ -780,8 +804,8 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
             /* what each command can answer: SETRANGE the string's new length
              * (at least what it wrote up to, at most a part), PEXPIRE 0/1,
              * BITOP the result's length, DEL the keys removed */
-            lb_reply_want wants[5];
-            const char *names[5];
+            lb_reply_want wants[6];
+            const char *names[6];
             size_t nw = 0;
             const long long part_bytes = (long long)LB_RB_PART_BYTES;
             lb_redis_batch_clear(b);
@@ -828,6 +852,12 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 names[nw++] = "BITOP";
                 wants[nw] = (lb_reply_want){LB_WANT_INT, 0, 1};
                 names[nw++] = "DEL";
+                /* the meta key with the bits (see add_meta_guard) */
+                char val[160];
+                int vlen = meta_format(&bm->g, val, sizeof val);
+                add_meta_set(bm, b, val, vlen);
+                wants[nw] = (lb_reply_want){LB_WANT_OK_OR_NIL, 0, 0};
+                names[nw++] = "SET NX of the meta key";
             }
             lb_reply **rs;
             st = bm_exec(bm, &rs);

@@ -41,6 +41,10 @@
  * Claiming is a second round trip, SET meta <ours> NX [PX ttl] + GET meta:
  * the first writer wins and the others compare.  A key created by another
  * program between the look and the claim is not noticed.
+ * Every write round trip (add, load) also sends SET meta <ours> NX [PX ttl]
+ * with its bits: a filter that expired or was deleted while this connection
+ * stayed open comes back with its meta key, never as a bare bitmap that
+ * other processes would refuse as not theirs.
  * A Go ling-base process ignores the meta key and keeps working.
  *
  * TTL (ttl_ms > 0): every write round trip (add, load, reset) also sends
