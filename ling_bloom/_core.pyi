@@ -390,7 +390,8 @@ class RedisBloomFilter(_Filter):
     @property
     def is_reserved(self) -> bool: ...
     def reserve(self) -> bool:
-        """Send BF.RESERVE now; True when it created the filter."""
+        """Create the filter now (BF.RESERVE on a missing key); True when it created it,
+        False when a matching one was there; GeometryMismatchError when it does not match."""
     def info(self) -> RedisBloomInfo:
         """BF.INFO, read by field name."""
     def card(self) -> int:
