@@ -417,6 +417,11 @@ def test_size_limit_before_anything_is_sent(clean_redis, raw_redis):
         with pytest.raises(ValueError):
             rf(clean_redis, "k12", max_bytes=bad)
     assert raw_redis.command("DBSIZE") == 0
+    # an existing filter is opened whatever its size: the limit guards what is asked for
+    with rf(clean_redis, "huge", m=1 << 40, k=1, max_bytes=1 << 40) as f:
+        f.reset()  # writes the meta key only
+    with RedisFilter.open(clean_redis.url, "huge") as g:
+        assert g.m == 1 << 40
 
 
 def test_maxmemory_before_anything_is_written(redis_server_factory):

@@ -166,9 +166,12 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->args = a;
     lb_geometry g;
     lb_geometry_init(&g, a.m, a.k, a.scheme);
+    /* The limit guards the geometry asked for (a typo in capacity), not one read
+     * from an existing filter's meta key: that one is on the server already. */
     uint64_t limit;
     if (lb_redis_parse_max_bytes(st, max_bytes, &limit) < 0 ||
-        lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0)
+        (adopt != 1 &&
+         lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
         goto fail;
     lb_redis_status rs = lb_redis_bitmap_new(conn, PyBytes_AS_STRING(key_bytes),
                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g,
