@@ -748,9 +748,12 @@ def test_wire_exists_on_wrong_type_answers_zero():
 def test_wire_scandump_sequence_and_restore():
     steps = {b"0": b"*2\r\n:1\r\n$3\r\nHDR\r\n", b"1": b"*2\r\n:145\r\n$2\r\nC1\r\n",
              b"145": b"*2\r\n:457\r\n$2\r\nC2\r\n", b"457": b'*2\r\n:0\r\n$0\r\n\r\n'}
+    # dump() asks BF.INFO first: its bounds (see test_wire.py)
+    info = (b"*10\r\n+Capacity\r\n:100\r\n+Size\r\n:240\r\n+Number of filters\r\n:1\r\n"
+            b"+Number of items inserted\r\n:0\r\n+Expansion rate\r\n:2\r\n")
     with ScriptedServer({"TYPE": b"+MBbloom--\r\n", "BF.SCANDUMP": lambda a: steps[a[2]],
-                         "BF.LOADCHUNK": OK, "DEL": b":0\r\n", "PEXPIRE": b":1\r\n",
-                         "RENAME": OK}) as s:
+                         "BF.INFO": info, "BF.LOADCHUNK": OK, "DEL": b":0\r\n",
+                         "PEXPIRE": b":1\r\n", "RENAME": OK}) as s:
         with lb.RedisBloomFilter("bf", url=s.url) as f:
             chunks = f.dump()
             assert chunks == [(1, b"HDR"), (145, b"C1"), (457, b"C2")]

@@ -293,3 +293,137 @@ def test_redisbloom_reply_that_does_not_fit_is_a_protocol_error(over, call):
             conns = srv.connections
             assert f.test("a") is False
             assert srv.connections == conns + 1
+
+
+# ---------------------------------------- 10: a BF.SCANDUMP that never ends
+
+_INFO = (b"*10\r\n+Capacity\r\n:1000\r\n+Size\r\n:2080\r\n+Number of filters\r\n:1\r\n"
+         b"+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n")
+
+
+def _scandump_server(step):
+    """BF.SCANDUMP answered by step(iterator) -> (next iterator, chunk bytes)."""
+    def script(c, args):
+        name = args[0].upper()
+        if name == b"TYPE":
+            return b"+MBbloom--\r\n"
+        if name == b"BF.INFO":
+            return _INFO
+        if name == b"BF.SCANDUMP":
+            nxt, data = step(int(args[2]))
+            return array(integer(nxt), bulk(data))
+        return b"-ERR unexpected\r\n"
+
+    return HostileServer(script)
+
+
+def _run_bounded(fn, watchdog=30.0):
+    """fn() in a thread; (finished, exception).  The watchdog only turns a hang into a
+    failure (generous: a bounded dump ends in well under a second)."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(watchdog)
+    return not t.is_alive(), out.get("error")
+
+
+@pytest.mark.parametrize("kind,step", [
+    ("iter+1", lambda it: (it + 1, b"x" * 4096)),
+    ("iter+1, empty chunks", lambda it: (it + 1, b"")),
+    ("1,2,1,2", lambda it: (1 if it != 1 else 2, b"y" * 100)),
+    ("the same iterator", lambda it: (max(it, 1), b"z")),
+])
+def test_scandump_that_never_ends_is_bounded(kind, step):
+    with _scandump_server(step) as srv:
+        f = lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10)
+        finished, err = _run_bounded(f.dump)
+        assert finished, f"dump() still running against a server answering {kind}"
+        assert isinstance(err, lb.RedisProtocolError), repr(err)
+        assert "BF.SCANDUMP" in str(err)
+        f.close()
+
+
+def test_close_does_not_wait_forever_behind_a_dump():
+    with _scandump_server(lambda it: (it + 1, b"x" * 1024)) as srv:
+        f = lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10)
+        t = threading.Thread(target=lambda: pytest.raises(lb.RedisError, f.dump), daemon=True)
+        t.start()
+        assert wait_until(lambda: "BF.SCANDUMP" in srv.names())
+        finished, err = _run_bounded(f.close)
+        assert finished and err is None, repr(err)
+        t.join(30)
+        assert not t.is_alive()
+        assert f.closed
+
+
+def test_dump_within_the_bounds_is_whole():
+    chunks = {0: (1, b"header"), 1: (7, b"a" * 1000), 7: (1007, b"b" * 500), 1007: (0, b"")}
+    with _scandump_server(lambda it: chunks[it]) as srv:
+        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10) as f:
+            assert f.dump() == [(1, b"header"), (7, b"a" * 1000), (1007, b"b" * 500)]
+
+
+# ------------------------------ 11: what Python code can override in load/snapshot
+
+
+class _Liar(lb.MemoryFilter):
+    """A MemoryFilter whose to_bitmap() answers something else."""
+
+    answer = None
+
+    def to_bitmap(self):
+        return self.answer(self) if callable(self.answer) else self.answer
+
+
+@pytest.mark.parametrize("answer", [
+    lambda self: bytearray(lb.MemoryFilter.to_bitmap(self)),  # right size, but resizable
+    lambda self: bytearray(1),                                 # short: heap memory after it
+    lambda self: b"\xff" * ((self.m + 7) // 8),                # bytes, all bits set
+    lambda self: b"",
+    "not bytes",
+    None,
+])
+def test_load_takes_the_filters_own_bits(clean_redis, answer):
+    with rf(clean_redis, key="ld") as f:
+        mf = _Liar(m=f.m, k=f.k)
+        mf.answer = answer
+        mf.update([f"u{i}" for i in range(50)])
+        f.load(mf)
+        # exactly the filter's bits went to Redis: not the subclass's answer
+        assert f.snapshot().to_bitmap() == lb.MemoryFilter.to_bitmap(mf)
+        assert f.test_many([f"u{i}" for i in range(50)]) == [True] * 50
+
+
+@pytest.fixture
+def patched_memory_filter():
+    saved = {n: lb.MemoryFilter.__dict__[n] for n in ("to_bitmap", "from_bitmap")}
+    try:
+        yield lb.MemoryFilter
+    finally:
+        for n, v in saved.items():
+            setattr(lb.MemoryFilter, n, v)
+
+
+@pytest.mark.parametrize("answer", [bytearray(4), b"\x00", "x", 1])
+def test_load_with_to_bitmap_replaced_on_the_type(clean_redis, patched_memory_filter, answer):
+    with rf(clean_redis, key="lt") as f:
+        mf = lb.MemoryFilter(m=f.m, k=f.k)
+        mf.add("a")
+        patched_memory_filter.to_bitmap = lambda self: answer
+        with pytest.raises(TypeError):
+            f.load(mf)
+
+
+def test_snapshot_with_from_bitmap_replaced_on_the_type(clean_redis, patched_memory_filter):
+    with lb.RedisFilter.from_url(clean_redis.url, "sn", 1000, 0.01) as f:  # has a capacity
+        f.add("a")
+        patched_memory_filter.from_bitmap = classmethod(lambda cls, *a: object())
+        with pytest.raises(TypeError):
+            f.snapshot()

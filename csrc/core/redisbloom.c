@@ -882,6 +882,139 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
     return LB_REDIS_OK;
 }
 
+void lb_bf_dump_init(lb_bf_dump *d)
+{
+    memset(d, 0, sizeof *d);
+}
+
+void lb_bf_dump_free(lb_bf_dump *d)
+{
+    free(d->seen);
+    lb_bf_dump_init(d);
+}
+
+static size_t iter_slot(long long v, size_t cap)
+{
+    uint64_t h = (uint64_t)v * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+/* Add v to the set of iterators seen: 1 added, 0 already there, -1 no memory. */
+static int iter_seen_add(lb_bf_dump *d, long long v)
+{
+    if ((d->seen_n + 1) * 2 > d->seen_cap) {
+        size_t cap = d->seen_cap ? d->seen_cap * 2 : 64;
+        long long *ns = malloc(cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        for (size_t i = 0; i < cap; i++)
+            ns[i] = -1; /* iterators are > 0 */
+        for (size_t i = 0; i < d->seen_cap; i++) {
+            if (d->seen[i] < 0)
+                continue;
+            size_t j = iter_slot(d->seen[i], cap);
+            while (ns[j] >= 0)
+                j = (j + 1) & (cap - 1);
+            ns[j] = d->seen[i];
+        }
+        free(d->seen);
+        d->seen = ns;
+        d->seen_cap = cap;
+    }
+    size_t j = iter_slot(v, d->seen_cap);
+    while (d->seen[j] >= 0) {
+        if (d->seen[j] == v)
+            return 0;
+        j = (j + 1) & (d->seen_cap - 1);
+    }
+    d->seen[j] = v;
+    d->seen_n++;
+    return 1;
+}
+
+/* The bounds of a dump from BF.INFO (see redisbloom.h). */
+static void dump_bounds(const lb_bf_info *info, lb_bf_dump *d)
+{
+    const double cap_bytes = 1099511627776.0; /* 1 TiB: no Redis holds more */
+    double size = info->size > 0 ? (double)info->size : 0;
+    double filters = info->filters > 0 ? (double)info->filters : 1;
+    double e = info->expansion > 1 ? (double)info->expansion : 1;
+    double items = 0, link = info->capacity > 0 ? (double)info->capacity : 1;
+    for (double i = 0; i < filters && items < cap_bytes; i++, link *= e)
+        items += link;
+    double b = 1048576.0 + 4 * size + 16 * items;
+    if (b > cap_bytes)
+        b = cap_bytes;
+    d->max_bytes = (uint64_t)b;
+    double c = 64 + 4 * filters + b / 4096;
+    d->max_chunks = c > 1e9 ? (size_t)1e9 : (size_t)c;
+}
+
+lb_redis_status lb_bf_dump_step(lb_redisbloom *bf, lb_bf_dump *d, int *done, long long *iter,
+                                const char **data, size_t *len)
+{
+    *done = 0;
+    *iter = 0;
+    *data = NULL;
+    *len = 0;
+    if (d->done)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "the dump is over");
+    if (!d->started) {
+        lb_bf_info info;
+        lb_redis_status st = lb_bf_info_get(bf, &info);
+        if (st != LB_REDIS_OK) {
+            d->done = 1;
+            return st;
+        }
+        dump_bounds(&info, d);
+        d->started = 1;
+    }
+    long long next;
+    const char *c;
+    size_t n;
+    lb_redis_status st = lb_bf_scandump(bf, d->iter, &next, &c, &n);
+    if (st != LB_REDIS_OK) {
+        d->done = 1;
+        return st;
+    }
+    if (next == 0) {
+        d->done = 1;
+        *done = 1;
+        return LB_REDIS_OK;
+    }
+    int added = next == d->iter ? 0 : iter_seen_add(d, next);
+    if (added < 0) {
+        d->done = 1;
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    d->chunks++;
+    d->bytes += n;
+    if (!added || d->chunks > d->max_chunks || d->bytes > d->max_bytes) {
+        char kb[160];
+        d->done = 1;
+        lb_redis_disconnect(bf->conn);
+        if (!added)
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                                      "protocol error: BF.SCANDUMP of '%s' answered the "
+                                      "iterator %lld again after %zu chunks (a cycle); "
+                                      "connection dropped",
+                                      lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), next,
+                                      d->chunks - 1);
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: BF.SCANDUMP of '%s' goes on past what "
+                                  "BF.INFO allows (%zu chunks, %llu bytes; at most %zu chunks, "
+                                  "%llu bytes); connection dropped",
+                                  lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), d->chunks,
+                                  (unsigned long long)d->bytes, d->max_chunks,
+                                  (unsigned long long)d->max_bytes);
+    }
+    d->iter = next;
+    *iter = next;
+    *data = c;
+    *len = n;
+    return LB_REDIS_OK;
+}
+
 lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n,
                               int replace)
 {

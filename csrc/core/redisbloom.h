@@ -172,6 +172,37 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out);
 lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *next,
                                const char **data, size_t *len);
 
+/* A whole dump, step by step, bounded so that no server can make it run
+ * forever or grow without end (a server whose iterator keeps changing:
+ * iter+1, or a 1,2,1,2 cycle, or empty chunks):
+ *   - the first step asks BF.INFO (NOTFOUND / WRONGTYPE as lb_bf_info_get)
+ *     and fixes the bounds from what it says: at most
+ *       max_bytes = 1 MiB + 4 * Size + 16 * the items all its sub-filters
+ *                   can hold (Capacity * (1 + e + ... + e^(filters-1)),
+ *                   e = Expansion rate, 1 when non-scaling)
+ *     bytes in all (the module's Size is bytes, fakeredis's is items: the
+ *     bound covers both), and at most 64 + 4 * filters + max_bytes / 4096
+ *     chunks;
+ *   - an iterator that was seen before (a cycle, or the one just sent) is a
+ *     protocol error, as is going over a bound.
+ * A filter that more than doubles while being dumped may hit the bound. */
+typedef struct {
+    uint64_t bytes, max_bytes;
+    size_t chunks, max_chunks;
+    long long iter;        /* the iterator to send next; 0 before the first step */
+    long long *seen;       /* open-addressing set of the iterators seen */
+    size_t seen_n, seen_cap;
+    int started, done;
+} lb_bf_dump;
+
+void lb_bf_dump_init(lb_bf_dump *d);
+void lb_bf_dump_free(lb_bf_dump *d);
+/* One step.  OK with *done = 1 at the end (no chunk then), or OK
+ * with the next chunk: iter its iterator, data and len its bytes (valid until
+ * the next call on bf).  After an error, the walk is over. */
+lb_redis_status lb_bf_dump_step(lb_redisbloom *bf, lb_bf_dump *d, int *done, long long *iter,
+                                const char **data, size_t *len);
+
 typedef struct {
     long long iter;
     const void *data;

@@ -266,9 +266,26 @@ static PyObject *rf_load(PyObject *self, PyObject *mf)
     RedisFilter *f = RF(self);
     if (rf_check_memory_filter(f, mf) < 0)
         return NULL;
-    PyObject *bits = PyObject_CallMethod(mf, "to_bitmap", NULL);
+    /* The MemoryFilter's own bits: its type's to_bitmap, not what a subclass
+     * (or anything else Python code can replace) would answer, and then only
+     * exact bytes of the filter's size: the bits are read with the GIL
+     * released, so a bytearray (resizable) or a short object must never get
+     * this far. */
+    lb_state *st = f->r.base.st;
+    PyObject *bits = PyObject_CallMethod((PyObject *)st->MemoryFilter, "to_bitmap", "O", mf);
     if (!bits)
         return NULL;
+    if (!PyBytes_CheckExact(bits) ||
+        (uint64_t)PyBytes_GET_SIZE(bits) != (f->args.m + 7) / 8) {
+        PyErr_Format(PyExc_TypeError,
+                     "load(): MemoryFilter.to_bitmap() gave %.200s of %zd bytes, expected bytes "
+                     "of %llu",
+                     Py_TYPE(bits)->tp_name,
+                     PyBytes_Check(bits) ? PyBytes_GET_SIZE(bits) : (Py_ssize_t)-1,
+                     (unsigned long long)((f->args.m + 7) / 8));
+        Py_DECREF(bits);
+        return NULL;
+    }
     const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(bits);
     size_t len = (size_t)PyBytes_GET_SIZE(bits);
     lb_redis_status rs;
@@ -311,6 +328,12 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
                                       bits, (unsigned long long)f->args.m, f->args.k,
                                       lb_hash_scheme_name(f->args.scheme));
     Py_DECREF(bits);
+    if (r && !Py_IS_TYPE(r, f->r.base.st->MemoryFilter)) {
+        /* MemoryFilter.from_bitmap replaced by Python code: not ours to write into */
+        PyErr_Format(PyExc_TypeError, "snapshot(): MemoryFilter.from_bitmap() gave %.200s, "
+                     "not a MemoryFilter", Py_TYPE(r)->tp_name);
+        Py_CLEAR(r);
+    }
     if (r && f->args.has_capacity) {
         /* keep the sizing it was built from: rebuild with capacity set */
         lb_fixed_filter *mf = (lb_fixed_filter *)r;

@@ -332,34 +332,31 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
-    long long iter = 0, next = 0;
     lb_redis_status rs = LB_REDIS_OK;
     int failed = 0;
+    lb_bf_dump d; /* bounded by what BF.INFO says, cycles refused (redisbloom.h) */
+    lb_bf_dump_init(&d);
     lb_busy_begin(&f->r.base);
     for (;;) {
         const char *data;
         size_t len;
+        long long iter;
+        int done;
         Py_BEGIN_ALLOW_THREADS
-        rs = lb_bf_scandump(f->bf, iter, &next, &data, &len);
+        rs = lb_bf_dump_step(f->bf, &d, &done, &iter, &data, &len);
         Py_END_ALLOW_THREADS
-        if (rs != LB_REDIS_OK || next == 0)
+        if (rs != LB_REDIS_OK || done)
             break;
-        if (next == iter) { /* a server that does not move on: do not loop forever */
-            lb_redis_set_error(f->r.conn, LB_REDIS_ERR_PROTOCOL,
-                               "BF.SCANDUMP answered the iterator %lld it was given", iter);
-            rs = LB_REDIS_ERR_PROTOCOL;
-            break;
-        }
-        PyObject *item = Py_BuildValue("(Ly#)", next, data, (Py_ssize_t)len);
+        PyObject *item = Py_BuildValue("(Ly#)", iter, data, (Py_ssize_t)len);
         if (!item || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);
             failed = 1;
             break;
         }
         Py_DECREF(item);
-        iter = next;
     }
     lb_busy_end(&f->r.base);
+    lb_bf_dump_free(&d);
     if (failed) {
         Py_DECREF(list);
         return NULL;
