@@ -132,6 +132,9 @@ _HUGE_CLIENT = textwrap.dedent(r"""
     if mode == "bf":
         f = lb.RedisBloomFilter("k", url=url, socket_timeout=5)
         call = lambda: f.test_many(["a", "b", "c"])
+    elif mode == "dump":
+        f = lb.RedisBloomFilter("k", url=url, socket_timeout=5)
+        call = f.dump
     else:
         f = lb.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=5)
         call = lambda: f.test("x")
@@ -432,3 +435,37 @@ def test_snapshot_with_from_bitmap_replaced_on_the_type(clean_redis, patched_mem
         patched_memory_filter.from_bitmap = classmethod(lambda cls, *a: object())
         with pytest.raises(TypeError):
             f.snapshot()
+
+
+@pytest.mark.parametrize("mode", ["meta", "dump"])
+def test_huge_bulk_reply_is_cut_off_at_what_the_command_can_answer(clean_redis, mode):
+    # a bulk header of 1 GB, then data streaming in: the client must stop reading at the
+    # bytes its command can answer (the meta key's value; the dump's bound from BF.INFO),
+    # not buffer 100 MB waiting for the rest
+    def stream(c):
+        c.send(b"$1000000000\r\n")
+        piece = b"x" * 65536
+        for _ in range(1600):  # 100 MiB, unless the client hangs up first
+            try:
+                c.sock.sendall(piece)
+            except OSError:
+                break
+        return b""
+
+    def script(c, args):
+        name = args[0].upper()
+        if mode == "meta":
+            return stream(c) if name == b"GET" else None
+        if name == b"BF.SCANDUMP":
+            return stream(c)
+        return {b"TYPE": b"+MBbloom--\r\n", b"BF.INFO": _INFO}.get(name, OK)
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        out = subprocess.run([sys.executable, "-c", _HUGE_CLIENT, srv.url, mode],
+                             capture_output=True, text=True, timeout=120)
+    line = out.stdout.strip()
+    assert out.returncode == 0, out.stderr
+    name, is_redis_error, grew_mib, _, msg = line.split(" ", 4)
+    assert name == "RedisProtocolError", line
+    assert "more reply bytes than the commands sent can answer" in msg, line
+    assert int(grew_mib) < 64, line

@@ -319,6 +319,7 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
     lb_redis_batch_arg(b, bm->key, bm->keylen);
     lb_redis_memory_cmd(b);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, LB_REDIS_MEMORY_INFO_BYTES); /* meta < 256, TYPE a word */
     lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     lb_redis_batch_free(b);
     if (st != LB_REDIS_OK)
@@ -390,6 +391,7 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     lb_redis_batch_arg(b, "GET", 3);
     lb_redis_batch_arg(b, mn, len);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
     st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
     lb_redis_batch_free(b); /* the replies live in the connection */
     if (st == LB_REDIS_ERR_WRONGTYPE)
@@ -432,6 +434,9 @@ static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
     /* the one array any command here answers: BITFIELD, one element per GET */
     lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
+    /* and no data beyond what GETRANGE asked for (snapshot adds it): every
+     * other reply fits in redis_conn's per-command slack */
+    lb_redis_batch_expect_bytes(&bm->batch, 0);
     lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
@@ -457,6 +462,7 @@ lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_
     lb_redis_batch_arg(&bm->batch, "GET", 3);
     lb_redis_batch_arg(&bm->batch, mn, len);
     lb_redis_batch_expect_elements(&bm->batch, 0);
+    lb_redis_batch_expect_bytes(&bm->batch, 0);
     st = lb_redis_exec(conn, &bm->batch, LB_REDIS_IDEMPOTENT, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = name_wrongtype(bm, UINT64_MAX);
@@ -925,6 +931,7 @@ lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size
             lb_redis_batch_arg(b, pname, pn);
             lb_redis_batch_arg_u64(b, off);
             lb_redis_batch_arg_u64(b, off + piece - 1);
+            lb_redis_batch_expect_bytes(b, piece);
             bm->cmds[ncmd].part = (uint32_t)p;
             dest[ncmd] = pstart + off;
             plen[ncmd] = piece;

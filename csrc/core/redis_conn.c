@@ -520,6 +520,7 @@ struct lb_redis {
     long err_index;
     int stale;            /* last exec: IO on an old connection, nothing answered */
     size_t max_elements;  /* bound of the round trip's replies (array elements, nested) */
+    size_t max_bytes;     /* bound of the round trip's reply bytes, 0 = none */
     size_t reply_elements;/* elements announced so far in the reply being parsed */
     lb_redis_status parse_status; /* why a reader callback refused (0: it did not) */
     char parse_err[200];
@@ -864,6 +865,14 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
         ssize_t k = recv(fd, r->rbuf, LB_RBUF_SIZE, MSG_DONTWAIT);
         if (k > 0) {
             *received += (size_t)k;
+            if (r->max_bytes && *received > r->max_bytes) {
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                          "protocol error: Redis at %s sent more reply bytes "
+                                          "than the commands sent can answer (%zu so far, at "
+                                          "most %zu)",
+                                          w, *received, r->max_bytes);
+            }
             if (redisReaderFeed(r->reader, r->rbuf, (size_t)k) != REDIS_OK)
                 return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
             progress = 1;
@@ -910,6 +919,14 @@ void lb_redis_batch_clear(lb_redis_batch *b)
     b->failed = 0;
     b->max_elements = 0;
     b->max_set = 0;
+    b->max_bytes = 0;
+    b->bytes_set = 0;
+}
+
+void lb_redis_batch_expect_bytes(lb_redis_batch *b, size_t n)
+{
+    b->max_bytes = b->max_bytes + n < b->max_bytes ? SIZE_MAX : b->max_bytes + n;
+    b->bytes_set = 1;
 }
 
 void lb_redis_batch_expect_elements(lb_redis_batch *b, size_t n)
@@ -1118,6 +1135,7 @@ static lb_redis_status do_connect(lb_redis *r)
         st = lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building the handshake");
     else {
         r->max_elements = 0; /* AUTH and SELECT answer no array */
+        r->max_bytes = (size_t)LB_REDIS_REPLY_SLACK * hb.ncmds;
         st = roundtrip(r, hb.buf, hb.len, hb.ncmds, hr, &received);
     }
     lb_redis_batch_free(&hb);
@@ -1218,6 +1236,13 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
         arena_reset(&r->arena);
         size_t received = 0;
         r->max_elements = b->max_set ? b->max_elements : LB_REDIS_DEFAULT_MAX_ELEMENTS;
+        r->max_bytes = 0;
+        if (b->bytes_set) {
+            size_t slack = b->ncmds > SIZE_MAX / LB_REDIS_REPLY_SLACK
+                               ? SIZE_MAX
+                               : b->ncmds * LB_REDIS_REPLY_SLACK;
+            r->max_bytes = b->max_bytes > SIZE_MAX - slack ? SIZE_MAX : b->max_bytes + slack;
+        }
         st = roundtrip(r, b->buf, b->len, b->ncmds, r->replies, &received);
         if (st == LB_REDIS_OK)
             break;

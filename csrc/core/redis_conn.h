@@ -160,6 +160,8 @@ typedef struct {
     int failed;         /* 0, or LB_REDIS_ERR_NOMEM / LB_REDIS_ERR_ARG */
     size_t max_elements; /* see lb_redis_batch_expect_elements */
     int max_set;         /* 0: nobody asked, the default bound applies */
+    size_t max_bytes;    /* see lb_redis_batch_expect_bytes */
+    int bytes_set;       /* 0: no byte bound */
 } lb_redis_batch;
 
 /* The most array elements one reply of this batch may hold, nested arrays'
@@ -172,6 +174,18 @@ typedef struct {
  * length its header announced.  lb_redis_batch_clear forgets it. */
 #define LB_REDIS_DEFAULT_MAX_ELEMENTS ((size_t)1 << 20)
 void lb_redis_batch_expect_elements(lb_redis_batch *b, size_t n);
+
+/* The reply bytes the batch's data can take: each call adds n (e.g. the
+ * bytes a GETRANGE asked for).  Once a batch called it, the round trip may
+ * receive at most the sum plus LB_REDIS_REPLY_SLACK bytes per command (for
+ * the framing, integers, statuses and error texts); more is a protocol
+ * error as soon as it arrives, so a bulk header like "$1000000000" followed
+ * by data makes the client buffer at most the bound plus one read (64 KiB),
+ * not the gigabyte.  A batch that never calls it has no byte bound (its
+ * memory still grows only with what arrives).  lb_redis_batch_clear forgets
+ * it. */
+#define LB_REDIS_REPLY_SLACK 512
+void lb_redis_batch_expect_bytes(lb_redis_batch *b, size_t n);
 
 void lb_redis_batch_init(lb_redis_batch *b);
 void lb_redis_batch_free(lb_redis_batch *b);

@@ -15,7 +15,10 @@
 
 #include "redis_conn.h"
 
-/* Append "INFO memory" to b. */
+/* Append "INFO memory" to b.  Its reply is a text of about 1.5 KB (Redis
+ * 7); a batch carrying it bounds its reply bytes (lb_redis_batch_expect_bytes)
+ * by at least this much. */
+#define LB_REDIS_MEMORY_INFO_BYTES ((size_t)16 << 10)
 void lb_redis_memory_cmd(lb_redis_batch *b);
 
 /* Read maxmemory and used_memory from the reply to "INFO memory": 0, or -1

@@ -362,6 +362,7 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
         return cst;
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
     lb_redis_batch_arg(b, "BF.RESERVE", 10);
     arg_key(bf);
@@ -419,6 +420,7 @@ static lb_redis_status check_existing(lb_redisbloom *bf, int *exists)
     arg_key(bf);
     lb_redis_memory_cmd(b);
     lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
+    lb_redis_batch_expect_bytes(b, 4096 + LB_REDIS_MEMORY_INFO_BYTES);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -504,6 +506,7 @@ static void build_insert(lb_redisbloom *bf, const lb_key *keys, size_t n)
     char num[24];
     int head = bf->opt.no_create ? 1 : 4 + (bf->opt.non_scaling ? 1 : 2);
     lb_redis_batch_expect_elements(b, n); /* one answer per item */
+    lb_redis_batch_expect_bytes(b, 8 * n); /* ":1\r\n" or "#t\r\n" each */
     lb_redis_batch_cmd(b, (int)(2 + head + 1 + n));
     lb_redis_batch_arg(b, "BF.INSERT", 9);
     arg_key(bf);
@@ -534,6 +537,7 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
 {
     lb_redis_batch *b = &bf->batch;
     lb_redis_batch_expect_elements(b, n > 1 ? n : 0); /* MADD/MEXISTS: one per item */
+    lb_redis_batch_expect_bytes(b, 8 * n);              /* ":1\r\n" or "#t\r\n" each */
     lb_redis_batch_cmd(b, (int)(2 + n));
     lb_redis_batch_arg_str(b, n == 1 ? one : many);
     arg_key(bf);
@@ -700,6 +704,7 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
      * another type, so ask once. */
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "TYPE", 4);
     arg_key(bf);
@@ -733,6 +738,7 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     clear_call(bf);
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     arg_key(bf);
@@ -785,6 +791,7 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     lb_redis_batch_arg(b, "BF.INFO", 7);
     arg_key(bf);
     lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
+    lb_redis_batch_expect_bytes(b, 4096);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -808,6 +815,7 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
     lb_redis_batch_arg(b, "BF.CARD", 7);
     arg_key(bf);
     lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -835,8 +843,19 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
 
 /* ------------------------------------------------------- dump / restore */
 
+/* One BF.SCANDUMP; max_chunk > 0: its chunk may not be longer (the bytes a
+ * dump has left, lb_bf_dump_step), checked as the bytes arrive. */
+static lb_redis_status scandump(lb_redisbloom *bf, long long iter, uint64_t max_chunk,
+                                long long *next, const char **data, size_t *len);
+
 lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *next,
                                const char **data, size_t *len)
+{
+    return scandump(bf, iter, 0, next, data, len);
+}
+
+static lb_redis_status scandump(lb_redisbloom *bf, long long iter, uint64_t max_chunk,
+                                long long *next, const char **data, size_t *len)
 {
     lb_redis_batch *b = &bf->batch;
     lb_reply **rs;
@@ -857,6 +876,8 @@ lb_redis_status lb_bf_scandump(lb_redisbloom *bf, long long iter, long long *nex
     arg_key(bf);
     lb_redis_batch_arg_i64(b, iter);
     lb_redis_batch_expect_elements(b, 2); /* [next iterator, chunk] */
+    if (max_chunk)
+        lb_redis_batch_expect_bytes(b, max_chunk > SIZE_MAX ? SIZE_MAX : (size_t)max_chunk);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
@@ -972,7 +993,7 @@ lb_redis_status lb_bf_dump_step(lb_redisbloom *bf, lb_bf_dump *d, int *done, lon
     long long next;
     const char *c;
     size_t n;
-    lb_redis_status st = lb_bf_scandump(bf, d->iter, &next, &c, &n);
+    lb_redis_status st = scandump(bf, d->iter, d->max_bytes - d->bytes + 1, &next, &c, &n);
     if (st != LB_REDIS_OK) {
         d->done = 1;
         return st;
@@ -1029,6 +1050,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         lb_reply **trs;
         lb_redis_batch_clear(&bf->batch);
         lb_redis_batch_expect_elements(&bf->batch, 0);
+        lb_redis_batch_expect_bytes(&bf->batch, 0);
         lb_redis_batch_cmd(&bf->batch, 2);
         lb_redis_batch_arg(&bf->batch, "TYPE", 4);
         arg_key(bf);
@@ -1067,6 +1089,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         }
         add_pexpire(bf, tmp, tlen, BF_RESTORE_TMP_TTL_MS);
         lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
         int last = i == n;
         if (last) {
             lb_redis_batch_cmd(b, 3);
@@ -1102,6 +1125,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         lb_redis_batch_arg(b, "DEL", 3);
         lb_redis_batch_arg(b, tmp, tlen);
         lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
         (void)lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, NULL);
         st = lb_redis_set_error(bf->conn, keep, "%s", msg);
     }
