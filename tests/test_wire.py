@@ -40,16 +40,22 @@ def settle(srv, n=1):
 
 @pytest.mark.parametrize("mode", ["setbit", "bitfield"])
 def test_late_reply_is_not_taken_as_the_next_answer(clean_redis, mode):
-    first = {"done": False}
+    first = {"late": None, "done": False}
 
     def script(c, args):
         name = args[0].upper()
-        if name in (b"SETBIT", b"BITFIELD") and not first["done"]:
+        if name in (b"SETBIT", b"BITFIELD") and first["late"] is None:
+            reply = c.forward(args)
+            # the same reply once more, nobody asked for it
+            first["late"] = (integer(0) if name == b"SETBIT"
+                             else reply.replace(b":1\r\n", b":0\r\n"))
+            return reply
+        if name == b"SET" and first["late"] is not None and not first["done"]:
+            # 50 ms after the last command of that write round trip (the SET NX of the
+            # meta key every write carries), so that it can only come after its replies
             first["done"] = True
             reply = c.forward(args)
-            # the same reply once more, 50 ms later, nobody asked for it
-            late = integer(0) if name == b"SETBIT" else reply.replace(b":1\r\n", b":0\r\n")
-            c.send_later(late, 0.05)
+            c.send_later(first["late"], 0.05)
             return reply
         return None
 
