@@ -370,8 +370,10 @@ def test_expired_or_deleted_filter_comes_back_with_its_meta_key(clean_redis, raw
         f.add("a")
         raw_redis.command("PEXPIRE", "bf", 1)
         raw_redis.command("PEXPIRE", "{bf}:meta", 1)
-        while raw_redis.command("EXISTS", "bf", "{bf}:meta"):
-            pass
+        deadline = time.monotonic() + 60  # a watchdog: expiry takes a millisecond
+        while raw_redis.command("EXISTS", "bf", "{bf}:meta") and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert raw_redis.command("EXISTS", "bf", "{bf}:meta") == 0
         assert f.add("b") is True
         assert 0 < raw_redis.command("PTTL", "{bf}:meta") <= 60_000
         raw_redis.command("DEL", "bf", "{bf}:meta")  # another client
