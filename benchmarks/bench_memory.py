@@ -326,7 +326,7 @@ def run_floor(exe: str, present: list, sample: list, absent: list, m: int, k: in
     for path, keys in zip(files, (present, sample, absent)):
         write_key_file(path, keys)
     try:
-        r = subprocess.run([exe, *files, str(m), str(k), "xxh3", str(min(repeat, 64))],
+        r = subprocess.run([exe, *files, str(m), str(k), "xxh3-mix", str(min(repeat, 64))],
                            capture_output=True, text=True, check=True)
     finally:
         for path in files:

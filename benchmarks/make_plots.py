@@ -36,8 +36,8 @@ def main(argv=None) -> int:
     common = dict(load=2.0, checkpoints=16, probes=200_000)
     exps = [
         analysis.run_experiment("memory", n, p, keys="sequential",
-                                label="xxh3, sequential ids", **common),
-        analysis.run_experiment("memory", n, p, keys="uuid", label="xxh3, UUIDs", **common),
+                                label="xxh3-mix (default), sequential ids", **common),
+        analysis.run_experiment("memory", n, p, keys="uuid", label="xxh3-mix (default), UUIDs", **common),
         analysis.run_experiment("memory", n, p, keys="sequential", hash="ling-base",
                                 label="ling-base (FNV-1a), sequential ids", **common),
     ]
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     kw = dict(keys="sequential", load=1.5, checkpoints=12, probes=400_000)
     pair = [
-        analysis.run_experiment("memory", n, 0.001, label="xxh3 (default)", **kw),
+        analysis.run_experiment("memory", n, 0.001, label="xxh3-mix (default)", **kw),
         analysis.run_experiment("memory", n, 0.001, hash="ling-base",
                                 label="ling-base (FNV-1a double hashing)", **kw),
     ]

@@ -15,7 +15,7 @@ ling-base bit for bit, to share a Redis bitmap with Go services.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from . import _core
 from ._core import (
@@ -48,7 +48,7 @@ from ._core import (
 )
 from ._core import RedisBloomFilter
 from ._protocols import Batcher, Filter, Remover
-from .theory import false_positive_rate, optimal_k
+from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
 __version__ = "0.1.0"
 
@@ -73,6 +73,19 @@ def estimate(n: int, p: float) -> Params:
     unless 0 < p < 1.
     """
     m, k = _core.estimate(n, p)
+    return Params(m, k)
+
+
+def geometry(n: int, p: float, hash: Optional[str] = None) -> Params:
+    """m and k of a filter built for n keys at false-positive rate p (``MemoryFilter(n, p)``).
+
+    ``estimate(n, p)``, except where its asymptotic formula undershoots: for small n (below
+    about a thousand keys) the default hash ("xxh3-mix") gets more bits, so that the rate at n
+    keys (with ideal hashing, :func:`ideal_false_positive_rate`) stays within 1% of p.  The
+    "ling-base" and "xxh3" schemes keep ``estimate``'s values (Go services and files of 0.1
+    compute them the same way).
+    """
+    m, k = _core.geometry(n, p, hash)
     return Params(m, k)
 
 
@@ -167,7 +180,9 @@ __all__ = [
     "WrongTypeError",
     "estimate",
     "false_positive_rate",
+    "ideal_false_positive_rate",
     "from_bytes",
+    "geometry",
     "hash_pair",
     "indices",
     "load",

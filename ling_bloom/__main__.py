@@ -23,7 +23,7 @@ import ling_bloom as lb
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-HASHES = ("xxh3", "ling-base")
+HASHES = ("xxh3-mix", "xxh3", "ling-base")
 
 
 def _positive_int(text: str) -> int:
@@ -239,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--m", type=_positive_int, help="bits, with --k: a fixed geometry instead "
                                                    "of -p")
     f.add_argument("--k", type=_positive_int, help="hash functions, with --m")
-    f.add_argument("--hash", choices=HASHES, default="xxh3",
-                   help="hashing scheme (default xxh3; ling-base: the Go library's FNV-1a)")
+    f.add_argument("--hash", choices=HASHES, default="xxh3-mix",
+                   help="hashing scheme (default xxh3-mix; xxh3: the 0.1 walk; ling-base: the Go library's FNV-1a)")
     f.add_argument("--keys", choices=("sequential", "uuid", "url", "random"),
                    default="sequential", help="shape of the added keys (default sequential)")
     f.add_argument("--probe-keys", choices=("sequential", "uuid", "url", "random"),

@@ -98,6 +98,9 @@ class RedisProtocolError(RedisError):
 def estimate(n: int, p: float) -> Tuple[int, int]:
     """ling-base's Estimate: (m, k) for n keys at false-positive rate p."""
 
+def geometry(n: int, p: float, hash: Optional[str] = ...) -> Tuple[int, int]:
+    """(m, k) of a filter built for n keys at rate p: estimate's, or more bits for small n."""
+
 def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
     """The k bit indices of key in a filter of m bits."""
 
@@ -166,7 +169,7 @@ class _Fixed(_Saved):
         """Hash functions."""
     @property
     def hash(self) -> str:
-        """Hashing scheme: "xxh3" or "ling-base"."""
+        """Hashing scheme: "xxh3-mix" (the default), "xxh3" (the 0.1 walk) or "ling-base"."""
     @property
     def capacity(self) -> Optional[int]:
         """The capacity it was sized for, or None (built from m and k)."""

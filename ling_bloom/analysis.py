@@ -42,13 +42,15 @@ from typing import (
 )
 
 import ling_bloom as lb
-from .theory import false_positive_rate
+from .theory import false_positive_rate, ideal_false_positive_rate
 
 __all__ = [
     "KEY_SHAPES",
     "FILTER_KINDS",
     "Experiment",
+    "ManyFilters",
     "Row",
+    "fpr_over_filters",
     "make_keys",
     "run_experiment",
     "plot_fpr",
@@ -129,8 +131,9 @@ class Row:
     measured_rate: float
     """false_positives / probes"""
     theoretical_rate: float
-    """(1 - e^(-kn/m))^k for the geometry and keys at this checkpoint (per stage, combined, for
-    a scalable filter); NaN where the filter does not expose its geometry"""
+    """the rate of ideal hashing for the geometry and keys at this checkpoint (exact, see
+    ling_bloom.ideal_false_positive_rate; per stage, combined, for a scalable filter); NaN
+    where the filter does not expose its geometry"""
     nbytes: int
     """memory of the filter's bits or counters"""
     stages: Optional[int] = None
@@ -284,24 +287,119 @@ class Experiment:
 
 
 def theoretical_rate(f: Any, keys_added: Optional[int] = None) -> float:
-    """The rate the arithmetic gives for filter f now.
+    """The rate ideal hashing gives for filter f now: what its measured rate should match.
 
-    Fixed filters: (1 - e^(-kn/m))^k with n = keys_added (or, without it, the filter's own
-    approximate_count()).  Scalable filters: 1 - prod(1 - rate of each stage), each stage with
-    its own m, k and count.  NaN when f exposes neither geometry nor stages.
+    Fixed filters: the exact expected rate of m bits and k independent uniform indices after
+    n keys (:func:`ling_bloom.ideal_false_positive_rate`), n = keys_added (or, without it, the
+    filter's own approximate_count()).  For large m it equals (1 - e^(-kn/m))^k; for small m
+    that formula undershoots (it ignores a key's repeated indices).  Scalable filters:
+    1 - prod(1 - rate of each stage), each stage with its own m, k and count.  NaN when f
+    exposes neither geometry nor stages.
     """
     stages = getattr(f, "stages", None)
     if callable(stages):
         ok = 1.0
         for s in stages():
-            ok *= 1.0 - false_positive_rate(s["m"], s["k"], s["count"])
+            ok *= 1.0 - ideal_false_positive_rate(s["m"], s["k"], s["count"])
         return 1.0 - ok
     m = getattr(f, "m", None)
     k = getattr(f, "k", None)
     if isinstance(m, int) and isinstance(k, int):
         n = keys_added if keys_added is not None else f.approximate_count()
-        return false_positive_rate(m, k, n)
+        return ideal_false_positive_rate(m, k, n)
     return math.nan
+
+
+@dataclass(frozen=True)
+class ManyFilters:
+    """The false-positive rate of many independent filters of one geometry, against ideal
+    hashing (:func:`fpr_over_filters`)."""
+
+    filter_type: str
+    hash: str
+    n: int
+    """keys added to each filter"""
+    m: int
+    k: int
+    filters: int
+    probes: int
+    """never-added keys tested per filter"""
+    false_positives: int
+    """over all filters"""
+    measured_rate: float
+    """false_positives / (filters * probes)"""
+    ideal_rate: float
+    """ling_bloom.ideal_false_positive_rate(m, k, n): the expected rate of ideal hashing"""
+    stderr: float
+    """standard error of measured_rate, from the spread between filters"""
+
+    @property
+    def ratio(self) -> float:
+        """measured / ideal (NaN when ideal is 0)."""
+        return self.measured_rate / self.ideal_rate if self.ideal_rate else math.nan
+
+    @property
+    def ratio_stderr(self) -> float:
+        """standard error of ratio."""
+        return self.stderr / self.ideal_rate if self.ideal_rate else math.nan
+
+    def z(self) -> float:
+        """(measured - ideal) / stderr: how many standard errors the filters are off."""
+        return (self.measured_rate - self.ideal_rate) / self.stderr if self.stderr else math.nan
+
+    def __str__(self) -> str:
+        return (f"{self.filter_type} hash={self.hash} n={self.n:,} m={self.m:,} k={self.k}: "
+                f"{self.filters:,} filters x {self.probes:,} probes, measured "
+                f"{_fmt_rate(self.measured_rate)}, ideal {_fmt_rate(self.ideal_rate)}, "
+                f"ratio {self.ratio:.3f} +- {self.ratio_stderr:.3f}")
+
+
+def fpr_over_filters(
+    n: int,
+    p: Optional[float] = None,
+    *,
+    m: Optional[int] = None,
+    k: Optional[int] = None,
+    kind: str = "memory",
+    hash: str = "xxh3-mix",
+    filters: int = 1000,
+    probes: int = 1000,
+    seed: int = 0,
+) -> ManyFilters:
+    """Build ``filters`` independent filters, add n keys to each and test ``probes`` keys that
+    were never added, then compare the rate over all of them with ideal hashing.
+
+    One filter of a small geometry says little: its rate depends on which few bits its keys
+    happened to set.  Averaged over many, the rate must match the exact expected rate of k
+    independent uniform indices per key (``ideal_rate``); ``stderr`` comes from the spread of
+    the filters' own counts, so ``z()`` of a few means the hashing behaves as ideal.  The
+    geometry is ``geometry(n, p)`` when p is given (what ``MemoryFilter(n, p)`` builds), or
+    m and k.  kind: "memory" or "counting".  Keys are distinct str per filter and seed.
+    """
+    cls = {"memory": lb.MemoryFilter, "counting": lb.CountingFilter}.get(kind)
+    if cls is None:
+        raise ValueError(f"kind must be 'memory' or 'counting', not {kind!r}")
+    if (m is None) != (k is None):
+        raise ValueError("give both m and k, or neither")
+    if m is None:
+        m, k = lb.geometry(n, 0.01 if p is None else p, hash=hash)
+    assert k is not None
+    if n < 1 or filters < 2 or probes < 1:
+        raise ValueError("n and probes must be at least 1, filters at least 2")
+    counts = []
+    for i in range(filters):
+        f = cls(m=m, k=k, hash=hash)
+        tag = f"{seed}:{i}:"
+        f.update([f"{tag}a{j}" for j in range(n)])
+        counts.append(sum(f.test_many([f"{tag}z{j}" for j in range(probes)])))
+    total = sum(counts)
+    mean = total / filters
+    var = sum((c - mean) ** 2 for c in counts) / (filters - 1)
+    return ManyFilters(
+        filter_type=cls.__name__, hash=hash, n=n, m=m, k=k, filters=filters, probes=probes,
+        false_positives=total, measured_rate=total / (filters * probes),
+        ideal_rate=ideal_false_positive_rate(m, k, n),
+        stderr=math.sqrt(var / filters) / probes)
 
 
 def _checkpoints(total: int, checkpoints: Union[int, Sequence[int]], spacing: str) -> List[int]:
@@ -368,7 +466,7 @@ def run_experiment(
     *,
     keys: str = "sequential",
     probe_keys: Optional[str] = None,
-    hash: str = "xxh3",
+    hash: str = "xxh3-mix",
     m: Optional[int] = None,
     k: Optional[int] = None,
     checkpoints: Union[int, Sequence[int]] = 10,

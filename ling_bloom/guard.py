@@ -26,10 +26,29 @@ the observed rate drifts above the promise.
 
 Keys that are not ``str``/``bytes`` (an ``int`` primary key) are turned into ``str`` for
 the filter and the cache, exactly as ``ling_bloom.warmup`` does when it fills a filter.
+
+When the filter's backend fails (a RedisFilter whose server is down, hung or refusing), the
+guard follows its ``on_filter_error`` policy instead of failing the request:
+
+- ``"open"`` (the default): the lookup goes on to the cache and the loader, as if there were
+  no filter.  The app keeps answering correctly, at the cost the filter was there to save;
+  a web team would rather pay database load for a few seconds than turn every guarded URL
+  into an error or a wrong 404 because a cache-side helper is down.
+- ``"closed"``: the lookup is rejected (``default``, a 404 in the middleware), for services
+  where the database must never see unfiltered traffic.
+- ``"raise"``: the error propagates (the 0.1 behaviour).
+
+A circuit breaker keeps a dead backend from costing a timeout per request: after a failure
+the filter is not asked for ``breaker_seconds`` (5 by default; 0 turns the breaker off); then
+one lookup tries it again, and a success closes the circuit.  The failure is logged once per
+interval, not once per request; ``stats()`` and Prometheus count the errors, the lookups the
+policy decided, and the time the circuit was open.  Lookups the policy decided are not
+counted as observed false positives.
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -48,6 +67,7 @@ from typing import (
     NamedTuple,
     Optional,
     Tuple,
+    Type,
     TypeVar,
     Union,
 )
@@ -287,6 +307,12 @@ class GuardStats(NamedTuple):
     false_positive_rate   observed: not_found / (not_found + rejected); None before any
     error_rate       the filter's promise (None when the filter does not say)
     estimated_error_rate  the filter's own estimate from its fill now (None if unknown)
+    filter_errors    calls to the filter that failed (its backend: down, timed out, refused)
+    bypassed         lookups the failure policy decided (after an error, or while the
+                     circuit was open), not the filter; their outcomes are not counted as
+                     found/not_found
+    circuit_open     whether the circuit is open now (the filter is not being asked)
+    circuit_open_seconds  the time the circuit has been open, in all
     """
 
     lookups: int
@@ -302,6 +328,10 @@ class GuardStats(NamedTuple):
     false_positive_rate: Optional[float]
     error_rate: Optional[float]
     estimated_error_rate: Optional[float]
+    filter_errors: int = 0
+    bypassed: int = 0
+    circuit_open: bool = False
+    circuit_open_seconds: float = 0.0
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(self._asdict())
@@ -309,8 +339,90 @@ class GuardStats(NamedTuple):
 
 _COUNTERS = (
     "lookups", "rejected", "found", "not_found", "errors",
-    "cache_hits", "null_hits", "loads", "coalesced",
+    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed",
 )
+
+POLICIES = ("open", "closed", "raise")
+
+# Set by check() for the lookup it starts: True when the failure policy, not the filter,
+# let it through.  Its outcome is then not an observed false positive.  A context variable,
+# so each thread and each asyncio task has its own.
+_bypassed: "contextvars.ContextVar[bool]" = contextvars.ContextVar("ling_bloom_bypassed",
+                                                                   default=False)
+
+
+def _default_filter_errors() -> Tuple[Type[BaseException], ...]:
+    from ._core import RedisError
+
+    # RedisError: every failure of a ling_bloom Redis filter; OSError: ConnectionError and
+    # TimeoutError of any other backend (a filter over redis-py, say).
+    return (RedisError, OSError)
+
+
+class _Breaker:
+    """A circuit breaker for the filter's backend: closed (ask the filter), open for
+    ``seconds`` after a failure (do not), then half-open (one caller asks; its success
+    closes the circuit, its failure opens it again)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        if not seconds >= 0 or math.isinf(seconds):
+            raise ValueError("breaker_seconds must be a finite number >= 0")
+        self.seconds = float(seconds)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._opened_at: Optional[float] = None
+        self._retry_at = 0.0
+        self._probing = False
+        self._closed_total = 0.0  # open time of the circuits that closed again
+        self._last_log = -math.inf
+
+    def allow(self) -> bool:
+        """True: ask the filter.  False: the circuit is open, decide without it."""
+        if self._opened_at is None:  # the common case, without the lock
+            return True
+        with self._lock:
+            if self._opened_at is None:
+                return True
+            if self.clock() < self._retry_at or self._probing:
+                return False
+            self._probing = True  # this caller tries the backend; the others wait it out
+            return True
+
+    def success(self) -> bool:
+        """The filter answered.  True when this closed an open circuit."""
+        if self._opened_at is None:
+            return False
+        with self._lock:
+            if self._opened_at is None:
+                return False
+            self._closed_total += self.clock() - self._opened_at
+            self._opened_at = None
+            self._probing = False
+            return True
+
+    def failure(self) -> bool:
+        """The filter's backend failed.  True when the caller should log it (once per
+        interval)."""
+        with self._lock:
+            now = self.clock()
+            if self.seconds > 0 and self._opened_at is None:
+                self._opened_at = now
+            self._retry_at = now + self.seconds
+            self._probing = False
+            if now - self._last_log >= max(self.seconds, 1.0):
+                self._last_log = now
+                return True
+            return False
+
+    def is_open(self) -> bool:
+        return self._opened_at is not None
+
+    def open_seconds(self) -> float:
+        with self._lock:
+            total = self._closed_total
+            if self._opened_at is not None:
+                total += self.clock() - self._opened_at
+            return total
 
 
 def _filter_rate(flt: Any, name: str) -> Optional[float]:
@@ -378,6 +490,20 @@ class _GuardCollector:
             "ling_bloom_guard_filter_error_rate",
             "The false-positive rate the filter promises (its error_rate)",
             labels=["guard"])
+        backend = CounterMetricFamily(
+            "ling_bloom_guard_filter_errors",
+            "Calls to the filter that failed (its backend was down, timed out or refused)",
+            labels=["guard"])
+        bypassed = CounterMetricFamily(
+            "ling_bloom_guard_bypassed",
+            "Lookups the failure policy decided instead of the filter, by policy",
+            labels=["guard", "policy"])
+        open_time = CounterMetricFamily(
+            "ling_bloom_guard_circuit_open_seconds",
+            "Time the circuit breaker kept the filter out of lookups", labels=["guard"])
+        open_now = GaugeMetricFamily(
+            "ling_bloom_guard_circuit_open",
+            "1 while the circuit breaker keeps the filter out of lookups", labels=["guard"])
         for name, guards in sorted(by_name.items()):
             totals = dict.fromkeys(_COUNTERS, 0)
             promise: Optional[float] = None
@@ -399,7 +525,16 @@ class _GuardCollector:
                 observed.add_metric([name], totals["not_found"] / negatives)
             if promise is not None:
                 promised.add_metric([name], promise)
-        return [lookups, cache, loads, coalesced, observed, promised]
+            backend.add_metric([name], totals["filter_errors"])
+            by_policy: Dict[str, int] = {}
+            for g in guards:
+                by_policy[g.on_filter_error] = by_policy.get(g.on_filter_error, 0) + g._counts()["bypassed"]
+            for policy, n in sorted(by_policy.items()):
+                bypassed.add_metric([name, policy], n)
+            open_time.add_metric([name], sum(g._breaker.open_seconds() for g in guards))
+            open_now.add_metric([name], float(any(g._breaker.is_open() for g in guards)))
+        return [lookups, cache, loads, coalesced, observed, promised, backend, bypassed,
+                open_time, open_now]
 
 
 def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
@@ -444,9 +579,18 @@ class _GuardBase:
         drift_factor: float = 1.5,
         drift_min_samples: int = 1000,
         add_found: bool = True,
+        on_filter_error: str = "open",
+        breaker_seconds: float = 5.0,
+        filter_errors: Optional[Tuple[Type[BaseException], ...]] = None,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
+        if on_filter_error not in POLICIES:
+            raise ValueError(f"on_filter_error must be one of {', '.join(map(repr, POLICIES))}, "
+                             f"not {on_filter_error!r}")
+        self.on_filter_error = on_filter_error
+        self._breaker = _Breaker(breaker_seconds)
+        self.filter_errors = _default_filter_errors() if filter_errors is None else tuple(filter_errors)
         self.filter = filter
         self.cache = _NoCache() if cache is None else cache
         self.loader = loader
@@ -490,6 +634,12 @@ class _GuardBase:
 
     # -- counters
     def _count(self, **deltas: int) -> None:
+        if _bypassed.get() and ("not_found" in deltas or "found" in deltas):
+            # decided by the failure policy: not evidence about the filter
+            deltas.pop("not_found", None)
+            deltas.pop("found", None)
+            if not deltas:
+                return
         with self._stat_lock:
             for name, d in deltas.items():
                 self._c[name] += d
@@ -523,6 +673,10 @@ class _GuardBase:
             false_positive_rate=(c["not_found"] / negatives) if negatives else None,
             error_rate=_filter_rate(self.filter, "error_rate"),
             estimated_error_rate=_filter_rate(self.filter, "current_error_rate"),
+            filter_errors=c["filter_errors"],
+            bypassed=c["bypassed"],
+            circuit_open=self._breaker.is_open(),
+            circuit_open_seconds=self._breaker.open_seconds(),
         )
 
     def reset_stats(self) -> None:
@@ -570,13 +724,59 @@ class _GuardBase:
     # -- the filter step, shared with the framework middleware
     def check(self, key: Any) -> bool:
         """The filter step alone, counted: False (rejected) when the filter has never seen
-        the key.  Frameworks call it, then report the outcome with ``record()``."""
+        the key.  Frameworks call it, then report the outcome with ``record()``.  When the
+        filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
+        answers: True for "open", False for "closed", the error for "raise"."""
         fk = as_key(key)
-        if self.filter.test(fk):
+        _bypassed.set(False)
+        if not self._breaker.allow():
+            return self._policy(None)
+        try:
+            hit = self.filter.test(fk)
+        except self.filter_errors as e:
+            return self._policy(e)
+        if self._breaker.success():
+            self.logger.info("ling_bloom guard %r: the filter answers again; the circuit is "
+                             "closed", self.name)
+        if hit:
             self._count(lookups=1)
             return True
         self._count(lookups=1, rejected=1)
         return False
+
+    def _policy(self, error: Optional[BaseException]) -> bool:
+        """A lookup the filter could not answer (error), or was not asked (None: the
+        circuit is open)."""
+        if error is not None:
+            self._count(filter_errors=1)
+            if self._breaker.failure():
+                self.logger.warning(
+                    "ling_bloom guard %r: the filter failed (%s: %s); failing %s%s",
+                    self.name, type(error).__name__, error, self.on_filter_error,
+                    f" and not asking it for {self._breaker.seconds:g} s"
+                    if self._breaker.seconds > 0 else "")
+            if self.on_filter_error == "raise":
+                self._count(lookups=1)
+                raise error
+        self._count(lookups=1, bypassed=1)
+        _bypassed.set(True)
+        return self.on_filter_error == "open"
+
+    def _add_found(self, key: Any) -> None:
+        """After a load found a value: add its key to the filter.  A failing backend does
+        not fail the lookup (the value is served; the key is missing from the filter until
+        a warm-up or the next lookup that finds it), unless the policy is "raise"."""
+        if _bypassed.get() or self._breaker.is_open():
+            return  # the backend is failing: do not wait on it again for this lookup
+        try:
+            self.filter.add(as_key(key))
+        except self.filter_errors as e:
+            if self.on_filter_error == "raise":
+                raise
+            self._count(filter_errors=1)
+            if self._breaker.failure():
+                self.logger.warning("ling_bloom guard %r: adding a found key to the filter "
+                                    "failed (%s: %s)", self.name, type(e).__name__, e)
 
     def record(self, found: Optional[bool]) -> None:
         """The outcome of a lookup that passed ``check()``: True found, False not found (an
@@ -635,6 +835,11 @@ class Guard(_GuardBase):
     metrics    None: export to Prometheus' default registry if prometheus_client is
                installed; False: no export; a CollectorRegistry: that one
     logger     where the drift warning goes (default: logging "ling_bloom.guard")
+    on_filter_error  what a lookup does when the filter's backend fails: "open" (default:
+               go on to the cache and loader), "closed" (reject), "raise"
+    breaker_seconds  after a failure, how long the filter is not asked (0: ask every time)
+    filter_errors    the exceptions that count as a backend failure (default: ling_bloom's
+               RedisError, and OSError: ConnectionError, TimeoutError)
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -700,7 +905,7 @@ class Guard(_GuardBase):
             if self.value_ttl != 0:
                 self.cache.set(ck, value, self.value_ttl)
             if self.add_found:
-                self.filter.add(as_key(key))
+                self._add_found(key)
 
     def add(self, key: Any, value: Any = None) -> None:
         """A key that now exists (a new row): add it to the filter, and cache value (when
@@ -831,7 +1036,7 @@ class AsyncGuard(_GuardBase):
             if self.value_ttl != 0:
                 await _maybe_await(self.cache.set(ck, value, self.value_ttl))
             if self.add_found:
-                self.filter.add(as_key(key))
+                self._add_found(key)
 
     async def add(self, key: Any, value: Any = None) -> None:
         self.filter.add(as_key(key))

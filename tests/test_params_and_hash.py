@@ -219,20 +219,32 @@ def test_indices_argument_errors():
         lb.indices("a", 10, 3, hash=1)
     with pytest.raises(lb.InvalidCapacityError):
         lb.indices("a", -5, 3)
-    assert lb.indices("a", 10, 3, hash=None) == lb.indices("a", 10, 3, hash="xxh3")
+    assert lb.indices("a", 10, 3, hash=None) == lb.indices("a", 10, 3, hash="xxh3-mix")
 
 
-# ---- the default hash: xxh3 -----------------------------------------------------------------
+# ---- the default hash: xxh3-mix (and xxh3, the walk of 0.1) ----------------------------------
 
 # Pinned when this file was written: these are part of the saved-file format and of every
-# shared Redis bitmap, so they must never change.
+# shared Redis bitmap, so they must never change.  Both xxh3 schemes hash the same way.
 PINNED_PAIRS = {
     b"user:1": (6236856544819034892, 12956378270619167861),
     b"550e8400-e29b-41d4-a716-446655440000": (11990551846113508245, 9215554640163492871),
     b"https://example.com/a?b=1": (17400159323962776690, 14676754051934457813),
     b"\x00\xff\x10": (11833089303367654703, 8586435752009283395),
 }
+# hash="xxh3-mix", the default since 0.2
 PINNED_INDICES = {
+    (b"user:1", 1000, 7): [811, 723, 615, 291, 646, 223, 697],
+    (b"user:1", 9585059, 7): [7775716, 6937186, 5901602, 2793845, 6199524, 2141581, 6689993],
+    (b"user:1", 2**40 + 3, 5): [891960119535, 795771542743, 676978717139, 320484838934, 711153612628],
+    (b"550e8400-e29b-41d4-a716-446655440000", 1000, 7): [425, 447, 62, 706, 791, 441, 58],
+    (b"https://example.com/a?b=1", 9585059, 7): [8518192, 3101466, 282868, 8875864, 5142765, 5720747, 3022196],
+    (b"\x00\xff\x10", 2**40 + 3, 5): [783683883035, 68525811073, 408535819013, 791913054925, 1033923852167],
+}
+# hash="xxh3", the walk of 0.1 (what its files and Redis bitmaps hold).  The uuid row shows
+# its flaw: h2 * 1000 / 2^64 lies near a whole number of cells, so the probes step by -501
+# and +500 and pair up on neighbouring cells.
+PINNED_INDICES_0_1 = {
     (b"user:1", 1000, 7): [338, 40, 742, 445, 147, 849, 552],
     (b"user:1", 9585059, 7): [3240714, 387881, 7120107, 4267274, 1414441, 8146667, 5293834],
     (b"user:1", 2**40 + 3, 5): [371745618870, 44494315488, 816754639886, 489503336505, 162252033124],
@@ -246,25 +258,74 @@ PINNED_INDICES = {
 def test_xxh3_hash_pair_is_pinned(key):
     assert lb.hash_pair(key) == PINNED_PAIRS[key]
     assert lb.hash_pair(key, hash="xxh3") == PINNED_PAIRS[key]
+    assert lb.hash_pair(key, hash="xxh3-mix") == PINNED_PAIRS[key]
 
 
 @pytest.mark.parametrize("args", list(PINNED_INDICES))
 def test_xxh3_indices_are_pinned(args):
     key, m, k = args
     assert lb.indices(key, m, k) == PINNED_INDICES[args]
+    assert lb.indices(key, m, k, hash="xxh3-mix") == PINNED_INDICES[args]
+    assert lb.indices(key, m, k, hash="xxh3") == PINNED_INDICES_0_1[args]
 
 
-def _reference_xxh3(key: bytes, m: int, k: int) -> list[int]:
+def _distinct_cells_distribution(m: int, k: int) -> dict[int, float]:
+    """P(k independent uniform indices in [0, m) cover d cells) = S(k, d) m!/(m-d)! / m^k."""
+    from ling_bloom.theory import _stirling2_row
+
+    stirling, falling, out = _stirling2_row(k), 1, {}
+    for d in range(1, k + 1):
+        falling *= m - d + 1
+        out[d] = stirling[d] * falling / m**k
+    return out
+
+
+@pytest.mark.parametrize("m,k", [(15, 11), (10, 7), (20, 14), (96, 7), (1000, 20)])
+def test_the_default_walk_covers_cells_as_independent_indices_do(m, k):
+    """How many distinct cells a key's k probes cover, over 4000 keys, against the exact
+    distribution for k independent uniform indices (total variation distance).  The 0.1
+    walk fails the same check: most keys step through distinct cells (an arithmetic
+    progression), a few put every probe on one or two."""
+    from collections import Counter
+
+    ideal = _distinct_cells_distribution(m, k)
+    keys = [f"key:{i}" for i in range(4000)]
+
+    def distance(scheme):
+        seen = Counter(len(set(lb.indices(x, m, k, hash=scheme))) for x in keys)
+        return 0.5 * sum(abs(seen.get(d, 0) / len(keys) - ideal[d]) for d in ideal)
+
+    assert distance("xxh3-mix") < 0.04
+    assert distance("xxh3") > 0.1
+
+
+def test_the_0_1_walk_on_one_key():
+    """ling_bloom.indices("k0", 15, 11) under the 0.1 walk: ten of eleven probes on cell 11."""
+    assert lb.indices("k0", 15, 11, hash="xxh3") == [10] + [11] * 10
+    f = lb.MemoryFilter(m=15, k=11, hash="xxh3")
+    f.add("k0")
+    assert f.bits_set == 2
+
+
+def _reference_xxh3(key: bytes, m: int, k: int, mix: bool) -> list[int]:
     import xxhash
 
     v = xxhash.xxh3_128_intdigest(key)
     h1, h2 = v & MASK64, (v >> 64) | 1
-    return [(((h1 + i * h2) & MASK64) * m) >> 64 for i in range(k)]
+    out = []
+    for i in range(k):
+        x = (h1 + i * h2) & MASK64
+        if mix:
+            x = ((x ^ (x >> 32)) * 0xD6E8FEB86659FD93) & MASK64
+        out.append((x * m) >> 64)
+    return out
 
 
-def test_xxh3_matches_an_independent_implementation():
-    """hash.h's contract: (h1, h2) = low/high 64 bits of XXH3-128 seed 0, h2 |= 1; Lemire's
-    fastrange of h1 + i*h2 mod 2^64.  Checked against the xxhash PyPI package."""
+@pytest.mark.parametrize("scheme", ["xxh3-mix", "xxh3"])
+def test_xxh3_matches_an_independent_implementation(scheme):
+    """hash.h's contract: (h1, h2) = low/high 64 bits of XXH3-128 seed 0, h2 |= 1;
+    x_i = h1 + i*h2 mod 2^64; xxh3-mix maps x_i to (x_i ^ x_i >> 32) * 0xd6e8feb86659fd93
+    mod 2^64 first; then Lemire's fastrange.  Checked against the xxhash PyPI package."""
     pytest.importorskip("xxhash")
     import random
 
@@ -273,7 +334,8 @@ def test_xxh3_matches_an_independent_implementation():
     for key in keys:
         m = rng.choice([1, 2, 1000, 9585059, 2**40 + 3, lb.MAX_BITS, rng.randint(1, lb.MAX_BITS)])
         k = rng.randint(1, lb.MAX_K)
-        assert lb.indices(key, m, k) == _reference_xxh3(key, m, k), (key, m, k)
+        assert lb.indices(key, m, k, hash=scheme) == _reference_xxh3(
+            key, m, k, scheme == "xxh3-mix"), (key, m, k)
 
 
 def test_xxh3_h2_is_odd_and_indices_below_m():
@@ -308,7 +370,7 @@ KEY_EQUIVALENTS = [
 ]
 
 
-@pytest.mark.parametrize("scheme", ["xxh3", "ling-base"])
+@pytest.mark.parametrize("scheme", ["xxh3-mix", "xxh3", "ling-base"])
 @pytest.mark.parametrize("text,raw", KEY_EQUIVALENTS)
 def test_str_hashes_as_its_utf8(text, raw, scheme):
     expected = lb.indices(raw, 1 << 30, 9, hash=scheme)

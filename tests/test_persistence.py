@@ -37,7 +37,7 @@ def reseal(data: bytes, edit) -> bytes:
     return seal(body)
 
 
-def make(kind: str, scheme: str = "xxh3", n: int = 50):
+def make(kind: str, scheme: str = "xxh3-mix", n: int = 50):
     if kind == "memory":
         f = MemoryFilter(200, 0.01, hash=scheme)
     elif kind == "counting":
@@ -70,7 +70,7 @@ def same(a, b) -> None:
 # ---- round trips --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["xxh3", "ling-base"])
+@pytest.mark.parametrize("scheme", ["xxh3-mix", "xxh3", "ling-base"])
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_bytes_round_trip(kind, scheme):
     f = make(kind, scheme)
@@ -204,42 +204,78 @@ def test_subclass_round_trips(tmp_path):
 
 # ---- the format is stable -------------------------------------------------------------------
 
+# Written by ling_bloom 0.1 (hash byte 0: the "xxh3" walk).  They must load, and be read with
+# the walk they were written with: the keys test present, and a filter built with
+# hash="xxh3" today writes the same bytes.
 GOLDEN = {
     "memory": (
-        lambda: MemoryFilter(m=64, k=3),
+        lambda: MemoryFilter(m=64, k=3, hash="xxh3"),
         ["a", "b"],
         "4c424c4d01000100400000000000000003000000000000000000000000000000000000000000000000020400"
         "088000503b4ba3976c5ccb91",
     ),
     "counting": (
-        lambda: CountingFilter(m=9, k=2),
+        lambda: CountingFilter(m=9, k=2, hash="xxh3"),
         ["a", "b", "a"],
         "4c424c4d010002000900000000000000020000000000000000000000000000000000000000000000001030"
         "000200b4a8c3e68f3714",
     ),
     "scalable": (
-        lambda: ScalableFilter(2, 0.1),
+        lambda: ScalableFilter(2, 0.1, hash="xxh3"),
         ["a", "b", "c", "d"],
         "4c424c4d0100030002000000000000009a9999999999b93f0000000000000040cdccccccccccec3f0200000000"
         "000000020000000000000002000000000000002a38e0003804d24bdae14cb5fc941926",
     ),
 }
 
+# The same filters with the default hash (byte 7 = 2, "xxh3-mix"), pinned when it became the
+# default: the walk and the stage sizing must not change under saved files.
+GOLDEN_MIX = {
+    "memory": (
+        lambda: MemoryFilter(m=64, k=3),
+        ["a", "b"],
+        "4c424c4d010001024000000000000000030000000000000000000000000000000000000000000000002000"
+        "008002006089f11094268f3ab4",
+    ),
+    "counting": (
+        lambda: CountingFilter(m=9, k=2),
+        ["a", "b", "a"],
+        "4c424c4d0100020209000000000000000200000000000000000000000000000000000000000000001000"
+        "020102147a58d5345e1ddf",
+    ),
+    "scalable": (
+        lambda: ScalableFilter(2, 0.1),
+        ["a", "b", "c", "d"],
+        "4c424c4d0100030202000000000000009a9999999999b93f0000000000000040cdccccccccccec3f0200"
+        "00000000000002000000000000000200000000000000506d66c08080a23b0047b42fec004e2858",
+    ),
+}
 
+
+@pytest.mark.parametrize("golden", ["0.1", "default"])
 @pytest.mark.parametrize("kind", list(GOLDEN))
-def test_golden_bytes(kind):
-    """Saved filters must stay readable: these bytes were produced when the format was
-    written (format version 1, default xxh3 hash)."""
-    factory, ks, hexdata = GOLDEN[kind]
+def test_golden_bytes(kind, golden):
+    """Saved filters must stay readable with the walk they were written with."""
+    factory, ks, hexdata = (GOLDEN if golden == "0.1" else GOLDEN_MIX)[kind]
     f = factory()
     f.update(ks)
     data = bytes.fromhex(hexdata)
     assert f.to_bytes() == data
     g = lb.from_bytes(data)
     assert g == f and all(g.test_many(ks))
+    assert g.hash == ("xxh3" if golden == "0.1" else "xxh3-mix")
     if xxhash is not None:
         assert struct.unpack("<Q", data[-8:])[0] == xxhash.xxh3_64_intdigest(data[:-8])
     assert data[4:6] == struct.pack("<H", lb.FORMAT_VERSION)
+
+
+def test_a_0_1_file_is_never_read_with_the_new_walk():
+    """The bytes of a 0.1 filter, relabelled as xxh3-mix (checksum fixed), would answer for
+    other keys: the scheme byte is what decides, and each scheme reads its own bits."""
+    factory, ks, hexdata = GOLDEN["memory"]
+    old = lb.from_bytes(bytes.fromhex(hexdata))
+    assert old.hash == "xxh3" and old.test_many(ks) == [True, True]
+    assert lb.indices("a", 64, 3, hash="xxh3") != lb.indices("a", 64, 3)
 
 
 # ---- damaged input ---------------------------------------------------------------------------
@@ -336,7 +372,7 @@ def _fixed_edits():
         "version 0": lambda b: struct.pack_into("<H", b, 4, 0),
         "version 2": lambda b: struct.pack_into("<H", b, 4, 2),
         "magic": lambda b: b.__setitem__(0, ord("X")),
-        "unknown hash scheme": lambda b: b.__setitem__(7, 2),
+        "unknown hash scheme": lambda b: b.__setitem__(7, 3),
         "hash scheme 255": lambda b: b.__setitem__(7, 255),
         "kind 0": lambda b: b.__setitem__(6, 0),
         "kind 4": lambda b: b.__setitem__(6, 4),

@@ -18,7 +18,7 @@ text_keys = st.text(min_size=1, max_size=40).filter(lambda s: not any(0xD800 <= 
 binary_keys = st.binary(min_size=1, max_size=40)
 any_key = st.one_of(text_keys, binary_keys)
 key_lists = st.lists(any_key, max_size=300)
-schemes = st.sampled_from(["xxh3", "ling-base"])
+schemes = st.sampled_from(["xxh3-mix", "xxh3", "ling-base"])
 
 
 def as_bytes(k) -> bytes:

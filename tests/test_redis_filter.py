@@ -104,7 +104,7 @@ def test_reset_keeps_the_geometry(clean_redis, raw_redis):
         assert f.test_many(["a", "b"]) == [False, False]
         assert raw_redis.command("EXISTS", "bf") == 0
         assert raw_redis.command("GET", "{bf}:meta") == (
-            f"ling_bloom:v=1;m={f.m};k={f.k};hash=xxh3".encode())
+            f"ling_bloom:v=1;m={f.m};k={f.k};hash=xxh3-mix".encode())
         assert f.add("a") is True
 
 
@@ -129,7 +129,7 @@ def test_properties(clean_redis):
     assert f.key_names() == [b"users", b"{users}:meta"]
     assert "users" in repr(f)
     g = rf(clean_redis, b"raw", m=100, k=3)
-    assert (g.key, g.capacity, g.error_rate, g.ttl, g.hash) == (b"raw", None, None, None, "xxh3")
+    assert (g.key, g.capacity, g.error_rate, g.ttl, g.hash) == (b"raw", None, None, None, "xxh3-mix")
     assert rf(clean_redis, "bf:{users}", m=100, k=3).key_names() == [b"bf:{users}",
                                                                       b"bf:{users}:meta"]
     f.close()
@@ -266,7 +266,7 @@ def test_ling_base_sets_exactly_the_go_offsets(clean_redis, raw_redis):
         assert raw_redis.command("BITCOUNT", name) == len(set(offsets)), (key, m, k)
 
 
-@pytest.mark.parametrize("hash_", ["xxh3", "ling-base"])
+@pytest.mark.parametrize("hash_", ["xxh3-mix", "xxh3", "ling-base"])
 @pytest.mark.parametrize("mode", ["bitfield", "setbit"])
 def test_memory_filter_bytes_equal_the_redis_string(clean_redis, raw_redis, hash_, mode):
     keys = [f"item:{i}" for i in range(5000)]
@@ -284,7 +284,7 @@ def test_snapshot(clean_redis, raw_redis):
     with rf(clean_redis, "bf", 1000, 0.01) as f:
         empty = f.snapshot()  # no bitmap in Redis yet: all zeros
         assert isinstance(empty, lb.MemoryFilter)
-        assert (empty.m, empty.k, empty.hash, empty.bits_set) == (f.m, f.k, "xxh3", 0)
+        assert (empty.m, empty.k, empty.hash, empty.bits_set) == (f.m, f.k, "xxh3-mix", 0)
         f.update(["a", "b"])
         snap = f.snapshot()
         assert snap.test_many(["a", "b"]) == [True, True]
@@ -957,3 +957,21 @@ def test_missing_server_skips_locally_and_fails_under_ci(monkeypatch):
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match="not installed"):
         conftest._new_server()
+
+
+def test_a_bitmap_of_0_1_is_read_with_its_own_walk(clean_redis, raw_redis):
+    """A bitmap that ling_bloom 0.1 wrote records hash=xxh3 (the 0.1 walk).  A filter built
+    today with the default hash refuses it; open() adopts it, and so does hash="xxh3"."""
+    with rf(clean_redis, "old", 1000, 0.01, hash="xxh3") as f:  # what 0.1 wrote
+        f.update(["a", "b"])
+        (m, k) = (f.m, f.k)
+    assert raw_redis.command("GET", "{old}:meta") == f"ling_bloom:v=1;m={m};k={k};hash=xxh3".encode()
+    with rf(clean_redis, "old", 1000, 0.01) as g:
+        assert g.hash == "xxh3-mix"
+        with pytest.raises(lb.GeometryMismatchError, match="hash=xxh3"):
+            g.add("c")
+        with pytest.raises(lb.GeometryMismatchError):
+            g.test("a")
+    with RedisFilter.open(f"redis://{clean_redis.host}:{clean_redis.port}/0", "old") as h:
+        assert (h.m, h.k, h.hash) == (m, k, "xxh3")
+        assert h.test_many(["a", "b"]) == [True, True]

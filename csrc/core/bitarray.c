@@ -50,10 +50,9 @@ uint64_t lb_bits_popcount(const lb_bits *b)
 /* The probes keep the data pointer, k and the count of fresh bits in locals: a
  * store through uint8_t * may alias anything, so b->data, g->k and b->bits_set
  * used in the loop would be reloaded (and bits_set read-modified-written)
- * after every probe, a store-to-load chain through memory per bit.  For XXH3
- * the index walk is fused into the probe loop (one multiply per index, no
- * array); ling-base keeps lb_indices.  Indices are the same either way. */
-#define LB_XXH3_INDEX(x, m) ((uint64_t)(((unsigned __int128)(x) * (m)) >> 64))
+ * after every probe, a store-to-load chain through memory per bit.  For the
+ * xxh3 schemes the index walk is fused into the probe loop (no array);
+ * ling-base keeps lb_indices.  Indices are the same either way. */
 
 static inline unsigned set_bit(uint8_t *d, uint64_t i)
 {
@@ -68,40 +67,46 @@ static inline int get_bit(const uint8_t *d, uint64_t i)
     return (d[i >> 3] >> (7 - (i & 7))) & 1;
 }
 
+/* FOR_EACH_INDEX(g, k, h, IDX, BODY): BODY once per index IDX of h, in order. */
+#define FOR_EACH_INDEX(G, K, H, IDX, BODY)                                  \
+    do {                                                                    \
+        const uint64_t m_ = (G)->m;                                         \
+        if (LB_LIKELY((G)->scheme == LB_HASH_XXH3_MIX)) {                   \
+            uint64_t x_ = (H).h1;                                           \
+            for (uint32_t i_ = 0; i_ < (K); i_++, x_ += (H).h2) {           \
+                const uint64_t IDX = LB_MIX_INDEX(x_, m_);                  \
+                BODY                                                        \
+            }                                                               \
+        } else if ((G)->scheme == LB_HASH_XXH3) {                           \
+            uint64_t x_ = (H).h1;                                           \
+            for (uint32_t i_ = 0; i_ < (K); i_++, x_ += (H).h2) {           \
+                const uint64_t IDX = lb_fastrange(x_, m_);                  \
+                BODY                                                        \
+            }                                                               \
+        } else {                                                            \
+            uint64_t idx_[LB_MAX_K];                                        \
+            lb_indices((G), (H), idx_);                                     \
+            for (uint32_t i_ = 0; i_ < (K); i_++) {                         \
+                const uint64_t IDX = idx_[i_];                              \
+                BODY                                                        \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+
 /* Sets the k bits of h; returns how many were 0. */
 static inline unsigned add_pair(uint8_t *d, const lb_geometry *g, uint32_t k, lb_hash_pair h)
 {
     unsigned fresh = 0;
-    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
-        const uint64_t m = g->m;
-        uint64_t x = h.h1;
-        for (uint32_t i = 0; i < k; i++, x += h.h2)
-            fresh += set_bit(d, LB_XXH3_INDEX(x, m));
-    }
-    else {
-        uint64_t idx[LB_MAX_K];
-        lb_indices(g, h, idx);
-        for (uint32_t i = 0; i < k; i++)
-            fresh += set_bit(d, idx[i]);
-    }
+    FOR_EACH_INDEX(g, k, h, ix, { fresh += set_bit(d, ix); });
     return fresh;
 }
 
 static inline int test_pair(const uint8_t *d, const lb_geometry *g, uint32_t k, lb_hash_pair h)
 {
-    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
-        const uint64_t m = g->m;
-        uint64_t x = h.h1;
-        for (uint32_t i = 0; i < k; i++, x += h.h2)
-            if (!get_bit(d, LB_XXH3_INDEX(x, m)))
-                return 0;
-        return 1;
-    }
-    uint64_t idx[LB_MAX_K];
-    lb_indices(g, h, idx);
-    for (uint32_t i = 0; i < k; i++)
-        if (!get_bit(d, idx[i]))
+    FOR_EACH_INDEX(g, k, h, ix, {
+        if (!get_bit(d, ix))
             return 0;
+    });
     return 1;
 }
 
@@ -117,56 +122,46 @@ int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h)
     return test_pair(b->data, g, g->k, h);
 }
 
-/* Prefetch the k lines of a hashed key.  always_inline: GCC otherwise finds a
- * function whose only effect is __builtin_prefetch "const" and deletes the calls. */
-static inline __attribute__((always_inline)) void prefetch_pair(const uint8_t *d, const lb_geometry *g, uint32_t k,
-                                 lb_hash_pair h, int write)
+/* Compute the k indices of a hashed key into idx[] and prefetch their lines.
+ * always_inline: GCC otherwise finds a function whose only effect is
+ * __builtin_prefetch "const" and deletes the calls. */
+static inline __attribute__((always_inline)) void index_and_prefetch(const uint8_t *d,
+                                                                     const lb_geometry *g,
+                                                                     uint32_t k, lb_hash_pair h,
+                                                                     int write, uint64_t *idx)
 {
-    if (LB_LIKELY(g->scheme == LB_HASH_XXH3)) {
-        const uint64_t m = g->m;
-        uint64_t x = h.h1;
-        for (uint32_t i = 0; i < k; i++, x += h.h2) {
-            const uint8_t *p = d + (LB_XXH3_INDEX(x, m) >> 3);
-            if (write)
-                LB_PREFETCH_W(p);
-            else
-                LB_PREFETCH_R(p);
-        }
-        return;
-    }
-    uint64_t idx[LB_MAX_K];
-    lb_indices(g, h, idx);
-    for (uint32_t i = 0; i < k; i++) {
+    uint32_t n_ = 0;
+    FOR_EACH_INDEX(g, k, h, ix, {
+        idx[n_++] = ix;
         if (write)
-            LB_PREFETCH_W(d + (idx[i] >> 3));
+            LB_PREFETCH_W(d + (ix >> 3));
         else
-            LB_PREFETCH_R(d + (idx[i] >> 3));
-    }
+            LB_PREFETCH_R(d + (ix >> 3));
+    });
 }
 
-/* The batch walk shared by add and test: a ring of the hash pairs of the next
- * LB_AHEAD keys, whose lines were prefetched when they were hashed.  Keeping
- * (h1, h2) and recomputing each index (one multiply) costs less than storing
- * and reloading k indices per key. */
+/* The batch walk shared by add and test: a ring of the k indices of the next
+ * LB_AHEAD keys, computed (and their lines prefetched) when the key was
+ * hashed, so that each index is derived once.  BODY sees idx, the indices of
+ * key number key_no. */
 #define LB_BATCH_WALK(D, G, KEYS, N, WRITE, BODY)                                     \
     do {                                                                              \
-        lb_hash_pair ring_[LB_AHEAD];                                                 \
+        uint64_t ring_[LB_AHEAD][LB_MAX_K];                                           \
         const uint32_t k_ = (G)->k;                                                   \
         const lb_hash_scheme s_ = (G)->scheme;                                        \
         size_t ahead_ = (N) < LB_AHEAD ? (N) : LB_AHEAD;                              \
-        for (size_t j_ = 0; j_ < ahead_; j_++) {                                      \
-            ring_[j_] = lb_hash(s_, (KEYS)[j_].data, (KEYS)[j_].len);                 \
-            prefetch_pair((D), (G), k_, ring_[j_], (WRITE));                          \
-        }                                                                             \
+        for (size_t j_ = 0; j_ < ahead_; j_++)                                        \
+            index_and_prefetch((D), (G), k_, lb_hash(s_, (KEYS)[j_].data, (KEYS)[j_].len), \
+                               (WRITE), ring_[j_]);                                   \
         for (size_t j_ = 0; j_ < (N); j_++) {                                         \
-            const lb_hash_pair h = ring_[j_ % LB_AHEAD];                              \
+            const uint64_t *const idx = ring_[j_ % LB_AHEAD];                         \
             size_t key_no = j_;                                                       \
             BODY                                                                      \
             size_t next_ = j_ + LB_AHEAD;                                             \
-            if (next_ < (N)) {                                                        \
-                ring_[j_ % LB_AHEAD] = lb_hash(s_, (KEYS)[next_].data, (KEYS)[next_].len); \
-                prefetch_pair((D), (G), k_, ring_[j_ % LB_AHEAD], (WRITE));           \
-            }                                                                         \
+            if (next_ < (N))                                                          \
+                index_and_prefetch((D), (G), k_,                                      \
+                                   lb_hash(s_, (KEYS)[next_].data, (KEYS)[next_].len), \
+                                   (WRITE), ring_[j_ % LB_AHEAD]);                    \
         }                                                                             \
     } while (0)
 
@@ -176,7 +171,9 @@ void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, siz
     uint8_t *const d = b->data;
     uint64_t fresh_total = 0;
     LB_BATCH_WALK(d, g, keys, n, 1, {
-        unsigned fresh = add_pair(d, g, k_, h);
+        unsigned fresh = 0;
+        for (uint32_t i = 0; i < k_; i++)
+            fresh += set_bit(d, idx[i]);
         fresh_total += fresh;
         if (out)
             out[key_no] = (uint8_t)(fresh != 0);
@@ -190,14 +187,8 @@ void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *ke
     const uint8_t *const d = b->data;
     LB_BATCH_WALK(d, g, keys, n, 0, {
         int all = 1;
-        if (LB_LIKELY(s_ == LB_HASH_XXH3)) {
-            const uint64_t m_ = g->m;
-            uint64_t x_ = h.h1;
-            for (uint32_t i = 0; i < k_; i++, x_ += h.h2)
-                all &= get_bit(d, LB_XXH3_INDEX(x_, m_));
-        }
-        else
-            all = test_pair(d, g, k_, h);
+        for (uint32_t i = 0; i < k_; i++)
+            all &= get_bit(d, idx[i]);
         out[key_no] = (uint8_t)all;
     });
 }

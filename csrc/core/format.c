@@ -167,6 +167,7 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
     probe.error_rate = h->error_rate;
     probe.growth = h->growth;
     probe.fpr_ratio = h->fpr_ratio;
+    probe.scheme = h->scheme;
     uint64_t total = 0;
     for (uint32_t i = 0; i < h->nstages; i++, pos += 8) {
         uint64_t cap, m, k;
@@ -206,7 +207,7 @@ lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, c
     if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
         FAIL("unknown filter kind");
     if (data[7] >= LB_HASH_SCHEME_COUNT)
-        FAIL("unknown hash scheme");
+        FAIL("unknown hash scheme (written by a newer ling_bloom?)");
     h->kind = (lb_kind)data[6];
     h->scheme = (lb_hash_scheme)data[7];
     return h->kind == LB_KIND_SCALABLE ? read_scalable(data, body, h, why)

@@ -4,7 +4,7 @@
  *   0  "LBLM"                 magic
  *   4  u16 version            1
  *   6  u8  kind               1 memory, 2 counting, 3 scalable
- *   7  u8  hash scheme        0 xxh3, 1 ling-base
+ *   7  u8  hash scheme        0 xxh3 (the 0.1 walk), 1 ling-base, 2 xxh3-mix
  * memory, counting:
  *   8  u64 m                  bits or cells
  *  16  u32 k

@@ -6,7 +6,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-static const char *const scheme_names[LB_HASH_SCHEME_COUNT] = {"xxh3", "ling-base"};
+static const char *const scheme_names[LB_HASH_SCHEME_COUNT] = {"xxh3", "ling-base", "xxh3-mix"};
 
 const char *lb_hash_scheme_name(lb_hash_scheme s)
 {

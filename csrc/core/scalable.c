@@ -36,7 +36,7 @@ lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *c
         p = LB_SCALABLE_MIN_STAGE_RATE;
     *capacity = (uint64_t)cap;
     *rate = p;
-    lb_status st = lb_estimate(*capacity, p, m, k);
+    lb_status st = lb_size(*capacity, p, s->scheme, 1.0, m, k);
     if (st != LB_OK)
         return LB_ERR_RANGE;
     st = lb_check_geometry(*m, *k);

@@ -248,8 +248,8 @@ static PyMemberDef cf_members[] = {
 };
 
 static PyType_Slot cf_slots[] = {
-    {Py_tp_doc, "CountingFilter(capacity, error_rate=0.01, *, hash=\"xxh3\")\n"
-                "CountingFilter(*, m, k, hash=\"xxh3\")\n\n"
+    {Py_tp_doc, "CountingFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
+                "CountingFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter of m 4-bit saturating counters (two per byte) that can remove "
                 "keys."},
     {Py_tp_new, cf_new},

@@ -374,7 +374,7 @@ static PyMethodDef mf_methods[] = {
      "to_bitmap() -> bytes\n\nThe raw bits, bit i at byte i//8, bit 7 - i%8 (Redis's order)."},
     {"from_bitmap", (PyCFunction)(void (*)(void))mf_from_bitmap,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_bitmap(data, m, k, hash=\"xxh3\") -> MemoryFilter\n\nA filter over raw bits (a "
+     "from_bitmap(data, m, k, hash=\"xxh3-mix\") -> MemoryFilter\n\nA filter over raw bits (a "
      "shorter bitmap is padded with zeros, as Redis does)."},
     {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
@@ -387,7 +387,7 @@ static PyMethodDef mf_methods[] = {
 static PyGetSetDef mf_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
-    {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3\" or \"ling-base\"",
+    {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3-mix\" (default), \"xxh3\" (0.1 walk) or \"ling-base\"",
      LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
@@ -403,8 +403,8 @@ static PyMemberDef mf_members[] = {
 };
 
 static PyType_Slot mf_slots[] = {
-    {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3\")\n"
-                "MemoryFilter(*, m, k, hash=\"xxh3\")\n\n"
+    {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
+                "MemoryFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
     {Py_tp_new, mf_new},
     {Py_tp_dealloc, lb_fixed_dealloc},

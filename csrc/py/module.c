@@ -220,11 +220,11 @@ PyObject *lb_closed_get(PyObject *self, void *unused)
 int lb_parse_hash(PyObject *obj, lb_hash_scheme *out)
 {
     if (!obj || obj == Py_None) {
-        *out = LB_HASH_XXH3;
+        *out = LB_HASH_DEFAULT;
         return 0;
     }
     if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "hash must be a str (\"xxh3\" or \"ling-base\"), not %.200s",
+        PyErr_Format(PyExc_TypeError, "hash must be a str (\"xxh3-mix\", \"xxh3\" or \"ling-base\"), not %.200s",
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -233,7 +233,7 @@ int lb_parse_hash(PyObject *obj, lb_hash_scheme *out)
         return -1;
     int s = lb_hash_scheme_parse(name);
     if (s < 0) {
-        PyErr_Format(PyExc_ValueError, "unknown hash %R: expected \"xxh3\" or \"ling-base\"", obj);
+        PyErr_Format(PyExc_ValueError, "unknown hash %R: expected \"xxh3-mix\" (the default), \"xxh3\" or \"ling-base\"", obj);
         return -1;
     }
     *out = (lb_hash_scheme)s;
@@ -361,7 +361,7 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
     if (error_rate != Py_None && parse_rate(st, error_rate, &out->error_rate) < 0)
         return -1;
     uint64_t mm, kk;
-    lb_status s = lb_estimate(out->capacity, out->error_rate, &mm, &kk);
+    lb_status s = lb_size(out->capacity, out->error_rate, out->scheme, LB_FIXED_SLACK, &mm, &kk);
     if (s == LB_OK)
         s = lb_check_geometry(mm, kk);
     if (s == LB_ERR_ARG) {
@@ -461,6 +461,31 @@ static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
+static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"n", "p", "hash", NULL};
+    lb_state *st = PyModule_GetState(module);
+    PyObject *no, *po, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:geometry", kwlist, &no, &po, &hash))
+        return NULL;
+    lb_hash_scheme scheme;
+    uint64_t n, m, k;
+    if (lb_parse_hash(hash, &scheme) < 0 ||
+        lb_parse_u64(no, "n", st->InvalidCapacityError, &n) < 0)
+        return NULL;
+    double p = PyFloat_AsDouble(po);
+    if (p == -1.0 && PyErr_Occurred())
+        return NULL;
+    lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
+    if (s == LB_ERR_RANGE)
+        return lb_raise(st, s, "no filter of at most 2**48 bits holds n keys at rate p");
+    if (s != LB_OK)
+        return lb_raise(st, s, s == LB_ERR_CAPACITY
+                                   ? "expected number of elements must be greater than zero"
+                                   : NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+}
+
 /* indices() and hash_pair() are the hash functions themselves: unlike the
  * filters they take the empty key (the Go library hashes it too). */
 static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key *k,
@@ -540,11 +565,15 @@ static PyMethodDef module_methods[] = {
     {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
      "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
      "k = max(1, ceil(ln(2)*m/n)) hash functions."},
+    {"geometry", (PyCFunction)(void (*)(void))geometry, METH_VARARGS | METH_KEYWORDS,
+     "geometry(n, p, hash=\"xxh3-mix\") -> (m, k)\n\nThe m and k a filter built for n keys at "
+     "rate p gets: estimate(n, p), with more bits for the small n where its formula undershoots "
+     "(xxh3-mix only; ling-base and xxh3 take estimate's (m, k) as they are)."},
     {"indices", (PyCFunction)(void (*)(void))indices, METH_VARARGS | METH_KEYWORDS,
-     "indices(key, m, k, hash=\"xxh3\") -> list[int]\n\nThe k bit indices of key in a filter "
+     "indices(key, m, k, hash=\"xxh3-mix\") -> list[int]\n\nThe k bit indices of key in a filter "
      "of m bits."},
     {"hash_pair", (PyCFunction)(void (*)(void))hash_pair, METH_VARARGS | METH_KEYWORDS,
-     "hash_pair(key, hash=\"xxh3\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
+     "hash_pair(key, hash=\"xxh3-mix\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
      "starts from."},
     {NULL, NULL, 0, NULL},
 };

@@ -488,7 +488,7 @@ static PyMemberDef rf_members[] = {
 
 static PyType_Slot rf_slots[] = {
     {Py_tp_doc,
-     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3\", ttl=None, "
+     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3-mix\", ttl=None, "
      "max_bytes=None, url=None, ...)\n"
      "RedisFilter(key, *, m, k, hash, adopt=False, ...)\n\n"
      "A Bloom filter kept as a Redis bitmap at key, hashed here and sent pipelined.  "

@@ -434,7 +434,7 @@ static PyMemberDef sf_members[] = {
 
 static PyType_Slot sf_slots[] = {
     {Py_tp_doc, "ScalableFilter(initial_capacity, error_rate=0.01, growth_ratio=2.0, "
-                "fpr_ratio=0.9, *, hash=\"xxh3\")\n\n"
+                "fpr_ratio=0.9, *, hash=\"xxh3-mix\")\n\n"
                 "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
                 "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
                 "however far it grows (ling-base's option is the first stage's rate)."},

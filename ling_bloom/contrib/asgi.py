@@ -102,6 +102,9 @@ class BloomGuardMiddleware:
     reject         or a function ``(scope, key, filter_name) -> Response`` (may be async)
     guards         {name: Guard} to use instead of making one per filter (to share
                    counters with your own code); ``metrics`` is passed to those it makes
+    guard_options  keywords for the guards it makes, e.g. ``{"on_filter_error": "closed",
+                   "breaker_seconds": 10}`` (see ling_bloom.guard: by default a failing
+                   filter backend lets requests through, "open")
     """
 
     def __init__(self, app: Callable[..., Any],
@@ -110,7 +113,8 @@ class BloomGuardMiddleware:
                  reject_status: int = 404,
                  reject: Optional[Callable[..., Any]] = None,
                  metrics: Any = None,
-                 guards: Optional[Dict[str, Guard]] = None):
+                 guards: Optional[Dict[str, Guard]] = None,
+                 guard_options: Optional[Dict[str, Any]] = None):
         self.app = app
         self.routes = _routes(routes)
         filters = dict(filters or {})
@@ -119,7 +123,8 @@ class BloomGuardMiddleware:
         self.guards: Dict[str, Guard] = dict(guards or {})
         for name, f in filters.items():
             if name not in self.guards:
-                self.guards[name] = Guard(f, name=name, metrics=metrics)
+                self.guards[name] = Guard(f, name=name, metrics=metrics,
+                                          **(guard_options or {}))
         for r in self.routes:
             if r.filter not in self.guards:
                 raise ValueError(f"{r!r}: no filter named {r.filter!r} (known: "

@@ -49,16 +49,21 @@ class BloomGuard:
     filters   {name: filter} (a filter, or a function returning one at first use)
     filter    a single filter, named "default"
     metrics   passed to each Guard (None: Prometheus' default registry when installed)
+    guard_options  keywords for each Guard (also app.config["LING_BLOOM_GUARD_OPTIONS"]),
+              e.g. {"on_filter_error": "closed"}; by default a failing filter backend lets
+              requests through ("open", see ling_bloom.guard)
     """
 
     def __init__(self, app: Optional[Flask] = None, filters: Optional[Dict[str, Any]] = None,
-                 *, filter: Any = None, metrics: Any = None):
+                 *, filter: Any = None, metrics: Any = None,
+                 guard_options: Optional[Dict[str, Any]] = None):
         self._filters: Dict[str, Any] = dict(filters or {})
         if filter is not None:
             self._filters[_DEFAULT] = filter
         self._guards: Dict[str, Guard] = {}
         self._lock = threading.Lock()
         self.metrics = metrics
+        self.guard_options: Dict[str, Any] = dict(guard_options or {})
         self.sources: Dict[str, Callable[[], Iterable[Any]]] = {}
         self.fetchers: Dict[str, Callable[[Any, int], Any]] = {}
         if app is not None:
@@ -68,6 +73,8 @@ class BloomGuard:
     def init_app(self, app: Flask) -> None:
         app.config.setdefault("LING_BLOOM_REJECT_STATUS", 404)
         app.config.setdefault("LING_BLOOM_ROUTES", {})
+        for option, value in (app.config.get("LING_BLOOM_GUARD_OPTIONS") or {}).items():
+            self.guard_options.setdefault(option, value)
         for name, f in (app.config.get("LING_BLOOM_FILTERS") or {}).items():
             self._filters.setdefault(name, f)
         app.extensions["ling_bloom"] = self
@@ -99,7 +106,8 @@ class BloomGuard:
                                        f"{', '.join(sorted(self._filters)) or 'none'})") from None
                     if callable(f) and not hasattr(f, "test"):
                         f = self._filters[name] = f()
-                    guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics)
+                    guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
+                                                       **self.guard_options)
         return guard
 
     def source(self, name: str = _DEFAULT) -> Callable[[Callable[[], Iterable[Any]]], Callable[[], Iterable[Any]]]:
