@@ -545,8 +545,9 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
         lb_redis_batch_arg(b, keys[i].data, keys[i].len);
 }
 
-/* Read the answers of ADD/EXISTS (n == 1) or MADD/MEXISTS into out.
- * *ok_count = answers read before an error element (MADD cut short).
+/* Read the answers of BF.INSERT (adds: an array, even of one), BF.EXISTS
+ * (n == 1) or BF.MEXISTS into out.  *ok_count = answers read before an error
+ * element (BF.INSERT cut short by a full filter).
  * Returns OK, or the status of the error element / a shape error. */
 static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t n, int adds,
                                     uint8_t *out, size_t *ok_count, int *any_true)

@@ -3,7 +3,7 @@
  *
  * The server hashes; this side sends items and reads the replies by their
  * shape:
- *   - ADD/EXISTS/MADD/MEXISTS answer integers (RESP2, and RESP3 with module
+ *   - INSERT/EXISTS/MEXISTS answer integers (RESP2, and RESP3 with module
  *     v2.4) or booleans (RESP3 with v2.6+); both are read.  A reply of the
  *     wrong length is a protocol error, never padded with false.
  *   - BF.INFO is read by field NAME, from a flat array of name/value pairs
@@ -36,10 +36,10 @@
  * sends PEXPIRE key ttl after its commands, in the same pipeline: the filter
  * expires ttl after its last write.
  *
- * Batches: at most chunk_keys items per BF.MADD / BF.MEXISTS, one round trip
- * each.  A single item uses BF.ADD / BF.EXISTS.  Reads are retried once on a
- * fresh connection when a connection opened earlier turns out dead (server
- * restart).  Writes are retried once too, after re-reserving, when they fail
+ * Batches: at most chunk_keys items per BF.INSERT / BF.MEXISTS, one round
+ * trip each.  A single item to test uses BF.EXISTS.  Reads are retried once on
+ * a fresh connection when a connection opened earlier turns out dead (server
+ * restart).  Writes are retried once too, after the key check, when they fail
  * with a lost connection that had been open before the call: if the lost
  * attempt had in fact reached the server, the retry reports its keys as not
  * new (they are in the filter either way).  Timeouts are never retried.
