@@ -475,3 +475,21 @@ def test_huge_bulk_reply_is_cut_off_at_what_the_command_can_answer(clean_redis, 
     assert name == "RedisProtocolError", line
     assert "more reply bytes than the commands sent can answer" in msg, line
     assert int(grew_mib) < 64, line
+
+
+@pytest.mark.parametrize("name,reply", [(b"AUTH", integer(1)), (b"AUTH", b"+QUEUED\r\n"),
+                                        (b"SELECT", bulk(b"OK"))])
+def test_handshake_replies_must_be_ok(clean_redis, name, reply):
+    def script(c, args):
+        if args[0].upper() == name:
+            return reply
+        if args[0].upper() in (b"AUTH", b"SELECT"):
+            return OK
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        url = f"redis://:secret@127.0.0.1:{srv.port}/3"
+        with lb.RedisFilter.from_url(url, "hs", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.RedisProtocolError) as ei:
+                f.test("a")
+            assert name.decode() in str(ei.value)

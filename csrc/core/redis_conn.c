@@ -1,6 +1,7 @@
 /* redis_conn.c: see redis_conn.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_conn.h"
+#include "redis_reply.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1146,6 +1147,13 @@ static lb_redis_status do_connect(lb_redis *r)
     else if (st == LB_REDIS_OK && sel >= 0 && hr[sel]->type == LB_REPLY_ERROR)
         st = lb_redis_set_error(r, LB_REDIS_ERR_REPLY, "SELECT %d failed on Redis at %s: %s",
                                 r->cfg.db, w, hr[sel]->str);
+    else if (st == LB_REDIS_OK && ((auth >= 0 && !lb_reply_status_is(hr[auth], "OK")) ||
+                                   (sel >= 0 && !lb_reply_status_is(hr[sel], "OK"))))
+        st = lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                "protocol error: Redis at %s answered %s with something other "
+                                "than OK; connection dropped",
+                                w, auth >= 0 && !lb_reply_status_is(hr[auth], "OK") ? "AUTH"
+                                                                                   : "SELECT");
     if (st != LB_REDIS_OK)
         drop(r);
     return st;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../../csrc/core/redis_conn.h"
+#include "../../csrc/core/redis_reply.h"
 #ifdef LB_TEST_BITMAP
 #include "../../csrc/core/hash.h"
 #include "../../csrc/core/redis_bitmap.h"
@@ -480,6 +481,84 @@ static void test_fork(void)
     lb_redis_free(r);
 }
 
+/* redis_reply.h: replies that fit what was sent, and ones that do not. */
+static void test_reply_predicates(void)
+{
+    lb_reply i0 = {LB_REPLY_INTEGER, 0, 0, NULL, NULL}, i1 = {LB_REPLY_INTEGER, 1, 0, NULL, NULL};
+    lb_reply i7 = {LB_REPLY_INTEGER, 7, 0, NULL, NULL}, im = {LB_REPLY_INTEGER, -1, 0, NULL, NULL};
+    lb_reply ok = {LB_REPLY_STATUS, 0, 2, "OK", NULL}, okx = {LB_REPLY_STATUS, 0, 3, "OKX", NULL};
+    lb_reply q = {LB_REPLY_STATUS, 0, 6, "QUEUED", NULL}, nil = {LB_REPLY_NIL, 0, 0, NULL, NULL};
+    lb_reply s1 = {LB_REPLY_STRING, 0, 1, "1", NULL};
+    CHECK(lb_reply_is_bit(&i0) && lb_reply_is_bit(&i1));
+    CHECK(!lb_reply_is_bit(&i7) && !lb_reply_is_bit(&im) && !lb_reply_is_bit(&s1) &&
+          !lb_reply_is_bit(NULL));
+    CHECK(lb_reply_int_in(&i7, 0, 7) && !lb_reply_int_in(&i7, 0, 6) && !lb_reply_int_in(&im, 0, 9));
+    CHECK(lb_reply_status_is(&ok, "OK") && !lb_reply_status_is(&okx, "OK") &&
+          !lb_reply_status_is(&q, "OK") && !lb_reply_status_is(&s1, "1"));
+    lb_reply_want w_ok = {LB_WANT_OK, 0, 0}, w_okn = {LB_WANT_OK_OR_NIL, 0, 0};
+    lb_reply_want w_int = {LB_WANT_INT, 0, 1}, w_str = {LB_WANT_STRING, 0, 1};
+    CHECK(lb_reply_fits(&ok, &w_ok) && !lb_reply_fits(&nil, &w_ok) && !lb_reply_fits(&i1, &w_ok));
+    CHECK(lb_reply_fits(&ok, &w_okn) && lb_reply_fits(&nil, &w_okn) && !lb_reply_fits(&q, &w_okn));
+    CHECK(lb_reply_fits(&i1, &w_int) && !lb_reply_fits(&i7, &w_int) && !lb_reply_fits(&ok, &w_int));
+    CHECK(lb_reply_fits(&s1, &w_str) && !lb_reply_fits(&ok, &w_str) && !lb_reply_fits(&i1, &w_str));
+    lb_reply *el[3] = {&i1, &i0, &i1};
+    lb_reply arr = {LB_REPLY_ARRAY, 0, 3, NULL, el};
+    int all = -1;
+    CHECK(lb_reply_bits(&arr, 3, &all) && all == 0);
+    el[1] = &i1;
+    CHECK(lb_reply_bits(&arr, 3, &all) && all == 1);
+    CHECK(!lb_reply_bits(&arr, 2, &all) && !lb_reply_bits(&arr, 4, &all)); /* length = fields sent */
+    el[2] = &i7;
+    CHECK(!lb_reply_bits(&arr, 3, &all));
+    el[2] = &s1;
+    CHECK(!lb_reply_bits(&arr, 3, &all));
+    lb_reply empty = {LB_REPLY_ARRAY, 0, 0, NULL, NULL};
+    CHECK(!lb_reply_bits(&empty, 3, &all) && !lb_reply_bits(&i1, 1, &all));
+}
+
+/* Element bounds on a real server: an array longer than the batch allows is
+ * refused (and the connection dropped); within the bound it is read whole. */
+static void test_reply_element_bound(void)
+{
+    lb_redis *r = conn_port(srv.port, 5000);
+    CHECK(cmd(r, NULL, "DEL t:list") == LB_REDIS_OK);
+    CHECK(cmd(r, NULL, "RPUSH t:list a b c d e") == LB_REDIS_OK);
+    lb_redis_batch b;
+    lb_reply **rs;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 4, (const char *const[]){"LRANGE", "t:list", "0", "-1"}, NULL);
+    lb_redis_batch_expect_elements(&b, 5);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK && rs[0]->len == 5 &&
+          rs[0]->element[4]->len == 1 && rs[0]->element[4]->str[0] == 'e');
+    unsigned long c0 = lb_redis_connect_count(r);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 4, (const char *const[]){"LRANGE", "t:list", "0", "-1"}, NULL);
+    lb_redis_batch_expect_elements(&b, 4);
+    lb_redis_status st = lb_redis_exec(r, &b, 0, &rs);
+    CHECK_MSG(st == LB_REDIS_ERR_PROTOCOL && strstr(lb_redis_errstr(r), "more than the command"),
+              "%s: %s", lb_redis_status_name(st), lb_redis_errstr(r));
+    CHECK(!lb_redis_is_connected(r));
+    /* a byte bound: GET of a 3000-byte value with room for 100 data bytes */
+    char big[3001];
+    memset(big, 'v', 3000);
+    big[3000] = '\0';
+    CHECK(lb_redis_command_argv(r, 3, (const char *const[]){"SET", "t:big", big}, NULL, 0, NULL) ==
+          LB_REDIS_OK);
+    CHECK(lb_redis_connect_count(r) == c0 + 1);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "t:big"}, NULL);
+    lb_redis_batch_expect_bytes(&b, 100);
+    st = lb_redis_exec(r, &b, 0, &rs);
+    CHECK_MSG(st == LB_REDIS_ERR_PROTOCOL && strstr(lb_redis_errstr(r), "reply bytes"), "%s: %s",
+              lb_redis_status_name(st), lb_redis_errstr(r));
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "t:big"}, NULL);
+    lb_redis_batch_expect_bytes(&b, 3000);
+    CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_OK && rs[0]->len == 3000);
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+}
+
 #ifdef LB_TEST_BITMAP
 #include "test_redis_bitmap.inc"
 #endif
@@ -498,6 +577,8 @@ static const t_case cases[] = {
     {"timeout_silent_listener", test_timeout_silent_listener},
     {"killed_mid_batch", test_killed_mid_batch},
     {"fork", test_fork},
+    {"reply_predicates", test_reply_predicates},
+    {"reply_element_bound", test_reply_element_bound},
 #ifdef LB_TEST_BITMAP
     LB_BITMAP_CASES
 #endif
