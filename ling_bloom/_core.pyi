@@ -65,9 +65,26 @@ class WrongTypeError(RedisResponseError):
     key: Any
 
 class FilterFullError(RedisResponseError):
-    """A non-scaling RedisBloom filter is full."""
+    """A non-scaling RedisBloom filter is full.
 
-    added: int
+    processed: keys of the batch before the first one the filter rejected (all of them are
+    in the filter; keys[processed:] were not added); added: how many of those were new.
+    Both None when the server did not say."""
+
+    processed: Optional[int]
+    added: Optional[int]
+    key: Any
+
+class FilterNotFoundError(RedisResponseError, KeyError):
+    """No RedisBloom filter at the key, and it was not to be created (no_create=True); or
+    info()/dump() of a missing key."""
+
+    key: Any
+
+class KeyNotOwnedError(RedisError, ValueError):
+    """The Redis key holds data this library did not write (no meta key beside it)."""
+
+    key: Any
 
 class ModuleMissingError(RedisResponseError, NotSupportedError):
     """The Redis server has no RedisBloom module (no BF.* commands)."""
@@ -267,6 +284,8 @@ class RedisFilter(_Filter):
         ttl: Optional[float] = ...,
         mode: Optional[str] = ...,
         chunk_size: Optional[int] = ...,
+        adopt: bool = ...,
+        max_bytes: Optional[int] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,
@@ -334,6 +353,7 @@ class RedisBloomFilter(_Filter):
         no_create: bool = ...,
         ttl: Optional[float] = ...,
         chunk_size: Optional[int] = ...,
+        max_bytes: Optional[int] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,
@@ -345,9 +365,15 @@ class RedisBloomFilter(_Filter):
         socket_connect_timeout: Optional[float] = ...,
     ) -> Self: ...
     @classmethod
-    def from_url(cls, url: str, key: Union[str, bytes], **options: Any) -> Self: ...
+    def from_url(
+        cls, url: str, key: Union[str, bytes], capacity: Optional[int] = ...,
+        error_rate: Optional[float] = ..., **options: Any
+    ) -> Self: ...
     @classmethod
-    def from_redis(cls, client: Any, key: Union[str, bytes], **options: Any) -> Self: ...
+    def from_redis(
+        cls, client: Any, key: Union[str, bytes], capacity: Optional[int] = ...,
+        error_rate: Optional[float] = ..., **options: Any
+    ) -> Self: ...
     @property
     def key(self) -> Union[str, bytes]: ...
     @property
@@ -367,12 +393,13 @@ class RedisBloomFilter(_Filter):
     @property
     def is_reserved(self) -> bool: ...
     def reserve(self) -> bool:
-        """Send BF.RESERVE now; True when it created the filter."""
+        """Create the filter now (BF.RESERVE on a missing key); True when it created it,
+        False when a matching one was there; GeometryMismatchError when it does not match."""
     def info(self) -> RedisBloomInfo:
         """BF.INFO, read by field name."""
     def card(self) -> int:
         """BF.CARD: items added."""
     def dump(self) -> List[Tuple[int, bytes]]:
         """The filter as BF.SCANDUMP's (iterator, chunk) steps."""
-    def restore(self, chunks: Iterable[Tuple[int, bytes]], /) -> None:
+    def restore(self, chunks: Iterable[Tuple[int, bytes]], *, replace: bool = ...) -> None:
         """Replace the filter by a dump, atomically."""

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 import ling_bloom as lb
 
@@ -42,7 +42,7 @@ def _int(port: int, *args: Union[str, int]) -> int:
 
 
 @contextmanager
-def _server(exe: str) -> Iterator[int]:
+def _server(exe: str, extra_args: Sequence[str] = ()) -> Iterator[int]:
     """A redis-server on a free port; yields the port; always stopped."""
     with tempfile.TemporaryDirectory(prefix="ling-bloom-demo-") as d:
         proc: Optional[subprocess.Popen] = None
@@ -51,7 +51,8 @@ def _server(exe: str) -> Iterator[int]:
                 port = _free_port()
                 proc = subprocess.Popen(
                     [exe, "--port", str(port), "--bind", _HOST, "--save", "", "--appendonly",
-                     "no", "--dir", d, "--logfile", os.path.join(d, "log"), "--daemonize", "no"],
+                     "no", "--dir", d, "--logfile", os.path.join(d, "log"), "--daemonize", "no",
+                     *extra_args],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL)
                 deadline = time.monotonic() + 10

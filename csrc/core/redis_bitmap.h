@@ -24,12 +24,27 @@
  *   meta          : base ":meta"           e.g. "{bf:users}:meta", "bf:{users}:meta"
  *   load temp key : base ":load:" unique   (lives only during lb_redis_bitmap_load)
  *
- * Meta key (the geometry guard): a string "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>".
- * Before its first command, and again after every reconnect (a server
- * restarted empty, a forked child), an lb_redis_bitmap sends in one round
- * trip SET meta <ours> NX [PX ttl] and GET meta: the first writer wins, and a
- * stored geometry that differs fails with LB_REDIS_ERR_MISMATCH naming both
- * (no bit is touched then; reset refuses too).
+ * Meta key (the geometry guard, and the mark of ownership): a string
+ * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>".  Before its first command, and
+ * again after every reconnect (a server restarted empty, a forked child), an
+ * lb_redis_bitmap first looks, writing nothing: GET meta, EXISTS key, INFO
+ * memory, one round trip.
+ *   - meta there: its geometry must be ours, else LB_REDIS_ERR_MISMATCH
+ *     naming both (no bit is touched then; reset refuses too).
+ *   - no meta, the key exists: the key holds data this library did not
+ *     write (a user's string, another program's bitmap): LB_REDIS_ERR_NOTOWNED,
+ *     nothing is read or written -- unless adopt is set (the caller gives the
+ *     m, k and hash a Go ling-base service wrote it with), then it is claimed.
+ *   - no meta, no key: the filter's size (lb_redis_bitmap_bytes) must fit
+ *     under the server's maxmemory (redis_memory.h), else
+ *     LB_REDIS_ERR_TOOLARGE.
+ * Claiming is a second round trip, SET meta <ours> NX [PX ttl] + GET meta:
+ * the first writer wins and the others compare.  A key created by another
+ * program between the look and the claim is not noticed.
+ * Every write round trip (add, load) also sends SET meta <ours> NX [PX ttl]
+ * with its bits: a filter that expired or was deleted while this connection
+ * stayed open comes back with its meta key, never as a bare bitmap that
+ * other processes would refuse as not theirs.
  * A Go ling-base process ignores the meta key and keeps working.
  *
  * TTL (ttl_ms > 0): every write round trip (add, load, reset) also sends
@@ -81,6 +96,10 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm);
 
 /* Settings (take effect from the next call). */
 void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode);
+void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt); /* see the meta key */
+
+/* Bytes of server memory the bitmap of g takes when full: ceil(m / 8). */
+uint64_t lb_redis_bitmap_bytes(const lb_geometry *g);
 void lb_redis_bitmap_set_chunk_keys(lb_redis_bitmap *bm, size_t chunk_keys); /* 0 -> default */
 void lb_redis_bitmap_set_ttl(lb_redis_bitmap *bm, int64_t ttl_ms);          /* 0 -> none */
 
@@ -93,8 +112,8 @@ lb_redis *lb_redis_bitmap_conn(const lb_redis_bitmap *bm);
 size_t lb_redis_bitmap_key_name(const lb_redis_bitmap *bm, uint64_t p, char *buf, size_t cap);
 
 /* Check (and claim, if absent) the meta key now; done automatically before
- * the first command.  OK, MISMATCH, WRONGTYPE (meta key of another type), or
- * a connection error. */
+ * the first command.  OK, MISMATCH, NOTOWNED, TOOLARGE, WRONGTYPE (meta key
+ * of another type), or a connection error. */
 lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm);
 
 /* Add n keys (none empty; n may be 0: nothing is sent).  was_new (may be

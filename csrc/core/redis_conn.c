@@ -56,6 +56,8 @@ const char *lb_redis_status_name(lb_redis_status st)
     case LB_REDIS_ERR_NOMEM: return "nomem";
     case LB_REDIS_ERR_FULL: return "full";
     case LB_REDIS_ERR_NOMODULE: return "nomodule";
+    case LB_REDIS_ERR_TOOLARGE: return "toolarge";
+    case LB_REDIS_ERR_NOTOWNED: return "notowned";
     }
     return "unknown";
 }

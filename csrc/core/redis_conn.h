@@ -48,7 +48,9 @@ typedef enum {
     LB_REDIS_ERR_ARG,       /* invalid argument                             [ValueError]           */
     LB_REDIS_ERR_NOMEM,     /* allocation failed                            [MemoryError]          */
     LB_REDIS_ERR_FULL,      /* non-scaling RedisBloom filter full (redisbloom) [FilterFullError]   */
-    LB_REDIS_ERR_NOMODULE   /* no BF.* commands on the server (redisbloom)  [ModuleMissingError]   */
+    LB_REDIS_ERR_NOMODULE,  /* no BF.* commands on the server (redisbloom)  [ModuleMissingError]   */
+    LB_REDIS_ERR_TOOLARGE,  /* the filter would not fit (size limit, maxmemory) [InvalidCapacityError] */
+    LB_REDIS_ERR_NOTOWNED   /* the key holds data this library did not write [KeyNotOwnedError]   */
 } lb_redis_status;
 
 /* A short constant name of a status ("connect", "io", "timeout", ...). */

@@ -1,6 +1,7 @@
 /* redisbloom.c: see redisbloom.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redisbloom.h"
+#include "redis_memory.h"
 #include "redis_reply.h"
 
 #include <ctype.h>
@@ -24,10 +25,11 @@ struct lb_redisbloom {
     char rate[40]; /* the error rate as sent */
     size_t chunk_keys;
     int reserved;
-    unsigned long reserved_conn; /* lb_redis_connect_count when last reserved */
+    unsigned long reserved_conn; /* lb_redis_connect_count when last reserved or checked */
     int type_ok;
     unsigned long type_conn;     /* ... when the key's type was last confirmed */
-    long long full_added;
+    long long full_processed;    /* FULL: keys of the call processed before the rejected one */
+    long long last_new;          /* keys the last add reported new */
     unsigned long seq;
     lb_redis_batch batch;
     char reply_text[BF_REPLY_TEXT_MAX];
@@ -180,6 +182,11 @@ static lb_redis_status fail_reply(lb_redisbloom *bf, const lb_reply *x, const ch
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
                                   "the Redis server has no RedisBloom module (%s answered: %s)",
                                   cmd, t);
+    if (adds && bf->opt.no_create && ci_contains(t, "not found"))
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOTFOUND,
+                                  "no RedisBloom filter at key '%s', and no_create forbids "
+                                  "creating one (%s answered: %s)",
+                                  lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), cmd, t);
     if (adds && (ci_contains(t, "filter is full") || blank_error(t)))
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_FULL,
                                   "the non-scaling RedisBloom filter at key '%s' is full (%s)",
@@ -292,7 +299,7 @@ lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
     bf->conn = conn;
     bf->opt = *opt;
     bf->chunk_keys = LB_BF_DEFAULT_CHUNK_KEYS;
-    bf->full_added = -1;
+    bf->full_processed = -1;
     lb_redis_batch_init(&bf->batch);
     format_rate(opt->error_rate, bf->rate, sizeof bf->rate);
     bf->keylen = keylen;
@@ -322,10 +329,24 @@ void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms) { bf->opt.ttl_ms = ttl_ms 
 const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf) { return &bf->opt; }
 lb_redis *lb_bf_conn(const lb_redisbloom *bf) { return bf->conn; }
 int lb_bf_is_reserved(const lb_redisbloom *bf) { return bf->reserved; }
-long long lb_bf_full_added(const lb_redisbloom *bf) { return bf->full_added; }
+long long lb_bf_full_processed(const lb_redisbloom *bf) { return bf->full_processed; }
+long long lb_bf_last_new(const lb_redisbloom *bf) { return bf->last_new; }
+
+uint64_t lb_bf_bytes_needed(const lb_bf_options *o)
+{
+    /* The module sizes a sub-filter as n * -ln(p) / ln(2)^2 bits, not rounded
+     * to a power of two; a scaling filter's first one gets half the error
+     * rate (each later one tightens it again). */
+    double p = o->non_scaling ? o->error_rate : o->error_rate / 2;
+    double bits = (double)o->capacity * -log(p) / (0.693147180559945309 * 0.693147180559945309);
+    double bytes = ceil(bits / 8.0);
+    return bytes >= 1.8e19 ? UINT64_MAX : (uint64_t)bytes;
+}
 const char *lb_bf_reply_text(const lb_redisbloom *bf) { return bf->reply_text; }
 
 /* -------------------------------------------------------------- reserve */
+
+static lb_redis_status check_existing(lb_redisbloom *bf, int *exists);
 
 lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
 {
@@ -335,6 +356,10 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     clear_call(bf);
     if (created)
         *created = 0;
+    int exists;
+    lb_redis_status cst = check_existing(bf, &exists);
+    if (cst != LB_REDIS_OK || exists)
+        return cst;
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
@@ -378,14 +403,131 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     return LB_REDIS_OK;
 }
 
-static lb_redis_status ensure_reserved(lb_redisbloom *bf)
+/* The filter at key, if any, against this one's parameters, and room for a
+ * new one: BF.INFO key + INFO memory in one round trip.  *exists = 1 when a
+ * Bloom filter with matching parameters is there; 0 when the key is missing
+ * and a new filter fits.  MISMATCH, WRONGTYPE, NOMODULE, TOOLARGE otherwise.
+ * Nothing is written. */
+static lb_redis_status check_existing(lb_redisbloom *bf, int *exists)
+{
+    lb_redis_batch *b = &bf->batch;
+    lb_reply **rs;
+    char kb[160];
+    *exists = 0;
+    lb_redis_batch_clear(b);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "BF.INFO", 7);
+    arg_key(bf);
+    lb_redis_memory_cmd(b);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
+    lb_redis_batch_expect_bytes(b, 4096 + LB_REDIS_MEMORY_INFO_BYTES);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    const lb_reply *x = rs[0];
+    lb_redis_show(bf->key, bf->keylen, kb, sizeof kb);
+    if (x->type == LB_REPLY_ERROR) {
+        if (!(x->str && ci_contains(x->str, "not found")))
+            return fail_reply(bf, x, "BF.INFO", 0);
+        char what[200];
+        snprintf(what, sizeof what, "the RedisBloom filter at key '%s'", kb);
+        st = lb_redis_memory_check(bf->conn, rs[1], lb_bf_bytes_needed(&bf->opt), what);
+        if (st == LB_REDIS_OK) {
+            bf->reserved = 1;
+            bf->reserved_conn = lb_redis_connect_count(bf->conn);
+        }
+        return st;
+    }
+    lb_bf_info info;
+    if (lb_bf_parse_info(x, &info) < 0)
+        return bad_reply(bf, "BF.INFO");
+    /* BF.INFO reports the capacity summed over the sub-filters (each one
+     * expansion times the one before) and nil expansion when non-scaling;
+     * not the error rate, which therefore is not compared. */
+    int same = 1;
+    if (bf->opt.non_scaling)
+        same = info.expansion < 0 && (info.capacity < 0 || (uint64_t)info.capacity == bf->opt.capacity);
+    else if (info.expansion < 0 || (uint64_t)info.expansion != bf->opt.expansion)
+        same = 0;
+    else if (info.capacity >= 0) {
+        long long nf = info.filters > 0 ? info.filters : 1;
+        long double total = 0, term = (long double)bf->opt.capacity;
+        for (long long i = 0; i < nf && total < 1e30L; i++, term *= bf->opt.expansion)
+            total += term;
+        same = total == (long double)info.capacity;
+    }
+    if (!same) {
+        char theirs[96], ours[96];
+        if (info.expansion < 0)
+            snprintf(theirs, sizeof theirs, "non-scaling, capacity %lld", info.capacity);
+        else
+            snprintf(theirs, sizeof theirs, "expansion %lld, capacity %lld over %lld sub-filter(s)",
+                     info.expansion, info.capacity, info.filters);
+        if (bf->opt.non_scaling)
+            snprintf(ours, sizeof ours, "non-scaling, capacity %llu",
+                     (unsigned long long)bf->opt.capacity);
+        else
+            snprintf(ours, sizeof ours, "expansion %u, capacity %llu", (unsigned)bf->opt.expansion,
+                     (unsigned long long)bf->opt.capacity);
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_MISMATCH,
+                                  "the RedisBloom filter at key '%s' is %s; this "
+                                  "RedisBloomFilter is %s (nothing was written)",
+                                  kb, theirs, ours);
+    }
+    *exists = 1;
+    bf->reserved = 1;
+    bf->reserved_conn = lb_redis_connect_count(bf->conn);
+    confirm_type(bf);
+    return LB_REDIS_OK;
+}
+
+/* Before the first write on a connection (again after a reconnect or a
+ * reset): check_existing.  no_create writes only into an existing filter,
+ * whatever its parameters, so it skips the check. */
+static lb_redis_status ensure_checked(lb_redisbloom *bf)
 {
     if (bf->opt.no_create)
         return LB_REDIS_OK;
     if (bf->reserved && bf->reserved_conn == lb_redis_connect_count(bf->conn) &&
         lb_redis_is_connected(bf->conn))
         return LB_REDIS_OK;
-    return lb_bf_reserve(bf, NULL);
+    int exists;
+    return check_existing(bf, &exists);
+}
+
+/* BF.INSERT key CAPACITY c ERROR e (EXPANSION x | NONSCALING) ITEMS k...:
+ * the parameters travel with every write, so a filter that expired or was
+ * deleted is recreated as configured, never with the module's defaults
+ * (the module uses them only when the command creates the filter).
+ * no_create: BF.INSERT key NOCREATE ITEMS k... */
+static void build_insert(lb_redisbloom *bf, const lb_key *keys, size_t n)
+{
+    lb_redis_batch *b = &bf->batch;
+    char num[24];
+    int head = bf->opt.no_create ? 1 : 4 + (bf->opt.non_scaling ? 1 : 2);
+    lb_redis_batch_expect_elements(b, n); /* one answer per item */
+    lb_redis_batch_expect_bytes(b, 8 * n); /* ":1\r\n" or "#t\r\n" each */
+    lb_redis_batch_cmd(b, (int)(2 + head + 1 + n));
+    lb_redis_batch_arg(b, "BF.INSERT", 9);
+    arg_key(bf);
+    if (bf->opt.no_create) {
+        lb_redis_batch_arg(b, "NOCREATE", 8);
+    } else {
+        lb_redis_batch_arg(b, "CAPACITY", 8);
+        snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
+        lb_redis_batch_arg_str(b, num);
+        lb_redis_batch_arg(b, "ERROR", 5);
+        lb_redis_batch_arg_str(b, bf->rate);
+        if (bf->opt.non_scaling) {
+            lb_redis_batch_arg(b, "NONSCALING", 10);
+        } else {
+            lb_redis_batch_arg(b, "EXPANSION", 9);
+            lb_redis_batch_arg_u64(b, bf->opt.expansion);
+        }
+    }
+    lb_redis_batch_arg(b, "ITEMS", 5);
+    for (size_t i = 0; i < n; i++)
+        lb_redis_batch_arg(b, keys[i].data, keys[i].len);
 }
 
 /* ------------------------------------------------------------ add / test */
@@ -403,18 +545,19 @@ static void build_items(lb_redisbloom *bf, const char *one, const char *many, co
         lb_redis_batch_arg(b, keys[i].data, keys[i].len);
 }
 
-/* Read the answers of ADD/EXISTS (n == 1) or MADD/MEXISTS into out.
- * *ok_count = answers read before an error element (MADD cut short).
+/* Read the answers of BF.INSERT (adds: an array, even of one), BF.EXISTS
+ * (n == 1) or BF.MEXISTS into out.  *ok_count = answers read before an error
+ * element (BF.INSERT cut short by a full filter).
  * Returns OK, or the status of the error element / a shape error. */
 static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t n, int adds,
                                     uint8_t *out, size_t *ok_count, int *any_true)
 {
-    const char *cmd = adds ? (n == 1 ? "BF.ADD" : "BF.MADD") : (n == 1 ? "BF.EXISTS" : "BF.MEXISTS");
+    const char *cmd = adds ? "BF.INSERT" : (n == 1 ? "BF.EXISTS" : "BF.MEXISTS");
     *ok_count = 0;
     *any_true = 0;
     if (x->type == LB_REPLY_ERROR)
         return fail_reply(bf, x, cmd, adds);
-    if (n == 1) {
+    if (n == 1 && !adds) {
         int v = lb_bf_reply_bool(x);
         if (v < 0)
             return bad_reply(bf, cmd);
@@ -440,6 +583,8 @@ static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t
             return bad_reply(bf, cmd);
         if (out)
             out[i] = (uint8_t)v;
+        if (adds)
+            bf->last_new += v;
         *any_true |= v;
     }
     if (len != n) {
@@ -454,19 +599,21 @@ static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t
 }
 
 static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out,
-                                 long long *added)
+                                 long long *processed)
 {
-    *added = -1;
+    *processed = -1;
+    long long new_before = bf->last_new;
     for (int attempt = 0;; attempt++) {
+        bf->last_new = new_before;
         int was_open = lb_redis_is_connected(bf->conn);
         unsigned long rt = lb_redis_roundtrip_count(bf->conn);
-        lb_redis_status st = ensure_reserved(bf);
+        lb_redis_status st = ensure_checked(bf);
         if (st != LB_REDIS_OK)
             return st;
         if (lb_redis_roundtrip_count(bf->conn) != rt)
             was_open = 0; /* the connection just answered: a failure now is not a stale one */
         lb_redis_batch_clear(&bf->batch);
-        build_items(bf, "BF.ADD", "BF.MADD", keys, n);
+        build_insert(bf, keys, n);
         if (bf->opt.ttl_ms > 0)
             add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
         lb_reply **rs;
@@ -481,7 +628,7 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
         int any;
         st = read_answers(bf, rs[0], n, 1, out, &ok, &any);
         if (st == LB_REDIS_ERR_FULL)
-            *added = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
+            *processed = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
         if (st != LB_REDIS_OK)
             return st;
         if (bf->opt.ttl_ms > 0 &&
@@ -495,17 +642,18 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
 lb_redis_status lb_bf_add(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *was_new)
 {
     clear_call(bf);
-    bf->full_added = -1;
+    bf->full_processed = -1;
+    bf->last_new = 0;
     for (size_t i = 0; i < n; i++)
         if (keys[i].len == 0 || !keys[i].data)
             return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
     for (size_t start = 0; start < n; start += bf->chunk_keys) {
         size_t cn = n - start < bf->chunk_keys ? n - start : bf->chunk_keys;
-        long long added;
+        long long processed;
         lb_redis_status st = add_chunk(bf, keys + start, cn, was_new ? was_new + start : NULL,
-                                       &added);
+                                       &processed);
         if (st == LB_REDIS_ERR_FULL)
-            bf->full_added = added < 0 ? -1 : (long long)start + added;
+            bf->full_processed = processed < 0 ? -1 : (long long)start + processed;
         if (st != LB_REDIS_OK)
             return st;
     }
@@ -892,7 +1040,8 @@ lb_redis_status lb_bf_dump_step(lb_redisbloom *bf, lb_bf_dump *d, int *done, lon
     return LB_REDIS_OK;
 }
 
-lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n)
+lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n,
+                              int replace)
 {
     clear_call(bf);
     if (n == 0)
@@ -901,6 +1050,21 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         if (chunks[i].iter <= 0 || (!chunks[i].data && chunks[i].len))
             return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG,
                                       "chunk %zu: the iterator must be a positive integer", i);
+    if (!replace) { /* never replace a key of another type unasked */
+        lb_reply **trs;
+        lb_redis_batch_clear(&bf->batch);
+        lb_redis_batch_expect_elements(&bf->batch, 0);
+        lb_redis_batch_expect_bytes(&bf->batch, 0);
+        lb_redis_batch_cmd(&bf->batch, 2);
+        lb_redis_batch_arg(&bf->batch, "TYPE", 4);
+        arg_key(bf);
+        lb_redis_status tst =
+            lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &trs);
+        if (tst == LB_REDIS_OK)
+            tst = check_type_reply(bf, trs[0], "; restore(..., replace=True) replaces it");
+        if (tst != LB_REDIS_OK)
+            return tst;
+    }
 
     size_t tlen;
     char *tmp = lb_redis_temp_name(bf->base, bf->baselen, "restore", ++bf->seq, &tlen);

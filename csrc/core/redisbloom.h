@@ -3,35 +3,43 @@
  *
  * The server hashes; this side sends items and reads the replies by their
  * shape:
- *   - ADD/EXISTS/MADD/MEXISTS answer integers (RESP2, and RESP3 with module
+ *   - INSERT/EXISTS/MEXISTS answer integers (RESP2, and RESP3 with module
  *     v2.4) or booleans (RESP3 with v2.6+); both are read.  A reply of the
  *     wrong length is a protocol error, never padded with false.
  *   - BF.INFO is read by field NAME, from a flat array of name/value pairs
  *     (RESP2) or a map (RESP3); unknown fields are ignored, missing or nil
  *     fields (Expansion rate on a non-scaling filter) are reported absent.
  *
- * Reserve: before the first write (add), and again before the first write
- * after every reconnect (a server restarted empty, a forked child), one round
- * trip sends
- *     BF.RESERVE key <error_rate> <capacity> [EXPANSION e]     (scaling)
- *     BF.RESERVE key <error_rate> <capacity> NONSCALING          (non-scaling)
+ Writes: every add, one key or many, is
+ *     BF.INSERT key CAPACITY c ERROR e EXPANSION x ITEMS k...   (scaling)
+ *     BF.INSERT key CAPACITY c ERROR e NONSCALING ITEMS k...    (non-scaling)
+ *     BF.INSERT key NOCREATE ITEMS k...                         (no_create)
+ * The module uses the parameters only when the command creates the filter,
+ * so a filter that expired or was deleted is recreated as configured, in the
+ * same command, never with the module's defaults (capacity 100, 1%).
  * EXPANSION is never sent with NONSCALING (the module rejects the pair).
- * "item exists" means another process (or an earlier life of this one)
- * created the filter: not an error, and its parameters are kept.  With
- * no_create nothing is ever reserved: BF.ADD then creates a missing filter
- * with the module's own defaults.  reset() deletes the key; the next write
- * reserves again.  RESERVE is sent on its own (not pipelined with the write)
- * so that a rejected RESERVE never lets the write create a filter with the
- * module's defaults.
+ * no_create never creates: a missing key answers "ERR not found", which is
+ * LB_REDIS_ERR_NOTFOUND.
+ *
+ * The check before the first write (again after every reconnect and after
+ * reset; skipped with no_create): BF.INFO key + INFO memory, one round trip,
+ * nothing written.  An existing filter must match: non-scaling or the same
+ * expansion, and the capacity BF.INFO reports (summed over the sub-filters,
+ * each expansion times the one before) that of c; else
+ * LB_REDIS_ERR_MISMATCH.  BF.INFO does not report the error rate, so it is
+ * not compared.  A missing key: the new filter's size (lb_bf_bytes_needed)
+ * must fit under the server's maxmemory (redis_memory.h), else
+ * LB_REDIS_ERR_TOOLARGE.  A filter created by another client with other
+ * parameters between the check and the write is not noticed.
  *
  * TTL (ttl_ms > 0): every write round trip (reserve, add, restore) also
  * sends PEXPIRE key ttl after its commands, in the same pipeline: the filter
  * expires ttl after its last write.
  *
- * Batches: at most chunk_keys items per BF.MADD / BF.MEXISTS, one round trip
- * each.  A single item uses BF.ADD / BF.EXISTS.  Reads are retried once on a
- * fresh connection when a connection opened earlier turns out dead (server
- * restart).  Writes are retried once too, after re-reserving, when they fail
+ * Batches: at most chunk_keys items per BF.INSERT / BF.MEXISTS, one round
+ * trip each.  A single item to test uses BF.EXISTS.  Reads are retried once on
+ * a fresh connection when a connection opened earlier turns out dead (server
+ * restart).  Writes are retried once too, after the key check, when they fail
  * with a lost connection that had been open before the call: if the lost
  * attempt had in fact reached the server, the retry reports its keys as not
  * new (they are in the filter either way).  Timeouts are never retried.
@@ -40,13 +48,18 @@
  * Errors (an lb_redis_status; the message in lb_redis_errstr(conn), the
  * server's own text in lb_bf_reply_text):
  *   LB_REDIS_ERR_FULL        a non-scaling filter is full: the module cuts
- *                            MADD's reply short, with the error as its last
- *                            element; lb_bf_full_added tells how many keys of
- *                            the call went in before (-1: the server rejected
- *                            the command as a whole without saying).
+ *                            BF.INSERT's reply short at the first key that
+ *                            did not fit, with the error as its last element;
+ *                            lb_bf_full_processed tells how many keys of the
+ *                            call were processed before it (-1: the server
+ *                            rejected the command as a whole without saying),
+ *                            lb_bf_last_new how many of those were new.
+ *   LB_REDIS_ERR_MISMATCH    the filter at key has other parameters.
+ *   LB_REDIS_ERR_TOOLARGE    a new filter would not fit under maxmemory.
  *   LB_REDIS_ERR_NOMODULE    "unknown command 'BF.…'": no RedisBloom module.
  *   LB_REDIS_ERR_WRONGTYPE   the key holds another type; the message names it.
- *   LB_REDIS_ERR_NOTFOUND    info/dump of a key that does not exist.
+ *   LB_REDIS_ERR_NOTFOUND    info/dump of a key that does not exist; an add
+ *                            with no_create to a key that does not exist.
  *   anything of redis_conn.
  *
  * The key of another type and the tests: the module answers 0 (not
@@ -76,7 +89,7 @@ typedef struct {
     uint64_t capacity;  /* >= 1 */
     uint32_t expansion; /* >= 1; not sent when non_scaling */
     int non_scaling;
-    int no_create;      /* never send BF.RESERVE */
+    int no_create;      /* never create the filter (BF.INSERT ... NOCREATE) */
     int64_t ttl_ms;     /* 0: no expiry */
 } lb_bf_options;
 
@@ -97,30 +110,42 @@ void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms);   /* 0 -> none */
 const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf);
 lb_redis *lb_bf_conn(const lb_redisbloom *bf);
 
-/* 1 once a BF.RESERVE succeeded or found the filter there ("item exists"),
- * or a restore() wrote it; 0 again after reset. */
+/* 1 once the check found a matching filter or a missing key (the next
+ * write creates it as configured), a reserve created it, or a restore()
+ * wrote it; 0 again after reset. */
 int lb_bf_is_reserved(const lb_redisbloom *bf);
 
-/* After LB_REDIS_ERR_FULL: keys of the failed call (add) that went in
- * before the filter filled up, or -1 when the server did not say. */
-long long lb_bf_full_added(const lb_redisbloom *bf);
+/* After LB_REDIS_ERR_FULL: keys of the failed call (add) processed before
+ * the first one the filter rejected (each of them is in the filter now), or
+ * -1 when the server did not say. */
+long long lb_bf_full_processed(const lb_redisbloom *bf);
+/* Keys the last add reported new (up to the failure, when it failed). */
+long long lb_bf_last_new(const lb_redisbloom *bf);
+
+/* Bytes the module allocates for the first sub-filter of o (what a new
+ * filter costs the server): capacity * -ln(p) / ln(2)^2 / 8, with p the
+ * error rate (non-scaling) or half of it (scaling: the module tightens it). */
+uint64_t lb_bf_bytes_needed(const lb_bf_options *o);
 /* The server's error text of the last failed call ("" when the failure was
  * not a server reply).  Valid until the next call on bf. */
 const char *lb_bf_reply_text(const lb_redisbloom *bf);
 
-/* Send BF.RESERVE now (even with no_create).  *created (may be NULL) = 1
- * when this call created the filter, 0 when it was there. */
+/* Create the filter now (even with no_create): the check above, then
+ * BF.RESERVE key e c (EXPANSION x | NONSCALING) when the key is missing.
+ * *created (may be NULL) = 1 when this call created the filter, 0 when a
+ * matching one was there (MISMATCH when it does not match). */
 lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created);
 
-/* Add n items (none empty; n = 0 sends nothing).  was_new (may be NULL)
- * receives 1 per item the module reported new.  On FULL, was_new holds the
- * answers of the items before the failing one of the failing chunk. */
+/* Add n items (none empty; n = 0 sends nothing), at most chunk_keys per
+ * BF.INSERT.  was_new (may be NULL) receives 1 per item the module reported
+ * new.  On FULL, was_new holds the answers of the items before the failing
+ * one. */
 lb_redis_status lb_bf_add(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *was_new);
 
 /* Test n items: present[i] = 1 when the module says item i may be there. */
 lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *present);
 
-/* DEL the key; the next add reserves again. */
+/* DEL the key; the next add checks and creates it again. */
 lb_redis_status lb_bf_reset(lb_redisbloom *bf);
 
 /* BF.INFO, by field name; -1 = the server did not report that field (or
@@ -189,8 +214,12 @@ typedef struct {
  * Redis Cluster slot (given a 10-minute expiry in case this process dies),
  * then RENAMEd over key in one step, so readers see the old filter or the
  * new one, never half of it.  Round trips of at most 8 MiB of chunks.  On
- * failure the temporary key is deleted (best effort) and key is unchanged. */
-lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n);
+ * failure the temporary key is deleted (best effort) and key is unchanged.
+ * Unless replace, a key of another type is refused first (one TYPE round
+ * trip; WRONGTYPE, nothing written).  The restored filter keeps the dump's
+ * parameters, and later writes are not compared against them. */
+lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size_t n,
+                              int replace);
 
 /* ---- reply shapes (exposed for tests) ---------------------------------- */
 

@@ -651,9 +651,19 @@ static int module_exec(PyObject *module)
                 "A Redis key holds another type; .key names it.", st->RedisResponseError,
                 NULL) < 0 ||
         add_exc(module, &st->FilterFullError, "FilterFullError",
-                "A non-scaling RedisBloom filter is full; .added tells how many keys of the "
-                "batch went in.",
+                "A non-scaling RedisBloom filter is full.  .processed: keys of the batch "
+                "before the first one the filter rejected (all of them are in it; resume at "
+                "keys[processed:]); .added: how many of those were new (None, both, when "
+                "the server did not say).",
                 st->RedisResponseError, NULL) < 0 ||
+        add_exc(module, &st->FilterNotFoundError, "FilterNotFoundError",
+                "No RedisBloom filter at the key (.key), and it was not to be created "
+                "(no_create=True), or info()/dump() of a missing key.",
+                st->RedisResponseError, PyExc_KeyError) < 0 ||
+        add_exc(module, &st->KeyNotOwnedError, "KeyNotOwnedError",
+                "The Redis key (.key) holds data this library did not write (no meta key "
+                "beside it); RedisFilter(..., adopt=True) takes a bitmap over on purpose.",
+                st->RedisError, PyExc_ValueError) < 0 ||
         add_exc(module, &st->ModuleMissingError, "ModuleMissingError",
                 "The Redis server has no RedisBloom module (no BF.* commands).",
                 st->RedisResponseError, st->NotSupportedError) < 0 ||

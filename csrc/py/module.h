@@ -39,6 +39,8 @@ typedef struct {
     PyObject *WrongTypeError;
     PyObject *FilterFullError;
     PyObject *ModuleMissingError;
+    PyObject *FilterNotFoundError;
+    PyObject *KeyNotOwnedError;
     PyObject *RedisProtocolError;
 } lb_state;
 

@@ -184,6 +184,12 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
     case LB_REDIS_ERR_NOMODULE:
         PyErr_SetString(st->ModuleMissingError, text);
         return;
+    case LB_REDIS_ERR_TOOLARGE:
+        PyErr_SetString(st->InvalidCapacityError, text);
+        return;
+    case LB_REDIS_ERR_NOTOWNED:
+        lb_raise_with(st->KeyNotOwnedError, text, "key", key, NULL);
+        return;
     default:
         PyErr_SetString(st->RedisError, text);
     }
@@ -246,6 +252,34 @@ int lb_redis_parse_chunk(PyObject *obj, size_t *out)
     }
     *out = (size_t)c;
     return 0;
+}
+
+int lb_redis_parse_max_bytes(lb_state *st, PyObject *obj, uint64_t *out)
+{
+    *out = LB_REDIS_DEFAULT_MAX_BYTES;
+    if (!obj || obj == Py_None)
+        return 0;
+    if (lb_parse_u64(obj, "max_bytes", PyExc_ValueError, out) < 0)
+        return -1;
+    if (*out == 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 1");
+        return -1;
+    }
+    (void)st;
+    return 0;
+}
+
+int lb_redis_check_max_bytes(lb_state *st, uint64_t need, uint64_t limit, const char *what)
+{
+    if (need <= limit)
+        return 0;
+    PyErr_Format(st->InvalidCapacityError,
+                 "the %s would take %llu bytes of the server's memory, more than "
+                 "max_bytes=%llu (default %llu, 256 MiB); pass a larger max_bytes= if that "
+                 "is really meant",
+                 what, (unsigned long long)need, (unsigned long long)limit,
+                 (unsigned long long)LB_REDIS_DEFAULT_MAX_BYTES);
+    return -1;
 }
 
 lb_redis_filter *lb_redis_filter_new(PyTypeObject *type, lb_state *st, const lb_conn_kw *kw,

@@ -87,6 +87,16 @@ int lb_redis_parse_ttl(PyObject *obj, double *out);
 /* chunk_size= (None leaves *out as it is).  0, or -1 with ValueError. */
 int lb_redis_parse_chunk(PyObject *obj, size_t *out);
 
+/* The size limit of a Redis filter: what one filter may claim of the
+ * server's memory unless max_bytes= says more (a typo in capacity, 10**12,
+ * would otherwise take the server's memory).  256 MiB. */
+#define LB_REDIS_DEFAULT_MAX_BYTES ((uint64_t)256 << 20)
+/* max_bytes= (None: the default; else an int >= 1).  0, or -1 with
+ * TypeError / ValueError. */
+int lb_redis_parse_max_bytes(lb_state *st, PyObject *obj, uint64_t *out);
+/* 0 when need <= limit, else -1 with InvalidCapacityError saying both. */
+int lb_redis_check_max_bytes(lb_state *st, uint64_t need, uint64_t limit, const char *what);
+
 /* Allocate an object of type with the common part set up and its (not yet
  * connected) connection built from kw: the object, or NULL with the exception
  * set. */

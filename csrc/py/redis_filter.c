@@ -86,17 +86,26 @@ static const lb_redis_ops rf_ops = {
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "m", "k", "hash", "ttl", "mode",
-                             "chunk_size", LB_CONN_KWNAMES, NULL};
+                             "chunk_size", "adopt", "max_bytes", LB_CONN_KWNAMES, NULL};
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
     PyObject *key, *capacity = Py_None, *error_rate = Py_None, *m = Py_None, *k = Py_None,
-                   *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None;
+                   *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
+                   *max_bytes = Py_None;
+    int adopt_bitmap = 0;
     lb_conn_kw kw = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO$OOOOOO" LB_CONN_KWFORMAT ":RedisFilter",
-                                     kwlist, &key, &capacity, &error_rate, &m, &k, &hash, &ttl,
-                                     &mode, &chunk, LB_CONN_KWADDR(kw)))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "O|OO$OOOOOOpO" LB_CONN_KWFORMAT ":RedisFilter", kwlist, &key,
+                                     &capacity, &error_rate, &m, &k, &hash, &ttl, &mode, &chunk,
+                                     &adopt_bitmap, &max_bytes, LB_CONN_KWADDR(kw)))
         return NULL;
+    if (adopt_bitmap && (m == Py_None || k == Py_None || hash == Py_None)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "adopt=True takes over a bitmap another program wrote: give the m, k "
+                        "and hash it was written with");
+        return NULL;
+    }
 
     PyObject *key_bytes = lb_redis_key_bytes(st, key);
     if (!key_bytes)
@@ -157,6 +166,13 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->args = a;
     lb_geometry g;
     lb_geometry_init(&g, a.m, a.k, a.scheme);
+    /* The limit guards the geometry asked for (a typo in capacity), not one read
+     * from an existing filter's meta key: that one is on the server already. */
+    uint64_t limit;
+    if (lb_redis_parse_max_bytes(st, max_bytes, &limit) < 0 ||
+        (adopt != 1 &&
+         lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
+        goto fail;
     lb_redis_status rs = lb_redis_bitmap_new(conn, PyBytes_AS_STRING(key_bytes),
                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g,
                                              (int64_t)ceil(ttl_s * 1000.0), &self->bm);
@@ -166,6 +182,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     lb_redis_bitmap_set_mode(self->bm, rb_mode);
     lb_redis_bitmap_set_chunk_keys(self->bm, chunk_keys);
+    lb_redis_bitmap_set_adopt(self->bm, adopt_bitmap);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
@@ -471,14 +488,22 @@ static PyMemberDef rf_members[] = {
 
 static PyType_Slot rf_slots[] = {
     {Py_tp_doc,
-     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3-mix\", ttl=None, url=None, ...)\n"
-     "RedisFilter(key, *, m, k, ...)\n\n"
+     "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3-mix\", ttl=None, "
+     "max_bytes=None, url=None, ...)\n"
+     "RedisFilter(key, *, m, k, hash, adopt=False, ...)\n\n"
      "A Bloom filter kept as a Redis bitmap at key, hashed here and sent pipelined.  "
      "Connection keywords as redis-py: url, host, port, db, username, password, "
      "unix_socket_path, socket_timeout (default 10 s), socket_connect_timeout (default 5 s).  "
      "mode=\"bitfield\" (one BITFIELD per key) or \"setbit\" (the Go driver's SETBIT/GETBIT); "
      "the bitmap is the same.  Without capacity or m and k, the geometry stored next to an "
-     "existing filter is adopted."},
+     "existing filter is adopted.\n\n"
+     "Ownership: a key that exists without this library's meta key beside it (a user's "
+     "string, another program's bitmap) is never read or written: KeyNotOwnedError.  "
+     "adopt=True, with the m, k and hash it was written with, takes such a bitmap over on "
+     "purpose (a Go ling-base service's).\n\n"
+     "Size: a filter whose bitmap would take more than max_bytes of the server's memory "
+     "(default 256 MiB, ceil(m / 8) bytes), or more than the server's maxmemory leaves, "
+     "raises InvalidCapacityError before anything is written."},
     {Py_tp_new, rf_new},
     {Py_tp_dealloc, lb_redis_filter_dealloc},
     {Py_tp_traverse, lb_redis_filter_traverse},

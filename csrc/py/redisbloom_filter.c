@@ -5,6 +5,7 @@
 #include <math.h>
 #include <structmember.h>
 
+#include "params.h"
 #include "redisbloom.h"
 
 typedef struct {
@@ -20,7 +21,8 @@ typedef struct {
  * too, so a thread-local keeps concurrent batches on one filter apart. */
 static _Thread_local struct {
     size_t done;               /* keys of earlier chunks of this batch, all in */
-    long long added;           /* FULL: keys of the batch that went in, -1 unknown */
+    long long fresh;           /* keys of earlier chunks the module reported new */
+    long long processed;       /* FULL: keys of the batch before the rejected one, -1 unknown */
     lb_redis_status status;    /* status of the failed chunk */
 } tl_batch;
 
@@ -32,9 +34,11 @@ static void rb_release(lb_base *b)
     lb_redis_filter_release(&f->r);
 }
 
-/* Raise the exception for a failed call.  added: keys that went in before a
- * FULL (-1: unknown). */
-static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
+/* Raise the exception for a failed call.  After a FULL: processed = keys of
+ * the call before the rejected one (-1: unknown), fresh = how many of them
+ * were new. */
+static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long processed,
+                     long long fresh)
 {
     lb_state *S = f->r.base.st;
     const char *msg = f->r.conn ? lb_redis_errstr(f->r.conn) : "";
@@ -42,11 +46,8 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
     if (!msg || !*msg)
         msg = lb_redis_status_name(st);
     if (st != LB_REDIS_ERR_FULL && st != LB_REDIS_ERR_NOMODULE && st != LB_REDIS_ERR_REPLY &&
-        st != LB_REDIS_ERR_WRONGTYPE) {
-        if (st == LB_REDIS_ERR_NOTFOUND)
-            PyErr_SetString(PyExc_KeyError, msg);
-        else
-            lb_raise_redis(S, st, f->r.conn, f->r.key);
+        st != LB_REDIS_ERR_WRONGTYPE && st != LB_REDIS_ERR_NOTFOUND) {
+        lb_raise_redis(S, st, f->r.conn, f->r.key);
         return;
     }
     const char *r = *text ? text : msg;
@@ -54,11 +55,15 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
     if (!reply)
         return;
     if (st == LB_REDIS_ERR_FULL) {
-        PyObject *n = added >= 0 ? PyLong_FromLongLong(added) : Py_NewRef(Py_None);
-        if (n)
-            lb_raise_with(S->FilterFullError, msg, "reply", reply, "added", n, "key", f->r.key,
-                          NULL);
+        PyObject *p = processed >= 0 ? PyLong_FromLongLong(processed) : Py_NewRef(Py_None);
+        PyObject *n = processed >= 0 ? PyLong_FromLongLong(fresh) : Py_NewRef(Py_None);
+        if (p && n)
+            lb_raise_with(S->FilterFullError, msg, "reply", reply, "processed", p, "added", n,
+                          "key", f->r.key, NULL);
+        Py_XDECREF(p);
         Py_XDECREF(n);
+    } else if (st == LB_REDIS_ERR_NOTFOUND) {
+        lb_raise_with(S->FilterNotFoundError, msg, "reply", reply, "key", f->r.key, NULL);
     } else if (st == LB_REDIS_ERR_NOMODULE)
         lb_raise_with(S->ModuleMissingError, msg, "reply", reply, NULL);
     else if (st == LB_REDIS_ERR_WRONGTYPE)
@@ -70,14 +75,15 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long added)
 
 static void rb_raise_backend(lb_base *b)
 {
-    rb_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.added);
+    rb_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.processed, tl_batch.fresh);
 }
 
 /* A failed call other than a batch: only an add can fill the filter. */
 static void rb_raise_call(lb_redis_filter *r, lb_redis_status st)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)r;
-    rb_raise(f, st, st == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1);
+    rb_raise(f, st, st == LB_REDIS_ERR_FULL ? lb_bf_full_processed(f->bf) : -1,
+             lb_bf_last_new(f->bf));
 }
 
 /* ---- round trips -------------------------------------------------------- */
@@ -99,15 +105,16 @@ static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t 
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
     lb_redis_status rs = lb_bf_add(f->bf, keys, n, out);
+    tl_batch.fresh += lb_bf_last_new(f->bf);
     if (rs == LB_REDIS_OK) {
         tl_batch.done += n;
         *done = n;
         return LB_OK;
     }
-    long long fa = rs == LB_REDIS_ERR_FULL ? lb_bf_full_added(f->bf) : -1;
-    tl_batch.added = fa < 0 ? -1 : (long long)tl_batch.done + fa;
+    long long fp = rs == LB_REDIS_ERR_FULL ? lb_bf_full_processed(f->bf) : -1;
+    tl_batch.processed = fp < 0 ? -1 : (long long)tl_batch.done + fp;
     tl_batch.status = rs;
-    *done = fa > 0 ? (size_t)fa : 0;
+    *done = fp > 0 ? (size_t)fp : 0;
     return LB_ERR_BACKEND;
 }
 
@@ -120,7 +127,7 @@ static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     if (rs == LB_REDIS_OK)
         return LB_OK;
     tl_batch.status = rs;
-    tl_batch.added = -1;
+    tl_batch.processed = -1;
     return LB_ERR_BACKEND;
 }
 
@@ -128,7 +135,8 @@ static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 static void rb_batch_begin(void)
 {
     tl_batch.done = 0;
-    tl_batch.added = -1;
+    tl_batch.fresh = 0;
+    tl_batch.processed = -1;
     tl_batch.status = LB_REDIS_OK;
 }
 
@@ -146,18 +154,19 @@ static const lb_redis_ops rb_ops = {
 static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "expansion", "non_scaling",
-                             "no_create", "ttl", "chunk_size", LB_CONN_KWNAMES, NULL};
+                             "no_create", "ttl", "chunk_size", "max_bytes", LB_CONN_KWNAMES,
+                             NULL};
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
     PyObject *key, *capacity = Py_None, *error_rate = Py_None, *expansion = Py_None,
-                   *ttl = Py_None, *chunk = Py_None;
+                   *ttl = Py_None, *chunk = Py_None, *max_bytes = Py_None;
     int non_scaling = 0, no_create = 0;
     lb_conn_kw kw = {0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|OO$OppOO" LB_CONN_KWFORMAT ":RedisBloomFilter", kwlist,
+                                     "O|OO$OppOOO" LB_CONN_KWFORMAT ":RedisBloomFilter", kwlist,
                                      &key, &capacity, &error_rate, &expansion, &non_scaling,
-                                     &no_create, &ttl, &chunk, LB_CONN_KWADDR(kw)))
+                                     &no_create, &ttl, &chunk, &max_bytes, LB_CONN_KWADDR(kw)))
         return NULL;
 
     PyObject *key_bytes = lb_redis_key_bytes(st, key);
@@ -209,6 +218,26 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     opt.non_scaling = non_scaling;
     opt.no_create = no_create;
+    /* As the in-memory filters: the geometry of capacity keys at error_rate
+     * must be one this library could build (m <= 2**48 bits, k <= 64). */
+    uint64_t mm, kk;
+    lb_status ps = lb_estimate(opt.capacity, opt.error_rate, &mm, &kk);
+    if (ps == LB_OK)
+        ps = lb_check_geometry(mm, kk);
+    if (ps == LB_ERR_ARG) {
+        PyErr_Format(st->InvalidFalsePositiveRateError,
+                     "error_rate %g needs k = %llu hash functions; at most %d are supported",
+                     opt.error_rate, (unsigned long long)kk, LB_MAX_K);
+        goto fail;
+    }
+    if (ps != LB_OK) {
+        lb_raise(st, ps, NULL);
+        goto fail;
+    }
+    uint64_t limit;
+    if (lb_redis_parse_max_bytes(st, max_bytes, &limit) < 0 ||
+        lb_redis_check_max_bytes(st, lb_bf_bytes_needed(&opt), limit, "RedisBloom filter") < 0)
+        goto fail;
     double ttl_s;
     if (lb_redis_parse_ttl(ttl, &ttl_s) < 0)
         goto fail;
@@ -334,15 +363,20 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
     }
     if (rs != LB_REDIS_OK) {
         Py_DECREF(list);
-        rb_raise(f, rs, -1);
+        rb_raise(f, rs, -1, 0);
         return NULL;
     }
     return list;
 }
 
-static PyObject *rb_restore(PyObject *self, PyObject *chunks)
+static PyObject *rb_restore(PyObject *self, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"chunks", "replace", NULL};
     RedisBloomFilter *f = RB(self);
+    PyObject *chunks;
+    int replace = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:restore", kwlist, &chunks, &replace))
+        return NULL;
     if (PyUnicode_Check(chunks) || PyBytes_Check(chunks) || PyByteArray_Check(chunks))
         return PyErr_Format(PyExc_TypeError,
                             "restore() takes the list dump() returned (pairs of iterator and "
@@ -402,9 +436,9 @@ static PyObject *rb_restore(PyObject *self, PyObject *chunks)
     lb_redis_status rs;
     if (lb_enter(&f->r.base) < 0)
         goto done;
-    LB_REDIS_GIL_FREE(&f->r, rs, lb_bf_restore(f->bf, cs, (size_t)n));
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_bf_restore(f->bf, cs, (size_t)n, replace));
     if (rs != LB_REDIS_OK)
-        rb_raise(f, rs, -1);
+        rb_raise(f, rs, -1, 0);
     else
         result = Py_NewRef(Py_None);
 done:
@@ -419,13 +453,17 @@ done:
 /* from_url(url, key, ...): RedisBloomFilter(key, url=url, ...). */
 static PyObject *rb_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    return lb_redis_from_url(cls, args, kwargs, 2, "from_url() takes the url and the key");
+    return lb_redis_from_url(cls, args, kwargs, 0,
+                             "from_url() takes the url, the key, then the arguments of "
+                             "RedisBloomFilter");
 }
 
 /* from_redis(client, key, ...): the connection settings of a redis-py client. */
 static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
-    return lb_redis_from_redis(cls, args, kwargs, 2, "from_redis() takes the client and the key");
+    return lb_redis_from_redis(cls, args, kwargs, 0,
+                               "from_redis() takes the client, the key, then the arguments of "
+                               "RedisBloomFilter");
 }
 
 /* ---- properties --------------------------------------------------------- */
@@ -493,48 +531,51 @@ static PyObject *rb_repr(PyObject *self)
 
 static PyMethodDef rb_methods[] = {
     {"add", lb_redis_add, METH_O,
-     "add(key) -> bool\n\nBF.ADD; True when the module reports the key new.  The first add "
-     "reserves the filter (BF.RESERVE) unless no_create."},
+     "add(key) -> bool\n\nBF.INSERT with the filter's parameters (NOCREATE with no_create); "
+     "True when the module reports the key new."},
     {"test", lb_redis_test, METH_O,
      "test(key) -> bool\n\nBF.EXISTS.  Never creates the filter (a missing key tests False)."},
     {"add_many", lb_redis_add_many, METH_O,
-     "add_many(keys) -> list[bool]\n\nBF.MADD, one round trip per chunk_size keys.  A full "
-     "non-scaling filter raises FilterFullError; its .added tells how many keys of the batch "
-     "went in (they are the first ones)."},
+     "add_many(keys) -> list[bool]\n\nBF.INSERT, one round trip per chunk_size keys.  A full "
+     "non-scaling filter raises FilterFullError: keys[:e.processed] are in the filter "
+     "(e.added of them were new), the rest were not added."},
     {"update", lb_redis_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
     {"test_many", lb_redis_test_many, METH_O,
      "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
     {"reset", rb_reset, METH_NOARGS,
-     "reset()\n\nDelete the key; the next add reserves the filter again."},
+     "reset()\n\nDelete the key; the next add creates the filter again, as configured."},
     {"reserve", rb_reserve, METH_NOARGS,
-     "reserve() -> bool\n\nSend BF.RESERVE now (even with no_create).  True when it created "
-     "the filter, False when one was there already (its parameters are kept)."},
+     "reserve() -> bool\n\nCreate the filter now (BF.RESERVE, even with no_create).  True "
+     "when it created the filter, False when a matching one was there already; "
+     "GeometryMismatchError when the one there has other parameters."},
     {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the filter stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
     {"info", rb_info, METH_NOARGS,
      "info() -> ling_bloom.redisbloom.RedisBloomInfo\n\nBF.INFO, read by field name: capacity, "
-     "size (bytes), filters, items, expansion (None when non-scaling).  KeyError when the key "
-     "does not exist."},
+     "size (bytes), filters, items, expansion (None when non-scaling).  FilterNotFoundError "
+     "(a KeyError) when the key does not exist."},
     {"card", rb_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
     {"dump", rb_dump, METH_NOARGS,
      "dump() -> list[tuple[int, bytes]]\n\nThe filter as BF.SCANDUMP's steps: (iterator, "
      "chunk) pairs, what BF.LOADCHUNK replays (redis-py's loadchunk takes them too).  Do not "
-     "write to the filter while it is being dumped.  KeyError when the key does not exist.  "
+     "write to the filter while it is being dumped.  FilterNotFoundError (a KeyError) when the key does not exist.  "
      "ling_bloom.redisbloom.chunks_to_bytes() packs the list into one bytes value."},
-    {"restore", rb_restore, METH_O,
-     "restore(chunks)\n\nReplace the filter by a dump: the chunks are loaded into a temporary "
-     "key and renamed over this one in one step (readers never see half a filter).  The "
-     "chunks must come from the same kind of server (the module and fakeredis dump in their "
-     "own formats)."},
+    {"restore", (PyCFunction)(void (*)(void))rb_restore, METH_VARARGS | METH_KEYWORDS,
+     "restore(chunks, *, replace=False)\n\nReplace the filter by a dump: the chunks are "
+     "loaded into a temporary key and renamed over this one in one step (readers never see "
+     "half a filter).  The restored filter has the dump's parameters.  A key of another type "
+     "raises WrongTypeError and is left alone, unless replace=True."},
     {"from_url", (PyCFunction)(void (*)(void))rb_from_url,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_url(url, key, **options) -> RedisBloomFilter\n\nurl as redis-py: "
+     "from_url(url, key, capacity=1000, error_rate=0.001, **options) -> RedisBloomFilter\n\n"
+     "url as redis-py: "
      "redis://[[user]:password@]host[:port][/db] or unix:///path?db=N."},
     {"from_redis", (PyCFunction)(void (*)(void))rb_from_redis,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
-     "from_redis(client, key, **options) -> RedisBloomFilter\n\nThe connection settings of a "
+     "from_redis(client, key, capacity=1000, error_rate=0.001, **options) -> "
+     "RedisBloomFilter\n\nThe connection settings of a "
      "redis-py client (its own connections are not used, and close() leaves it open)."},
     {NULL, NULL, 0, NULL},
 };
@@ -542,17 +583,18 @@ static PyMethodDef rb_methods[] = {
 static PyGetSetDef rb_getset[] = {
     {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
     {"capacity", rb_get_capacity, NULL,
-     "the capacity BF.RESERVE is sent with (the configured one, not the server's: see info())",
+     "the capacity every write carries (the configured one, not the server's: see info())",
      NULL},
-    {"error_rate", rb_get_error_rate, NULL, "the error rate BF.RESERVE is sent with", NULL},
+    {"error_rate", rb_get_error_rate, NULL, "the error rate every write carries", NULL},
     {"expansion", rb_get_expansion, NULL, "growth factor of a scaling filter; None if non_scaling",
      NULL},
-    {"non_scaling", rb_get_non_scaling, NULL, "reserved with NONSCALING", NULL},
-    {"no_create", rb_get_no_create, NULL, "never sends BF.RESERVE", NULL},
+    {"non_scaling", rb_get_non_scaling, NULL, "created with NONSCALING", NULL},
+    {"no_create", rb_get_no_create, NULL, "never creates the filter (BF.INSERT ... NOCREATE)", NULL},
     {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
-    {"chunk_size", rb_get_chunk_size, NULL, "keys per BF.MADD / BF.MEXISTS round trip", NULL},
+    {"chunk_size", rb_get_chunk_size, NULL, "keys per BF.INSERT / BF.MEXISTS round trip", NULL},
     {"is_reserved", rb_get_is_reserved, NULL,
-     "whether BF.RESERVE succeeded or found the filter there (False again after reset)", NULL},
+     "whether this connection checked the key (a matching filter, or none yet) or created "
+     "it (False again after reset)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -565,22 +607,27 @@ static PyMemberDef rb_members[] = {
 static PyType_Slot rb_slots[] = {
     {Py_tp_doc,
      "RedisBloomFilter(key, capacity=1000, error_rate=0.001, *, expansion=2, "
-     "non_scaling=False, no_create=False, ttl=None, chunk_size=10000, url=None, ...)\n\n"
+     "non_scaling=False, no_create=False, ttl=None, chunk_size=10000, max_bytes=None, "
+     "url=None, ...)\n\n"
      "A Bloom filter kept by the RedisBloom module at key (BF.* commands): the server "
      "hashes, this side sends items, pipelined.  Connection keywords as redis-py: url, host, "
      "port, db, username, password, unix_socket_path, socket_timeout (default 10 s), "
      "socket_connect_timeout (default 5 s).\n\n"
-     "The first add sends BF.RESERVE key error_rate capacity with EXPANSION expansion, or "
-     "NONSCALING (never both: the module rejects the pair); 'item exists' means another "
-     "process created it first and is not an error.  It is sent again after a reconnect, "
-     "so a server restarted empty gets the configured parameters back rather than the "
-     "module's defaults.  no_create: never reserve (BF.ADD then creates a missing filter "
-     "with the module's defaults).  ttl: PEXPIRE after every write, in the same round "
-     "trip.\n\n"
-     "Errors: FilterFullError (.added: keys of the call that went in, None when the "
-     "server did not say) when a non-scaling filter is full; ModuleMissingError when the "
-     "server has no BF.* commands; WrongTypeError (.key) when the key holds another "
-     "type.\n\n"
+     "Every write is BF.INSERT key CAPACITY capacity ERROR error_rate with EXPANSION "
+     "expansion or NONSCALING: a filter that expired or was deleted is recreated as "
+     "configured by the write itself, never with the module's defaults.  Before the first "
+     "write on a connection, BF.INFO checks an existing filter: other parameters (capacity "
+     "or expansion; BF.INFO does not report the error rate) raise GeometryMismatchError "
+     "before anything is written.  no_create: BF.INSERT ... NOCREATE, never creates; a "
+     "missing key raises FilterNotFoundError.  ttl: PEXPIRE after every write, in the same "
+     "round trip.\n\n"
+     "Size: capacity and error_rate are checked as the in-memory filters check them; a new "
+     "filter that would take more than max_bytes of the server's memory (default 256 MiB), "
+     "or more than the server's maxmemory leaves, raises InvalidCapacityError before "
+     "anything is written.\n\n"
+     "Errors: FilterFullError (.processed, .added) when a non-scaling filter is full; "
+     "ModuleMissingError when the server has no BF.* commands; WrongTypeError (.key) when "
+     "the key holds another type.\n\n"
      "A key of another type and the tests: the module answers 0 to BF.EXISTS / BF.MEXISTS "
      "on it, not an error, so every test would silently say False.  A user expects the "
      "WrongTypeError that add raises, so when a test answers all-False and the key's type "
