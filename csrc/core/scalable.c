@@ -14,7 +14,7 @@ lb_status lb_scalable_check(uint64_t initial_capacity, double error_rate, double
         return LB_ERR_CAPACITY;
     if (!(error_rate > 0.0 && error_rate < 1.0))
         return LB_ERR_FPR;
-    if (!(growth > 1.0) || !isfinite(growth))
+    if (!(growth > 1.0 && growth <= LB_SCALABLE_MAX_GROWTH))
         return LB_ERR_ARG;
     if (!(fpr_ratio > 0.0 && fpr_ratio < 1.0))
         return LB_ERR_ARG;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "format.h"
 #include "keys.h"
 #include "params.h"
 
@@ -601,7 +602,27 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
     return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
 }
 
+/* _saved_length(head) -> int: the length of the saved filter whose header is
+ * head (the first 48 bytes, or all there are), for load() to read no more. */
+static PyObject *saved_length(PyObject *module, PyObject *data)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint64_t total = 0;
+    const char *why = NULL;
+    lb_status s = lb_format_length(view.buf, (size_t)view.len, &total, &why);
+    PyBuffer_Release(&view);
+    if (s != LB_OK)
+        return PyErr_Format(PyExc_ValueError, "not a valid saved filter: %s", why);
+    return PyLong_FromUnsignedLongLong(total);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_saved_length", saved_length, METH_O,
+     "_saved_length(head) -> int\n\nThe length of the saved filter that starts with head "
+     "(its first 48 bytes), from the header alone."},
     {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
      "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
      "k = max(1, ceil(ln(2)*m/n)) hash functions."},

@@ -26,7 +26,7 @@ static lb_status sf_raise(lb_state *st, lb_status s)
 {
     switch (s) {
     case LB_ERR_ARG:
-        PyErr_SetString(PyExc_ValueError, "growth_ratio must be a finite number greater than 1 "
+        PyErr_SetString(PyExc_ValueError, "growth_ratio must be greater than 1 and at most 64, "
                                           "and fpr_ratio must be in (0, 1)");
         break;
     case LB_ERR_RANGE:
