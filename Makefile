@@ -3,6 +3,8 @@
 #   make demo    the filters at work (the main job)
 #   make test    every test: pytest, and the C tests of the core's Redis layer
 #   make bench   the benchmarks against the peers
+#   make sanitize every test (the stress runs included) and the C tests, on builds with
+#                AddressSanitizer and UndefinedBehaviorSanitizer
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -16,7 +18,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Build: a C compiler, pkg-config, the two C libraries.  Tests and demo: a redis-server.
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev redis-server
 
-.PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean
+.PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize
 
 demo: build
 	$(VPY) -m ling_bloom demo
@@ -63,6 +65,40 @@ build: venv
 	@$(VPY) setup.py build_ext --inplace > $(VENV)/build.log 2>&1 || { cat $(VENV)/build.log; exit 1; }
 	@grep -E 'warning:|error:' $(VENV)/build.log || true
 
+# ---- sanitizers -----------------------------------------------------------------------
+# The extension is built apart, in $(SAN_DIR)/lib (next to links to the package's Python
+# files), so the normal in-place build stays as it is; Python itself is not instrumented,
+# so libasan is preloaded into it (PYTHONSAFEPATH, Python 3.11+: the working directory's
+# in-place build must not come first on sys.path; the check below fails otherwise), with leak detection off (the interpreter keeps memory
+# until exit on purpose; allocator_may_return_null: the tests of filters too large to
+# allocate expect MemoryError, not an abort), libstdc++ preloaded too (ASan must see it at start, or the first
+# C++ exception of another extension, matplotlib's, aborts) and PYTHONMALLOC=malloc (so ASan sees the binding's PyMem_*
+# buffers).  Any report aborts the process, which fails its test.  The C tests are built
+# with the same flags (added to theirs: tests/c/Makefile) and removed afterwards.
+SAN_DIR   := .sanitize
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN_ENV   := PYTHONPATH=$(CURDIR)/$(SAN_DIR)/lib PYTHONSAFEPATH=1 \
+             LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libstdc++.so)" \
+             ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:detect_stack_use_after_return=0 \
+             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+             PYTHONMALLOC=malloc LING_BLOOM_SANITIZED=1
+
+sanitize: deps venv-test
+	rm -rf $(SAN_DIR)/lib && mkdir -p $(SAN_DIR)/lib/ling_bloom
+	@LING_BLOOM_DEBUG=1 CFLAGS="$(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" \
+	  $(VPY) setup.py build_ext --build-lib $(SAN_DIR)/lib --build-temp $(SAN_DIR)/tmp \
+	  > $(SAN_DIR)/build.log 2>&1 || { cat $(SAN_DIR)/build.log; exit 1; }
+	@grep -E 'warning:|error:' $(SAN_DIR)/build.log || true
+	@for f in ling_bloom/*; do \
+	  case "$$f" in *.so|*/__pycache__) ;; *) ln -sfn "$(CURDIR)/$$f" "$(SAN_DIR)/lib/$$f";; esac; \
+	done
+	$(SAN_ENV) $(VPY) -c "import ling_bloom._core as c, sys; \
+	  sys.exit(0 if '/$(SAN_DIR)/lib/' in c.__file__ else 'not the sanitizer build: ' + c.__file__)"
+	$(MAKE) -C tests/c clean
+	$(MAKE) -C tests/c test CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)"
+	$(MAKE) -C tests/c clean
+	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
 clean:
-	rm -rf build ling_bloom/*.so $(VENV)
+	rm -rf build ling_bloom/*.so $(VENV) $(SAN_DIR)
 	$(MAKE) -C tests/c clean

@@ -95,6 +95,9 @@ class RedisProtocolError(RedisError):
 
 # ---- functions ------------------------------------------------------------------------------
 
+def _saved_length(head: bytes) -> int:
+    """The length of the saved filter that starts with head (its first 48 bytes)."""
+
 def estimate(n: int, p: float) -> Tuple[int, int]:
     """ling-base's Estimate: (m, k) for n keys at false-positive rate p."""
 

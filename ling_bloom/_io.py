@@ -41,6 +41,28 @@ def atomic_write(path: PathLike, data: bytes) -> None:
         os.close(dfd)
 
 
+# Enough of a saved filter for its header to give the whole length (format.h).
+HEADER_BYTES = 48
+
+
 def read_file(path: PathLike) -> bytes:
+    """The saved filter at path, read no further than its header says it goes.
+
+    A file that is not a saved filter (``/dev/zero``, a huge log) raises ValueError after
+    its first 48 bytes; one longer than its header says raises ValueError too.  A short
+    one is returned as it is, for from_bytes to say what is missing.
+    """
+    from ._core import _saved_length
+
     with open(os.fspath(path), "rb") as f:
-        return f.read()
+        head = f.read(HEADER_BYTES)
+        if len(head) < HEADER_BYTES:
+            return head
+        total = _saved_length(head)
+        rest = f.read(total - len(head))
+        if len(rest) < total - len(head):
+            return head + rest
+        if f.read(1):
+            raise ValueError(f"not a valid saved filter: the file goes on past the "
+                             f"{total} bytes its header describes")
+        return head + rest

@@ -573,3 +573,102 @@ def test_random_garbage_never_crashes():
             continue
         # accepted: it must be a sound filter whose bytes round-trip
         assert lb.from_bytes(f.to_bytes()) == f
+
+
+# ---- accept exactly what the writer writes (issue 10, item 12) -------------------------
+
+@pytest.mark.parametrize("kind", ["memory", "counting"])
+def test_no_capacity_means_both_fields_are_zero(kind):
+    data = KINDS[kind](m=1000, k=5).to_bytes()
+    assert KINDS[kind].from_bytes(data).capacity is None
+    for off, fmt, value in [(24, "<Q", 7), (32, "<d", float("nan")), (32, "<d", 0.01),
+                            (32, "<d", -0.0)]:
+        forged = reseal(data, lambda b: struct.pack_into(fmt, b, off, value))
+        with pytest.raises(ValueError, match="flags say there is none"):
+            KINDS[kind].from_bytes(forged)
+
+
+@pytest.mark.parametrize("kind", ["memory", "counting"])
+def test_m_and_k_must_follow_from_capacity_and_rate(kind):
+    data = KINDS[kind](1000, 0.01).to_bytes()
+    assert KINDS[kind].from_bytes(data).capacity == 1000
+    for off, fmt, value in [(24, "<Q", 999), (24, "<Q", 10**6), (32, "<d", 0.02),
+                            (16, "<I", 6)]:
+        forged = reseal(data, lambda b: struct.pack_into(fmt, b, off, value))
+        with pytest.raises(ValueError, match="not a valid saved filter"):
+            KINDS[kind].from_bytes(forged)
+
+
+def test_scalable_growth_the_constructor_refuses_is_refused_in_a_file():
+    f = ScalableFilter(5, 0.5)
+    data = f.to_bytes()
+    assert len(data) < 100
+    # Loaded, this one would have asked calloc for about 78 GB on its first growth.
+    forged = reseal(data, lambda b: struct.pack_into("<d", b, 24, 8.6e9))
+    with pytest.raises(ValueError, match="bad scalable parameters"):
+        ScalableFilter.from_bytes(forged)
+    with pytest.raises(ValueError):
+        ScalableFilter(5, 0.5, 8.6e9)
+    ok = reseal(data, lambda b: struct.pack_into("<d", b, 24, 64.0))
+    assert ScalableFilter.from_bytes(ok).growth_ratio == 64.0
+
+
+def test_scalable_stages_past_the_rate_bound_are_corrupt():
+    # Stages 0..3 of this chain are all it can have (see test_scalable_filter.py); a file
+    # with a fifth stage (its bits present, so the length is right) is not one it wrote.
+    f = ScalableFilter(1, 1e-18, 2.0, 0.5)
+    f.update(keys(15))
+    assert f.num_sub_filters == 4
+    data = f.to_bytes()
+    m4, _ = lb.estimate(16, 2.0 ** -63)
+    body = bytearray(data[:48])
+    struct.pack_into("<I", body, 40, 5)
+    body += data[48:48 + 32] + bytes(8) + data[48 + 32:-8] + bytes((m4 + 7) // 8)
+    forged = seal(body)
+    with pytest.raises(ValueError, match="not a valid saved filter.*rates") as ei:
+        ScalableFilter.from_bytes(forged)
+    assert not isinstance(ei.value, lb.InvalidCapacityError)
+
+
+# ---- load() reads no more than the header says (item 13) --------------------------------
+
+def test_load_reads_no_further_than_the_header(tmp_path):
+    f = make("scalable")
+    path = tmp_path / "f.bloom"
+    f.save(path)
+    assert lb.load(path) == f
+    with open(path, "ab") as out:
+        out.write(b"x")
+    with pytest.raises(ValueError, match="goes on past"):
+        lb.load(path)
+    with pytest.raises(ValueError, match="goes on past"):
+        ScalableFilter.load(path)
+    path.write_bytes(f.to_bytes()[:-3])
+    with pytest.raises(ValueError):
+        lb.load(path)
+    path.write_bytes(b"LBLM")
+    with pytest.raises(ValueError):
+        lb.load(path)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_load_of_an_endless_file_stops_at_the_header():
+    # In a process of its own, with its address space capped when no sanitizer is loaded
+    # (ASan needs a huge one): the old load() read /dev/zero until memory ran out.
+    code = textwrap.dedent("""
+        import os, resource, sys
+        if "asan" not in os.environ.get("LD_PRELOAD", ""):
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        import ling_bloom as lb
+        for load in (lb.load, lb.MemoryFilter.load, lb.ScalableFilter.load):
+            try:
+                load("/dev/zero")
+            except ValueError as e:
+                assert "not a valid saved filter" in str(e), e
+            else:
+                sys.exit("loaded /dev/zero")
+        print("ok")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

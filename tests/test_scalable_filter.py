@@ -38,7 +38,8 @@ def test_defaults_and_properties():
     assert (g.growth_ratio, g.fpr_ratio, g.hash) == (3.0, 0.5, "ling-base")
 
 
-@pytest.mark.parametrize("growth", [1.0, 0.5, 0.0, -2.0, float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("growth", [1.0, 0.5, 0.0, -2.0, float("nan"), float("inf"), float("-inf"),
+                                    64.001, 1e3, 8.6e9])
 def test_invalid_growth_ratio(growth):
     with pytest.raises(ValueError):
         ScalableFilter(100, 0.01, growth)
@@ -185,22 +186,26 @@ def test_batch_with_a_bad_key_changes_nothing():
 
 
 def test_growth_that_cannot_happen_is_a_clear_error_and_changes_nothing():
-    f = ScalableFilter(1, 0.001, 1e15)  # stage 1 would need far more than 2**48 bits
+    # Stages 0..3 take rates 5e-19, 2.5e-19, 1.25e-19 and the floor 2**-63 (together just
+    # under 1e-18); stage 4 would take the chain past its bound: the 16th key cannot go in.
+    f = ScalableFilter(1, 1e-18, 2.0, 0.5)
     assert f.add("first") is True
-    before = f.to_bytes()
     grew = None
     for k in keys(200):
+        before, stages = f.to_bytes(), f.num_sub_filters
         try:
             f.add(k)
         except ValueError as e:
             grew = e
             break
     assert isinstance(grew, lb.InvalidCapacityError)
-    assert f.num_sub_filters == 1 and "first" in f
+    assert "cannot grow further" in str(grew)
+    assert f.num_sub_filters == stages == 4 and "first" in f
     assert f.to_bytes() == before
     with pytest.raises(lb.InvalidCapacityError):
         f.add_many(keys(200, "batch"))
-    assert "first" in f and f.num_sub_filters == 1
+    assert "first" in f and f.num_sub_filters == 4
+    assert f.to_bytes() == before
 
 
 def test_reset():

@@ -108,11 +108,12 @@ void lb_format_write_scalable(uint8_t *out, const lb_format_header *h,
         return LB_ERR_FORMAT; \
     } while (0)
 
-static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *h,
-                            const char **why)
+/* The header of a memory or counting filter (avail >= LB_FORMAT_FIXED_HEADER
+ * bytes of data): its fields in h, checked as the constructor checks its
+ * arguments and as the writer writes them; *payload_len = the bytes of cells. */
+static lb_status parse_fixed(const uint8_t *data, lb_format_header *h, uint64_t *payload_len,
+                             const char **why)
 {
-    if (body < LB_FORMAT_FIXED_HEADER)
-        FAIL("truncated header");
     h->m = get_u64(data + 8);
     h->k = get_u32(data + 16);
     uint32_t flags = get_u32(data + 20);
@@ -123,9 +124,32 @@ static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *
     h->error_rate = get_f64(data + 32);
     if (lb_check_geometry(h->m, h->k) != LB_OK)
         FAIL("m or k out of range");
-    if (h->has_capacity && (h->capacity == 0 || !(h->error_rate > 0 && h->error_rate < 1)))
-        FAIL("bad capacity or error rate");
-    uint64_t expect = h->kind == LB_KIND_MEMORY ? (h->m + 7) / 8 : (h->m + 1) / 2;
+    if (!h->has_capacity) {
+        /* The writer leaves both fields zero when there is no capacity. */
+        if (h->capacity != 0 || get_u64(data + 32) != 0)
+            FAIL("capacity or error rate set, but the flags say there is none");
+    } else {
+        if (h->capacity == 0 || !(h->error_rate > 0 && h->error_rate < 1))
+            FAIL("bad capacity or error rate");
+        /* ... and m, k are what the constructor derives from them. */
+        uint64_t m, k;
+        if (lb_estimate(h->capacity, h->error_rate, &m, &k) != LB_OK || m != h->m ||
+            k != h->k)
+            FAIL("m and k do not follow from capacity and error rate");
+    }
+    *payload_len = h->kind == LB_KIND_MEMORY ? (h->m + 7) / 8 : (h->m + 1) / 2;
+    return LB_OK;
+}
+
+static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *h,
+                            const char **why)
+{
+    if (body < LB_FORMAT_FIXED_HEADER)
+        FAIL("truncated header");
+    uint64_t expect;
+    lb_status st = parse_fixed(data, h, &expect, why);
+    if (st != LB_OK)
+        return st;
     if (body - LB_FORMAT_FIXED_HEADER != expect)
         FAIL("length does not match m");
     h->payload = data + LB_FORMAT_FIXED_HEADER;
@@ -141,11 +165,13 @@ static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *
     return LB_OK;
 }
 
-static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_header *h,
-                               const char **why)
+/* The header of a scalable filter (avail >= LB_FORMAT_SCALABLE_HEADER): the
+ * parameters, checked as the constructor checks them, and the stages they
+ * imply; *payload_len = the bytes of all stages' bits.  Each stage's geometry
+ * follows from the parameters, so this needs no more than the header. */
+static lb_status parse_scalable(const uint8_t *data, lb_format_header *h, uint64_t *payload_len,
+                                const char **why)
 {
-    if (body < LB_FORMAT_SCALABLE_HEADER)
-        FAIL("truncated header");
     h->initial_capacity = get_u64(data + 8);
     h->error_rate = get_f64(data + 16);
     h->growth = get_f64(data + 24);
@@ -157,6 +183,42 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
         FAIL("bad scalable parameters");
     if (h->nstages == 0 || h->nstages > LB_FORMAT_MAX_STAGES)
         FAIL("bad number of stages");
+    lb_scalable probe;
+    memset(&probe, 0, sizeof(probe));
+    probe.initial_capacity = h->initial_capacity;
+    probe.error_rate = h->error_rate;
+    probe.growth = h->growth;
+    probe.fpr_ratio = h->fpr_ratio;
+    probe.scheme = h->scheme; /* the stages' sizing depends on it (lb_size) */
+    uint64_t total = 0;
+    double rates = 0;
+    for (uint32_t i = 0; i < h->nstages; i++) {
+        uint64_t cap, m, k;
+        double rate;
+        if (lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k) != LB_OK)
+            FAIL("stage geometry out of range");
+        /* A chain never holds a stage that would take it past its bound
+         * (lb_scalable_push_stage): such a file was not written by it. */
+        rates += rate;
+        if (rates > h->error_rate * (1.0 + 1e-9))
+            FAIL("the stages' rates add up to more than error_rate");
+        total += (m + 7) / 8;
+        if (total > ((uint64_t)1 << 62))
+            FAIL("length does not match the stages");
+    }
+    *payload_len = total;
+    return LB_OK;
+}
+
+static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_header *h,
+                               const char **why)
+{
+    if (body < LB_FORMAT_SCALABLE_HEADER)
+        FAIL("truncated header");
+    uint64_t total;
+    lb_status st = parse_scalable(data, h, &total, why);
+    if (st != LB_OK)
+        return st;
     size_t pos = LB_FORMAT_SCALABLE_HEADER;
     if (body - pos < 8 * (size_t)h->nstages)
         FAIL("truncated stage table");
@@ -168,19 +230,14 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
     probe.growth = h->growth;
     probe.fpr_ratio = h->fpr_ratio;
     probe.scheme = h->scheme;
-    uint64_t total = 0;
     for (uint32_t i = 0; i < h->nstages; i++, pos += 8) {
         uint64_t cap, m, k;
         double rate;
-        if (lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k) != LB_OK)
-            FAIL("stage geometry out of range");
+        lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k); /* checked above */
         if (get_u64(data + pos) > cap)
             FAIL("stage count exceeds its capacity");
-        total += (m + 7) / 8;
-        if (total > body)
-            FAIL("length does not match the stages");
     }
-    if (body - pos != total)
+    if ((uint64_t)(body - pos) != total)
         FAIL("length does not match the stages");
     h->payload = data + pos;
     h->payload_len = (size_t)total;
@@ -190,6 +247,39 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
 uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i)
 {
     return get_u64(h->counts_raw + 8 * (size_t)i);
+}
+
+lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, const char **why)
+{
+    lb_format_header h;
+    memset(&h, 0, sizeof(h));
+    if (len < 8)
+        FAIL("too short to be a saved filter");
+    if (memcmp(data, magic, 4) != 0)
+        FAIL("not a ling_bloom filter (bad magic)");
+    if ((uint16_t)(data[4] | (data[5] << 8)) != LB_FORMAT_VERSION)
+        FAIL("unsupported format version");
+    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
+        FAIL("unknown filter kind");
+    h.kind = (lb_kind)data[6];
+    if (data[7] >= LB_HASH_SCHEME_COUNT)
+        FAIL("unknown hash scheme (written by a newer ling_bloom?)");
+    h.scheme = (lb_hash_scheme)data[7];
+    uint64_t payload;
+    lb_status st;
+    if (h.kind == LB_KIND_SCALABLE) {
+        if (len < LB_FORMAT_SCALABLE_HEADER)
+            FAIL("truncated header");
+        st = parse_scalable(data, &h, &payload, why);
+        *total = LB_FORMAT_SCALABLE_HEADER + 8 * (uint64_t)h.nstages + payload;
+    } else {
+        if (len < LB_FORMAT_FIXED_HEADER)
+            FAIL("truncated header");
+        st = parse_fixed(data, &h, &payload, why);
+        *total = LB_FORMAT_FIXED_HEADER + payload;
+    }
+    *total += LB_FORMAT_TRAILER;
+    return st;
 }
 
 lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why)

@@ -25,7 +25,12 @@
  * last 8 bytes: u64 XXH3_64bits of everything before them.
  *
  * Reading checks the length against the header before anything is allocated,
- * so a hostile header can never ask for more memory than the file holds. */
+ * so a hostile header can never ask for more memory than the file holds.  It
+ * accepts exactly what the writer writes: parameters the constructors would
+ * take (m and k derived from capacity and error_rate when those are set, both
+ * zero when not; a chain whose stages' rates stay within its error_rate, with
+ * a growth_ratio the constructor allows, so that growing later asks for a
+ * bounded multiple of the memory the file holds: see LB_SCALABLE_MAX_GROWTH). */
 #ifndef LB_FORMAT_H
 #define LB_FORMAT_H
 
@@ -79,5 +84,11 @@ void lb_format_write_scalable(uint8_t *out, const lb_format_header *h,
 uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i);
 
 lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why);
+
+/* The length of the whole saved filter whose first len bytes are data, from
+ * its header alone (LB_FORMAT_SCALABLE_HEADER bytes are always enough), after
+ * the same checks of the header as lb_format_read: for reading a file no
+ * further than that.  LB_ERR_FORMAT with a reason in why otherwise. */
+lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, const char **why);
 
 #endif

@@ -511,6 +511,7 @@ struct lb_redis {
     redisContext *ctx;    /* NULL when not connected */
     redisReader *reader;  /* our reader with arena-backed replies */
     pid_t pid;            /* the process that opened ctx */
+    int fd;               /* ctx's socket while ctx is open, else -1 (lb_redis_abandon) */
     arena arena;
     lb_reply **replies;   /* top-level replies of the last round trip */
     size_t replies_cap;
@@ -713,6 +714,7 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
     if (!r)
         return NULL;
     r->err_index = -1;
+    r->fd = -1;
     r->cfg.port = cfg->port;
     r->cfg.db = cfg->db;
     r->cfg.connect_timeout_ms = cfg->connect_timeout_ms < 0 ? 0 : cfg->connect_timeout_ms;
@@ -733,6 +735,7 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
  * child dropping an inherited socket leaves the parent's connection intact. */
 static void drop(lb_redis *r)
 {
+    r->fd = -1; /* first: a fork from here on must not close the fd again */
     if (r->ctx) {
         redisFree(r->ctx);
         r->ctx = NULL;
@@ -759,6 +762,18 @@ void lb_redis_free(lb_redis *r)
     free(r->rbuf);
     lb_redis_config_free(&r->cfg);
     free(r);
+}
+
+lb_redis *lb_redis_new_like(const lb_redis *r)
+{
+    /* Calls only read the settings (lb_redis_set_timeout, between calls, aside). */
+    return lb_redis_new(&r->cfg);
+}
+
+void lb_redis_abandon(lb_redis *r)
+{
+    if (r && r->fd >= 0 && r->pid != getpid())
+        close(r->fd);
 }
 
 static int64_t now_ms(void)
@@ -1102,6 +1117,7 @@ static lb_redis_status do_connect(lb_redis *r)
     r->ctx = c;
     r->reader = rd;
     r->pid = getpid();
+    r->fd = c->fd;
     r->connects++;
 
     /* Handshake: AUTH and SELECT in one round trip. */

@@ -103,6 +103,15 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg);
 /* Close the socket (nothing is sent) and free everything.  NULL is fine. */
 void lb_redis_free(lb_redis *r);
 
+/* For a forked child whose parent had another thread inside a call on r at
+ * the fork: r's reader, arena and buffers may be half-changed, so nothing of
+ * r is freed or read but its settings.  lb_redis_new_like makes a new,
+ * unconnected connection with r's settings; lb_redis_abandon closes this
+ * process's copy of r's socket (nothing is sent) and leaves the rest of r
+ * leaked on purpose: r must not be used or freed afterwards. */
+lb_redis *lb_redis_new_like(const lb_redis *r);
+void lb_redis_abandon(lb_redis *r);
+
 /* Connect now if not connected (or connected by another process): connect,
  * AUTH, SELECT.  Not needed before lb_redis_exec, which does it itself. */
 lb_redis_status lb_redis_connect(lb_redis *r);

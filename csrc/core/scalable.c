@@ -14,7 +14,7 @@ lb_status lb_scalable_check(uint64_t initial_capacity, double error_rate, double
         return LB_ERR_CAPACITY;
     if (!(error_rate > 0.0 && error_rate < 1.0))
         return LB_ERR_FPR;
-    if (!(growth > 1.0) || !isfinite(growth))
+    if (!(growth > 1.0 && growth <= LB_SCALABLE_MAX_GROWTH))
         return LB_ERR_ARG;
     if (!(fpr_ratio > 0.0 && fpr_ratio < 1.0))
         return LB_ERR_ARG;
@@ -59,12 +59,20 @@ lb_status lb_scalable_push_stage(lb_scalable *s)
     if (total > s->error_rate * (1.0 + 1e-9))
         return LB_ERR_RANGE;
     if (s->nstages == s->cap) {
+        /* Not realloc: the array is copied, then swapped in, then the old one
+         * freed, so that s->stages points to a whole array at every moment
+         * (a process forked while another thread grows the chain inherits
+         * either array, never a freed one). */
         uint32_t ncap = s->cap ? s->cap * 2 : 4;
-        lb_stage *ns = realloc(s->stages, (size_t)ncap * sizeof(*ns));
+        lb_stage *ns = malloc((size_t)ncap * sizeof(*ns));
         if (!ns)
             return LB_ERR_NOMEM;
+        lb_stage *old = s->stages;
+        if (s->nstages)
+            memcpy(ns, old, (size_t)s->nstages * sizeof(*ns));
         s->stages = ns;
         s->cap = ncap;
+        free(old);
     }
     lb_stage *stage = &s->stages[s->nstages];
     st = lb_bits_init(&stage->bits, m);

@@ -23,6 +23,12 @@
 /* A chain stops growing here (LB_ERR_RANGE).  With fpr_ratio 0.9 the stage
  * rates need more than 64 hash functions after about 360 stages anyway. */
 #define LB_SCALABLE_MAX_STAGES 4096
+/* The largest growth_ratio.  It bounds what growing can ask for: the next
+ * stage needs at most about 63 * growth_ratio times the memory of the largest
+ * stage there is (63 bits per key at the floor rate against at least one),
+ * so a saved chain (format.h) cannot make its first growth allocate more
+ * than a small multiple of the file it came from. */
+#define LB_SCALABLE_MAX_GROWTH 64.0
 /* The smallest rate a stage is built for: 2^-63, which needs k = 63. */
 #define LB_SCALABLE_MIN_STAGE_RATE 1.0842021724855044e-19
 
@@ -43,8 +49,8 @@ typedef struct {
 } lb_scalable;
 
 /* Check the parameters: LB_ERR_CAPACITY (n0 == 0), LB_ERR_FPR (error rate
- * outside (0,1)), LB_ERR_ARG (growth not a finite number > 1, or fpr_ratio
- * outside (0,1)). */
+ * outside (0,1)), LB_ERR_ARG (growth outside (1, LB_SCALABLE_MAX_GROWTH], or
+ * fpr_ratio outside (0,1)). */
 lb_status lb_scalable_check(uint64_t initial_capacity, double error_rate, double growth,
                             double fpr_ratio);
 /* Check, then build the chain with its first stage. */

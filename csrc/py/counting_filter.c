@@ -35,7 +35,8 @@ static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return lb_fixed_type_new(type, args, kwargs, &cf_kind);
 }
 
-/* Convert the key, enter the filter and hash: 0, or -1 with an exception. */
+/* Convert the key, enter the filter and hash: 0 (the caller leaves), or -1
+ * with an exception. */
 static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int read_only)
 {
     lb_key k;
@@ -52,7 +53,9 @@ static PyObject *cf_add(PyObject *self, PyObject *key)
     lb_hash_pair h;
     if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
-    return PyBool_FromLong(lb_counters_add(&CF(self)->c, &CF(self)->f.geo, h));
+    int r = lb_counters_add(&CF(self)->c, &CF(self)->f.geo, h);
+    lb_leave(&CF(self)->f.base);
+    return PyBool_FromLong(r);
 }
 
 static int cf_contains(PyObject *self, PyObject *key)
@@ -60,7 +63,9 @@ static int cf_contains(PyObject *self, PyObject *key)
     lb_hash_pair h;
     if (cf_prepare(CF(self), key, &h, 1) < 0)
         return -1;
-    return lb_counters_test(&CF(self)->c, &CF(self)->f.geo, h);
+    int r = lb_counters_test(&CF(self)->c, &CF(self)->f.geo, h);
+    lb_leave(&CF(self)->f.base);
+    return r;
 }
 
 static PyObject *cf_test(PyObject *self, PyObject *key)
@@ -74,7 +79,9 @@ static PyObject *cf_discard(PyObject *self, PyObject *key)
     lb_hash_pair h;
     if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
-    return PyBool_FromLong(lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h));
+    int r = lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h);
+    lb_leave(&CF(self)->f.base);
+    return PyBool_FromLong(r);
 }
 
 static PyObject *cf_remove(PyObject *self, PyObject *key)
@@ -82,7 +89,9 @@ static PyObject *cf_remove(PyObject *self, PyObject *key)
     lb_hash_pair h;
     if (cf_prepare(CF(self), key, &h, 0) < 0)
         return NULL;
-    if (!lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h)) {
+    int r = lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h);
+    lb_leave(&CF(self)->f.base);
+    if (!r) {
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
     }
@@ -94,7 +103,9 @@ static PyObject *cf_count(PyObject *self, PyObject *key)
     lb_hash_pair h;
     if (cf_prepare(CF(self), key, &h, 1) < 0)
         return NULL;
-    return PyLong_FromUnsignedLong(lb_counters_count(&CF(self)->c, &CF(self)->f.geo, h));
+    unsigned long n = lb_counters_count(&CF(self)->c, &CF(self)->f.geo, h);
+    lb_leave(&CF(self)->f.base);
+    return PyLong_FromUnsignedLong(n);
 }
 
 static lb_status cf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
@@ -125,6 +136,7 @@ static PyObject *cf_reset(PyObject *self, PyObject *unused)
     if (lb_enter(&CF(self)->f.base) < 0)
         return NULL;
     lb_counters_clear(&CF(self)->c);
+    lb_leave(&CF(self)->f.base);
     Py_RETURN_NONE;
 }
 
@@ -141,10 +153,11 @@ static PyObject *cf_copy(PyObject *self, PyObject *unused)
     if (lb_enter(&src->f.base) < 0)
         return NULL;
     CountingFilter *dst = (CountingFilter *)lb_fixed_new(Py_TYPE(src), &src->f.args, &cf_kind);
-    if (!dst)
-        return NULL;
-    memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
-    dst->c.nonzero = src->c.nonzero;
+    if (dst) {
+        memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
+        dst->c.nonzero = src->c.nonzero;
+    }
+    lb_leave(&src->f.base);
     return (PyObject *)dst;
 }
 
@@ -154,11 +167,13 @@ static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
         Py_RETURN_NOTIMPLEMENTED;
     CountingFilter *a = CF(self), *b = CF(other);
-    if (lb_enter(&a->f.base) < 0 || lb_enter(&b->f.base) < 0)
+    if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme &&
              memcmp(a->c.data, b->c.data, (size_t)a->c.nbytes) == 0;
+    lb_leave(&a->f.base);
+    lb_leave(&b->f.base);
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 
@@ -168,7 +183,9 @@ static PyObject *cf_to_bytes(PyObject *self, PyObject *unused)
     CountingFilter *f = CF(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
-    return lb_fixed_to_bytes(&f->f, LB_KIND_COUNTING, f->c.data, (size_t)f->c.nbytes);
+    PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_COUNTING, f->c.data, (size_t)f->c.nbytes);
+    lb_leave(&f->f.base);
+    return r;
 }
 
 static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)

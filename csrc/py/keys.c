@@ -83,6 +83,14 @@ static void chunk_drop(chunk_space *w, size_t n)
         Py_DECREF(w->objs[i]);
 }
 
+static void raise_status(lb_base *self, lb_status status)
+{
+    if (status == LB_ERR_BACKEND && self->raise_backend)
+        self->raise_backend(self);
+    else
+        lb_raise(self->st, status, NULL);
+}
+
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
                        lb_gil_mode gil, size_t chunk)
 {
@@ -97,6 +105,7 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
         return NULL;
     PyObject *result = NULL;
     chunk_space *w = NULL;
+    int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
 
     /* Check every key before changing anything. */
@@ -109,6 +118,7 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     }
     if (lb_enter(self) < 0)
         goto done;
+    entered = 1;
     if (kind == LB_RESULT_LIST) {
         result = PyList_New(n);
         if (!result)
@@ -152,7 +162,9 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
             }
             w->nviews += (size_t)hold->has_view;
         }
-        if (got < len || lb_enter(self) < 0) {
+        /* The batch holds its claim from the first chunk to the last; each
+         * chunk waits for other threads' sections and stops at a close(). */
+        if (got < len || lb_wait_open(self, 0) < 0) {
             chunk_drop(w, got);
             Py_CLEAR(result);
             goto done;
@@ -164,20 +176,23 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
             Py_BEGIN_ALLOW_THREADS
             status = run(self, w->keys, len, w->out, &handled);
             Py_END_ALLOW_THREADS
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
             lb_busy_end(self);
         }
-        else
+        else {
             status = run(self, w->keys, len, w->out, &handled);
+            if (status != LB_OK)
+                raise_status(self, status);
+        }
         chunk_drop(w, len);
         if (result)
             for (size_t i = 0; i < handled; i++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
         if (status != LB_OK) {
             Py_CLEAR(result);
-            if (status == LB_ERR_BACKEND && self->raise_backend)
-                self->raise_backend(self);
-            else
-                lb_raise(st, status, NULL);
             goto done;
         }
     }
@@ -190,6 +205,8 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
                 PyList_SET_ITEM(result, i, Py_NewRef(Py_False));
     }
 done:
+    if (entered)
+        lb_leave(self);
     PyMem_Free(w);
     Py_DECREF(seq);
     return result;

@@ -44,7 +44,8 @@ static inline void lb_key_release(lb_key_hold *hold)
 
 /* One key of a single-key call: convert it, then enter the filter (reading
  * only, or not).  The key is converted first because a buffer's exporter can
- * run Python code.  0, or -1 with an exception and nothing held. */
+ * run Python code.  0, or -1 with an exception and nothing held; after 0,
+ * lb_key_leave gives both back. */
 static inline int lb_key_enter(lb_base *b, PyObject *obj, lb_key *key, lb_key_hold *hold,
                                int read_only)
 {
@@ -55,6 +56,12 @@ static inline int lb_key_enter(lb_base *b, PyObject *obj, lb_key *key, lb_key_ho
         return -1;
     }
     return 0;
+}
+
+static inline void lb_key_leave(lb_base *b, lb_key_hold *hold)
+{
+    lb_leave(b);
+    lb_key_release(hold);
 }
 
 /* A batch: an iterable of keys walked in chunks.

@@ -49,7 +49,7 @@ static PyObject *mf_add(PyObject *self, PyObject *key)
     if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
         return NULL;
     int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
-    lb_key_release(&hold);
+    lb_key_leave(&f->f.base, &hold);
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
@@ -61,7 +61,7 @@ static int mf_contains(PyObject *self, PyObject *key)
     if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
         return -1;
     int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
-    lb_key_release(&hold);
+    lb_key_leave(&f->f.base, &hold);
     return r;
 }
 
@@ -105,6 +105,7 @@ static PyObject *mf_reset(PyObject *self, PyObject *unused)
     if (lb_enter(&MF(self)->f.base) < 0)
         return NULL;
     lb_bits_clear(&MF(self)->bits);
+    lb_leave(&MF(self)->f.base);
     Py_RETURN_NONE;
 }
 
@@ -135,10 +136,13 @@ static PyObject *mf_copy(PyObject *self, PyObject *unused)
     (void)unused;
     if (lb_enter(&MF(self)->f.base) < 0)
         return NULL;
-    return (PyObject *)mf_copy_of(MF(self));
+    PyObject *r = (PyObject *)mf_copy_of(MF(self));
+    lb_leave(&MF(self)->f.base);
+    return r;
 }
 
-/* Check that other is an open MemoryFilter of the same geometry and hash. */
+/* Check that other is an open MemoryFilter of the same geometry and hash, and
+ * enter both (0: the caller leaves both). */
 static int mf_check_like(MemoryFilter *self, PyObject *other)
 {
     lb_state *st = self->f.base.st;
@@ -148,8 +152,6 @@ static int mf_check_like(MemoryFilter *self, PyObject *other)
         return -1;
     }
     MemoryFilter *o = MF(other);
-    if (lb_enter(&self->f.base) < 0 || lb_enter(&o->f.base) < 0)
-        return -1;
     if (o->f.args.m != self->f.args.m || o->f.args.k != self->f.args.k ||
         o->f.args.scheme != self->f.args.scheme) {
         PyErr_Format(st->GeometryMismatchError,
@@ -159,7 +161,13 @@ static int mf_check_like(MemoryFilter *self, PyObject *other)
                      o->f.args.k, lb_hash_scheme_name(o->f.args.scheme));
         return -1;
     }
-    return 0;
+    return lb_enter2(&self->f.base, &o->f.base);
+}
+
+static void mf_leave2(PyObject *a, PyObject *b)
+{
+    lb_leave(&MF(a)->f.base);
+    lb_leave(&MF(b)->f.base);
 }
 
 static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
@@ -167,12 +175,13 @@ static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
     if (mf_check_like(MF(self), other) < 0)
         return NULL;
     MemoryFilter *r = mf_copy_of(MF(self));
-    if (!r)
-        return NULL;
-    if (is_union)
-        lb_bits_or(&r->bits, &MF(other)->bits);
-    else
-        lb_bits_and(&r->bits, &MF(other)->bits);
+    if (r) {
+        if (is_union)
+            lb_bits_or(&r->bits, &MF(other)->bits);
+        else
+            lb_bits_and(&r->bits, &MF(other)->bits);
+    }
+    mf_leave2(self, other);
     return (PyObject *)r;
 }
 
@@ -217,6 +226,7 @@ static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
         lb_bits_or(&MF(a)->bits, &MF(b)->bits);
     else
         lb_bits_and(&MF(a)->bits, &MF(b)->bits);
+    mf_leave2(a, b);
     return Py_NewRef(a);
 }
 
@@ -236,11 +246,12 @@ static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
         Py_RETURN_NOTIMPLEMENTED;
     MemoryFilter *a = MF(self), *b = MF(other);
-    if (lb_enter(&a->f.base) < 0 || lb_enter(&b->f.base) < 0)
+    if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
              memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
+    mf_leave2(self, other);
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 
@@ -252,7 +263,9 @@ static PyObject *mf_to_bytes(PyObject *self, PyObject *unused)
     MemoryFilter *f = MF(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
-    return lb_fixed_to_bytes(&f->f, LB_KIND_MEMORY, f->bits.data, (size_t)f->bits.nbytes);
+    PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_MEMORY, f->bits.data, (size_t)f->bits.nbytes);
+    lb_leave(&f->f.base);
+    return r;
 }
 
 static PyObject *mf_from_bytes(PyObject *cls, PyObject *data)
@@ -282,7 +295,9 @@ static PyObject *mf_to_bitmap(PyObject *self, PyObject *unused)
     MemoryFilter *f = MF(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
-    return PyBytes_FromStringAndSize((const char *)f->bits.data, (Py_ssize_t)f->bits.nbytes);
+    PyObject *r = PyBytes_FromStringAndSize((const char *)f->bits.data, (Py_ssize_t)f->bits.nbytes);
+    lb_leave(&f->f.base);
+    return r;
 }
 
 static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)

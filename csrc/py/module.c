@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "format.h"
 #include "keys.h"
 #include "params.h"
 
@@ -95,8 +96,12 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
     b->busy = 0;
     b->fork_generation = lb_fork_generation;
     b->waiters = 0;
+    b->users = 0;
     b->reads_during_batch = 0;
     b->closed = 0;
+    b->released = 0;
+    b->release = NULL;
+    b->after_fork = NULL;
     b->weakrefs = NULL;
     b->raise_backend = NULL;
     b->batch = NULL;
@@ -109,7 +114,10 @@ void lb_base_fini(lb_base *b)
     if (b->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)b);
     if (b->lock) {
-        PyThread_free_lock(b->lock);
+        /* A lock inherited over fork() may be held by a thread that does
+         * not exist here: leave it (as CPython does with its own locks). */
+        if (b->fork_generation == lb_fork_generation)
+            PyThread_free_lock(b->lock);
         b->lock = NULL;
     }
 }
@@ -121,22 +129,48 @@ static void after_fork_in_child(void)
     lb_fork_generation++;
 }
 
-int lb_base_wait(lb_base *b)
+/* The first entry in a forked child: a fresh lock state; what another
+ * thread was changing at the fork is replaced by the type's hook. */
+static int recover_after_fork(lb_base *b)
 {
-    if (b->fork_generation != lb_fork_generation) {
-        /* The batch that set busy ran in the parent; its thread does not
-         * exist here, and it may have held the lock when the fork happened. */
-        PyThread_free_lock(b->lock);
-        b->lock = PyThread_allocate_lock();
-        if (!b->lock) {
-            PyErr_NoMemory();
-            return -1;
+    PyThread_type_lock fresh = PyThread_allocate_lock();
+    if (!fresh) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int owned = b->busy;
+    b->lock = fresh; /* the inherited one is left alone: see lb_base_fini */
+    b->busy = 0;
+    b->waiters = 0;
+    b->users = 0;
+    b->fork_generation = lb_fork_generation;
+    if (b->closed) {
+        /* closed while operations of the parent's threads were inside: they
+         * are gone, so release now, unless one of them owned the storage. */
+        if (!b->released) {
+            if (owned)
+                b->released = 1; /* abandoned, never freed */
+            else
+                lb_base_release(b);
         }
-        b->busy = 0;
-        b->waiters = 0;
-        b->fork_generation = lb_fork_generation;
         return 0;
     }
+    if (owned && b->after_fork && b->after_fork(b) < 0) {
+        /* Nothing usable is left: the filter is closed in this process (its
+         * storage, abandoned by the hook, is not freed). */
+        b->closed = 1;
+        b->released = 1;
+        return -1;
+    }
+    return 0;
+}
+
+int lb_base_wait(lb_base *b, int read_only)
+{
+    if (b->fork_generation != lb_fork_generation)
+        return recover_after_fork(b);
+    if (read_only && b->reads_during_batch)
+        return 0;
     b->waiters++;
     while (b->busy) {
         Py_BEGIN_ALLOW_THREADS
@@ -148,19 +182,44 @@ int lb_base_wait(lb_base *b)
     return 0;
 }
 
+int lb_enter2(lb_base *a, lb_base *b)
+{
+    /* Waiting for one releases the GIL, during which the other may start a
+     * section or be closed: wait until, with the GIL held throughout, both
+     * are free, then check and claim both. */
+    for (;;) {
+        if (a->fork_generation != lb_fork_generation || a->busy) {
+            if (lb_base_wait(a, 0) < 0)
+                return -1;
+            continue;
+        }
+        if (b->fork_generation != lb_fork_generation || b->busy) {
+            if (lb_base_wait(b, 0) < 0)
+                return -1;
+            continue;
+        }
+        break;
+    }
+    if (a->closed)
+        return lb_closed_error(a);
+    if (b->closed)
+        return lb_closed_error(b);
+    a->users++;
+    b->users++;
+    return 0;
+}
+
+void lb_base_release(lb_base *b)
+{
+    b->released = 1;
+    if (b->release)
+        b->release(b);
+}
+
 void lb_busy_begin(lb_base *b)
 {
-    if (b->fork_generation != lb_fork_generation) {
-        /* A waiter of the parent may have held the lock at the fork. */
-        PyThread_type_lock fresh = PyThread_allocate_lock();
-        if (fresh) {
-            PyThread_free_lock(b->lock);
-            b->lock = fresh;
-            b->fork_generation = lb_fork_generation;
-        }
-    }
-    /* busy was 0 (lb_enter ran with the GIL held, which we still hold), so
-     * nobody holds the lock and this cannot block. */
+    /* The caller waited for busy == 0 and has held the GIL since, so nobody
+     * holds the lock and this cannot block. */
     PyThread_acquire_lock(b->lock, WAIT_LOCK);
     b->busy = 1;
 }
@@ -180,11 +239,17 @@ void lb_busy_end(lb_base *b)
 
 PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *))
 {
-    if (b->busy)
-        lb_base_wait(b);
+    /* A closed filter raises ClosedError from now on; its storage goes when
+     * the operations that entered before have left (at once when none has). */
+    if (b->fork_generation != lb_fork_generation && recover_after_fork(b) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     if (!b->closed) {
         b->closed = 1;
-        release(b);
+        b->release = release;
+        if (b->users == 0)
+            lb_base_release(b);
     }
     Py_RETURN_NONE;
 }
@@ -195,6 +260,7 @@ PyObject *lb_enter_method(PyObject *self, PyObject *unused)
     lb_base *b = (lb_base *)self;
     if (lb_enter(b) < 0)
         return NULL;
+    lb_leave(b);
     return Py_NewRef(self);
 }
 
@@ -561,7 +627,27 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
     return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
 }
 
+/* _saved_length(head) -> int: the length of the saved filter whose header is
+ * head (the first 48 bytes, or all there are), for load() to read no more. */
+static PyObject *saved_length(PyObject *module, PyObject *data)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint64_t total = 0;
+    const char *why = NULL;
+    lb_status s = lb_format_length(view.buf, (size_t)view.len, &total, &why);
+    PyBuffer_Release(&view);
+    if (s != LB_OK)
+        return PyErr_Format(PyExc_ValueError, "not a valid saved filter: %s", why);
+    return PyLong_FromUnsignedLongLong(total);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_saved_length", saved_length, METH_O,
+     "_saved_length(head) -> int\n\nThe length of the saved filter that starts with head "
+     "(its first 48 bytes), from the header alone."},
     {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
      "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
      "k = max(1, ceil(ln(2)*m/n)) hash functions."},
@@ -842,6 +928,7 @@ PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
     if (lb_enter(&f->base) < 0)
         return NULL;
     double n = lb_estimate_count(f->args.m, f->args.k, *f->cells_used);
+    lb_leave(&f->base);
     if (!isfinite(n)) /* every cell in use: no upper bound; say m */
         return PyLong_FromUnsignedLongLong(f->args.m);
     return PyLong_FromDouble(floor(n + 0.5));
@@ -853,7 +940,9 @@ PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
-    return PyFloat_FromDouble((double)*f->cells_used / (double)f->args.m);
+    double fill = (double)*f->cells_used / (double)f->args.m;
+    lb_leave(&f->base);
+    return PyFloat_FromDouble(fill);
 }
 
 PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
@@ -863,6 +952,7 @@ PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
     if (lb_enter(&f->base) < 0)
         return NULL;
     double fill = (double)*f->cells_used / (double)f->args.m;
+    lb_leave(&f->base);
     return PyFloat_FromDouble(pow(fill, (double)f->args.k));
 }
 

@@ -51,14 +51,36 @@ lb_state *lb_state_from_type(PyTypeObject *type);
 
 /* Every filter object starts with this.
  *
- * Threads: single-key operations run with the GIL held and never release it,
- * so they are atomic with respect to each other.  A batch releases the GIL
- * while it hashes and probes a chunk of keys; for that chunk it holds `lock`
- * and sets `busy`.  An operation that finds `busy` set waits for the chunk to
- * end (with the GIL released), except tests of a type whose storage never
- * moves (`reads_during_batch`): they go on, and see each bit of a key being
- * added either set or not yet set.  Between chunks a batch lets every waiter
- * in before it goes on, so a long warm-up does not stall request threads. */
+ * The rule: every operation either completes against a live filter or raises
+ * ClosedError.  One mechanism holds it: an operation enters the filter
+ * (lb_enter: wait for a GIL-free section of another thread to end, check the
+ * filter is open, claim it) and leaves it (lb_leave) when it no longer needs
+ * its storage.  close() marks the filter closed at once, so later entries
+ * raise ClosedError, and frees the storage when the last claim is given back:
+ * an operation that entered never sees its storage freed under it, whatever
+ * it waits for, allocates or calls on the way.
+ *
+ * GIL-free sections: single-key operations on in-memory filters run with the
+ * GIL held and never release it.  A batch releases the GIL while it hashes and
+ * probes a chunk of keys; for that chunk it holds `lock` and sets `busy`
+ * (lb_busy_begin / lb_busy_end), as does a Redis round trip.  Entering waits
+ * for the section to end (with the GIL released), except reads of a type whose
+ * storage never moves (`reads_during_batch`): they go on, and see each bit of a
+ * key being added either set or not yet set.  Between chunks a batch lets every
+ * waiter in before it goes on, so a long warm-up does not stall request
+ * threads.  Whatever the section leaves for the caller (an error text, a
+ * count) is read before lb_busy_end, while no other thread can use the
+ * object.
+ *
+ * Fork: a forked child has only the thread that called fork(), which held the
+ * GIL, so no other thread of the child is inside the filter; but the parent's
+ * threads may have been (waiting, claiming, or in a GIL-free section).  The
+ * first entry in the child (lb_fork_generation changed) starts the lock state
+ * afresh: a new lock (the old one is left alone, as CPython does with its
+ * own), no waiters, no claims, not busy.  When another thread was in a
+ * GIL-free section at the fork (busy was set), what it was changing is
+ * suspect: the type's after_fork hook replaces it without touching it (the
+ * Redis types abandon the connection and build a new one). */
 struct lb_base_s;
 
 /* How a type runs batches: its chunk functions (see keys.h), the GIL policy
@@ -79,8 +101,15 @@ typedef struct lb_base_s {
     int busy;
     unsigned long fork_generation;
     int waiters;
+    long users;       /* operations that entered and have not left */
     int reads_during_batch;
-    int closed;
+    int closed;       /* close() was called: entering raises ClosedError */
+    int released;     /* the storage is freed (closed and users == 0) */
+    void (*release)(struct lb_base_s *self);  /* frees the storage; set by close() */
+    /* In a forked child, when another thread of the parent was in a GIL-free
+     * section on this filter: replace what it owned (may be NULL).  -1 with
+     * an exception when that fails (the filter is then closed). */
+    int (*after_fork)(struct lb_base_s *self);
     /* For filters backed by a server: sets the Python exception for the
      * LB_ERR_BACKEND a chunk returned (the details are in the object). */
     void (*raise_backend)(struct lb_base_s *self);
@@ -93,40 +122,70 @@ typedef struct lb_base_s {
 int lb_base_init(lb_base *b, PyTypeObject *type);
 void lb_base_fini(lb_base *b);
 
-/* Bumped in the child after every fork (pthread_atfork).  A filter made
- * before a fork that happened while one of its batches ran has a lock the
- * child can never take: lb_base_wait then starts it afresh. */
+/* Bumped in the child after every fork (pthread_atfork). */
 extern unsigned long lb_fork_generation;
 
-/* Wait until no batch is running, then check the filter is open.
- * 0, or -1 with ClosedError set. */
-int lb_base_wait(lb_base *b);
+/* The slow path of lb_wait_open: a fork to recover from, or a GIL-free
+ * section to wait for.  0, or -1 with an exception. */
+int lb_base_wait(lb_base *b, int read_only);
 
+static inline int lb_closed_error(lb_base *b)
+{
+    PyErr_SetString(b->st->ClosedError, "filter is closed");
+    return -1;
+}
+
+/* Wait for another thread's GIL-free section (unless read_only and the type
+ * allows reads during one), then check the filter is open, without claiming
+ * it: for the chunks of a batch that entered already.  0, or -1 with an
+ * exception (ClosedError). */
+static inline int lb_wait_open(lb_base *b, int read_only)
+{
+    if ((b->fork_generation != lb_fork_generation ||
+         (b->busy && !(read_only && b->reads_during_batch))) &&
+        lb_base_wait(b, read_only) < 0)
+        return -1;
+    if (b->closed)
+        return lb_closed_error(b);
+    return 0;
+}
+
+/* Enter the filter: lb_wait_open, then claim it.  Every successful entry is
+ * matched by one lb_leave.  0, or -1 with ClosedError (nothing claimed). */
 static inline int lb_enter(lb_base *b)
 {
-    if (b->busy && lb_base_wait(b) < 0)
+    if (lb_wait_open(b, 0) < 0)
         return -1;
-    if (b->closed) {
-        PyErr_SetString(b->st->ClosedError, "filter is closed");
-        return -1;
-    }
+    b->users++;
     return 0;
 }
 
 /* lb_enter for an operation that only reads. */
 static inline int lb_enter_read(lb_base *b)
 {
-    if (b->busy && !b->reads_during_batch && lb_base_wait(b) < 0)
+    if (lb_wait_open(b, 1) < 0)
         return -1;
-    if (b->closed) {
-        PyErr_SetString(b->st->ClosedError, "filter is closed");
-        return -1;
-    }
+    b->users++;
     return 0;
 }
 
-/* Claim the filter for a GIL-free section (call after lb_enter, with the
- * GIL), and give it back (with the GIL; lets waiting threads in first). */
+/* Enter two filters (a and b may be the same object): returns when neither
+ * is in another thread's GIL-free section at the same moment, both open and
+ * both claimed.  0, or -1 with ClosedError and neither claimed. */
+int lb_enter2(lb_base *a, lb_base *b);
+
+/* Free the storage of a closed filter whose last claim was given back. */
+void lb_base_release(lb_base *b);
+
+static inline void lb_leave(lb_base *b)
+{
+    if (b->users > 0 && --b->users == 0 && b->closed && !b->released)
+        lb_base_release(b);
+}
+
+/* Claim the filter for a GIL-free section (call with the GIL, after
+ * lb_enter or lb_wait_open), and give it back (with the GIL; lets waiting
+ * threads in first). */
 void lb_busy_begin(lb_base *b);
 void lb_busy_end(lb_base *b);
 

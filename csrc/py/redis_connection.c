@@ -320,6 +320,18 @@ void lb_redis_filter_release(lb_redis_filter *f)
     f->conn = NULL;
 }
 
+int lb_redis_filter_renew(lb_redis_filter *f)
+{
+    lb_redis *fresh = f->conn ? lb_redis_new_like(f->conn) : NULL;
+    lb_redis_abandon(f->conn);
+    f->conn = fresh;
+    if (!fresh) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
 void lb_redis_filter_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
@@ -349,12 +361,8 @@ int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn)
     uint8_t out = 0;
     lb_redis_status rs;
     LB_REDIS_GIL_FREE(f, rs, fn(f, &k, 1, &out));
-    lb_key_release(&hold);
-    if (rs != LB_REDIS_OK) {
-        f->ops->raise(f, rs);
-        return -1;
-    }
-    return out;
+    lb_key_leave(&f->base, &hold);
+    return rs == LB_REDIS_OK ? out : -1;
 }
 
 PyObject *lb_redis_add(PyObject *self, PyObject *key)

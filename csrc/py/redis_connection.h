@@ -105,33 +105,40 @@ lb_redis_filter *lb_redis_filter_new(PyTypeObject *type, lb_state *st, const lb_
                                      size_t chunk, const lb_redis_ops *ops);
 /* Free the connection (release functions call it after freeing what uses it). */
 void lb_redis_filter_release(lb_redis_filter *f);
+/* In a forked child, for the after_fork hook of a type: a new connection
+ * like the inherited one, which is abandoned (lb_redis_abandon).  0, or -1
+ * with MemoryError (then conn is NULL). */
+int lb_redis_filter_renew(lb_redis_filter *f);
 /* tp_dealloc and tp_traverse. */
 void lb_redis_filter_dealloc(PyObject *self);
 int lb_redis_filter_traverse(PyObject *self, visitproc visit, void *arg);
 
 /* Claim the filter (after lb_enter) and evaluate expr (an lb_redis_status,
- * stored in rs) with the GIL released. */
-#define LB_REDIS_GIL_FREE(f, rs, expr)  \
-    do {                                \
-        lb_busy_begin(&(f)->base);      \
-        Py_BEGIN_ALLOW_THREADS          \
-        (rs) = (expr);                  \
-        Py_END_ALLOW_THREADS            \
-        lb_busy_end(&(f)->base);        \
+ * stored in rs) with the GIL released.  A failure is raised (ops->raise)
+ * before the claim is given back: its text is in the connection, which
+ * another thread may use as soon as lb_busy_end has run. */
+#define LB_REDIS_GIL_FREE(f, rs, expr)           \
+    do {                                         \
+        lb_busy_begin(&(f)->base);               \
+        Py_BEGIN_ALLOW_THREADS                   \
+        (rs) = (expr);                           \
+        Py_END_ALLOW_THREADS                     \
+        if ((rs) != LB_REDIS_OK)                 \
+            (f)->ops->raise((f), (rs));          \
+        lb_busy_end(&(f)->base);                 \
     } while (0)
 
-/* In a method returning PyObject *: enter, run expr as LB_REDIS_GIL_FREE, and
- * on failure raise (ops->raise) and return NULL. */
+/* In a method returning PyObject *: enter, run expr as LB_REDIS_GIL_FREE,
+ * leave, and on failure return NULL (the exception is set). */
 #define LB_REDIS_CALL(f, expr)                 \
     do {                                       \
         lb_redis_status rs_;                   \
         if (lb_enter(&(f)->base) < 0)          \
             return NULL;                       \
         LB_REDIS_GIL_FREE((f), rs_, (expr));   \
-        if (rs_ != LB_REDIS_OK) {              \
-            (f)->ops->raise((f), rs_);         \
+        lb_leave(&(f)->base);                  \
+        if (rs_ != LB_REDIS_OK)                \
             return NULL;                       \
-        }                                      \
     } while (0)
 
 /* One key, one round trip, with the GIL released: its answer (0 or 1), or

@@ -12,6 +12,7 @@ typedef struct {
     lb_redis_filter r;      /* base, connection, key, ttl, chunk */
     lb_fixed_args args;
     lb_redis_bitmap *bm;
+    lb_rb_mode mode;
     lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
 
@@ -33,6 +34,29 @@ static void rf_raise(lb_redis_filter *r, lb_redis_status status)
 static void rf_raise_backend(lb_base *b)
 {
     rf_raise(&RF(b)->r, RF(b)->last);
+}
+
+/* In a forked child, when another thread of the parent was in a round trip:
+ * a new connection and bitmap object; the old ones are abandoned, not freed. */
+static int rf_after_fork(lb_base *b)
+{
+    RedisFilter *f = RF(b);
+    f->bm = NULL; /* abandoned with the connection it used */
+    if (lb_redis_filter_renew(&f->r) < 0)
+        return -1;
+    lb_geometry g;
+    lb_geometry_init(&g, f->args.m, f->args.k, f->args.scheme);
+    lb_redis_status rs = lb_redis_bitmap_new(
+        f->r.conn, PyBytes_AS_STRING(f->r.key_bytes), (size_t)PyBytes_GET_SIZE(f->r.key_bytes),
+        &g, (int64_t)ceil(f->r.ttl * 1000.0), &f->bm);
+    if (rs != LB_REDIS_OK) {
+        rf_raise(&f->r, rs);
+        lb_redis_filter_release(&f->r);
+        return -1;
+    }
+    lb_redis_bitmap_set_mode(f->bm, f->mode);
+    lb_redis_bitmap_set_chunk_keys(f->bm, f->r.chunk);
+    return 0;
 }
 
 /* ---- round trips -------------------------------------------------------- */
@@ -181,6 +205,8 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         goto fail;
     }
     lb_redis_bitmap_set_mode(self->bm, rb_mode);
+    self->mode = rb_mode;
+    self->r.base.after_fork = rf_after_fork;
     lb_redis_bitmap_set_chunk_keys(self->bm, chunk_keys);
     lb_redis_bitmap_set_adopt(self->bm, adopt_bitmap);
     Py_DECREF(key_bytes);
@@ -294,11 +320,10 @@ static PyObject *rf_load(PyObject *self, PyObject *mf)
         return NULL;
     }
     LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_load(f->bm, data, len));
+    lb_leave(&f->r.base);
     Py_DECREF(bits);
-    if (rs != LB_REDIS_OK) {
-        rf_raise(&f->r, rs);
+    if (rs != LB_REDIS_OK)
         return NULL;
-    }
     Py_RETURN_NONE;
 }
 
@@ -319,9 +344,9 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
         return NULL;
     }
     LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_snapshot(f->bm, out, nbytes));
+    lb_leave(&f->r.base);
     if (rs != LB_REDIS_OK) {
         Py_DECREF(bits);
-        rf_raise(&f->r, rs);
         return NULL;
     }
     PyObject *r = PyObject_CallMethod((PyObject *)f->r.base.st->MemoryFilter, "from_bitmap", "OKIs",
@@ -396,24 +421,21 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
         return NULL;
     uint64_t n = lb_redis_bitmap_nparts(f->bm);
     PyObject *list = PyList_New(0);
-    if (!list)
-        return NULL;
-    for (uint64_t p = 0; p <= n; p++) {
+    for (uint64_t p = 0; list && p <= n; p++) {
         uint64_t which = p == n ? UINT64_MAX : p;
         size_t len = lb_redis_bitmap_key_name(f->bm, which, NULL, 0);
         PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
         if (!name) {
-            Py_DECREF(list);
-            return NULL;
+            Py_CLEAR(list);
+            break;
         }
         lb_redis_bitmap_key_name(f->bm, which, PyBytes_AS_STRING(name), len + 1);
         int rc = PyList_Append(list, name);
         Py_DECREF(name);
-        if (rc < 0) {
-            Py_DECREF(list);
-            return NULL;
-        }
+        if (rc < 0)
+            Py_CLEAR(list);
     }
+    lb_leave(&f->r.base);
     return list;
 }
 

@@ -86,6 +86,26 @@ static void rb_raise_call(lb_redis_filter *r, lb_redis_status st)
              lb_bf_last_new(f->bf));
 }
 
+/* In a forked child, when another thread of the parent was in a round trip:
+ * a new connection and BF object; the old ones are abandoned, not freed. */
+static int rb_after_fork(lb_base *b)
+{
+    RedisBloomFilter *f = RB(b);
+    f->bf = NULL; /* abandoned with the connection it used */
+    if (lb_redis_filter_renew(&f->r) < 0)
+        return -1;
+    lb_redis_status rs =
+        lb_bf_new(f->r.conn, PyBytes_AS_STRING(f->r.key_bytes),
+                  (size_t)PyBytes_GET_SIZE(f->r.key_bytes), &f->opt, &f->bf);
+    if (rs != LB_REDIS_OK) {
+        lb_raise_redis(f->r.base.st, rs, f->r.conn, f->r.key);
+        lb_redis_filter_release(&f->r);
+        return -1;
+    }
+    lb_bf_set_chunk_keys(f->bf, f->r.chunk);
+    return 0;
+}
+
 /* ---- round trips -------------------------------------------------------- */
 
 static lb_redis_status rb_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
@@ -250,6 +270,7 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!self)
         goto fail;
     self->opt = opt;
+    self->r.base.after_fork = rb_after_fork;
     lb_redis_status rs = lb_bf_new(self->r.conn, PyBytes_AS_STRING(key_bytes),
                                    (size_t)PyBytes_GET_SIZE(key_bytes), &opt, &self->bf);
     if (rs != LB_REDIS_OK) {
@@ -330,8 +351,10 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
     if (lb_enter(&f->r.base) < 0)
         return NULL;
     PyObject *list = PyList_New(0);
-    if (!list)
+    if (!list) {
+        lb_leave(&f->r.base);
         return NULL;
+    }
     lb_redis_status rs = LB_REDIS_OK;
     int failed = 0;
     lb_bf_dump d; /* bounded by what BF.INFO says, cycles refused (redisbloom.h) */
@@ -355,15 +378,13 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
         }
         Py_DECREF(item);
     }
+    if (!failed && rs != LB_REDIS_OK)
+        rb_raise(f, rs, -1, 0); /* before another thread can use the connection */
     lb_busy_end(&f->r.base);
     lb_bf_dump_free(&d);
-    if (failed) {
+    lb_leave(&f->r.base);
+    if (failed || rs != LB_REDIS_OK) {
         Py_DECREF(list);
-        return NULL;
-    }
-    if (rs != LB_REDIS_OK) {
-        Py_DECREF(list);
-        rb_raise(f, rs, -1, 0);
         return NULL;
     }
     return list;
@@ -437,9 +458,8 @@ static PyObject *rb_restore(PyObject *self, PyObject *args, PyObject *kwargs)
     if (lb_enter(&f->r.base) < 0)
         goto done;
     LB_REDIS_GIL_FREE(&f->r, rs, lb_bf_restore(f->bf, cs, (size_t)n, replace));
-    if (rs != LB_REDIS_OK)
-        rb_raise(f, rs, -1, 0);
-    else
+    lb_leave(&f->r.base);
+    if (rs == LB_REDIS_OK)
         result = Py_NewRef(Py_None);
 done:
     for (Py_ssize_t i = 0; i < held; i++)
@@ -510,7 +530,13 @@ static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
-    return PyBool_FromLong(f->bf ? lb_bf_is_reserved(f->bf) : 0);
+    if (lb_enter(&f->r.base) < 0) {
+        PyErr_Clear(); /* closed: nothing is reserved on a closed connection */
+        Py_RETURN_FALSE;
+    }
+    int reserved = lb_bf_is_reserved(f->bf);
+    lb_leave(&f->r.base);
+    return PyBool_FromLong(reserved);
 }
 
 static PyObject *rb_repr(PyObject *self)

@@ -26,7 +26,7 @@ static lb_status sf_raise(lb_state *st, lb_status s)
 {
     switch (s) {
     case LB_ERR_ARG:
-        PyErr_SetString(PyExc_ValueError, "growth_ratio must be a finite number greater than 1 "
+        PyErr_SetString(PyExc_ValueError, "growth_ratio must be greater than 1 and at most 64, "
                                           "and fpr_ratio must be in (0, 1)");
         break;
     case LB_ERR_RANGE:
@@ -120,7 +120,7 @@ static PyObject *sf_add(PyObject *self, PyObject *key)
         return NULL;
     int added;
     lb_status s = lb_scalable_add(&f->s, k.data, k.len, &added);
-    lb_key_release(&hold);
+    lb_key_leave(&f->base, &hold);
     if (s != LB_OK) {
         sf_raise(f->base.st, s);
         return NULL;
@@ -136,7 +136,7 @@ static int sf_contains(PyObject *self, PyObject *key)
     if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
         return -1;
     int r = lb_scalable_test(&f->s, k.data, k.len);
-    lb_key_release(&hold);
+    lb_key_leave(&f->base, &hold);
     return r;
 }
 
@@ -172,7 +172,10 @@ static PyObject *sf_reset(PyObject *self, PyObject *unused)
     (void)unused;
     if (lb_enter(&SF(self)->base) < 0)
         return NULL;
-    lb_scalable_reset(&SF(self)->s);
+    lb_status s = lb_scalable_reset(&SF(self)->s);
+    lb_leave(&SF(self)->base);
+    if (s != LB_OK)
+        return lb_raise(SF(self)->base.st, s, NULL);
     Py_RETURN_NONE;
 }
 
@@ -187,7 +190,9 @@ static PyObject *sf_approximate_count(PyObject *self, PyObject *unused)
     (void)unused;
     if (lb_enter(&SF(self)->base) < 0)
         return NULL;
-    return PyLong_FromUnsignedLongLong(lb_scalable_count(&SF(self)->s));
+    uint64_t n = lb_scalable_count(&SF(self)->s);
+    lb_leave(&SF(self)->base);
+    return PyLong_FromUnsignedLongLong(n);
 }
 
 static PyObject *sf_current_error_rate(PyObject *self, PyObject *unused)
@@ -195,7 +200,9 @@ static PyObject *sf_current_error_rate(PyObject *self, PyObject *unused)
     (void)unused;
     if (lb_enter(&SF(self)->base) < 0)
         return NULL;
-    return PyFloat_FromDouble(lb_scalable_current_fpr(&SF(self)->s));
+    double r = lb_scalable_current_fpr(&SF(self)->s);
+    lb_leave(&SF(self)->base);
+    return PyFloat_FromDouble(r);
 }
 
 static PyObject *sf_stages(PyObject *self, PyObject *unused)
@@ -205,8 +212,10 @@ static PyObject *sf_stages(PyObject *self, PyObject *unused)
     if (lb_enter(&f->base) < 0)
         return NULL;
     PyObject *list = PyList_New(f->s.nstages);
-    if (!list)
+    if (!list) {
+        lb_leave(&f->base);
         return NULL;
+    }
     for (uint32_t i = 0; i < f->s.nstages; i++) {
         const lb_stage *st = &f->s.stages[i];
         PyObject *d = Py_BuildValue(
@@ -214,13 +223,16 @@ static PyObject *sf_stages(PyObject *self, PyObject *unused)
             (unsigned long long)st->count, "m", (unsigned long long)st->geo.m, "k", st->geo.k,
             "error_rate", st->error_rate, "bits_set", (unsigned long long)st->bits.bits_set);
         if (!d) {
-            Py_DECREF(list);
-            return NULL;
+            Py_CLEAR(list);
+            break;
         }
         PyList_SET_ITEM(list, i, d);
     }
+    lb_leave(&f->base);
     return list;
 }
+
+static PyObject *to_bytes(ScalableFilter *f);
 
 static PyObject *sf_to_bytes(PyObject *self, PyObject *unused)
 {
@@ -228,6 +240,14 @@ static PyObject *sf_to_bytes(PyObject *self, PyObject *unused)
     ScalableFilter *f = SF(self);
     if (lb_enter(&f->base) < 0)
         return NULL;
+    PyObject *out = to_bytes(f);
+    lb_leave(&f->base);
+    return out;
+}
+
+/* to_bytes of an entered filter. */
+static PyObject *to_bytes(ScalableFilter *f)
+{
     lb_scalable *s = &f->s;
     lb_format_header h;
     memset(&h, 0, sizeof(h));
@@ -365,25 +385,41 @@ static PyObject *sf_get_nsub(PyObject *self, void *unused)
     return PyLong_FromUnsignedLong(SF(self)->s.nstages);
 }
 
+/* The stage array moves when a batch grows the chain: what reads it enters. */
 static PyObject *sf_get_capacity(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(lb_scalable_capacity(&SF(self)->s));
+    if (lb_enter(&SF(self)->base) < 0)
+        return NULL;
+    uint64_t n = lb_scalable_capacity(&SF(self)->s);
+    lb_leave(&SF(self)->base);
+    return PyLong_FromUnsignedLongLong(n);
 }
 
 static PyObject *sf_get_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(lb_scalable_nbytes(&SF(self)->s));
+    if (lb_enter(&SF(self)->base) < 0)
+        return NULL;
+    uint64_t n = lb_scalable_nbytes(&SF(self)->s);
+    lb_leave(&SF(self)->base);
+    return PyLong_FromUnsignedLongLong(n);
 }
 
 static PyObject *sf_repr(PyObject *self)
 {
     ScalableFilter *f = SF(self);
-    return PyUnicode_FromFormat("<ScalableFilter initial_capacity=%llu stages=%u count=%llu%s>",
-                                (unsigned long long)f->s.initial_capacity, f->s.nstages,
-                                (unsigned long long)lb_scalable_count(&f->s),
-                                f->base.closed ? " closed" : "");
+    if (lb_enter(&f->base) < 0) {
+        PyErr_Clear(); /* closed */
+        return PyUnicode_FromFormat("<ScalableFilter initial_capacity=%llu closed>",
+                                    (unsigned long long)f->s.initial_capacity);
+    }
+    uint32_t stages = f->s.nstages;
+    uint64_t count = lb_scalable_count(&f->s);
+    lb_leave(&f->base);
+    return PyUnicode_FromFormat("<ScalableFilter initial_capacity=%llu stages=%u count=%llu>",
+                                (unsigned long long)f->s.initial_capacity, stages,
+                                (unsigned long long)count);
 }
 
 static PyMethodDef sf_methods[] = {
