@@ -133,7 +133,7 @@ static lb_status parse_fixed(const uint8_t *data, lb_format_header *h, uint64_t 
             FAIL("bad capacity or error rate");
         /* ... and m, k are what the constructor derives from them. */
         uint64_t m, k;
-        if (lb_estimate(h->capacity, h->error_rate, &m, &k) != LB_OK || m != h->m ||
+        if (lb_size(h->capacity, h->error_rate, h->scheme, LB_FIXED_SLACK, &m, &k) != LB_OK || m != h->m ||
             k != h->k)
             FAIL("m and k do not follow from capacity and error rate");
     }
