@@ -48,7 +48,7 @@ deps:
 
 $(VENV)/.stamp-base: pyproject.toml setup.py | deps
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --disable-pip-version-check setuptools wheel
+	$(VPY) -m pip install -q --disable-pip-version-check 'setuptools>=77' wheel
 	$(VPY) -m pip install -q --disable-pip-version-check -e .
 	touch $@
 

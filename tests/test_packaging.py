@@ -1,0 +1,55 @@
+"""Packaging: the version the package reports, its metadata, and where it is imported from.
+
+The version is written once (ling_bloom/_version.py); the installed metadata, the
+CHANGELOG's newest heading and ``ling_bloom.__version__`` must all say the same.
+packaging/check_wheel.sh runs the whole suite against an installed wheel with
+LING_BLOOM_EXPECT_PREFIX set to that venv: then the package must come from there,
+never from the source tree.
+"""
+from __future__ import annotations
+
+import os
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import ling_bloom
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_version_is_a_release_number():
+    assert re.fullmatch(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?", ling_bloom.__version__)
+
+
+def test_installed_metadata_has_the_packages_version():
+    assert metadata.version("ling_bloom") == ling_bloom.__version__
+
+
+def test_changelog_names_the_version_first():
+    text = (ROOT / "CHANGELOG.md").read_text("utf-8")
+    first = re.search(r"^## (\S+)", text, re.M)
+    assert first is not None, "CHANGELOG.md has no release heading"
+    assert first.group(1) == ling_bloom.__version__
+
+
+def test_license_metadata_is_the_spdx_expression_of_the_license_file():
+    meta = metadata.metadata("ling_bloom")
+    assert meta["License-Expression"] == "MIT"
+    assert "LICENSE" in meta.get_all("License-File", [])
+    assert (ROOT / "LICENSE").read_text("utf-8").startswith("MIT License")
+
+
+def test_imported_from_the_expected_place():
+    prefix = os.environ.get("LING_BLOOM_EXPECT_PREFIX")
+    here = Path(ling_bloom.__file__).resolve()
+    if not prefix:
+        # the source tree's own run (make test): the package is the one beside tests/
+        if (ROOT / "ling_bloom" / "__init__.py").exists():
+            assert here == (ROOT / "ling_bloom" / "__init__.py").resolve()
+            return
+        pytest.skip("LING_BLOOM_EXPECT_PREFIX not set and no source package beside tests/")
+    assert here.is_relative_to(Path(prefix).resolve()), (here, prefix)
+    assert not (ROOT / "ling_bloom").exists(), "the source package is beside the tests"
