@@ -49,6 +49,19 @@ import ling_bloom as lb
 SCHEMES = ("xxh3", "xxh3-mix")
 
 
+def sizes(a):
+    """(n, p, m, k, keys, present sample, absent sample) for each of --sizes."""
+    for spec in a.sizes.split(","):
+        n_s, p_s = spec.split(":")
+        n, p = int(float(n_s)), float(p_s)
+        m, k = lb.estimate(n, p)
+        keys = [f"user:{i}" for i in range(n)]
+        sample = min(a.sample, n)
+        present = keys[:: max(1, n // sample)][:sample]
+        absent = [f"user:{i}" for i in range(n, n + sample)]
+        yield n, p, m, k, keys, present, absent
+
+
 def per_key_loop(f, keys, op):
     t = time.perf_counter_ns()
     if op == "add":
@@ -139,14 +152,7 @@ def main(argv=None):
     ops = ("update", "test_many+", "test_many-", "add", "in+", "in-")
     print("| n, p | m (k) | " + " | ".join(f"{o} xxh3 / mix / ratio" for o in ops) + " |")
     print("|---|---|" + "---|" * len(ops))
-    for spec in a.sizes.split(","):
-        n_s, p_s = spec.split(":")
-        n, p = int(float(n_s)), float(p_s)
-        m, k = lb.estimate(n, p)
-        keys = [f"user:{i}" for i in range(n)]
-        sample = min(a.sample, n)
-        present = keys[:: max(1, n // sample)][:sample]
-        absent = [f"user:{i}" for i in range(n, n + sample)]
+    for n, p, m, k, keys, present, absent in sizes(a):
         results = {s: {o: [] for o in ops} for s in SCHEMES}
         gc.disable()
         try:
@@ -181,17 +187,11 @@ def floor_table(a):
           "batch test- xxh3 / mix / ratio |")
     print("|---|---|---|---|---|")
     fields = ("batch_add", "batch_test_present", "batch_test_absent")
-    for spec in a.sizes.split(","):
-        n_s, p_s = spec.split(":")
-        n, p = int(float(n_s)), float(p_s)
-        m, k = lb.estimate(n, p)
-        keys = [f"user:{i}" for i in range(n)]
-        sample = min(a.sample, n)
+    for n, p, m, k, keys, present, absent in sizes(a):
         best = {s: {f: math.inf for f in fields} for s in SCHEMES}
         with tempfile.TemporaryDirectory(prefix="lb-walk-") as tmp:
             files = [os.path.join(tmp, f) for f in ("present", "sample", "absent")]
-            for path, ks in zip(files, (keys, keys[::max(1, n // sample)][:sample],
-                                        [f"user:{i}" for i in range(n, n + sample)])):
+            for path, ks in zip(files, (keys, present, absent)):
                 bench_memory.write_key_file(path, ks)
             for _ in range(a.rounds):
                 for scheme in SCHEMES:
