@@ -165,6 +165,19 @@ static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *
     return LB_OK;
 }
 
+/* A chain with the header's parameters and no stages, for
+ * lb_scalable_stage_params: each stage's geometry follows from them (and from
+ * the scheme, whose sizing lb_size applies). */
+static void scalable_probe(const lb_format_header *h, lb_scalable *probe)
+{
+    memset(probe, 0, sizeof(*probe));
+    probe->initial_capacity = h->initial_capacity;
+    probe->error_rate = h->error_rate;
+    probe->growth = h->growth;
+    probe->fpr_ratio = h->fpr_ratio;
+    probe->scheme = h->scheme;
+}
+
 /* The header of a scalable filter (avail >= LB_FORMAT_SCALABLE_HEADER): the
  * parameters, checked as the constructor checks them, and the stages they
  * imply; *payload_len = the bytes of all stages' bits.  Each stage's geometry
@@ -184,12 +197,7 @@ static lb_status parse_scalable(const uint8_t *data, lb_format_header *h, uint64
     if (h->nstages == 0 || h->nstages > LB_FORMAT_MAX_STAGES)
         FAIL("bad number of stages");
     lb_scalable probe;
-    memset(&probe, 0, sizeof(probe));
-    probe.initial_capacity = h->initial_capacity;
-    probe.error_rate = h->error_rate;
-    probe.growth = h->growth;
-    probe.fpr_ratio = h->fpr_ratio;
-    probe.scheme = h->scheme; /* the stages' sizing depends on it (lb_size) */
+    scalable_probe(h, &probe);
     uint64_t total = 0;
     double rates = 0;
     for (uint32_t i = 0; i < h->nstages; i++) {
@@ -224,12 +232,7 @@ static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_heade
         FAIL("truncated stage table");
     h->counts_raw = data + pos;
     lb_scalable probe;
-    memset(&probe, 0, sizeof(probe));
-    probe.initial_capacity = h->initial_capacity;
-    probe.error_rate = h->error_rate;
-    probe.growth = h->growth;
-    probe.fpr_ratio = h->fpr_ratio;
-    probe.scheme = h->scheme;
+    scalable_probe(h, &probe);
     for (uint32_t i = 0; i < h->nstages; i++, pos += 8) {
         uint64_t cap, m, k;
         double rate;

@@ -505,6 +505,19 @@ PyObject *lb_load(PyObject *cls, PyObject *path)
 
 /* ---- module functions -------------------------------------------------- */
 
+/* The (m, k) of estimate() and geometry(), or their error. */
+static PyObject *sizing_result(lb_state *st, lb_status s, uint64_t m, uint64_t k,
+                               const char *range_msg)
+{
+    if (s == LB_ERR_RANGE)
+        return lb_raise(st, s, range_msg);
+    if (s != LB_OK)
+        return lb_raise(st, s, s == LB_ERR_CAPACITY
+                                   ? "expected number of elements must be greater than zero"
+                                   : NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+}
+
 static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     lb_state *st = PyModule_GetState(module);
@@ -518,13 +531,7 @@ static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (p == -1.0 && PyErr_Occurred())
         return NULL;
     lb_status s = lb_estimate(n, p, &m, &k);
-    if (s == LB_ERR_RANGE)
-        return lb_raise(st, s, "n and p need more than 2**63 bits");
-    if (s != LB_OK)
-        return lb_raise(st, s, s == LB_ERR_CAPACITY
-                                   ? "expected number of elements must be greater than zero"
-                                   : NULL);
-    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+    return sizing_result(st, s, m, k, "n and p need more than 2**63 bits");
 }
 
 static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -543,13 +550,7 @@ static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
     if (p == -1.0 && PyErr_Occurred())
         return NULL;
     lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
-    if (s == LB_ERR_RANGE)
-        return lb_raise(st, s, "no filter of at most 2**48 bits holds n keys at rate p");
-    if (s != LB_OK)
-        return lb_raise(st, s, s == LB_ERR_CAPACITY
-                                   ? "expected number of elements must be greater than zero"
-                                   : NULL);
-    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+    return sizing_result(st, s, m, k, "no filter of at most 2**48 bits holds n keys at rate p");
 }
 
 /* indices() and hash_pair() are the hash functions themselves: unlike the
