@@ -5,6 +5,12 @@
 #   make bench   the benchmarks against the peers
 #   make sanitize every test (the stress runs included) and the C tests, on builds with
 #                AddressSanitizer and UndefinedBehaviorSanitizer
+#   make dist    dist/: the sdist, and this Python's wheel built from it, repaired with
+#                auditwheel (hiredis inside it), tagged for this machine's glibc
+#   make dist-check   the same, then the wheel installed in a fresh venv with no compiler
+#                on PATH and the whole suite run against it (packaging/check_wheel.sh)
+#   make every-python dist-check on every CPython 3.9-3.13 that pyenv has
+#   make ci      what CI runs (.ci/run): test, every-python
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -18,7 +24,8 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Build: a C compiler, pkg-config, the two C libraries.  Tests and demo: a redis-server.
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev redis-server
 
-.PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize
+.PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize \
+        sdist dist dist-check every-python ci
 
 demo: build
 	$(VPY) -m ling_bloom demo
@@ -99,6 +106,21 @@ sanitize: deps venv-test
 	$(MAKE) -C tests/c clean
 	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
+# ---- packaging (packaging/*.sh say what each step checks) ----------------------------
+sdist: deps
+	bash packaging/sdist.sh
+
+dist: sdist
+	BUILD_ONLY=1 bash packaging/check_wheel.sh "$$(command -v $(PYTHON))"
+
+dist-check: sdist
+	bash packaging/check_wheel.sh "$$(command -v $(PYTHON))"
+
+every-python: sdist
+	bash packaging/every_python.sh $(PYTHONS)
+
+ci: test every-python
+
 clean:
-	rm -rf build ling_bloom/*.so $(VENV) $(SAN_DIR)
+	rm -rf build dist ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)
 	$(MAKE) -C tests/c clean

@@ -3,12 +3,7 @@ Protocols.  Every ling_bloom filter is a Filter and a Batcher; CountingFilter is
 Remover."""
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Type, Union
-
-try:
-    from typing import Protocol, runtime_checkable
-except ImportError:  # pragma: no cover - Python < 3.8
-    from typing_extensions import Protocol, runtime_checkable  # type: ignore
+from typing import Iterable, List, Optional, Protocol, Type, Union, runtime_checkable
 
 from types import TracebackType
 

@@ -49,8 +49,8 @@ if ! grep -q "is consistent with the following platform tag" "$W/show.flat" \
   echo "FAIL: auditwheel show:" >&2; cat "$W/show.txt" >&2; exit 1
 fi
 echo "   auditwheel show: $(grep -o 'consistent with the following platform tag: "[^"]*"' "$W/show.flat") (tagged $PLAT, this glibc)"
-unzip -l "$WHEEL" | grep -q "ling_bloom.libs/libhiredis" \
-  || { echo "FAIL: hiredis is not inside the wheel" >&2; unzip -l "$WHEEL"; exit 1; }
+"$TOOLS/bin/python" -m zipfile -l "$WHEEL" | grep -q "ling_bloom.libs/libhiredis" \
+  || { echo "FAIL: hiredis is not inside the wheel" >&2; "$TOOLS/bin/python" -m zipfile -l "$WHEEL"; exit 1; }
 
 [ "${BUILD_ONLY:-}" = 1 ] && exit 0
 

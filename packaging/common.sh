@@ -38,11 +38,11 @@ plat_tag() {
 # The sdist, from the working tree (dist/ling_bloom-VERSION.tar.gz).
 sdist() {
   tools
-  mkdir -p "$DIST"
+  mkdir -p "$DIST" "$WORK"
   rm -f "$SDIST"
   echo "== sdist"
-  "$TOOLS/bin/python" -m build --sdist --outdir "$DIST" . > "$WORK.sdist.log" 2>&1 \
-    || { cat "$WORK.sdist.log"; exit 1; }
+  "$TOOLS/bin/python" -m build --sdist --outdir "$DIST" . > "$WORK/sdist.log" 2>&1 \
+    || { cat "$WORK/sdist.log"; exit 1; }
   ls -l "$SDIST"
 }
 
@@ -60,4 +60,32 @@ find_python() {
     fi
   fi
   command -v "python$minor" 2>/dev/null | grep -v "/shims/" || true
+}
+
+# The sdist of the working tree: python -m build --sdist in the tools venv, into dist/.
+sdist() {
+  tools
+  mkdir -p "$DIST" "$WORK"
+  rm -f "$SDIST"
+  echo "== sdist: $SDIST"
+  "$TOOLS/bin/pyproject-build" --sdist --outdir "$DIST" "$ROOT" > "$WORK/sdist.log" 2>&1 \
+    || { cat "$WORK/sdist.log"; return 1; }
+  [ -f "$SDIST" ] || { echo "no $SDIST after the build" >&2; cat "$WORK/sdist.log"; return 1; }
+}
+
+# The interpreter of CPython X.Y, found as pyenv finds it: the newest
+# $(pyenv root)/versions/X.Y.*/bin/pythonX.Y; then pythonX.Y on PATH; else nothing.
+find_python() {
+  local v="$1" root cand best=""
+  root="${PYENV_ROOT:-}"
+  [ -n "$root" ] || root="$(pyenv root 2>/dev/null || true)"
+  [ -n "$root" ] || root="$HOME/.pyenv"
+  for cand in $(ls -d "$root"/versions/"$v".* 2>/dev/null | sort -V); do
+    [[ "$(basename "$cand")" =~ ^$v\.[0-9]+$ ]] || continue
+    [ -x "$cand/bin/python$v" ] && best="$cand/bin/python$v"
+  done
+  if [ -z "$best" ] && command -v "python$v" >/dev/null 2>&1; then
+    best="$(command -v "python$v")"
+  fi
+  echo "$best"
 }

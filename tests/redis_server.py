@@ -290,9 +290,20 @@ class RedisServer:
         return argv + self.extra_args
 
     def _spawn(self) -> None:
-        self.proc = subprocess.Popen(self._argv(), stdin=subprocess.DEVNULL,
+        # The parent-death signal is set by util-linux's setpriv, which then execs the
+        # server, rather than by a preexec_fn: with no preexec_fn, subprocess spawns
+        # with vfork and runs no Python between fork and exec.  A forked child of a
+        # threaded process that allocates before exec can hang on a lock another
+        # thread held at the fork (seen under ASan: `make sanitize`).
+        argv, preexec = self._argv(), None
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
+        else:
+            preexec = _die_with_parent
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent, close_fds=True)
+                                     preexec_fn=preexec, close_fds=True)
         _live.add(self)
 
     def _wait_ready(self) -> bool:
