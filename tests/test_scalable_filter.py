@@ -301,7 +301,9 @@ def test_a_tight_fpr_ratio_floors_stage_rates_and_keeps_the_bound():
     assert len(stages) > 20
     assert all(s["k"] <= 64 for s in stages)
     assert min(s["error_rate"] for s in stages) == 2.0 ** -63
-    assert sum(s["error_rate"] for s in stages) <= 0.01
+    # The bound holds up to the rounding of the sum itself: 3.12's sum() compensates
+    # (0.010000000000000002 here), where the C chain and earlier Pythons add plainly.
+    assert math.fsum(s["error_rate"] for s in stages) <= 0.01 * (1 + 1e-12)
     assert all(f.test_many(ks))
 
 

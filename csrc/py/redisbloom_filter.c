@@ -245,9 +245,13 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (ps == LB_OK)
         ps = lb_check_geometry(mm, kk);
     if (ps == LB_ERR_ARG) {
+        /* PyErr_Format has no %g (3.12 raises SystemError; older versions
+         * printed the format text): the rate is formatted by C first. */
+        char rate[32];
+        snprintf(rate, sizeof rate, "%g", opt.error_rate);
         PyErr_Format(st->InvalidFalsePositiveRateError,
-                     "error_rate %g needs k = %llu hash functions; at most %d are supported",
-                     opt.error_rate, (unsigned long long)kk, LB_MAX_K);
+                     "error_rate %s needs k = %llu hash functions; at most %d are supported",
+                     rate, (unsigned long long)kk, LB_MAX_K);
         goto fail;
     }
     if (ps != LB_OK) {
