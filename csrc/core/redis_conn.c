@@ -548,6 +548,7 @@ struct lb_redis {
     redisContext *ctx;    /* NULL when not connected */
     redisReader *reader;  /* our reader with arena-backed replies */
     lb_tls *tls;          /* the TLS session over ctx's socket, or NULL (plain TCP, unix) */
+    int tls_unanswered;   /* TLS: nothing received since the handshake (for error hints) */
     pid_t pid;            /* the process that opened ctx */
     int fd;               /* ctx's socket while ctx is open, else -1 (lb_redis_abandon) */
     arena arena;
@@ -850,6 +851,19 @@ static void where(const lb_redis *r, char *buf, size_t n)
  *            -1 failed (message in r->errstr via lb_redis_set_error).
  *   tx_recv: > 0 received; 0 the server closed; -1 nothing now (*ev as
  *            above); -2 failed (errstr set). */
+/* TLS 1.3 servers check a client certificate after the client's handshake is
+ * done: a server that wants one and got none closes the connection at the
+ * first request.  Say so when a fresh session dies before any answer. */
+static const char *tls_hint(const lb_redis *r)
+{
+    if (!r->tls_unanswered)
+        return "";
+    return r->cfg.tls_certfile ? " (the server dropped the new TLS session: does it accept this "
+                                 "client certificate?)"
+                               : " (the server dropped the new TLS session: does it require a "
+                                 "client certificate? see ssl_certfile / ssl_keyfile)";
+}
+
 static ssize_t tx_send(lb_redis *r, const char *buf, size_t len, short *ev)
 {
     char w[160];
@@ -863,8 +877,8 @@ static ssize_t tx_send(lb_redis *r, const char *buf, size_t len, short *ev)
             return 0;
         }
         where(r, w, sizeof w);
-        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost while sending: %s",
-                           w, e);
+        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost while sending: %s%s",
+                           w, e, tls_hint(r));
         return -1;
     }
     ssize_t k = send(r->ctx->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -887,14 +901,23 @@ static ssize_t tx_recv(lb_redis *r, char *buf, size_t cap, short *ev)
     if (r->tls) {
         char e[256];
         ssize_t k = lb_tls_read(r->tls, buf, cap, e, sizeof e);
-        if (k >= 0)
+        if (k > 0)
+            r->tls_unanswered = 0;
+        if (k > 0 || (k == 0 && !r->tls_unanswered))
             return k;
+        if (k == 0) {
+            where(r, w, sizeof w);
+            lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s closed by the server "
+                               "right after the TLS handshake%s", w, tls_hint(r));
+            return -2;
+        }
         if (k == LB_TLS_WANT_READ || k == LB_TLS_WANT_WRITE) {
             *ev = k == LB_TLS_WANT_READ ? POLLIN : POLLOUT;
             return -1;
         }
         where(r, w, sizeof w);
-        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s", w, e);
+        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s%s", w, e,
+                           tls_hint(r));
         return -2;
     }
     ssize_t k = recv(r->ctx->fd, buf, cap, MSG_DONTWAIT);
@@ -1294,6 +1317,7 @@ static lb_redis_status do_connect(lb_redis *r)
     rd->privdata = r; /* redisReaderSetPrivdata warns in 0.14 */
     r->ctx = c;
     r->tls = tls;
+    r->tls_unanswered = tls != NULL;
     r->reader = rd;
     r->pid = getpid();
     r->fd = c->fd;
