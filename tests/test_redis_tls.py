@@ -31,6 +31,11 @@ def tls_server(redis_server_factory, certs):
     return make
 
 
+def connections(client):
+    info = client.command("INFO", "stats").decode()
+    return int(info.split("total_connections_received:")[1].split()[0])
+
+
 def connects(srv, **kw):
     """Open a RedisFilter on srv and make it talk (a round trip)."""
     with RedisFilter("tls:k", 1000, 0.01, url=srv.url, socket_connect_timeout=5,
@@ -186,6 +191,8 @@ def test_forked_child_reconnects(tls_server, certs):
     srv = tls_server()
     f = RedisFilter("tls:fork", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"])
     f.add("parent")
+    raw = srv.client()  # one plain (unix) connection for INFO, opened before counting
+    before = connections(raw)
     pid = os.fork()
     if pid == 0:  # the child
         code = 1
@@ -199,11 +206,25 @@ def test_forked_child_reconnects(tls_server, certs):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    # the parent's TLS session was not touched: still in step, no reconnect needed
+    assert connections(raw) == before + 1  # the child opened its own connection
+    # the parent's TLS session was not touched (a byte written on it by the child would break
+    # its record sequence): still in step, and no reconnect was needed
     for i in range(20):
         assert f.add(f"p{i}") is True
         assert f.test_many(["parent", "child", f"p{i}"]) == [True, True, True]
+    assert connections(raw) == before + 1
     f.close()
+    raw.close()
+
+
+def test_big_pipelines(tls_server, certs):
+    # megabytes each way: partial TLS writes while replies are read
+    srv = tls_server()
+    with RedisFilter("tls:big", 400_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"],
+                     chunk_size=200_000) as f:
+        keys = [f"key-{i:08d}" for i in range(300_000)]
+        f.add_many(keys)
+        assert all(f.test_many(keys))
 
 
 def test_operation_timeout_paused_server(tls_server, certs):
@@ -253,3 +274,22 @@ def test_from_redis_copies_tls_settings(tls_server, certs):
         with RedisFilter.from_redis(bad, "tls:fr", 1000) as f:
             f.add("a")
     client.close()
+
+
+def test_handshake_with_a_silent_server_times_out(silent_listener):
+    # accepts, never answers the ClientHello: the connect timeout bounds the handshake
+    url = f"rediss://127.0.0.1:{silent_listener.port}"
+    for cls in (RedisFilter, RedisBloomFilter):
+        with pytest.raises(lb.RedisTimeoutError, match="TLS handshake"):
+            cls("tls:s", 100, url=url, socket_connect_timeout=0.3).add("a")
+
+
+def test_ssl_false_overrides_the_url(tls_server, certs):
+    srv = tls_server()
+    # ssl=False: plain TCP to the TLS port, which the server drops (bounded, clear type)
+    with pytest.raises((lb.RedisConnectionError, lb.RedisTimeoutError)):
+        connects(srv, ssl=False)
+    host_kw = dict(host="127.0.0.1", port=srv.port, ssl=True, ssl_ca_certs=certs["ca"])
+    with RedisFilter("tls:kw", 100, **host_kw) as f:
+        f.add("a")
+        assert f.test("a")
