@@ -22,7 +22,7 @@ VPY    := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Build: a C compiler, pkg-config, the two C libraries.  Tests and demo: a redis-server.
-APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev redis-server
+APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev openssl redis-server
 
 .PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize \
         sdist dist dist-check every-python ci

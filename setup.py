@@ -2,7 +2,8 @@
 
 The core (csrc/core) and the binding (csrc/py) compile into one extension
 module.  It links two system C libraries, found through pkg-config:
-libxxhash (the default hash) and hiredis (the Redis filters).
+libxxhash (the default hash), hiredis (the Redis filters) and OpenSSL
+(TLS for rediss://).
 """
 import glob
 import os
@@ -16,7 +17,9 @@ from setuptools import Extension, setup
 SYSTEM_LIBS = {
     "libxxhash": ("xxhash.h", "libxxhash-dev"),
     "hiredis": ("hiredis/hiredis.h", "libhiredis-dev"),
+    "openssl": ("openssl/ssl.h", "libssl-dev"),  # TLS for rediss:// (csrc/core/redis_tls.c)
 }
+FALLBACK_LIBS = {"libxxhash": ["-lxxhash"], "hiredis": ["-lhiredis"], "openssl": ["-lssl", "-lcrypto"]}
 
 
 def pkg_config(*args):
@@ -42,7 +45,7 @@ def system_libraries():
         cflags = pkg_config("--cflags", name)
         libs = pkg_config("--libs", name)
         if cflags is None or libs is None:
-            cflags, libs = [], ["-l" + ("xxhash" if name == "libxxhash" else name)]
+            cflags, libs = [], FALLBACK_LIBS[name]
         dirs = [f[2:] for f in cflags if f.startswith("-I")]
         if not header_exists(header, dirs):
             missing.append(f"{header} (Debian: apt-get install {debian})")

@@ -298,6 +298,13 @@ class RedisFilter(_Filter):
         unix_socket_path: Optional[str] = ...,
         socket_timeout: Optional[float] = ...,
         socket_connect_timeout: Optional[float] = ...,
+        ssl: bool = ...,
+        ssl_ca_certs: Optional[str] = ...,
+        ssl_ca_path: Optional[str] = ...,
+        ssl_certfile: Optional[str] = ...,
+        ssl_keyfile: Optional[str] = ...,
+        ssl_cert_reqs: Union[str, int, None] = ...,
+        ssl_check_hostname: bool = ...,
     ) -> Self: ...
     @classmethod
     def from_url(
@@ -366,6 +373,13 @@ class RedisBloomFilter(_Filter):
         unix_socket_path: Optional[str] = ...,
         socket_timeout: Optional[float] = ...,
         socket_connect_timeout: Optional[float] = ...,
+        ssl: bool = ...,
+        ssl_ca_certs: Optional[str] = ...,
+        ssl_ca_path: Optional[str] = ...,
+        ssl_certfile: Optional[str] = ...,
+        ssl_keyfile: Optional[str] = ...,
+        ssl_cert_reqs: Union[str, int, None] = ...,
+        ssl_check_hostname: bool = ...,
     ) -> Self: ...
     @classmethod
     def from_url(

@@ -1,7 +1,7 @@
 """Connection settings of a redis-py client, for RedisFilter.from_redis(client, key).
 
 Only the client's settings are read; ling_bloom opens its own connection (hiredis), so it
-needs redis-py for nothing else.
+needs redis-py for nothing else.  TLS clients (SSLConnection) hand over their ssl_* settings.
 """
 from __future__ import annotations
 
@@ -18,6 +18,21 @@ _NAMES = {
     "socket_connect_timeout": "socket_connect_timeout",
 }
 
+# redis-py's TLS settings that ling_bloom takes under the same names.
+_TLS_NAMES = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+              "ssl_check_hostname")
+# ... and those it cannot honour: refused rather than silently ignored.
+_TLS_UNSUPPORTED = ("ssl_ca_data", "ssl_password", "ssl_ciphers", "ssl_min_version",
+                    "ssl_validate_ocsp", "ssl_validate_ocsp_stapled", "ssl_ocsp_context",
+                    "ssl_ocsp_expected_cert", "ssl_include_verify_flags",
+                    "ssl_exclude_verify_flags")
+
+
+def _uses_tls(pool: Any, settings: Dict[str, Any]) -> bool:
+    cls = getattr(pool, "connection_class", None)
+    names = [c.__name__ for c in getattr(cls, "__mro__", ())]
+    return "SSLConnection" in names or bool(settings.get("ssl"))
+
 
 def connection_kwargs(client: Any) -> Dict[str, Any]:
     """RedisFilter keywords from a redis.Redis (or anything with a connection_pool)."""
@@ -27,17 +42,26 @@ def connection_kwargs(client: Any) -> Dict[str, Any]:
         raise TypeError(
             f"expected a redis-py client with a connection_pool, not {type(client).__name__}"
         )
-    if settings.get("ssl") or "ssl_certfile" in settings or "ssl_cert_reqs" in settings:
-        from ._core import NotSupportedError
-
-        raise NotSupportedError(
-            "the client uses TLS, which the system's hiredis (0.14) cannot speak"
-        )
     out: Dict[str, Any] = {}
     for theirs, ours in _NAMES.items():
         value = settings.get(theirs)
         if value is not None:
             out[ours] = value
+    if _uses_tls(pool, settings) and "unix_socket_path" not in out:
+        unsupported = [n for n in _TLS_UNSUPPORTED if settings.get(n)]
+        if unsupported:
+            from ._core import NotSupportedError
+
+            raise NotSupportedError(
+                "the client's TLS settings " + ", ".join(unsupported)
+                + " have no equivalent here (supported: " + ", ".join(_TLS_NAMES) + ")"
+            )
+        out["ssl"] = True
+        for name in _TLS_NAMES:
+            if settings.get(name) is not None:
+                out[name] = settings[name]
+        if "ssl_cert_reqs" in settings and settings["ssl_cert_reqs"] is None:
+            out["ssl_cert_reqs"] = None  # redis-py: None means CERT_NONE
     if "unix_socket_path" in out:
         out.pop("host", None)
         out.pop("port", None)

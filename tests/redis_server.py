@@ -244,7 +244,7 @@ class RedisServer:
     """One redis-server child process on 127.0.0.1:<free port>, without persistence."""
 
     def __init__(self, extra_args: Sequence[str] = (), executable: Optional[str] = None,
-                 start_timeout: float = 15.0, unix_socket: bool = True):
+                 start_timeout: float = 15.0, unix_socket: bool = True, tls: bool = False):
         exe = executable or redis_server_path()
         if not exe:
             raise RedisServerNotInstalled(
@@ -252,6 +252,12 @@ class RedisServer:
                 "`make test` installs it)")
         self.executable = exe
         self.extra_args: List[str] = list(extra_args)
+        # tls=True: the free port is a --tls-port (plain --port 0); extra_args carry the
+        # --tls-cert-file/--tls-key-file/... options, and readiness is checked on the unix
+        # socket, which stays plain.
+        self.tls = tls
+        if tls and not unix_socket:
+            raise ValueError("a TLS test server needs its plain unix socket (readiness, client())")
         self.start_timeout = start_timeout
         self.host = HOST
         self.port = 0
@@ -263,7 +269,7 @@ class RedisServer:
     # -- facts
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}"
+        return f"{'rediss' if self.tls else 'redis'}://{self.host}:{self.port}"
 
     def unix_url(self, db: int = 0) -> str:
         assert self.unix_path
@@ -282,7 +288,8 @@ class RedisServer:
 
     # -- life cycle
     def _argv(self) -> List[str]:
-        argv = [self.executable, "--port", str(self.port), "--bind", HOST,
+        ports = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
+        argv = [self.executable, *ports, "--bind", HOST,
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--logfile", self._log, "--daemonize", "no", "--protected-mode", "yes"]
         if self.unix_path:
@@ -387,7 +394,13 @@ class RedisServer:
     # -- talking to it
     def ping(self) -> bool:
         try:
-            with socket.create_connection((self.host, self.port), timeout=1) as s:
+            if self.tls:  # the TLS port is not spoken here: ask the plain unix socket
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(1)
+                s.connect(self.unix_path)
+            else:
+                s = socket.create_connection((self.host, self.port), timeout=1)
+            with s:
                 s.sendall(b"PING\r\n")
                 reply = s.recv(64)
                 return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
@@ -395,7 +408,7 @@ class RedisServer:
             return False
 
     def client(self, db: int = 0) -> RawRedis:
-        return RawRedis(self.port, self.host, db=db)
+        return RawRedis(self.port, self.host, db=db, unix_path=self.unix_path if self.tls else None)
 
     def flushall(self) -> None:
         with self.client() as c:

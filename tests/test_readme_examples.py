@@ -3,7 +3,7 @@
 A block marked ```python file=NAME is a file of the Django example: it must stand, to the
 letter, in docs/integrations.md, whose test builds the project around it and runs it.  Every
 other block runs as a script in a fresh interpreter (REDIS_URL points at a private
-redis-server for the Redis example).
+redis-server for the Redis example, REDIS_TLS_URL and REDIS_TLS_CA at a TLS one).
 """
 from __future__ import annotations
 
@@ -56,6 +56,13 @@ def test_script_runs(code, tmp_path, request):
     if "REDIS_URL" in code:
         server = request.getfixturevalue("clean_redis")
         env["REDIS_URL"] = server.url
+    if "REDIS_TLS_URL" in code:  # the TLS example: a --tls-port server and its CA
+        from tls_certs import make_certs, server_args
+
+        certs = make_certs(str(tmp_path))
+        server = request.getfixturevalue("redis_server_factory")(server_args(certs), tls=True)
+        env["REDIS_TLS_URL"] = server.url
+        env["REDIS_TLS_CA"] = certs["ca"]
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,

@@ -827,11 +827,6 @@ def test_bad_urls(url):
         RedisFilter.from_url(url, "bf", 100)
 
 
-def test_rediss_is_not_supported():
-    with pytest.raises(lb.NotSupportedError, match="(?i)tls"):
-        RedisFilter.from_url("rediss://127.0.0.1:6379", "bf", 100)
-
-
 @pytest.mark.parametrize("kwargs, exc", [
     (dict(url=123), TypeError),
     (dict(port="6379"), TypeError),

@@ -794,10 +794,10 @@ def test_reply_shapes_in_c():
     if not cc or not shutil.which("pkg-config"):
         pytest.skip("no C compiler or pkg-config")
     import tempfile
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "hiredis"], capture_output=True,
-                           text=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "hiredis", "openssl"],
+                           capture_output=True, text=True)
     if flags.returncode != 0:
-        pytest.skip("hiredis development files are missing")
+        pytest.skip("hiredis or OpenSSL development files are missing")
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "shapes")
         core = os.path.join(ROOT, "csrc", "core")
@@ -805,6 +805,7 @@ def test_reply_shapes_in_c():
             [cc, "-std=gnu11", "-I", core, "-o", exe,
              os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
              os.path.join(core, "redisbloom.c"), os.path.join(core, "redis_conn.c"),
+             os.path.join(core, "redis_tls.c"),
              os.path.join(core, "redis_memory.c"),
              *flags.stdout.split(), "-lm"], capture_output=True, text=True)
         assert build.returncode == 0, build.stderr

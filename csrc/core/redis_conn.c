@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "redis_conn.h"
 #include "redis_reply.h"
+#include "redis_tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +76,10 @@ void lb_redis_config_free(lb_redis_config *cfg)
     free(cfg->unix_path);
     free(cfg->username);
     free(cfg->password);
+    free(cfg->tls_ca_certs);
+    free(cfg->tls_ca_path);
+    free(cfg->tls_certfile);
+    free(cfg->tls_keyfile);
     lb_redis_config_init(cfg);
 }
 
@@ -224,10 +229,7 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
     } else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
         is_unix = 1;
     } else if (slen == 6 && strncasecmp(url, "rediss", 6) == 0) {
-        return url_err(cfg, LB_REDIS_ERR_TLS, err, errlen,
-                       "rediss:// (TLS) is not supported: the hiredis this module was built "
-                       "with (%d.%d.%d) has no TLS; use redis:// or unix://, or a TLS tunnel",
-                       HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+        cfg->tls = 1;
     } else {
         return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
                        "unsupported URL scheme '%.*s://' (expected redis://, unix:// or rediss://)",
@@ -404,10 +406,45 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                         cfg->timeout_ms = ms;
                     else
                         cfg->connect_timeout_ms = ms;
+                } else if (strcmp(name, "ssl_cert_reqs") == 0) {
+                    if (strcasecmp(val, "required") == 0)
+                        cfg->tls_cert_reqs = LB_REDIS_CERT_REQUIRED;
+                    else if (strcasecmp(val, "optional") == 0)
+                        cfg->tls_cert_reqs = LB_REDIS_CERT_OPTIONAL;
+                    else if (strcasecmp(val, "none") == 0)
+                        cfg->tls_cert_reqs = LB_REDIS_CERT_NONE;
+                    else
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option ssl_cert_reqs='%.32s' (expected "
+                                     "required, optional or none)",
+                                     val);
+                } else if (strcmp(name, "ssl_check_hostname") == 0) {
+                    if (!strcasecmp(val, "true") || !strcasecmp(val, "yes") || !strcmp(val, "1"))
+                        cfg->tls_check_hostname = 1;
+                    else if (!strcasecmp(val, "false") || !strcasecmp(val, "no") ||
+                             !strcmp(val, "0"))
+                        cfg->tls_check_hostname = 2;
+                    else
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option ssl_check_hostname='%.32s' (expected "
+                                     "true or false)",
+                                     val);
+                } else if (strcmp(name, "ssl_ca_certs") == 0 || strcmp(name, "ssl_ca_path") == 0 ||
+                           strcmp(name, "ssl_certfile") == 0 || strcmp(name, "ssl_keyfile") == 0) {
+                    char **f = name[4] == 'k'   ? &cfg->tls_keyfile
+                               : name[5] == 'e' ? &cfg->tls_certfile
+                               : name[7] == 'c' ? &cfg->tls_ca_certs
+                                                : &cfg->tls_ca_path;
+                    free(*f);
+                    *f = val[0] ? val : NULL;
+                    if (val[0])
+                        val = NULL;
                 } else {
                     st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
                                  "unknown URL option '%.32s' (known: db, username, password, "
-                                 "socket_timeout, socket_connect_timeout)",
+                                 "socket_timeout, socket_connect_timeout, ssl_cert_reqs, "
+                                 "ssl_check_hostname, ssl_ca_certs, ssl_ca_path, ssl_certfile, "
+                                 "ssl_keyfile)",
                                  name);
                 }
                 free(name);
@@ -510,6 +547,8 @@ struct lb_redis {
     lb_redis_config cfg;
     redisContext *ctx;    /* NULL when not connected */
     redisReader *reader;  /* our reader with arena-backed replies */
+    lb_tls *tls;          /* the TLS session over ctx's socket, or NULL (plain TCP, unix) */
+    int tls_unanswered;   /* TLS: nothing received since the handshake (for error hints) */
     pid_t pid;            /* the process that opened ctx */
     int fd;               /* ctx's socket while ctx is open, else -1 (lb_redis_abandon) */
     arena arena;
@@ -719,10 +758,17 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
     r->cfg.db = cfg->db;
     r->cfg.connect_timeout_ms = cfg->connect_timeout_ms < 0 ? 0 : cfg->connect_timeout_ms;
     r->cfg.timeout_ms = cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
+    r->cfg.tls = cfg->tls;
+    r->cfg.tls_cert_reqs = cfg->tls_cert_reqs;
+    r->cfg.tls_check_hostname = cfg->tls_check_hostname;
     if (lb_redis_config_set(&r->cfg.host, cfg->host) ||
         lb_redis_config_set(&r->cfg.unix_path, cfg->unix_path) ||
         lb_redis_config_set(&r->cfg.username, cfg->username) ||
         lb_redis_config_set(&r->cfg.password, cfg->password) ||
+        lb_redis_config_set(&r->cfg.tls_ca_certs, cfg->tls_ca_certs) ||
+        lb_redis_config_set(&r->cfg.tls_ca_path, cfg->tls_ca_path) ||
+        lb_redis_config_set(&r->cfg.tls_certfile, cfg->tls_certfile) ||
+        lb_redis_config_set(&r->cfg.tls_keyfile, cfg->tls_keyfile) ||
         !(r->rbuf = malloc(LB_RBUF_SIZE))) {
         lb_redis_free(r);
         return NULL;
@@ -736,6 +782,10 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
 static void drop(lb_redis *r)
 {
     r->fd = -1; /* first: a fork from here on must not close the fd again */
+    if (r->tls) {
+        lb_tls_free(r->tls); /* writes nothing (no close_notify), leaves the fd */
+        r->tls = NULL;
+    }
     if (r->ctx) {
         redisFree(r->ctx);
         r->ctx = NULL;
@@ -794,6 +844,95 @@ static void where(const lb_redis *r, char *buf, size_t n)
                  r->cfg.port ? r->cfg.port : 6379);
 }
 
+/* Transport: the bytes of the Redis protocol over plain TCP / unix (send,
+ * recv) or TLS (lb_tls).  Everything above these two calls (request bytes,
+ * the reader, every reply check) is the same for both.
+ *   tx_send: > 0 sent; 0 nothing now (*ev = the poll events to wait for);
+ *            -1 failed (message in r->errstr via lb_redis_set_error).
+ *   tx_recv: > 0 received; 0 the server closed; -1 nothing now (*ev as
+ *            above); -2 failed (errstr set). */
+/* TLS 1.3 servers check a client certificate after the client's handshake is
+ * done: a server that wants one and got none closes the connection at the
+ * first request.  Say so when a fresh session dies before any answer. */
+static const char *tls_hint(const lb_redis *r)
+{
+    if (!r->tls_unanswered)
+        return "";
+    return r->cfg.tls_certfile ? " (the server dropped the new TLS session: does it accept this "
+                                 "client certificate?)"
+                               : " (the server dropped the new TLS session: does it require a "
+                                 "client certificate? see ssl_certfile / ssl_keyfile)";
+}
+
+static ssize_t tx_send(lb_redis *r, const char *buf, size_t len, short *ev)
+{
+    char w[160];
+    if (r->tls) {
+        char e[256];
+        ssize_t k = lb_tls_write(r->tls, buf, len, e, sizeof e);
+        if (k > 0)
+            return k;
+        if (k == LB_TLS_WANT_READ || k == LB_TLS_WANT_WRITE) {
+            *ev = k == LB_TLS_WANT_READ ? POLLIN : POLLOUT;
+            return 0;
+        }
+        where(r, w, sizeof w);
+        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost while sending: %s%s",
+                           w, e, tls_hint(r));
+        return -1;
+    }
+    ssize_t k = send(r->ctx->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0)
+        return k;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        int e = errno;
+        where(r, w, sizeof w);
+        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost while sending: %s",
+                           w, strerror(e));
+        return -1;
+    }
+    *ev = POLLOUT;
+    return 0;
+}
+
+static ssize_t tx_recv(lb_redis *r, char *buf, size_t cap, short *ev)
+{
+    char w[160];
+    if (r->tls) {
+        char e[256];
+        ssize_t k = lb_tls_read(r->tls, buf, cap, e, sizeof e);
+        if (k > 0)
+            r->tls_unanswered = 0;
+        if (k > 0 || (k == 0 && !r->tls_unanswered))
+            return k;
+        if (k == 0) {
+            where(r, w, sizeof w);
+            lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s closed by the server "
+                               "right after the TLS handshake%s", w, tls_hint(r));
+            return -2;
+        }
+        if (k == LB_TLS_WANT_READ || k == LB_TLS_WANT_WRITE) {
+            *ev = k == LB_TLS_WANT_READ ? POLLIN : POLLOUT;
+            return -1;
+        }
+        where(r, w, sizeof w);
+        lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s%s", w, e,
+                           tls_hint(r));
+        return -2;
+    }
+    ssize_t k = recv(r->ctx->fd, buf, cap, MSG_DONTWAIT);
+    if (k >= 0)
+        return k;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        *ev = POLLIN;
+        return -1;
+    }
+    int e = errno;
+    where(r, w, sizeof w);
+    lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s", w, strerror(e));
+    return -2;
+}
+
 /* One round trip on the connected socket: send buf[0..len) while reading,
  * until n replies were parsed into out[].  *received counts reply bytes. */
 static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_t n,
@@ -802,6 +941,7 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
     const int fd = r->ctx->fd;
     const int tmo = r->cfg.timeout_ms;
     size_t sent = 0, got = 0;
+    short wev = POLLOUT, rev = POLLIN; /* what the last send / recv waits for */
     int64_t deadline = tmo > 0 ? now_ms() + tmo : 0;
     char w[160];
     *received = 0;
@@ -840,22 +980,18 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
 
         int progress = 0;
         if (sent < len) {
-            ssize_t k = send(fd, buf + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t k = tx_send(r, buf + sent, len - sent, &wev);
             if (k > 0) {
                 sent += (size_t)k;
                 progress = 1;
-            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                int e = errno;
-                where(r, w, sizeof w);
-                return lb_redis_set_error(r, LB_REDIS_ERR_IO,
-                                          "connection to Redis at %s lost while sending: %s", w,
-                                          strerror(e));
+            } else if (k < 0) {
+                return r->status;
             }
         }
-        if (!progress) {
-            struct pollfd pfd = {fd, POLLIN, 0};
+        if (!progress && !(r->tls && lb_tls_pending(r->tls) > 0)) {
+            struct pollfd pfd = {fd, rev, 0};
             if (sent < len)
-                pfd.events |= POLLOUT;
+                pfd.events |= wev;
             int wait = -1;
             if (tmo > 0) {
                 int64_t left = deadline - now_ms();
@@ -875,10 +1011,11 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
                                           "(%zu of %zu replies read)",
                                           w, tmo, got, n);
             }
-            if (!(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
+            if (!r->tls && !(pfd.revents & (POLLIN | POLLHUP | POLLERR)))
                 continue; /* writable only: send on the next turn */
         }
-        ssize_t k = recv(fd, r->rbuf, LB_RBUF_SIZE, MSG_DONTWAIT);
+        rev = POLLIN;
+        ssize_t k = tx_recv(r, r->rbuf, LB_RBUF_SIZE, &rev);
         if (k > 0) {
             *received += (size_t)k;
             if (r->max_bytes && *received > r->max_bytes) {
@@ -898,11 +1035,8 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
                                       "connection to Redis at %s closed by the server "
                                       "(%zu of %zu replies read)",
                                       w, got, n);
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            int e = errno;
-            where(r, w, sizeof w);
-            return lb_redis_set_error(r, LB_REDIS_ERR_IO, "connection to Redis at %s lost: %s", w,
-                                      strerror(e));
+        } else if (k == -2) {
+            return r->status;
         }
         if (progress && tmo > 0)
             deadline = now_ms() + tmo;
@@ -1065,6 +1199,64 @@ void lb_redis_batch_argv(lb_redis_batch *b, int argc, const char *const *argv, c
 
 /* Connecting -------------------------------------------------------------- */
 
+/* The TLS handshake on the connected non-blocking socket fd, bounded by the
+ * connect timeout (else the operation timeout; as an inactivity timeout). */
+static lb_redis_status tls_handshake(lb_redis *r, int fd, const char *host, const char *w,
+                                     lb_tls **out)
+{
+    char e[400];
+    lb_tls_options o;
+    memset(&o, 0, sizeof o);
+    o.host = host;
+    o.ca_certs = r->cfg.tls_ca_certs;
+    o.ca_path = r->cfg.tls_ca_path;
+    o.certfile = r->cfg.tls_certfile;
+    o.keyfile = r->cfg.tls_keyfile;
+    o.cert_reqs = r->cfg.tls_cert_reqs == LB_REDIS_CERT_NONE       ? LB_TLS_CERT_NONE
+                  : r->cfg.tls_cert_reqs == LB_REDIS_CERT_OPTIONAL ? LB_TLS_CERT_OPTIONAL
+                                                                   : LB_TLS_CERT_REQUIRED;
+    o.check_hostname = r->cfg.tls_check_hostname != 2;
+    *out = NULL;
+    lb_tls *t = lb_tls_new(fd, &o, e, sizeof e);
+    if (!t)
+        return lb_redis_set_error(r, LB_REDIS_ERR_CONNECT, "error connecting to Redis at %s: %s",
+                                  w, e);
+    const int tmo = r->cfg.connect_timeout_ms > 0 ? r->cfg.connect_timeout_ms : r->cfg.timeout_ms;
+    int64_t deadline = tmo > 0 ? now_ms() + tmo : 0;
+    for (;;) {
+        int st = lb_tls_handshake(t, e, sizeof e);
+        if (st == 0)
+            break;
+        if (st == LB_TLS_ERROR) {
+            lb_tls_free(t);
+            return lb_redis_set_error(r, LB_REDIS_ERR_CONNECT,
+                                      "error connecting to Redis at %s: %s", w, e);
+        }
+        struct pollfd pfd = {fd, st == LB_TLS_WANT_READ ? POLLIN : POLLOUT, 0};
+        int wait = -1;
+        if (tmo > 0) {
+            int64_t left = deadline - now_ms();
+            wait = left > 0 ? (int)left : 0;
+        }
+        int pr = poll(&pfd, 1, wait);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0) {
+            int en = errno;
+            lb_tls_free(t);
+            if (pr < 0)
+                return lb_redis_set_error(r, LB_REDIS_ERR_CONNECT, "poll failed: %s",
+                                          strerror(en));
+            return lb_redis_set_error(r, LB_REDIS_ERR_TIMEOUT,
+                                      "timeout connecting to Redis at %s: no TLS handshake "
+                                      "within %d ms (does the server speak TLS on this port?)",
+                                      w, tmo);
+        }
+    }
+    *out = t;
+    return LB_REDIS_OK;
+}
+
 static lb_redis_status do_connect(lb_redis *r)
 {
     char w[160];
@@ -1108,13 +1300,24 @@ static lb_redis_status do_connect(lb_redis *r)
         (void)setsockopt(c->fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
     }
 #endif
+    lb_tls *tls = NULL;
+    if (r->cfg.tls && !r->cfg.unix_path) {
+        lb_redis_status hs = tls_handshake(r, c->fd, host, w, &tls);
+        if (hs != LB_REDIS_OK) {
+            redisFree(c);
+            return hs;
+        }
+    }
     redisReader *rd = redisReaderCreateWithFunctions(&lb_reply_fns);
     if (!rd) {
+        lb_tls_free(tls);
         redisFree(c);
         return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory connecting to %s", w);
     }
     rd->privdata = r; /* redisReaderSetPrivdata warns in 0.14 */
     r->ctx = c;
+    r->tls = tls;
+    r->tls_unanswered = tls != NULL;
     r->reader = rd;
     r->pid = getpid();
     r->fd = c->fd;
@@ -1184,11 +1387,24 @@ static int has_pending_input(lb_redis *r)
 {
     if (r->reader && r->reader->pos < r->reader->len)
         return 1;
+    if (r->tls && lb_tls_pending(r->tls) > 0)
+        return 1;
     struct pollfd pfd = {r->ctx->fd, POLLIN, 0};
     int pr;
     do
         pr = poll(&pfd, 1, 0);
     while (pr < 0 && errno == EINTR);
+    if (pr > 0 && r->tls && !(pfd.revents & (POLLHUP | POLLERR))) {
+        /* TLS records that carry no data (TLS 1.3 session tickets, key
+         * updates) make the socket readable too: read, and only data or the
+         * end of the connection counts. */
+        char one[1];
+        short ev;
+        ssize_t k = tx_recv(r, one, 1, &ev);
+        r->status = LB_REDIS_OK; /* a failure here only means "not clean" */
+        r->errstr[0] = '\0';
+        return !(k == -1 && ev == POLLIN);
+    }
     return pr != 0; /* readable, hung up, or poll itself failing: not clean */
 }
 

@@ -10,7 +10,8 @@
  *     received for timeout_ms -> LB_REDIS_ERR_TIMEOUT), as redis-py's
  *     socket_timeout;
  *   - we know whether anything of the batch was answered (for safe retry).
- * RESP2 only: every server speaks it.  No TLS (hiredis 0.14 has none).
+ * RESP2 only: every server speaks it.  TLS (OpenSSL, redis_tls.c) is done here
+ * too, over the same round trip and reply checks: hiredis 0.14 has none.
  *
  * Threads: an lb_redis is used by one thread at a time (the binding holds a
  * lock around every call and releases the GIL during it).  There is no locking
@@ -42,7 +43,7 @@ typedef enum {
     LB_REDIS_ERR_WRONGTYPE, /* -WRONGTYPE reply; errstr names the key       [WrongTypeError]       */
     LB_REDIS_ERR_AUTH,      /* AUTH refused (text in errstr)                [RedisConnectionError] */
     LB_REDIS_ERR_URL,       /* bad URL or config                            [ValueError]           */
-    LB_REDIS_ERR_TLS,       /* rediss:// asked, this hiredis has no TLS     [NotSupportedError]    */
+    LB_REDIS_ERR_TLS,       /* TLS not available (unused since OpenSSL)     [NotSupportedError]    */
     LB_REDIS_ERR_MISMATCH,  /* stored geometry differs (redis_bitmap)       [GeometryMismatchError]*/
     LB_REDIS_ERR_NOTFOUND,  /* no filter stored at that key (redis_bitmap)  [BloomError/KeyError]  */
     LB_REDIS_ERR_ARG,       /* invalid argument                             [ValueError]           */
@@ -70,7 +71,19 @@ typedef struct {
     char *password;          /* AUTH password (AUTH user "" when only a username is given) */
     int connect_timeout_ms;  /* 0 = no timeout (the OS's) */
     int timeout_ms;          /* operation (inactivity) timeout, 0 = none */
+    /* TLS (rediss://, redis-py's ssl_* keywords); see redis_tls.h */
+    int tls;                 /* 1: TLS over the TCP connection (not for unix sockets) */
+    char *tls_ca_certs;      /* CA file (PEM); NULL with tls_ca_path NULL: the system's CAs */
+    char *tls_ca_path;       /* CA directory (hashed names) */
+    char *tls_certfile;      /* client certificate (PEM) */
+    char *tls_keyfile;       /* its key (PEM); NULL: in tls_certfile */
+    int tls_cert_reqs;       /* 0 "required" (default), 1 "optional", 2 "none" (verify nothing) */
+    int tls_check_hostname;  /* 0 default (on), 1 on, 2 off; never with cert_reqs "none" */
 } lb_redis_config;
+
+#define LB_REDIS_CERT_REQUIRED 0
+#define LB_REDIS_CERT_OPTIONAL 1
+#define LB_REDIS_CERT_NONE 2
 
 void lb_redis_config_init(lb_redis_config *cfg);   /* all zero / NULL */
 void lb_redis_config_free(lb_redis_config *cfg);   /* frees the strings, re-inits */
@@ -83,12 +96,14 @@ lb_redis_status lb_redis_config_set(char **field, const char *value);
  *   redis://[username@]host...          (username only, as redis-py)
  *   redis://[::1]:6380/2                (IPv6 in brackets)
  *   unix://[[username]:password@]/path/to/sock[?db=N&password=...]
- *   rediss://...                        -> LB_REDIS_ERR_TLS
+ *   rediss://...                        TLS (cfg->tls = 1)
  * Userinfo and option values are percent-decoded.  Options: db, username,
  * password, socket_timeout and socket_connect_timeout (seconds, may be
- * fractional).  An option given in the query wins over the URL's own field
+ * fractional), and for TLS ssl_cert_reqs (required|optional|none),
+ * ssl_check_hostname (true|false), ssl_ca_certs, ssl_ca_path, ssl_certfile,
+ * ssl_keyfile.  An option given in the query wins over the URL's own field
  * (as redis-py).  Empty host -> localhost, no port -> 6379, no db -> 0.
- * On error returns LB_REDIS_ERR_URL or LB_REDIS_ERR_TLS with a message in
+ * On error returns LB_REDIS_ERR_URL with a message in
  * err (err may be NULL) and leaves cfg initialised and empty. */
 lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url,
                                          char *err, size_t errlen);

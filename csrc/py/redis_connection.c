@@ -1,8 +1,12 @@
 /* redis_connection.c: see redis_connection.h. */
 #include "redis_connection.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 static int set_str(char **field, PyObject *obj, const char *what)
 {
@@ -68,6 +72,90 @@ static int set_timeout(int *field, PyObject *obj, const char *what, double fallb
     return 0;
 }
 
+/* A TLS file or directory keyword / URL option: it must exist and be
+ * readable now (OSError: FileNotFoundError, PermissionError), so a typo is
+ * not reported later as a handshake failure. */
+static int check_path(const char *path, const char *what)
+{
+    if (!path)
+        return 0;
+    if (access(path, R_OK) != 0) {
+        int e = errno;
+        PyObject *name = PyUnicode_DecodeFSDefault(path);
+        if (!name)
+            return -1;
+        PyObject *msg = PyUnicode_FromFormat("%s: %s", what, strerror(e));
+        if (msg) {
+            PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iOO", e, msg, name);
+            if (exc) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+            Py_DECREF(msg);
+        }
+        Py_DECREF(name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ssl_cert_reqs: "required" / "optional" / "none" (any case), None (none), or
+ * ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED (0, 1, 2), as redis-py. */
+static int set_cert_reqs(int *field, PyObject *obj)
+{
+    if (!obj)
+        return 0;
+    if (obj == Py_None) {
+        *field = LB_REDIS_CERT_NONE;
+        return 0;
+    }
+    if (PyUnicode_Check(obj)) {
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (!s)
+            return -1;
+        if (strcasecmp(s, "required") == 0)
+            *field = LB_REDIS_CERT_REQUIRED;
+        else if (strcasecmp(s, "optional") == 0)
+            *field = LB_REDIS_CERT_OPTIONAL;
+        else if (strcasecmp(s, "none") == 0)
+            *field = LB_REDIS_CERT_NONE;
+        else
+            goto bad;
+        return 0;
+    }
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v == 0)
+            *field = LB_REDIS_CERT_NONE;
+        else if (v == 1)
+            *field = LB_REDIS_CERT_OPTIONAL;
+        else if (v == 2)
+            *field = LB_REDIS_CERT_REQUIRED;
+        else
+            goto bad;
+        return 0;
+    }
+bad:
+    PyErr_Format(PyExc_ValueError,
+                 "ssl_cert_reqs must be \"required\", \"optional\", \"none\" or an "
+                 "ssl.CERT_* constant, not %R",
+                 obj);
+    return -1;
+}
+
+static int set_bool(int *field, PyObject *obj, int on, int off)
+{
+    if (!obj)
+        return 0;
+    int t = PyObject_IsTrue(obj);
+    if (t < 0)
+        return -1;
+    *field = t ? on : off;
+    return 0;
+}
+
 int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
 {
     lb_redis_config_init(cfg);
@@ -101,8 +189,27 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
         set_timeout(&cfg->timeout_ms, kw->socket_timeout, "socket_timeout",
                     LB_DEFAULT_SOCKET_TIMEOUT, url_timeout) < 0 ||
         set_timeout(&cfg->connect_timeout_ms, kw->socket_connect_timeout,
-                    "socket_connect_timeout", LB_DEFAULT_CONNECT_TIMEOUT, url_connect) < 0) {
+                    "socket_connect_timeout", LB_DEFAULT_CONNECT_TIMEOUT, url_connect) < 0 ||
+        set_bool(&cfg->tls, kw->ssl, 1, 0) < 0 ||
+        set_str(&cfg->tls_ca_certs, kw->ssl_ca_certs, "ssl_ca_certs") < 0 ||
+        set_str(&cfg->tls_ca_path, kw->ssl_ca_path, "ssl_ca_path") < 0 ||
+        set_str(&cfg->tls_certfile, kw->ssl_certfile, "ssl_certfile") < 0 ||
+        set_str(&cfg->tls_keyfile, kw->ssl_keyfile, "ssl_keyfile") < 0 ||
+        set_cert_reqs(&cfg->tls_cert_reqs, kw->ssl_cert_reqs) < 0 ||
+        set_bool(&cfg->tls_check_hostname, kw->ssl_check_hostname, 1, 2) < 0) {
         lb_redis_config_free(cfg);
+        return -1;
+    }
+    if (cfg->tls && (check_path(cfg->tls_ca_certs, "ssl_ca_certs") < 0 ||
+                     check_path(cfg->tls_ca_path, "ssl_ca_path") < 0 ||
+                     check_path(cfg->tls_certfile, "ssl_certfile") < 0 ||
+                     check_path(cfg->tls_keyfile, "ssl_keyfile") < 0)) {
+        lb_redis_config_free(cfg);
+        return -1;
+    }
+    if (cfg->tls && cfg->tls_keyfile && !cfg->tls_certfile) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_ValueError, "ssl_keyfile needs ssl_certfile (the client certificate)");
         return -1;
     }
     if (kw->host && kw->host != Py_None && cfg->unix_path && kw->unix_socket_path == NULL) {

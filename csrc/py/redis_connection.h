@@ -13,26 +13,33 @@
 typedef struct {
     PyObject *url, *host, *port, *db, *username, *password, *unix_socket_path, *socket_timeout,
         *socket_connect_timeout;
+    /* TLS, redis-py's names */
+    PyObject *ssl, *ssl_ca_certs, *ssl_ca_path, *ssl_certfile, *ssl_keyfile, *ssl_cert_reqs,
+        *ssl_check_hostname;
 } lb_conn_kw;
 
 /* For a kwlist: the names in the order of lb_conn_kw's fields. */
 #define LB_CONN_KWNAMES                                                                       \
     "url", "host", "port", "db", "username", "password", "unix_socket_path", "socket_timeout", \
-        "socket_connect_timeout"
+        "socket_connect_timeout", "ssl", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile",        \
+        "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"
 /* ...and the matching PyArg format units and addresses. */
-#define LB_CONN_KWFORMAT "OOOOOOOOO"
+#define LB_CONN_KWFORMAT "OOOOOOOOOOOOOOOO"
 #define LB_CONN_KWADDR(kw)                                                            \
     &(kw).url, &(kw).host, &(kw).port, &(kw).db, &(kw).username, &(kw).password,      \
-        &(kw).unix_socket_path, &(kw).socket_timeout, &(kw).socket_connect_timeout
+        &(kw).unix_socket_path, &(kw).socket_timeout, &(kw).socket_connect_timeout, &(kw).ssl,  \
+        &(kw).ssl_ca_certs, &(kw).ssl_ca_path, &(kw).ssl_certfile, &(kw).ssl_keyfile,            \
+        &(kw).ssl_cert_reqs, &(kw).ssl_check_hostname
 
 /* Operation and connect timeouts when none is given (seconds); None means
  * no timeout at all. */
 #define LB_DEFAULT_SOCKET_TIMEOUT 10.0
 #define LB_DEFAULT_CONNECT_TIMEOUT 5.0
 
-/* Build the configuration: the URL first (redis://, unix://), then every
- * keyword given overrides what the URL said.  No URL and no host or socket
- * path: localhost:6379.  0, or -1 with ValueError / NotSupportedError. */
+/* Build the configuration: the URL first (redis://, rediss://, unix://), then
+ * every keyword given overrides what the URL said.  No URL and no host or
+ * socket path: localhost:6379.  0, or -1 with ValueError / TypeError, or
+ * FileNotFoundError (an OSError) for a TLS file that cannot be read. */
 int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg);
 
 /* Raise the exception for a failed call on conn (its text from

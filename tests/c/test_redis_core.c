@@ -117,6 +117,23 @@ static void test_url_good(void)
           c.connect_timeout_ms == 2000);
     lb_redis_config_free(&c);
 
+    /* TLS: rediss:// and redis-py's ssl_* query options; verification on by default */
+    CHECK(lb_redis_config_from_url(&c, "rediss://h:6380", err, sizeof err) == 0);
+    CHECK(c.tls == 1 && c.port == 6380 && c.tls_cert_reqs == LB_REDIS_CERT_REQUIRED &&
+          c.tls_check_hostname == 0 && !c.tls_ca_certs);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c,
+                                   "rediss://h?ssl_cert_reqs=none&ssl_check_hostname=false"
+                                   "&ssl_ca_certs=/a%20b/ca.pem&ssl_certfile=/c.pem"
+                                   "&ssl_keyfile=/k.pem&ssl_ca_path=/cas",
+                                   err, sizeof err) == 0);
+    CHECK(c.tls == 1 && c.tls_cert_reqs == LB_REDIS_CERT_NONE && c.tls_check_hostname == 2);
+    CHECK(strcmp(c.tls_ca_certs, "/a b/ca.pem") == 0 && strcmp(c.tls_certfile, "/c.pem") == 0 &&
+          strcmp(c.tls_keyfile, "/k.pem") == 0 && strcmp(c.tls_ca_path, "/cas") == 0);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, "redis://h", err, sizeof err) == 0 && c.tls == 0);
+    lb_redis_config_free(&c);
+
     CHECK(lb_redis_config_from_url(&c, "unix:///tmp/r.sock?db=2&password=pw", err, sizeof err) == 0);
     CHECK(c.unix_path && strcmp(c.unix_path, "/tmp/r.sock") == 0 && c.db == 2);
     CHECK(strcmp(c.password, "pw") == 0 && !c.host);
@@ -141,7 +158,9 @@ static void expect_bad(const char *url, lb_redis_status want, const char *needle
 
 static void test_url_bad(void)
 {
-    expect_bad("rediss://h:6380", LB_REDIS_ERR_TLS, "TLS");
+    expect_bad("rediss://h:6380?ssl_cert_reqs=maybe", LB_REDIS_ERR_URL, "ssl_cert_reqs");
+    expect_bad("rediss://h:6380?ssl_check_hostname=perhaps", LB_REDIS_ERR_URL,
+               "ssl_check_hostname");
     expect_bad("localhost:6379", LB_REDIS_ERR_URL, "expected redis://");
     expect_bad("http://h", LB_REDIS_ERR_URL, "unsupported URL scheme 'http://'");
     expect_bad("redis://h:0", LB_REDIS_ERR_URL, "invalid port '0'");
