@@ -10,7 +10,9 @@
 #   make dist-check   the same, then the wheel installed in a fresh venv with no compiler
 #                on PATH and the whole suite run against it (packaging/check_wheel.sh)
 #   make every-python dist-check on every CPython 3.9-3.13 that pyenv has
-#   make ci      what CI runs (.ci/run): test, every-python
+#   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
+#                each (default 60); make fuzz-brief: 20 s each, as CI runs them
+#   make ci      what CI runs (.ci/run): test, every-python, fuzz-brief
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -25,7 +27,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev openssl redis-server
 
 .PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize \
-        sdist dist dist-check every-python ci
+        sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps
 
 demo: build
 	$(VPY) -m ling_bloom demo
@@ -119,7 +121,22 @@ dist-check: sdist
 every-python: sdist
 	bash packaging/every_python.sh $(PYTHONS)
 
-ci: test every-python
+# ---- fuzzing (fuzz/Makefile builds and runs the targets; findings go to build/fuzz) ----
+FUZZ_APT := clang libclang-rt-14-dev
+fuzz-deps: deps
+	@missing=""; for p in $(FUZZ_APT); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
+
+fuzz: fuzz-deps
+	$(MAKE) -C fuzz run FUZZ_SECONDS=$${FUZZ_SECONDS:-60}
+
+fuzz-brief: fuzz-deps
+	$(MAKE) -C fuzz run FUZZ_SECONDS=20
+
+ci: test every-python fuzz-brief
 
 clean:
 	rm -rf build dist ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)
