@@ -26,8 +26,12 @@ def _run(args, cwd):
 
 
 def _ca(d: str, name: str) -> None:
+    # keyUsage and the key identifiers: Python 3.13's default context verifies strictly
+    # (VERIFY_X509_STRICT) and refuses a CA without keyUsage, a leaf without its AKI.
     _run(["req", "-x509", *KEY, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "30",
-          "-subj", f"/CN=ling_bloom test {name}"], d)
+          "-subj", f"/CN=ling_bloom test {name}",
+          "-addext", "basicConstraints=critical,CA:TRUE",
+          "-addext", "keyUsage=critical,keyCertSign,cRLSign"], d)
 
 
 def _leaf(d: str, name: str, ca: str, san: str, days: int = 30, usage: str = "serverAuth") -> None:
@@ -36,6 +40,8 @@ def _leaf(d: str, name: str, ca: str, san: str, days: int = 30, usage: str = "se
         if san:
             f.write(f"subjectAltName={san}\n")
         f.write(f"extendedKeyUsage={usage}\n")
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
     # days = -1: notAfter before now, i.e. expired (openssl 3.0 accepts it)
     _run(["x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
           "-CAcreateserial", "-out", f"{name}.pem", "-days", str(days), "-extfile",
