@@ -236,6 +236,29 @@ def _stop_all() -> None:  # pragma: no cover - safety net
         srv.stop()
 
 
+def connections_received(client: "RawRedis") -> int:
+    """The server's total_connections_received (INFO stats): how many connections it took."""
+    info = client.command("INFO", "stats").decode()
+    return int(info.split("total_connections_received:")[1].split()[0])
+
+
+def exit_code_in_forked_child(work) -> int:
+    """Run work() in a forked child and return its exit code: 0 when it returned a true
+    value, 3 when false, 2 when it raised.  The child leaves with os._exit (no atexit, no
+    pytest teardown)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if work() else 3
+        except BaseException:  # noqa: BLE001
+            code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 class RedisServerNotInstalled(RuntimeError):
     pass
 

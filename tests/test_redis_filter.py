@@ -15,7 +15,8 @@ import time
 import pytest
 
 import ling_bloom as lb
-from redis_server import RawRedis, RedisReplyError, free_port
+from redis_server import (RawRedis, RedisReplyError, connections_received,
+                          exit_code_in_forked_child, free_port)
 
 RedisFilter = getattr(lb, "RedisFilter", None) or lb._core.RedisFilter
 
@@ -704,23 +705,11 @@ def test_password_and_db(redis_server_factory):
 def test_forked_child_reconnects(clean_redis, raw_redis):
     f = rf(clean_redis)
     f.add("parent")
-    before = int(raw_redis.command("INFO", "stats").decode().split(
-        "total_connections_received:")[1].split()[0])
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 1
-        try:
-            ok = f.test("parent") and f.add("child") and f.test_many(["parent", "child"]) == [
-                True, True]
-            code = 0 if ok else 3
-        except BaseException:  # noqa: BLE001
-            code = 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    after = int(raw_redis.command("INFO", "stats").decode().split(
-        "total_connections_received:")[1].split()[0])
+    before = connections_received(raw_redis)
+    assert exit_code_in_forked_child(
+        lambda: f.test("parent") and f.add("child")
+        and f.test_many(["parent", "child"]) == [True, True]) == 0
+    after = connections_received(raw_redis)
     assert after > before  # the child opened its own connection
     # the parent's connection is still in step
     for i in range(20):

@@ -4,15 +4,14 @@ The certificates come from tests/tls_certs.py (the `openssl` command, a temp dir
 a server certificate for 127.0.0.1/localhost, a client certificate, an expired one, one naming
 another host, and one from another CA.  The servers listen on 127.0.0.1 only, TLS on a free
 port (plain --port 0), readiness checked on their plain unix socket."""
-import os
 import shutil
-import subprocess
 
 import pytest
 
 import ling_bloom as lb
 from ling_bloom import RedisBloomFilter, RedisFilter
 
+from redis_server import connections_received, exit_code_in_forked_child
 from tls_certs import make_certs, server_args
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl command")
@@ -29,11 +28,6 @@ def tls_server(redis_server_factory, certs):
         return redis_server_factory(server_args(certs, cert, auth_clients), tls=True)
 
     return make
-
-
-def connections(client):
-    info = client.command("INFO", "stats").decode()
-    return int(info.split("total_connections_received:")[1].split()[0])
 
 
 def connects(srv, **kw):
@@ -192,27 +186,17 @@ def test_forked_child_reconnects(tls_server, certs):
     f = RedisFilter("tls:fork", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"])
     f.add("parent")
     raw = srv.client()  # one plain (unix) connection for INFO, opened before counting
-    before = connections(raw)
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 1
-        try:
-            ok = f.test("parent") and f.add("child") and f.test_many(["parent", "child"]) == [
-                True, True]
-            code = 0 if ok else 3
-        except BaseException:  # noqa: BLE001
-            code = 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert connections(raw) == before + 1  # the child opened its own connection
+    before = connections_received(raw)
+    assert exit_code_in_forked_child(
+        lambda: f.test("parent") and f.add("child")
+        and f.test_many(["parent", "child"]) == [True, True]) == 0
+    assert connections_received(raw) == before + 1  # the child opened its own connection
     # the parent's TLS session was not touched (a byte written on it by the child would break
     # its record sequence): still in step, and no reconnect was needed
     for i in range(20):
         assert f.add(f"p{i}") is True
         assert f.test_many(["parent", "child", f"p{i}"]) == [True, True, True]
-    assert connections(raw) == before + 1
+    assert connections_received(raw) == before + 1
     f.close()
     raw.close()
 
@@ -266,7 +250,7 @@ def test_from_redis_copies_tls_settings(tls_server, certs):
         f.add("a")
         assert f.test("a")
     assert client.exists("tls:fr") == 1
-    with RedisBloomFilter.from_redis(client, "tls:frb", 1000) as g:
+    with RedisBloomFilter.from_redis(client, "tls:frb", 1000):  # takes the TLS settings too
         pass
     # from a rediss:// URL, and the verification it asks for is kept
     bad = redis.Redis.from_url(f"rediss://127.0.0.1:{srv.port}")  # no CA: must not be trusted
