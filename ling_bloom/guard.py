@@ -414,6 +414,13 @@ class _Breaker:
                 return True
             return False
 
+    def release(self) -> None:
+        """The caller that was let through left without an answer either way (cancelled,
+        or an error that says nothing of the backend): let the next caller try."""
+        if self._probing:
+            with self._lock:
+                self._probing = False
+
     def is_open(self) -> bool:
         return self._opened_at is not None
 
@@ -735,6 +742,13 @@ class _GuardBase:
             hit = self.filter.test(fk)
         except self.filter_errors as e:
             return self._policy(e)
+        except BaseException:
+            self._breaker.release()
+            raise
+        return self._answered(hit)
+
+    def _answered(self, hit: bool) -> bool:
+        """The filter answered a lookup: close the circuit, count, pass or reject."""
         if self._breaker.success():
             self.logger.info("ling_bloom guard %r: the filter answers again; the circuit is "
                              "closed", self.name)
@@ -771,12 +785,15 @@ class _GuardBase:
         try:
             self.filter.add(as_key(key))
         except self.filter_errors as e:
-            if self.on_filter_error == "raise":
-                raise
-            self._count(filter_errors=1)
-            if self._breaker.failure():
-                self.logger.warning("ling_bloom guard %r: adding a found key to the filter "
-                                    "failed (%s: %s)", self.name, type(e).__name__, e)
+            self._add_failed(e)
+
+    def _add_failed(self, e: BaseException) -> None:
+        if self.on_filter_error == "raise":
+            raise e
+        self._count(filter_errors=1)
+        if self._breaker.failure():
+            self.logger.warning("ling_bloom guard %r: adding a found key to the filter "
+                                "failed (%s: %s)", self.name, type(e).__name__, e)
 
     def record(self, found: Optional[bool]) -> None:
         """The outcome of a lookup that passed ``check()``: True found, False not found (an
@@ -952,6 +969,19 @@ class Guard(_GuardBase):
         return guarded
 
 
+def _is_async_method(method: Any) -> bool:
+    return inspect.iscoroutinefunction(method) or inspect.iscoroutinefunction(
+        getattr(method, "__func__", None))
+
+
+def _blocks(filter: Any) -> bool:
+    """True for a filter whose calls wait on a network round trip in the calling thread
+    (the blocking Redis filters): an AsyncGuard runs them in a thread."""
+    from ._core import RedisBloomFilter, RedisFilter
+
+    return isinstance(filter, (RedisFilter, RedisBloomFilter))
+
+
 def _maybe_await(value: Any) -> Awaitable[Any]:
     if inspect.isawaitable(value):
         return value
@@ -967,16 +997,62 @@ class AsyncGuard(_GuardBase):
     function or a plain one; the cache's get/set/delete may be coroutine functions (Django's
     cache through DjangoCache, RedisCache(asynchronous=True)) or plain ones (MemoryCache).
     Concurrent lookups of one key share one loader call (per-key futures, dropped when
-    the call ends).  The filter is called directly: in-memory filters answer in well under
-    a microsecond; a RedisFilter blocks the event loop for one round trip."""
+    the call ends).
+
+    The filter never blocks the event loop: an async filter (``AsyncRedisFilter``,
+    ``AsyncRedisBloomFilter``, or anything whose ``test``/``add`` return awaitables) is
+    awaited; a blocking Redis filter (``RedisFilter``, ``RedisBloomFilter``) is called in the
+    loop's default executor (a thread), so a hung Redis holds a thread, not the loop; an
+    in-memory filter answers in well under a microsecond and is called directly.  A lookup
+    cancelled while it waits for the filter (the client went away) is neither a failure
+    nor a success of the backend: the circuit breaker lets the next lookup try."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._flights: Dict[str, "asyncio.Future[Any]"] = {}
         self._waiters: Dict[str, int] = {}
+        self._offload = _blocks(self.filter)
+
+    async def _ask(self, method: Callable[[Any], Any], key: Any) -> Any:
+        """One call of the filter, awaited or run in a thread as the filter needs."""
+        if self._offload:
+            return await asyncio.get_running_loop().run_in_executor(None, method, key)
+        out = method(key)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
+    async def acheck(self, key: Any) -> bool:
+        """``check()`` for the event loop (the ASGI middleware calls it): the same
+        counting and failure policy, without blocking the loop."""
+        fk = as_key(key)
+        _bypassed.set(False)
+        if not self._breaker.allow():
+            return self._policy(None)
+        try:
+            hit = await self._ask(self.filter.test, fk)
+        except self.filter_errors as e:
+            return self._policy(e)
+        except BaseException:
+            self._breaker.release()
+            raise
+        return self._answered(hit)
+
+    def check(self, key: Any) -> bool:
+        if not self._offload and _is_async_method(self.filter.test):
+            raise TypeError("this guard's filter is asynchronous: await guard.acheck(key)")
+        return super().check(key)
+
+    async def _aadd_found(self, key: Any) -> None:
+        if _bypassed.get() or self._breaker.is_open():
+            return
+        try:
+            await self._ask(self.filter.add, as_key(key))
+        except self.filter_errors as e:
+            self._add_failed(e)
 
     async def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
-        if not self.check(key):
+        if not await self.acheck(key):
             return default
         ck = self.cache_key(key)
         cached = await _maybe_await(self.cache.get(ck))
@@ -1036,10 +1112,10 @@ class AsyncGuard(_GuardBase):
             if self.value_ttl != 0:
                 await _maybe_await(self.cache.set(ck, value, self.value_ttl))
             if self.add_found:
-                self._add_found(key)
+                await self._aadd_found(key)
 
     async def add(self, key: Any, value: Any = None) -> None:
-        self.filter.add(as_key(key))
+        await self._ask(self.filter.add, as_key(key))
         ck = self.cache_key(key)
         if value is None:
             await _maybe_await(self.cache.delete(ck))

@@ -4,6 +4,7 @@
 and against a real redis-server that is down, hung (SIGSTOP) and restarted."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -316,3 +317,115 @@ def test_asgi_policy(options, status):
     with TestClient(app) as client:
         assert client.get("/rows/1").status_code == status
     assert app.get_guard().stats().filter_errors == 1
+
+
+# ---- the event loop never waits on a hung filter backend -----------------------------------
+
+
+async def asgi_get(app, path):
+    """One GET through an ASGI app, called directly in this loop; returns the status."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
+             "root_path": "", "query_string": b"", "headers": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    await app(scope, receive, send)
+    return next(m["status"] for m in sent if m["type"] == "http.response.start")
+
+
+def hung_redis_app(filter):
+    pytest.importorskip("starlette")
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    from ling_bloom.contrib.asgi import BloomGuardMiddleware
+
+    async def row(request):
+        return JSONResponse({"row": ROWS.get(request.path_params["key"])})
+
+    async def health(request):
+        return PlainTextResponse("ok")
+
+    return BloomGuardMiddleware(
+        Starlette(routes=[Route("/rows/{key}", row), Route("/health", health)]),
+        routes={"/rows/{key}": "key"}, filter=filter, metrics=False)
+
+
+def run_while_redis_hangs(srv, app, timeout):
+    """A guarded request waits on a SIGSTOPped redis-server; meanwhile /health answers.
+    Returns (seconds until /health answered, the guarded request's final status)."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        srv.pause()
+        try:
+            t0 = loop.time()
+            hung = asyncio.ensure_future(asgi_get(app, "/rows/1"))
+            await asyncio.sleep(0.2)
+            assert not hung.done()  # it waits on the hung server
+            assert await asyncio.wait_for(asgi_get(app, "/health"), timeout) == 200
+            took = loop.time() - t0
+            assert not hung.done()  # still waiting: the loop did not wait with it
+        finally:
+            srv.resume()
+        return took, await asyncio.wait_for(hung, timeout + 10)
+
+    return asyncio.run(main())
+
+
+def test_a_hung_blocking_redis_filter_does_not_block_the_asgi_loop(redis_server_factory):
+    """A blocking RedisFilter behind the ASGI middleware runs in a thread: while Redis hangs,
+    an unrelated endpoint answers seconds before the hung call's 5 s timeout."""
+    srv = redis_server_factory()
+    f = RedisFilter.from_url(srv.url, "bf:rows", 1000, 0.01, socket_timeout=5)
+    f.add("1")
+    took, status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
+    assert took < 2.5, f"/health waited {took:.1f} s on a hung Redis"
+    assert status == 200  # the server came back and answered the guarded request
+    f.close()
+
+
+def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
+    """The half-open circuit lets one lookup probe the backend; if that lookup is cancelled
+    (the client went away), the next one probes instead of the circuit staying shut."""
+    from ling_bloom.guard import AsyncGuard
+
+    gate = None
+
+    class SlowFilter(FlakyFilter):
+        async def test(self, key):  # an async backend that hangs while the gate is shut
+            self.tests += 1
+            if self.down:
+                raise lb.RedisConnectionError("connection refused (scripted)")
+            await gate.wait()
+            return self.inner.test(key)
+
+    f = SlowFilter(["1"])
+    g = AsyncGuard(f, MemoryCache(), lambda k: ROWS.get(k), breaker_seconds=0.05,
+                   metrics=False, on_filter_error="closed", name="t-cancel")
+
+    async def main():
+        nonlocal gate
+        gate = asyncio.Event()
+        f.down = True
+        assert await g.acheck("1") is False  # the failure opens the circuit
+        f.down = False
+        await asyncio.sleep(0.1)
+        probe = asyncio.ensure_future(g.acheck("1"))  # half-open: this one probes
+        await asyncio.sleep(0.05)
+        probe.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await probe
+        gate.set()
+        assert await g.acheck("1") is True  # the next lookup probes, and closes it
+        assert not g.stats().circuit_open
+
+    asyncio.run(main())

@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Seq
 from starlette.responses import JSONResponse, Response
 from starlette.routing import compile_path
 
-from ling_bloom.guard import Guard, as_key
+from ling_bloom.guard import AsyncGuard, Guard, as_key
 
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]
 
@@ -100,8 +100,11 @@ class BloomGuardMiddleware:
     filters        {name: filter}; ``filter=`` is the one named "default"
     reject_status  the status of a rejection (JSON body {"detail": ...})
     reject         or a function ``(scope, key, filter_name) -> Response`` (may be async)
-    guards         {name: Guard} to use instead of making one per filter (to share
-                   counters with your own code); ``metrics`` is passed to those it makes
+    guards         {name: AsyncGuard} to use instead of making one per filter (to share
+                   counters with your own code); ``metrics`` is passed to those it makes.
+                   The guards it makes are AsyncGuards: the event loop never waits on the
+                   filter (an AsyncRedisFilter is awaited, a blocking RedisFilter runs in a
+                   thread); a plain Guard you pass is called as it is
     guard_options  keywords for the guards it makes, e.g. ``{"on_filter_error": "closed",
                    "breaker_seconds": 10}`` (see ling_bloom.guard: by default a failing
                    filter backend lets requests through, "open")
@@ -113,18 +116,18 @@ class BloomGuardMiddleware:
                  reject_status: int = 404,
                  reject: Optional[Callable[..., Any]] = None,
                  metrics: Any = None,
-                 guards: Optional[Dict[str, Guard]] = None,
+                 guards: Optional[Dict[str, Union[Guard, AsyncGuard]]] = None,
                  guard_options: Optional[Dict[str, Any]] = None):
         self.app = app
         self.routes = _routes(routes)
         filters = dict(filters or {})
         if filter is not None:
             filters[_DEFAULT] = filter
-        self.guards: Dict[str, Guard] = dict(guards or {})
+        self.guards: Dict[str, Union[Guard, AsyncGuard]] = dict(guards or {})
         for name, f in filters.items():
             if name not in self.guards:
-                self.guards[name] = Guard(f, name=name, metrics=metrics,
-                                          **(guard_options or {}))
+                self.guards[name] = AsyncGuard(f, name=name, metrics=metrics,
+                                               **(guard_options or {}))
         for r in self.routes:
             if r.filter not in self.guards:
                 raise ValueError(f"{r!r}: no filter named {r.filter!r} (known: "
@@ -132,7 +135,7 @@ class BloomGuardMiddleware:
         self.reject_status = reject_status
         self.reject = reject
 
-    def get_guard(self, name: str = _DEFAULT) -> Guard:
+    def get_guard(self, name: str = _DEFAULT) -> Union[Guard, AsyncGuard]:
         return self.guards[name]
 
     async def _rejection(self, scope: Scope, key: Any, name: str) -> Response:
@@ -162,7 +165,11 @@ class BloomGuardMiddleware:
             if route.prefix:
                 key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
             guard = self.guards[route.filter]
-            if not guard.check(key):
+            if isinstance(guard, AsyncGuard):
+                passed = await guard.acheck(key)
+            else:
+                passed = guard.check(key)  # a Guard of yours: called as it is
+            if not passed:
                 response = await self._rejection(scope, key, route.filter)
                 await response(scope, receive, send)
                 return
@@ -170,7 +177,7 @@ class BloomGuardMiddleware:
             return
         await self.app(scope, receive, send)
 
-    async def _observed(self, guard: Guard, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _observed(self, guard: Union[Guard, AsyncGuard], scope: Scope, receive: Receive, send: Send) -> None:
         status: List[int] = []
 
         async def send_status(message: Message) -> None:
