@@ -44,6 +44,8 @@ struct lb_redis_bitmap {
     unsigned long load_seq;
 };
 
+static void batch_bounds(lb_redis_bitmap *bm);
+
 /* ----------------------------------------------------------------- names */
 
 /* Name of part p (p < nparts), or of the meta key (UINT64_MAX), or of the
@@ -300,16 +302,10 @@ static lb_redis_status compare_meta(lb_redis_bitmap *bm, const lb_reply *x)
 }
 
 /* First round trip of the check, nothing written: GET meta, TYPE key,
- * INFO memory.  OK with *claim = 1 when the meta key must be written (a new
- * filter, or an adopted bitmap), 0 when it is there and matches. */
-static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
+ * INFO memory (sent with LB_REDIS_RAW_ERRORS). */
+static void build_look(lb_redis_bitmap *bm, lb_redis_batch *b)
 {
-    lb_redis_batch lb_, *b = &lb_;
-    lb_reply **rs;
     size_t len;
-    char kb[160];
-    *claim = 0;
-    lb_redis_batch_init(b);
     const char *mn = name_of(bm, UINT64_MAX, &len);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "GET", 3);
@@ -320,10 +316,15 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
     lb_redis_memory_cmd(b);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, LB_REDIS_MEMORY_INFO_BYTES); /* meta < 256, TYPE a word */
-    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
-    lb_redis_batch_free(b);
-    if (st != LB_REDIS_OK)
-        return st;
+}
+
+/* Its replies.  OK with *claim = 1 when the meta key must be written (a new
+ * filter, or an adopted bitmap), 0 when it is there and matches. */
+static lb_redis_status check_look(lb_redis_bitmap *bm, lb_reply **rs, int *claim)
+{
+    char kb[160];
+    lb_redis_status st;
+    *claim = 0;
     for (int i = 0; i < 2; i++) {
         if (rs[i]->type != LB_REPLY_ERROR)
             continue;
@@ -365,26 +366,27 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
     return LB_REDIS_OK;
 }
 
-lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
+{
+    lb_redis_batch lb_, *b = &lb_;
+    lb_reply **rs;
+    *claim = 0;
+    lb_redis_batch_init(b);
+    build_look(bm, b);
+    lb_redis_status st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_batch_free(b);
+    if (st != LB_REDIS_OK)
+        return st;
+    return check_look(bm, rs, claim);
+}
+
+/* The claim, a second round trip: SET meta <ours> NX [PX ttl] + GET meta.
+ * Of two processes claiming at once, the first wins and the other compares. */
+static void build_claim(lb_redis_bitmap *bm, lb_redis_batch *b)
 {
     char val[160];
     int vlen = meta_format(&bm->g, val, sizeof val);
     size_t len;
-    int claim;
-    lb_redis_status st = look_before_claiming(bm, &claim);
-    if (st != LB_REDIS_OK)
-        return st;
-    if (!claim) {
-        bm->meta_checked = 1;
-        bm->meta_conn = lb_redis_connect_count(bm->conn);
-        return LB_REDIS_OK;
-    }
-    /* Its own batch: a failed batch in bm->batch is re-sent after this check
-     * (bm_exec).  SET NX: of two processes claiming at once, the first wins
-     * and the other compares. */
-    lb_redis_batch mb, *b = &mb;
-    lb_reply **rs;
-    lb_redis_batch_init(b);
     add_meta_set(bm, b, val, vlen);
     const char *mn = name_of(bm, UINT64_MAX, &len);
     lb_redis_batch_cmd(b, 2);
@@ -392,8 +394,12 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     lb_redis_batch_arg(b, mn, len);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
-    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
-    lb_redis_batch_free(b); /* the replies live in the connection */
+}
+
+/* Its replies (st: the status of the round trip, error replies turned into
+ * a status). */
+static lb_redis_status check_claim(lb_redis_bitmap *bm, lb_redis_status st, lb_reply **rs)
+{
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return name_wrongtype(bm, UINT64_MAX);
     if (st != LB_REDIS_OK)
@@ -411,6 +417,28 @@ lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
     bm->meta_checked = 1;
     bm->meta_conn = lb_redis_connect_count(bm->conn);
     return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_bitmap_check_meta(lb_redis_bitmap *bm)
+{
+    int claim;
+    lb_redis_status st = look_before_claiming(bm, &claim);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (!claim) {
+        bm->meta_checked = 1;
+        bm->meta_conn = lb_redis_connect_count(bm->conn);
+        return LB_REDIS_OK;
+    }
+    /* Its own batch: a failed batch in bm->batch is re-sent after this check
+     * (bm_exec). */
+    lb_redis_batch mb, *b = &mb;
+    lb_reply **rs;
+    lb_redis_batch_init(b);
+    build_claim(bm, b);
+    st = lb_redis_exec(bm->conn, b, LB_REDIS_IDEMPOTENT, &rs);
+    lb_redis_batch_free(b); /* the replies live in the connection */
+    return check_claim(bm, st, rs);
 }
 
 /* Check the meta key before the first command, and again after every
@@ -432,11 +460,7 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
  * it (LB_REDIS_KEPT_CONN). */
 static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
 {
-    /* the one array any command here answers: BITFIELD, one element per GET */
-    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
-    /* and no data beyond what GETRANGE asked for (snapshot adds it): every
-     * other reply fits in redis_conn's per-command slack */
-    lb_redis_batch_expect_bytes(&bm->batch, 0);
+    batch_bounds(bm);
     lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
@@ -589,99 +613,136 @@ static lb_redis_status check_replies(lb_redis_bitmap *bm, lb_reply **rs, const l
     return LB_REDIS_OK;
 }
 
+/* The bounds of what bm->batch's replies may hold: the one array any
+ * command here answers is BITFIELD's, one element per GET; and no data
+ * beyond what GETRANGE asked for (snapshot adds it): every other reply fits
+ * in redis_conn's per-command slack. */
+static void batch_bounds(lb_redis_bitmap *bm)
+{
+    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_RB_BITFIELD ? bm->g.k : 0);
+    lb_redis_batch_expect_bytes(&bm->batch, 0);
+}
+
+/* The round trip of one chunk of cn keys into bm->batch (bm->cmds tells
+ * each command's key and part); *ncmd: its commands. */
+static lb_redis_status build_chunk(lb_redis_bitmap *bm, const lb_key *keys, size_t cn, int write,
+                                   size_t *ncmd_out)
+{
+    const uint32_t k = bm->g.k;
+    uint64_t idx[LB_MAX_K], offs[LB_MAX_K];
+    unsigned char done[LB_MAX_K];
+    size_t ncmd = 0;
+    lb_redis_batch_clear(&bm->batch);
+    for (size_t i = 0; i < cn; i++) {
+        const lb_key *key = &keys[i];
+        lb_indices(&bm->g, lb_hash(bm->g.scheme, key->data, key->len), idx);
+        if (bm->nparts == 1) {
+            ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd);
+        } else {
+            memset(done, 0, k);
+            for (uint32_t a = 0; a < k && ncmd != (size_t)-1; a++) {
+                if (done[a])
+                    continue;
+                uint64_t part = idx[a] >> 32;
+                uint32_t cnt = 0;
+                for (uint32_t c = a; c < k; c++)
+                    if (!done[c] && idx[c] >> 32 == part) {
+                        offs[cnt++] = idx[c] & 0xffffffffu;
+                        done[c] = 1;
+                    }
+                ncmd = emit(bm, write, part, offs, cnt, (uint32_t)i, ncmd);
+            }
+        }
+        if (ncmd == (size_t)-1)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    if (write)
+        ncmd = add_expires(bm, add_meta_guard(bm, ncmd));
+    if (cmds_reserve(bm, ncmd))
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    batch_bounds(bm);
+    *ncmd_out = ncmd;
+    return LB_REDIS_OK;
+}
+
+/* The replies of a chunk's round trip (st: its status, error replies turned
+ * into a status): out[0..cn) gets was_new (write) or present. */
+static lb_redis_status check_chunk(lb_redis_bitmap *bm, lb_redis_status st, lb_reply **rs,
+                                   size_t ncmd, size_t cn, int write, uint8_t *out)
+{
+    if (st == LB_REDIS_ERR_WRONGTYPE) {
+        long e = lb_redis_err_index(bm->conn);
+        uint32_t part = e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0;
+        return name_wrongtype(bm, part == UINT32_MAX ? UINT64_MAX : part);
+    }
+    if (st != LB_REDIS_OK)
+        return st;
+    if (out)
+        memset(out, write ? 0 : 1, cn);
+    for (size_t c = 0; c < ncmd; c++) {
+        const lb_reply *x = rs[c];
+        uint32_t ki = bm->cmds[c].key;
+        if (ki == META_SET) {
+            static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
+            if (!lb_reply_fits(x, &set_nx))
+                return bad_reply(bm, "SET NX of the meta key");
+            continue;
+        }
+        if (ki == NO_KEY) {
+            if (!lb_reply_is_bit(x)) /* PEXPIRE: 1 set, 0 no such key */
+                return bad_reply(bm, "PEXPIRE");
+            continue;
+        }
+        int all = 1;
+        if (bm->mode == LB_RB_BITFIELD) {
+            /* exactly one u1 per field sent, each 0 or 1 */
+            if (!lb_reply_bits(x, bm->cmds[c].nbits, &all))
+                return bad_reply(bm, "BITFIELD");
+        } else {
+            if (!lb_reply_is_bit(x))
+                return bad_reply(bm, write ? "SETBIT" : "GETBIT");
+            all = (int)x->integer;
+        }
+        int any_zero = !all;
+        if (out) {
+            if (write)
+                out[ki] |= (uint8_t)any_zero;
+            else
+                out[ki] &= (uint8_t)all;
+        }
+    }
+    return LB_REDIS_OK;
+}
+
+static lb_redis_status check_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (keys[i].len == 0 || !keys[i].data)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
+    return LB_REDIS_OK;
+}
+
 static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t n, int write,
                                 uint8_t *out)
 {
     if (n == 0)
         return LB_REDIS_OK;
-    for (size_t i = 0; i < n; i++)
-        if (keys[i].len == 0 || !keys[i].data)
-            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
-    lb_redis_status st = ensure_meta(bm);
+    lb_redis_status st = check_keys(bm, keys, n);
+    if (st == LB_REDIS_OK)
+        st = ensure_meta(bm);
     if (st != LB_REDIS_OK)
         return st;
-
-    const uint32_t k = bm->g.k;
-    uint64_t idx[LB_MAX_K], offs[LB_MAX_K];
-    unsigned char done[LB_MAX_K];
-    lb_redis_batch *b = &bm->batch;
-
     for (size_t start = 0; start < n; start += bm->chunk_keys) {
         size_t cn = n - start < bm->chunk_keys ? n - start : bm->chunk_keys;
-        size_t ncmd = 0;
-        lb_redis_batch_clear(b);
-        for (size_t i = 0; i < cn; i++) {
-            const lb_key *key = &keys[start + i];
-            lb_indices(&bm->g, lb_hash(bm->g.scheme, key->data, key->len), idx);
-            if (bm->nparts == 1) {
-                ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd);
-            } else {
-                memset(done, 0, k);
-                for (uint32_t a = 0; a < k && ncmd != (size_t)-1; a++) {
-                    if (done[a])
-                        continue;
-                    uint64_t part = idx[a] >> 32;
-                    uint32_t cnt = 0;
-                    for (uint32_t c = a; c < k; c++)
-                        if (!done[c] && idx[c] >> 32 == part) {
-                            offs[cnt++] = idx[c] & 0xffffffffu;
-                            done[c] = 1;
-                        }
-                    ncmd = emit(bm, write, part, offs, cnt, (uint32_t)i, ncmd);
-                }
-            }
-            if (ncmd == (size_t)-1)
-                return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
-        }
-        if (write)
-            ncmd = add_expires(bm, add_meta_guard(bm, ncmd));
-        if (cmds_reserve(bm, ncmd))
-            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
-
-        lb_reply **rs;
-        st = bm_exec(bm, &rs);
-        if (st == LB_REDIS_ERR_WRONGTYPE) {
-            long e = lb_redis_err_index(bm->conn);
-            uint32_t part = e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0;
-            return name_wrongtype(bm, part == UINT32_MAX ? UINT64_MAX : part);
-        }
+        size_t ncmd;
+        st = build_chunk(bm, keys + start, cn, write, &ncmd);
         if (st != LB_REDIS_OK)
             return st;
-
-        if (out)
-            memset(out + start, write ? 0 : 1, cn);
-        for (size_t c = 0; c < ncmd; c++) {
-            const lb_reply *x = rs[c];
-            uint32_t ki = bm->cmds[c].key;
-            if (ki == META_SET) {
-                static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
-                if (!lb_reply_fits(x, &set_nx))
-                    return bad_reply(bm, "SET NX of the meta key");
-                continue;
-            }
-            if (ki == NO_KEY) {
-                if (!lb_reply_is_bit(x)) /* PEXPIRE: 1 set, 0 no such key */
-                    return bad_reply(bm, "PEXPIRE");
-                continue;
-            }
-            int all = 1;
-            if (bm->mode == LB_RB_BITFIELD) {
-                /* exactly one u1 per field sent, each 0 or 1 */
-                if (!lb_reply_bits(x, bm->cmds[c].nbits, &all))
-                    return bad_reply(bm, "BITFIELD");
-            } else {
-                if (!lb_reply_is_bit(x))
-                    return bad_reply(bm, write ? "SETBIT" : "GETBIT");
-                all = (int)x->integer;
-            }
-            int any_zero = !all;
-            if (out) {
-                if (write)
-                    out[start + ki] |= (uint8_t)any_zero;
-                else
-                    out[start + ki] &= (uint8_t)all;
-            }
-        }
+        lb_reply **rs;
+        st = bm_exec(bm, &rs);
+        st = check_chunk(bm, st, rs, ncmd, cn, write, out ? out + start : NULL);
+        if (st != LB_REDIS_OK)
+            return st;
     }
     return LB_REDIS_OK;
 }
@@ -700,11 +761,10 @@ lb_redis_status lb_redis_bitmap_test(lb_redis_bitmap *bm, const lb_key *keys, si
 
 /* ------------------------------------------------------------ reset */
 
-lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
+/* Reset's round trip: DEL every part and the meta key, then SET the meta
+ * key again (ours). */
+static void build_reset(lb_redis_bitmap *bm)
 {
-    lb_redis_status st = ensure_meta(bm); /* never delete another filter's bitmap */
-    if (st != LB_REDIS_OK)
-        return st;
     lb_redis_batch *b = &bm->batch;
     char val[160];
     int vlen = meta_format(&bm->g, val, sizeof val);
@@ -717,14 +777,28 @@ lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
         lb_redis_batch_arg(b, n, len);
     }
     add_meta_set(bm, b, val, vlen);
-    lb_reply **rs;
-    st = bm_exec(bm, &rs);
+    batch_bounds(bm);
+}
+
+static lb_redis_status check_reset(lb_redis_bitmap *bm, lb_redis_status st, lb_reply **rs)
+{
     if (st != LB_REDIS_OK)
         return st;
     const lb_reply_want wants[2] = {{LB_WANT_INT, 0, (long long)bm->nparts + 1},
                                     {LB_WANT_OK_OR_NIL, 0, 0}};
     static const char *const names[2] = {"DEL", "SET NX of the meta key"};
     return check_replies(bm, rs, wants, names, 2);
+}
+
+lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
+{
+    lb_redis_status st = ensure_meta(bm); /* never delete another filter's bitmap */
+    if (st != LB_REDIS_OK)
+        return st;
+    build_reset(bm);
+    lb_reply **rs;
+    st = bm_exec(bm, &rs);
+    return check_reset(bm, st, rs);
 }
 
 /* ------------------------------------------------------------ load */

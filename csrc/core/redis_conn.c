@@ -565,6 +565,13 @@ struct lb_redis {
     size_t reply_elements;/* elements announced so far in the reply being parsed */
     lb_redis_status parse_status; /* why a reader callback refused (0: it did not) */
     char parse_err[200];
+    /* sans-IO (lb_redis_wire_*): a transport outside this file carries the bytes */
+    int ext;              /* 1 once the wire API is used: lb_redis_exec refuses */
+    int ext_open;         /* the outside transport has a connection open */
+    size_t ext_n;         /* replies the request being answered expects */
+    size_t ext_got;       /* ... parsed so far */
+    size_t ext_received;  /* reply bytes fed so far */
+    int ext_failed;       /* the request's reply stream broke: the connection must go */
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -596,6 +603,8 @@ void lb_redis_set_timeout(lb_redis *r, int timeout_ms) { r->cfg.timeout_ms = tim
 
 int lb_redis_is_connected(const lb_redis *r)
 {
+    if (r->ext)
+        return r->ext_open && r->pid == getpid();
     return r->ctx != NULL && r->pid == getpid();
 }
 
@@ -800,6 +809,7 @@ static void drop(lb_redis *r)
 void lb_redis_disconnect(lb_redis *r)
 {
     drop(r);
+    r->ext_open = 0; /* an outside transport must close its connection too */
 }
 
 void lb_redis_free(lb_redis *r)
@@ -933,6 +943,57 @@ static ssize_t tx_recv(lb_redis *r, char *buf, size_t cap, short *ev)
     return -2;
 }
 
+static lb_redis_status more_replies_than_commands(lb_redis *r)
+{
+    char w[160];
+    where(r, w, sizeof w);
+    return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                              "protocol error: Redis at %s sent more replies than commands", w);
+}
+
+/* Move the replies the reader has parsed into out[*got..n).  OK, or the
+ * protocol error (or NOMEM) the reader or its callbacks met. */
+static lb_redis_status take_replies(lb_redis *r, size_t n, lb_reply **out, size_t *got)
+{
+    char w[160];
+    while (*got < n) {
+        void *rep = NULL;
+        if (redisReaderGetReply(r->reader, &rep) != REDIS_OK) {
+            where(r, w, sizeof w);
+            if (r->parse_status == LB_REDIS_ERR_NOMEM)
+                return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "%s (from Redis at %s)",
+                                          r->parse_err, w);
+            return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                      "protocol error from Redis at %s: %s", w,
+                                      r->parse_status ? r->parse_err : r->reader->errstr);
+        }
+        if (!rep)
+            break;
+        out[(*got)++] = rep;
+    }
+    if (*got == n && r->reader->pos < r->reader->len)
+        return more_replies_than_commands(r);
+    return LB_REDIS_OK;
+}
+
+/* Give k received bytes to the reader, within the round trip's byte bound. */
+static lb_redis_status feed_reader(lb_redis *r, const char *data, size_t k, size_t *received)
+{
+    char w[160];
+    *received += k;
+    if (r->max_bytes && *received > r->max_bytes) {
+        where(r, w, sizeof w);
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: Redis at %s sent more reply bytes "
+                                  "than the commands sent can answer (%zu so far, at "
+                                  "most %zu)",
+                                  w, *received, r->max_bytes);
+    }
+    if (redisReaderFeed(r->reader, data, k) != REDIS_OK)
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
+    return LB_REDIS_OK;
+}
+
 /* One round trip on the connected socket: send buf[0..len) while reading,
  * until n replies were parsed into out[].  *received counts reply bytes. */
 static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_t n,
@@ -952,29 +1013,11 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
 
     for (;;) {
         /* Hand out every reply already parsed. */
-        while (got < n) {
-            void *rep = NULL;
-            if (redisReaderGetReply(r->reader, &rep) != REDIS_OK) {
-                where(r, w, sizeof w);
-                if (r->parse_status == LB_REDIS_ERR_NOMEM)
-                    return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "%s (from Redis at %s)",
-                                              r->parse_err, w);
-                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
-                                          "protocol error from Redis at %s: %s", w,
-                                          r->parse_status ? r->parse_err : r->reader->errstr);
-            }
-            if (!rep)
-                break;
-            out[got++] = rep;
-        }
+        if (take_replies(r, n, out, &got) != LB_REDIS_OK)
+            return r->status;
         if (got == n) {
-            if (sent < len || r->reader->pos < r->reader->len) {
-                where(r, w, sizeof w);
-                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
-                                          "protocol error: Redis at %s sent more replies than "
-                                          "commands",
-                                          w);
-            }
+            if (sent < len)
+                return more_replies_than_commands(r);
             return LB_REDIS_OK;
         }
 
@@ -1017,17 +1060,8 @@ static lb_redis_status roundtrip(lb_redis *r, const char *buf, size_t len, size_
         rev = POLLIN;
         ssize_t k = tx_recv(r, r->rbuf, LB_RBUF_SIZE, &rev);
         if (k > 0) {
-            *received += (size_t)k;
-            if (r->max_bytes && *received > r->max_bytes) {
-                where(r, w, sizeof w);
-                return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
-                                          "protocol error: Redis at %s sent more reply bytes "
-                                          "than the commands sent can answer (%zu so far, at "
-                                          "most %zu)",
-                                          w, *received, r->max_bytes);
-            }
-            if (redisReaderFeed(r->reader, r->rbuf, (size_t)k) != REDIS_OK)
-                return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory reading replies");
+            if (feed_reader(r, r->rbuf, (size_t)k, received) != LB_REDIS_OK)
+                return r->status;
             progress = 1;
         } else if (k == 0) {
             where(r, w, sizeof w);
@@ -1257,6 +1291,57 @@ static lb_redis_status tls_handshake(lb_redis *r, int fd, const char *host, cons
     return LB_REDIS_OK;
 }
 
+/* The handshake of a new connection, AUTH and SELECT in one round trip, as
+ * every transport sends it: hb->ncmds is 0 when none is needed; *auth and
+ * *sel are the indexes of the two commands in it (-1: not sent). */
+static void handshake_build(const lb_redis *r, lb_redis_batch *hb, int *auth, int *sel)
+{
+    int n = 0;
+    *auth = *sel = -1;
+    lb_redis_batch_init(hb);
+    if (r->cfg.password || r->cfg.username) {
+        if (r->cfg.username) {
+            lb_redis_batch_cmd(hb, 3);
+            lb_redis_batch_arg_str(hb, "AUTH");
+            lb_redis_batch_arg_str(hb, r->cfg.username);
+            lb_redis_batch_arg_str(hb, r->cfg.password ? r->cfg.password : "");
+        } else {
+            lb_redis_batch_cmd(hb, 2);
+            lb_redis_batch_arg_str(hb, "AUTH");
+            lb_redis_batch_arg_str(hb, r->cfg.password);
+        }
+        *auth = n++;
+    }
+    if (r->cfg.db != 0) {
+        lb_redis_batch_cmd(hb, 2);
+        lb_redis_batch_arg_str(hb, "SELECT");
+        lb_redis_batch_arg_u64(hb, (uint64_t)r->cfg.db);
+        *sel = n++;
+    }
+}
+
+/* Its replies: AUTH and SELECT must answer +OK. */
+static lb_redis_status handshake_check(lb_redis *r, lb_reply **hr, int auth, int sel)
+{
+    char w[160];
+    where(r, w, sizeof w);
+    if (auth >= 0 && hr[auth]->type == LB_REPLY_ERROR)
+        return lb_redis_set_error(r, LB_REDIS_ERR_AUTH, "Redis at %s refused AUTH%s%s: %s", w,
+                                  r->cfg.username ? " for user " : "",
+                                  r->cfg.username ? r->cfg.username : "", hr[auth]->str);
+    if (sel >= 0 && hr[sel]->type == LB_REPLY_ERROR)
+        return lb_redis_set_error(r, LB_REDIS_ERR_REPLY, "SELECT %d failed on Redis at %s: %s",
+                                  r->cfg.db, w, hr[sel]->str);
+    if ((auth >= 0 && !lb_reply_status_is(hr[auth], "OK")) ||
+        (sel >= 0 && !lb_reply_status_is(hr[sel], "OK")))
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: Redis at %s answered %s with something other "
+                                  "than OK; connection dropped",
+                                  w, auth >= 0 && !lb_reply_status_is(hr[auth], "OK") ? "AUTH"
+                                                                                     : "SELECT");
+    return LB_REDIS_OK;
+}
+
 static lb_redis_status do_connect(lb_redis *r)
 {
     char w[160];
@@ -1324,29 +1409,12 @@ static lb_redis_status do_connect(lb_redis *r)
     r->connects++;
 
     /* Handshake: AUTH and SELECT in one round trip. */
-    if (!r->cfg.password && !r->cfg.username && r->cfg.db == 0)
-        return LB_REDIS_OK;
     lb_redis_batch hb;
-    lb_redis_batch_init(&hb);
-    int auth = -1, sel = -1, n = 0;
-    if (r->cfg.password || r->cfg.username) {
-        if (r->cfg.username) {
-            lb_redis_batch_cmd(&hb, 3);
-            lb_redis_batch_arg_str(&hb, "AUTH");
-            lb_redis_batch_arg_str(&hb, r->cfg.username);
-            lb_redis_batch_arg_str(&hb, r->cfg.password ? r->cfg.password : "");
-        } else {
-            lb_redis_batch_cmd(&hb, 2);
-            lb_redis_batch_arg_str(&hb, "AUTH");
-            lb_redis_batch_arg_str(&hb, r->cfg.password);
-        }
-        auth = n++;
-    }
-    if (r->cfg.db != 0) {
-        lb_redis_batch_cmd(&hb, 2);
-        lb_redis_batch_arg_str(&hb, "SELECT");
-        lb_redis_batch_arg_u64(&hb, (uint64_t)r->cfg.db);
-        sel = n++;
+    int auth, sel;
+    handshake_build(r, &hb, &auth, &sel);
+    if (hb.ncmds == 0) {
+        lb_redis_batch_free(&hb);
+        return LB_REDIS_OK;
     }
     lb_reply *hr[2];
     size_t received;
@@ -1359,20 +1427,8 @@ static lb_redis_status do_connect(lb_redis *r)
         st = roundtrip(r, hb.buf, hb.len, hb.ncmds, hr, &received);
     }
     lb_redis_batch_free(&hb);
-    if (st == LB_REDIS_OK && auth >= 0 && hr[auth]->type == LB_REPLY_ERROR)
-        st = lb_redis_set_error(r, LB_REDIS_ERR_AUTH, "Redis at %s refused AUTH%s%s: %s", w,
-                                r->cfg.username ? " for user " : "",
-                                r->cfg.username ? r->cfg.username : "", hr[auth]->str);
-    else if (st == LB_REDIS_OK && sel >= 0 && hr[sel]->type == LB_REPLY_ERROR)
-        st = lb_redis_set_error(r, LB_REDIS_ERR_REPLY, "SELECT %d failed on Redis at %s: %s",
-                                r->cfg.db, w, hr[sel]->str);
-    else if (st == LB_REDIS_OK && ((auth >= 0 && !lb_reply_status_is(hr[auth], "OK")) ||
-                                   (sel >= 0 && !lb_reply_status_is(hr[sel], "OK"))))
-        st = lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
-                                "protocol error: Redis at %s answered %s with something other "
-                                "than OK; connection dropped",
-                                w, auth >= 0 && !lb_reply_status_is(hr[auth], "OK") ? "AUTH"
-                                                                                   : "SELECT");
+    if (st == LB_REDIS_OK)
+        st = handshake_check(r, hr, auth, sel);
     if (st != LB_REDIS_OK)
         drop(r);
     return st;
@@ -1430,6 +1486,49 @@ lb_redis_status lb_redis_connect(lb_redis *r)
 
 /* Exec -------------------------------------------------------------------- */
 
+/* Unless flags has LB_REDIS_RAW_ERRORS, the first error reply of n makes
+ * the status: WRONGTYPE or REPLY, with the server's text and its index. */
+static lb_redis_status reply_errors(lb_redis *r, size_t n, int flags)
+{
+    if (flags & LB_REDIS_RAW_ERRORS)
+        return LB_REDIS_OK;
+    for (size_t i = 0; i < n; i++) {
+        const lb_reply *x = r->replies[i];
+        if (x->type == LB_REPLY_ERROR) {
+            r->err_index = (long)i;
+            int wt = x->len >= 9 && memcmp(x->str, "WRONGTYPE", 9) == 0;
+            return lb_redis_set_error(r, wt ? LB_REDIS_ERR_WRONGTYPE : LB_REDIS_ERR_REPLY, "%s",
+                                      x->str);
+        }
+    }
+    return LB_REDIS_OK;
+}
+
+/* Room for n top-level replies. */
+static lb_redis_status replies_reserve(lb_redis *r, size_t n)
+{
+    if (r->replies_cap < n || r->replies_cap > n * 4 + 1024) {
+        lb_reply **nr = realloc(r->replies, n * sizeof *nr);
+        if (!nr)
+            return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory for %zu replies", n);
+        r->replies = nr;
+        r->replies_cap = n;
+    }
+    return LB_REDIS_OK;
+}
+
+/* The bounds of a round trip's replies, from what its batch asked for. */
+static void set_bounds(lb_redis *r, const lb_redis_batch *b)
+{
+    r->max_elements = b->max_set ? b->max_elements : LB_REDIS_DEFAULT_MAX_ELEMENTS;
+    r->max_bytes = 0;
+    if (b->bytes_set) {
+        size_t slack =
+            b->ncmds > SIZE_MAX / LB_REDIS_REPLY_SLACK ? SIZE_MAX : b->ncmds * LB_REDIS_REPLY_SLACK;
+        r->max_bytes = b->max_bytes > SIZE_MAX - slack ? SIZE_MAX : b->max_bytes + slack;
+    }
+}
+
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies)
 {
     clear_error(r);
@@ -1445,14 +1544,12 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
             *replies = r->replies;
         return LB_REDIS_OK;
     }
-    if (r->replies_cap < b->ncmds || r->replies_cap > b->ncmds * 4 + 1024) {
-        lb_reply **nr = realloc(r->replies, b->ncmds * sizeof *nr);
-        if (!nr)
-            return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory for %zu replies",
-                                      b->ncmds);
-        r->replies = nr;
-        r->replies_cap = b->ncmds;
-    }
+    if (r->ext)
+        return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
+                                  "this connection is carried by an outside transport "
+                                  "(lb_redis_wire_*): it has no socket of its own");
+    if (replies_reserve(r, b->ncmds) != LB_REDIS_OK)
+        return r->status;
 
     if (lb_redis_is_connected(r) && has_pending_input(r)) {
         drop(r); /* out of step: never read a reply meant for another command */
@@ -1475,14 +1572,7 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
             return st;
         arena_reset(&r->arena);
         size_t received = 0;
-        r->max_elements = b->max_set ? b->max_elements : LB_REDIS_DEFAULT_MAX_ELEMENTS;
-        r->max_bytes = 0;
-        if (b->bytes_set) {
-            size_t slack = b->ncmds > SIZE_MAX / LB_REDIS_REPLY_SLACK
-                               ? SIZE_MAX
-                               : b->ncmds * LB_REDIS_REPLY_SLACK;
-            r->max_bytes = b->max_bytes > SIZE_MAX - slack ? SIZE_MAX : b->max_bytes + slack;
-        }
+        set_bounds(r, b);
         st = roundtrip(r, b->buf, b->len, b->ncmds, r->replies, &received);
         if (st == LB_REDIS_OK)
             break;
@@ -1496,18 +1586,112 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
 
     if (replies)
         *replies = r->replies;
-    if (!(flags & LB_REDIS_RAW_ERRORS)) {
-        for (size_t i = 0; i < b->ncmds; i++) {
-            const lb_reply *x = r->replies[i];
-            if (x->type == LB_REPLY_ERROR) {
-                r->err_index = (long)i;
-                int wt = x->len >= 9 && memcmp(x->str, "WRONGTYPE", 9) == 0;
-                return lb_redis_set_error(r, wt ? LB_REDIS_ERR_WRONGTYPE : LB_REDIS_ERR_REPLY,
-                                          "%s", x->str);
-            }
-        }
-    }
+    return reply_errors(r, b->ncmds, flags);
+}
+
+/* The sans-IO side (see redis_conn.h, "wire") ------------------------------ */
+
+lb_redis_status lb_redis_wire_opened(lb_redis *r)
+{
+    clear_error(r);
+    drop(r);
+    r->ext = 1;
+    redisReader *rd = redisReaderCreateWithFunctions(&lb_reply_fns);
+    if (!rd)
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory for a reply reader");
+    rd->privdata = r;
+    r->reader = rd;
+    r->ext_open = 1;
+    r->ext_n = r->ext_got = r->ext_received = 0;
+    r->ext_failed = 0;
+    r->pid = getpid();
+    r->connects++;
     return LB_REDIS_OK;
+}
+
+void lb_redis_wire_closed(lb_redis *r)
+{
+    r->ext = 1;
+    r->ext_open = 0;
+    r->ext_n = r->ext_got = 0;
+    drop(r);
+}
+
+lb_redis_status lb_redis_wire_handshake(const lb_redis *r, lb_redis_batch *hb, int *auth,
+                                        int *sel)
+{
+    handshake_build(r, hb, auth, sel);
+    lb_redis_batch_expect_elements(hb, 0);
+    lb_redis_batch_expect_bytes(hb, 0);
+    return hb->failed ? LB_REDIS_ERR_NOMEM : LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_wire_handshake_check(lb_redis *r, lb_reply **replies, int auth,
+                                              int sel)
+{
+    return handshake_check(r, replies, auth, sel);
+}
+
+lb_redis_status lb_redis_wire_begin(lb_redis *r, const lb_redis_batch *b)
+{
+    clear_error(r);
+    if (!r->ext || !r->ext_open || r->pid != getpid())
+        return lb_redis_set_error(r, LB_REDIS_ERR_IO, "no connection is open on the transport");
+    if (b->failed == LB_REDIS_ERR_NOMEM)
+        return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building a Redis batch");
+    if (b->failed || b->args_left != 0 || b->ncmds == 0)
+        return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
+                                  "malformed Redis batch (argument count does not match)");
+    if (r->ext_n != r->ext_got || r->reader->pos < r->reader->len) {
+        /* replies of an earlier request still owed, or input nobody asked for */
+        return lb_redis_set_error(r, LB_REDIS_ERR_IO,
+                                  "the connection to Redis is out of step (input pending); "
+                                  "it must be dropped");
+    }
+    if (replies_reserve(r, b->ncmds) != LB_REDIS_OK)
+        return r->status;
+    arena_reset(&r->arena);
+    set_bounds(r, b);
+    r->roundtrips++;
+    r->parse_status = LB_REDIS_OK;
+    r->parse_err[0] = '\0';
+    r->reply_elements = 0;
+    r->ext_n = b->ncmds;
+    r->ext_got = 0;
+    r->ext_received = 0;
+    r->ext_failed = 0;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_wire_feed(lb_redis *r, const void *data, size_t len, int *complete)
+{
+    *complete = 0;
+    if (!r->ext || !r->ext_open || r->ext_failed)
+        return lb_redis_set_error(r, LB_REDIS_ERR_IO, "no round trip is waiting for replies");
+    if (r->ext_got == r->ext_n) {
+        r->ext_failed = 1;
+        return len ? more_replies_than_commands(r) : LB_REDIS_OK;
+    }
+    if (len && feed_reader(r, data, len, &r->ext_received) != LB_REDIS_OK) {
+        r->ext_failed = 1;
+        return r->status;
+    }
+    if (take_replies(r, r->ext_n, r->replies, &r->ext_got) != LB_REDIS_OK) {
+        r->ext_failed = 1;
+        return r->status;
+    }
+    *complete = r->ext_got == r->ext_n;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_redis_wire_replies(lb_redis *r, int flags, lb_reply ***replies)
+{
+    clear_error(r);
+    *replies = NULL;
+    if (!r->ext || r->ext_failed || r->ext_n == 0 || r->ext_got != r->ext_n)
+        return lb_redis_set_error(r, LB_REDIS_ERR_IO, "the round trip is not complete");
+    *replies = r->replies;
+    return reply_errors(r, r->ext_n, flags);
 }
 
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,

@@ -286,6 +286,37 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
                                       const size_t *lens, int flags, lb_reply **reply);
 
+/* -------------------------------------------------------------------- wire */
+
+/* The sans-IO side, for a transport outside this file (the asyncio one of
+ * ling_bloom.aio): the same requests, the same reply reader with the same
+ * bounds, and the same checks as lb_redis_exec, with the socket I/O left to
+ * the caller.  Once used, the connection has no socket of its own
+ * (lb_redis_exec refuses).  One request at a time:
+ *
+ *     lb_redis_wire_opened(r)              the transport connected
+ *     lb_redis_wire_handshake(r, &hb,...)  AUTH/SELECT to send first (0 cmds: none)
+ *     lb_redis_wire_begin(r, &batch)       then send batch.buf[0..len)
+ *     lb_redis_wire_feed(r, bytes, n, &c)  with what arrives, until c == 1
+ *     lb_redis_wire_replies(r, flags, &rs) the replies, error replies turned into a
+ *                                          status as lb_redis_exec does
+ *     lb_redis_wire_closed(r)              the transport dropped the connection
+ *
+ * Any failure of begin or feed (a protocol error, a reply past the bounds,
+ * input nobody asked for) means the stream is out of step: the caller drops
+ * the connection, as lb_redis_exec would.  lb_redis_is_connected tells
+ * whether the transport's connection is open (and was opened in this
+ * process); lb_redis_connect_count counts wire_opened calls too. */
+lb_redis_status lb_redis_wire_opened(lb_redis *r);
+void lb_redis_wire_closed(lb_redis *r);
+lb_redis_status lb_redis_wire_handshake(const lb_redis *r, lb_redis_batch *hb, int *auth,
+                                        int *sel);
+lb_redis_status lb_redis_wire_handshake_check(lb_redis *r, lb_reply **replies, int auth,
+                                              int sel);
+lb_redis_status lb_redis_wire_begin(lb_redis *r, const lb_redis_batch *b);
+lb_redis_status lb_redis_wire_feed(lb_redis *r, const void *data, size_t len, int *complete);
+lb_redis_status lb_redis_wire_replies(lb_redis *r, int flags, lb_reply ***replies);
+
 /* --------------------------------------------------------------- key names */
 
 /* For the layers above (redis_bitmap, redisbloom), which keep a user key and
