@@ -42,6 +42,14 @@ struct lb_redis_bitmap {
     cmd_info *cmds;
     size_t cmds_cap;
     unsigned long load_seq;
+    /* the wire operation in progress (lb_redis_bitmap_wire_*) */
+    int w_phase;
+    int w_kind;
+    size_t w_ncmd, w_n;
+    uint8_t *w_out;
+    lb_redis_batch w_aux;     /* handshake, look or claim */
+    int w_auth, w_sel, w_claim;
+    unsigned long w_hs_conn;  /* connect count whose handshake was answered */
 };
 
 static void batch_bounds(lb_redis_bitmap *bm);
@@ -106,6 +114,7 @@ lb_redis_status lb_redis_bitmap_new(lb_redis *conn, const void *key, size_t keyl
     bm->mode = LB_RB_BITFIELD;
     bm->chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
     lb_redis_batch_init(&bm->batch);
+    lb_redis_batch_init(&bm->w_aux);
     bm->keylen = keylen;
     if (lb_redis_slot_names(key, keylen, &bm->key, &bm->base, &bm->baselen) == 0) {
         bm->namecap = bm->baselen + 64;
@@ -124,6 +133,7 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm)
     if (!bm)
         return;
     lb_redis_batch_free(&bm->batch);
+    lb_redis_batch_free(&bm->w_aux);
     free(bm->cmds);
     free(bm->key);
     free(bm->base);
@@ -799,6 +809,144 @@ lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
     lb_reply **rs;
     st = bm_exec(bm, &rs);
     return check_reset(bm, st, rs);
+}
+
+/* ------------------------------------------------------------ wire */
+
+enum { W_IDLE = 0, W_NEXT, W_HS, W_LOOK, W_CLAIM, W_MAIN, W_DONE };
+
+lb_redis_status lb_redis_bitmap_wire_begin(lb_redis_bitmap *bm, int kind, const lb_key *keys,
+                                           size_t n, uint8_t *out)
+{
+    lb_redis_status st;
+    bm->w_phase = W_IDLE;
+    bm->w_claim = 0;
+    if (kind == LB_RB_WIRE_RESET) {
+        build_reset(bm);
+        bm->w_ncmd = 2;
+    } else if (kind == LB_RB_WIRE_ADD || kind == LB_RB_WIRE_TEST) {
+        if (n == 0 || n > bm->chunk_keys)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG,
+                                      "a wire operation takes 1 to %zu keys, not %zu",
+                                      bm->chunk_keys, n);
+        st = check_keys(bm, keys, n);
+        if (st == LB_REDIS_OK)
+            st = build_chunk(bm, keys, n, kind == LB_RB_WIRE_ADD, &bm->w_ncmd);
+        if (st != LB_REDIS_OK)
+            return st;
+    } else {
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "unknown wire operation");
+    }
+    bm->w_kind = kind;
+    bm->w_n = n;
+    bm->w_out = out;
+    bm->w_phase = W_NEXT;
+    return LB_REDIS_OK;
+}
+
+/* What goes out next: the handshake of a new connection, the meta look (and
+ * claim) that every new connection gets before its first command, then the
+ * operation's own round trip; NULL when it is done. */
+lb_redis_status lb_redis_bitmap_wire_next(lb_redis_bitmap *bm, const lb_redis_batch **req)
+{
+    lb_redis *c = bm->conn;
+    lb_redis_status st;
+    *req = NULL;
+    if (bm->w_phase == W_DONE)
+        return LB_REDIS_OK;
+    if (bm->w_phase != W_NEXT)
+        return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire operation is waiting to send");
+    if (!lb_redis_is_connected(c))
+        return lb_redis_set_error(c, LB_REDIS_ERR_IO, "no connection is open on the transport");
+    unsigned long conn = lb_redis_connect_count(c);
+    lb_redis_batch *aux = &bm->w_aux;
+    if (bm->w_hs_conn != conn) {
+        lb_redis_batch_free(aux);
+        st = lb_redis_wire_handshake(c, aux, &bm->w_auth, &bm->w_sel);
+        if (st != LB_REDIS_OK)
+            return lb_redis_set_error(c, st, "out of memory building the handshake");
+        if (aux->ncmds == 0) {
+            bm->w_hs_conn = conn;
+        } else {
+            bm->w_phase = W_HS;
+            *req = aux;
+        }
+    }
+    if (!*req && bm->w_claim) {
+        lb_redis_batch_clear(aux);
+        build_claim(bm, aux);
+        bm->w_phase = W_CLAIM;
+        *req = aux;
+    } else if (!*req && !(bm->meta_checked && bm->meta_conn == conn)) {
+        lb_redis_batch_clear(aux);
+        build_look(bm, aux);
+        bm->w_phase = W_LOOK;
+        *req = aux;
+    } else if (!*req) {
+        bm->w_phase = W_MAIN;
+        *req = &bm->batch;
+    }
+    st = lb_redis_wire_begin(c, *req);
+    if (st != LB_REDIS_OK) {
+        *req = NULL;
+        bm->w_phase = W_DONE;
+    }
+    return st;
+}
+
+/* After lb_redis_wire_feed completed the round trip of wire_next's request:
+ * check its replies with the same functions the blocking calls use. */
+lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm)
+{
+    lb_redis *c = bm->conn;
+    lb_reply **rs;
+    lb_redis_status st;
+    int claim = 0;
+    switch (bm->w_phase) {
+    case W_HS:
+        st = lb_redis_wire_replies(c, LB_REDIS_RAW_ERRORS, &rs);
+        if (st == LB_REDIS_OK)
+            st = lb_redis_wire_handshake_check(c, rs, bm->w_auth, bm->w_sel);
+        if (st == LB_REDIS_OK)
+            bm->w_hs_conn = lb_redis_connect_count(c);
+        else
+            lb_redis_disconnect(c); /* as a blocking connect drops a failed handshake */
+        break;
+    case W_LOOK:
+        st = lb_redis_wire_replies(c, LB_REDIS_RAW_ERRORS, &rs);
+        if (st == LB_REDIS_OK)
+            st = check_look(bm, rs, &claim);
+        if (st == LB_REDIS_OK && !claim) {
+            bm->meta_checked = 1;
+            bm->meta_conn = lb_redis_connect_count(c);
+        }
+        bm->w_claim = st == LB_REDIS_OK && claim;
+        break;
+    case W_CLAIM:
+        bm->w_claim = 0;
+        st = lb_redis_wire_replies(c, 0, &rs);
+        st = check_claim(bm, st, rs);
+        break;
+    case W_MAIN:
+        st = lb_redis_wire_replies(c, 0, &rs);
+        if (bm->w_kind == LB_RB_WIRE_RESET)
+            st = check_reset(bm, st, rs);
+        else
+            st = check_chunk(bm, st, rs, bm->w_ncmd, bm->w_n, bm->w_kind == LB_RB_WIRE_ADD,
+                             bm->w_out);
+        bm->w_phase = W_DONE;
+        return st;
+    default:
+        return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire round trip is in progress");
+    }
+    bm->w_phase = st == LB_REDIS_OK ? W_NEXT : W_DONE;
+    return st;
+}
+
+void lb_redis_bitmap_wire_abort(lb_redis_bitmap *bm)
+{
+    bm->w_phase = W_IDLE;
+    bm->w_claim = 0;
 }
 
 /* ------------------------------------------------------------ load */

@@ -147,6 +147,31 @@ lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size
 /* Sum of BITCOUNT over the parts (set bits, for cardinality estimates). */
 lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count);
 
+/* The sans-IO operations (a transport outside C carries the bytes, see
+ * lb_redis_wire_* in redis_conn.h; the connection must be a wire one):
+ * add or test of 1..chunk_keys keys, or reset, built and checked by the
+ * same functions as the blocking calls above, the handshake, meta look and
+ * claim of a new connection included.
+ *
+ *     lb_redis_bitmap_wire_begin(bm, LB_RB_WIRE_ADD, keys, n, out)
+ *     while (wire_next(bm, &req) == OK && req) {
+ *         send req->buf[0..req->len); lb_redis_wire_feed(conn, ...) until complete;
+ *         st = lb_redis_bitmap_wire_done(bm);  (a failure ends the operation)
+ *     }
+ *
+ * The keys are hashed by wire_begin (they need not live longer); out
+ * (n bytes, as lb_redis_bitmap_add / _test) must live until the last
+ * wire_done.  A transport that gives up in the middle (cancelled, timed out)
+ * drops its connection (lb_redis_wire_closed) and calls wire_abort. */
+#define LB_RB_WIRE_ADD 1
+#define LB_RB_WIRE_TEST 2
+#define LB_RB_WIRE_RESET 3
+lb_redis_status lb_redis_bitmap_wire_begin(lb_redis_bitmap *bm, int kind, const lb_key *keys,
+                                           size_t n, uint8_t *out);
+lb_redis_status lb_redis_bitmap_wire_next(lb_redis_bitmap *bm, const lb_redis_batch **req);
+lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm);
+void lb_redis_bitmap_wire_abort(lb_redis_bitmap *bm);
+
 /* Read the geometry stored next to `key` (for RedisFilter.open(url, key)):
  * OK and *out filled (lb_geometry_init), NOTFOUND when there is no meta key,
  * MISMATCH when it holds something that is not a geometry this version

@@ -1591,6 +1591,8 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
 
 /* The sans-IO side (see redis_conn.h, "wire") ------------------------------ */
 
+const lb_redis_config *lb_redis_get_config(const lb_redis *r) { return &r->cfg; }
+
 lb_redis_status lb_redis_wire_opened(lb_redis *r)
 {
     clear_error(r);

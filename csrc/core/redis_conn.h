@@ -307,6 +307,8 @@ lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *
  * the connection, as lb_redis_exec would.  lb_redis_is_connected tells
  * whether the transport's connection is open (and was opened in this
  * process); lb_redis_connect_count counts wire_opened calls too. */
+/* The connection's settings (for a transport outside C to connect with). */
+const lb_redis_config *lb_redis_get_config(const lb_redis *r);
 lb_redis_status lb_redis_wire_opened(lb_redis *r);
 void lb_redis_wire_closed(lb_redis *r);
 lb_redis_status lb_redis_wire_handshake(const lb_redis *r, lb_redis_batch *hb, int *auth,

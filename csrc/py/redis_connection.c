@@ -588,3 +588,56 @@ PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
     }
     return call_with(cls, args, settings);
 }
+
+/* ---- the asyncio transport's settings -------------------------------------- */
+
+static int put(PyObject *d, const char *name, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int r = PyDict_SetItemString(d, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *str_or_none(const char *s)
+{
+    return s ? PyUnicode_DecodeFSDefault(s) : Py_NewRef(Py_None);
+}
+
+static PyObject *seconds_or_none(int ms)
+{
+    return ms > 0 ? PyFloat_FromDouble(ms / 1000.0) : Py_NewRef(Py_None);
+}
+
+PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    const lb_redis_config *c = lb_redis_get_config(f->conn);
+    static const char *const reqs[] = {"required", "optional", "none"};
+    PyObject *d = PyDict_New();
+    if (d && (put(d, "host", PyUnicode_FromString(c->host ? c->host : "localhost")) < 0 ||
+              put(d, "port", PyLong_FromLong(c->port ? c->port : 6379)) < 0 ||
+              put(d, "unix_socket_path", str_or_none(c->unix_path)) < 0 ||
+              put(d, "socket_timeout", seconds_or_none(c->timeout_ms)) < 0 ||
+              put(d, "socket_connect_timeout", seconds_or_none(c->connect_timeout_ms)) < 0 ||
+              put(d, "chunk_size", PyLong_FromSize_t(f->chunk)) < 0 ||
+              put(d, "ssl", PyBool_FromLong(c->tls && !c->unix_path)) < 0 ||
+              put(d, "ssl_ca_certs", str_or_none(c->tls_ca_certs)) < 0 ||
+              put(d, "ssl_ca_path", str_or_none(c->tls_ca_path)) < 0 ||
+              put(d, "ssl_certfile", str_or_none(c->tls_certfile)) < 0 ||
+              put(d, "ssl_keyfile", str_or_none(c->tls_keyfile)) < 0 ||
+              put(d, "ssl_cert_reqs",
+                  PyUnicode_FromString(reqs[c->tls_cert_reqs >= 0 && c->tls_cert_reqs <= 2
+                                                 ? c->tls_cert_reqs
+                                                 : 0])) < 0 ||
+              put(d, "ssl_check_hostname",
+                  PyBool_FromLong(c->tls_check_hostname != 2 &&
+                                  c->tls_cert_reqs != LB_REDIS_CERT_NONE)) < 0)) {
+        Py_CLEAR(d);
+    }
+    lb_leave(&f->base);
+    return d;
+}

@@ -162,6 +162,11 @@ PyObject *lb_redis_update(PyObject *self, PyObject *keys);
 PyObject *lb_redis_test_many(PyObject *self, PyObject *keys);
 PyObject *lb_redis_close(PyObject *self, PyObject *unused);
 
+/* _wire_config() -> dict: where and how the asyncio transport connects
+ * (host, port, unix_socket_path, the timeouts in seconds or None, tls and
+ * the ssl_* settings), as the URL and keywords gave them. */
+PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused);
+
 /* Getters of the properties key and ttl. */
 PyObject *lb_redis_get_key(PyObject *self, void *unused);
 PyObject *lb_redis_get_ttl(PyObject *self, void *unused);
