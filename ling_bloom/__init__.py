@@ -9,6 +9,8 @@ reset, close, context manager):
 - RedisFilter: a Redis bitmap, hashing on the client (added by the Redis issue).
 - RedisBloomFilter: the RedisBloom module's BF.* commands.
 
+AsyncRedisFilter (ling_bloom.aio) is RedisFilter for asyncio: the same bitmap, awaited.
+
 Keys are str (hashed as UTF-8), bytes, or any bytes-like object.  The default hash
 is XXH3-128 with double hashing; ``hash="ling-base"`` reproduces the Go library
 ling-base bit for bit, to share a Redis bitmap with Go services.
@@ -47,6 +49,7 @@ from ._core import (
     indices,
 )
 from ._core import RedisBloomFilter
+from .aio import AsyncRedisFilter
 from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
@@ -173,6 +176,7 @@ __all__ = [
     "RedisError",
     "RedisProtocolError",
     "RedisFilter",
+    "AsyncRedisFilter",
     "RedisResponseError",
     "RedisTimeoutError",
     "Remover",

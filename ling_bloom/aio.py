@@ -88,6 +88,7 @@ class _Wire(asyncio.Protocol):
         self.received = 0
         self.stray = False   # input nobody asked for, EOF or loss: never send on it again
         self.pid = os.getpid()
+        self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -123,8 +124,14 @@ class _Wire(asyncio.Protocol):
 
     def close(self) -> None:
         self.stray = True
-        if self.transport is not None and self.pid == os.getpid():
+        if self.transport is None or self.pid != os.getpid():
+            return  # a forked child leaves its parent's socket alone
+        try:
             self.transport.abort()  # nothing more is read or written on it
+        except RuntimeError:  # its event loop is closed (asyncio.run ended): close the socket
+            sock = getattr(self.transport, "_sock", None)
+            if sock is not None:
+                sock.close()
 
 
 class _Slot:
@@ -331,8 +338,9 @@ class AsyncRedisFilter:
     async def _connect(self, slot: _Slot) -> bool:
         """An open, in-step connection for slot; True when this call opened it."""
         w = slot.wire
-        if w is not None and (w.pid != os.getpid() or w.stray):
-            slot.drop()  # forked, or input nobody asked for: out of step
+        if w is not None and (w.pid != os.getpid() or w.stray
+                              or w.loop is not asyncio.get_running_loop()):
+            slot.drop()  # forked, input nobody asked for (out of step), or another loop
         elif w is not None and slot.f._wire_connected:
             return False
         elif w is not None:

@@ -393,6 +393,37 @@ def test_a_hung_blocking_redis_filter_does_not_block_the_asgi_loop(redis_server_
     f.close()
 
 
+def test_a_hung_async_redis_filter_does_not_block_the_asgi_loop(redis_server_factory):
+    """The same with an AsyncRedisFilter: awaited, on the loop's own sockets."""
+    srv = redis_server_factory()
+    f = lb.AsyncRedisFilter.from_url(srv.url, "bf:rows", 1000, 0.01, socket_timeout=5)
+    asyncio.run(f.add("1"))
+    took, status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
+    assert took < 2.5, f"/health waited {took:.1f} s on a hung Redis"
+    assert status == 200
+
+
+def test_async_redis_filter_down_follows_the_policy(redis_server_factory):
+    srv = redis_server_factory()
+    f = lb.AsyncRedisFilter.from_url(srv.url, "bf:rows", 1000, 0.01, socket_timeout=1,
+                                     socket_connect_timeout=1)
+    app = hung_redis_app(f)
+
+    async def main():
+        await f.add("1")
+        assert await asgi_get(app, "/rows/1") == 200
+        assert await asgi_get(app, "/rows/3") == 404  # the filter says no
+        srv.kill()
+        assert await asgi_get(app, "/rows/3") == 200  # fail open: the endpoint decides
+        guard = app.get_guard()
+        st = guard.stats()
+        assert st.filter_errors == 1 and st.bypassed == 1 and st.circuit_open
+        srv.restart()
+        await f.add("1")
+
+    asyncio.run(main())
+
+
 def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
     """The half-open circuit lets one lookup probe the backend; if that lookup is cancelled
     (the client went away), the next one probes instead of the circuit staying shut."""

@@ -943,12 +943,6 @@ lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm)
     return st;
 }
 
-void lb_redis_bitmap_wire_abort(lb_redis_bitmap *bm)
-{
-    bm->w_phase = W_IDLE;
-    bm->w_claim = 0;
-}
-
 /* ------------------------------------------------------------ load */
 
 static int all_zero(const uint8_t *p, size_t n)

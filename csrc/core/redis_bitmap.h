@@ -162,7 +162,8 @@ lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count);
  * The keys are hashed by wire_begin (they need not live longer); out
  * (n bytes, as lb_redis_bitmap_add / _test) must live until the last
  * wire_done.  A transport that gives up in the middle (cancelled, timed out)
- * drops its connection (lb_redis_wire_closed) and calls wire_abort. */
+ * drops its connection (lb_redis_wire_closed) and begins the operation
+ * again, or another one: wire_begin starts afresh. */
 #define LB_RB_WIRE_ADD 1
 #define LB_RB_WIRE_TEST 2
 #define LB_RB_WIRE_RESET 3
@@ -170,7 +171,6 @@ lb_redis_status lb_redis_bitmap_wire_begin(lb_redis_bitmap *bm, int kind, const 
                                            size_t n, uint8_t *out);
 lb_redis_status lb_redis_bitmap_wire_next(lb_redis_bitmap *bm, const lb_redis_batch **req);
 lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm);
-void lb_redis_bitmap_wire_abort(lb_redis_bitmap *bm);
 
 /* Read the geometry stored next to `key` (for RedisFilter.open(url, key)):
  * OK and *out filled (lb_geometry_init), NOTFOUND when there is no meta key,

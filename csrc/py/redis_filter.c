@@ -475,8 +475,7 @@ static PyObject *rf_wire_closed(PyObject *self, PyObject *unused)
         Py_RETURN_NONE; /* closing after close(): nothing left to forget */
     if (lb_enter(&f->r.base) < 0)
         return NULL;
-    lb_redis_bitmap_wire_abort(f->bm);
-    lb_redis_wire_closed(f->r.conn);
+    lb_redis_wire_closed(f->r.conn); /* an operation begun goes on on the next connection */
     lb_leave(&f->r.base);
     Py_RETURN_NONE;
 }
@@ -602,10 +601,8 @@ static PyObject *rf_wire_feed(PyObject *self, PyObject *data)
     int complete = 0;
     lb_redis_status st = lb_redis_wire_feed(f->r.conn, view.buf, (size_t)view.len, &complete);
     PyBuffer_Release(&view);
-    if (st != LB_REDIS_OK) {
-        lb_redis_bitmap_wire_abort(f->bm);
-        return rf_wire_raise(f, st);
-    }
+    if (st != LB_REDIS_OK)
+        return rf_wire_raise(f, st); /* the transport drops the connection */
     lb_leave(&f->r.base);
     return PyBool_FromLong(complete);
 }
