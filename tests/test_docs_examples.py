@@ -24,7 +24,7 @@ DOC = ROOT / "docs" / "integrations.md"
 
 _BLOCK = re.compile(r"^```python(?:[ \t]+file=(\S+))?[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 _OPTIONAL = {"flask": "flask", "starlette": "asgi", "prometheus_client": "prometheus",
-             "django": "django", "httpx2": "asgi"}
+             "django": "django", "httpx2": "asgi", "fastapi": "test"}
 
 
 def blocks():
@@ -81,11 +81,14 @@ def test_the_doc_has_examples():
 @pytest.mark.parametrize("code,heading,line", SCRIPTS,
                          ids=[f"line{line}-{re.sub(r'[^a-z]+', '-', h.lower()).strip('-')}"
                               for _, h, line in SCRIPTS])
-def test_example_runs(code, heading, line, tmp_path):
+def test_example_runs(code, heading, line, tmp_path, request):
     _require(_needs(code))
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
-    _run([sys.executable, str(script)], tmp_path)
+    env = {}
+    if "REDIS_URL" in code:  # a private redis-server for the Redis examples
+        env["REDIS_URL"] = request.getfixturevalue("clean_redis").url
+    _run([sys.executable, str(script)], tmp_path, env)
 
 
 BASE_SETTINGS = """\
