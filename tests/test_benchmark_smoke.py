@@ -42,3 +42,17 @@ def test_memory_benchmark_quick_tiny(tmp_path):
     assert "n = 2,000, p = 0.01" in md
     assert (out / "bench_memory.txt").exists()
     assert (out / "bench_memory.json").exists()
+
+
+ASYNC_BENCH = os.path.join(ROOT, "benchmarks", "bench_async.py")
+
+
+@pytest.mark.skipif(not os.path.exists(ASYNC_BENCH), reason="benchmarks/ not in this checkout")
+def test_async_benchmark_quick():
+    pytest.importorskip("redis.asyncio")
+    r = subprocess.run([sys.executable, ASYNC_BENCH, "--quick", "--repeat", "1"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| add") or
+            line.startswith("| test")]
+    assert len(rows) == 8 and all(line.rstrip().endswith("x |") for line in rows)
