@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from typing import Any, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ._core import ClosedError, RedisConnectionError, RedisFilter, RedisTimeoutError
 from ._redis_client import connection_kwargs
@@ -42,14 +42,14 @@ __all__ = ["AsyncRedisFilter"]
 _ADD, _TEST, _RESET = 1, 2, 3
 
 
-def _where(cfg: dict) -> str:
+def _where(cfg: Dict[str, Any]) -> str:
     if cfg["unix_socket_path"]:
         return f"unix:{cfg['unix_socket_path']}"
     host = cfg["host"]
     return f"[{host}]:{cfg['port']}" if ":" in host else f"{host}:{cfg['port']}"
 
 
-def _ssl_context(cfg: dict) -> ssl.SSLContext:
+def _ssl_context(cfg: Dict[str, Any]) -> ssl.SSLContext:
     """The same verification as the C transport: certificates and host names checked by
     default; ``ssl_cert_reqs="none"`` checks neither."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -302,14 +302,14 @@ class AsyncRedisFilter:
             out += await self._run(kind, keys[start:start + step])
         return out
 
-    async def _run(self, kind: int, keys: Optional[list]) -> List[bool]:
+    async def _run(self, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         slot = await self._take()
         try:
             return await self._on(slot, kind, keys)
         finally:
             self._give(slot)
 
-    async def _on(self, slot: _Slot, kind: int, keys: Optional[list]) -> List[bool]:
+    async def _on(self, slot: _Slot, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         f = slot.f
         for attempt in (0, 1):
             f._wire_begin(kind, keys)
@@ -352,7 +352,7 @@ class AsyncRedisFilter:
             if cfg["unix_socket_path"]:
                 coro = loop.create_unix_connection(lambda: wire, cfg["unix_socket_path"])
             else:
-                kw: dict = {}
+                kw: Dict[str, Any] = {}
                 if cfg["ssl"]:
                     if self._ssl is None:
                         self._ssl = _ssl_context(cfg)
