@@ -33,6 +33,12 @@ struct lb_redisbloom {
     unsigned long seq;
     lb_redis_batch batch;
     char reply_text[BF_REPLY_TEXT_MAX];
+    /* the wire operation in progress (lb_bf_wire_*) */
+    int w_phase, w_kind, w_auth, w_sel;
+    size_t w_n;
+    uint8_t *w_out;
+    lb_redis_batch w_aux;     /* handshake, BF.INFO check or TYPE */
+    unsigned long w_hs_conn;  /* connect count whose handshake was answered */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -301,6 +307,7 @@ lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
     bf->chunk_keys = LB_BF_DEFAULT_CHUNK_KEYS;
     bf->full_processed = -1;
     lb_redis_batch_init(&bf->batch);
+    lb_redis_batch_init(&bf->w_aux);
     format_rate(opt->error_rate, bf->rate, sizeof bf->rate);
     bf->keylen = keylen;
     if (lb_redis_slot_names(key, keylen, &bf->key, &bf->base, &bf->baselen) < 0) {
@@ -316,6 +323,7 @@ void lb_bf_free(lb_redisbloom *bf)
     if (!bf)
         return;
     lb_redis_batch_free(&bf->batch);
+    lb_redis_batch_free(&bf->w_aux);
     free(bf->key);
     free(bf->base);
     free(bf);
@@ -408,22 +416,37 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
  * Bloom filter with matching parameters is there; 0 when the key is missing
  * and a new filter fits.  MISMATCH, WRONGTYPE, NOMODULE, TOOLARGE otherwise.
  * Nothing is written. */
+static void build_existing(lb_redisbloom *bf, lb_redis_batch *b)
+{
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "BF.INFO", 7);
+    lb_redis_batch_arg(b, bf->key, bf->keylen);
+    lb_redis_memory_cmd(b);
+    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
+    lb_redis_batch_expect_bytes(b, 4096 + LB_REDIS_MEMORY_INFO_BYTES);
+}
+
+static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *exists);
+
 static lb_redis_status check_existing(lb_redisbloom *bf, int *exists)
 {
     lb_redis_batch *b = &bf->batch;
     lb_reply **rs;
-    char kb[160];
     *exists = 0;
     lb_redis_batch_clear(b);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "BF.INFO", 7);
-    arg_key(bf);
-    lb_redis_memory_cmd(b);
-    lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
-    lb_redis_batch_expect_bytes(b, 4096 + LB_REDIS_MEMORY_INFO_BYTES);
+    build_existing(bf, b);
     lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
+    return existing_replies(bf, rs, exists);
+}
+
+/* The replies of build_existing's round trip (sent with RAW_ERRORS). */
+static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *exists)
+{
+    char kb[160];
+    lb_redis_status st;
+    *exists = 0;
     const lb_reply *x = rs[0];
     lb_redis_show(bf->key, bf->keylen, kb, sizeof kb);
     if (x->type == LB_REPLY_ERROR) {
@@ -598,6 +621,33 @@ static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t
     return LB_REDIS_OK;
 }
 
+/* An add's round trip: BF.INSERT (and PEXPIRE) into bf->batch. */
+static void build_add(lb_redisbloom *bf, const lb_key *keys, size_t n)
+{
+    lb_redis_batch_clear(&bf->batch);
+    build_insert(bf, keys, n);
+    if (bf->opt.ttl_ms > 0)
+        add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
+}
+
+/* Its replies (sent with RAW_ERRORS).  FULL: *processed = items before the
+ * rejected one, -1 when the server did not say. */
+static lb_redis_status add_replies(lb_redisbloom *bf, lb_reply **rs, size_t n, uint8_t *out,
+                                   long long *processed)
+{
+    size_t ok;
+    int any;
+    lb_redis_status st = read_answers(bf, rs[0], n, 1, out, &ok, &any);
+    if (st == LB_REDIS_ERR_FULL)
+        *processed = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
+    if (st != LB_REDIS_OK)
+        return st;
+    if (bf->opt.ttl_ms > 0 && (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
+        return st;
+    confirm_type(bf); /* a successful add proves the key is a Bloom filter */
+    return LB_REDIS_OK;
+}
+
 static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out,
                                  long long *processed)
 {
@@ -612,10 +662,7 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
             return st;
         if (lb_redis_roundtrip_count(bf->conn) != rt)
             was_open = 0; /* the connection just answered: a failure now is not a stale one */
-        lb_redis_batch_clear(&bf->batch);
-        build_insert(bf, keys, n);
-        if (bf->opt.ttl_ms > 0)
-            add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
+        build_add(bf, keys, n);
         lb_reply **rs;
         /* KEPT_CONN: a connection discarded for a pending late reply is
          * replaced by one that is reserved again (the loop) */
@@ -624,18 +671,7 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
             continue; /* stale connection (server restarted?): reserve again, send again */
         if (st != LB_REDIS_OK)
             return st;
-        size_t ok;
-        int any;
-        st = read_answers(bf, rs[0], n, 1, out, &ok, &any);
-        if (st == LB_REDIS_ERR_FULL)
-            *processed = rs[0]->type == LB_REPLY_ERROR ? (n == 1 ? 0 : -1) : (long long)ok;
-        if (st != LB_REDIS_OK)
-            return st;
-        if (bf->opt.ttl_ms > 0 &&
-            (st = expect_reply(bf, rs[1], &want_bit, "PEXPIRE")) != LB_REDIS_OK)
-            return st;
-        confirm_type(bf); /* a successful add proves the key is a Bloom filter */
-        return LB_REDIS_OK;
+        return add_replies(bf, rs, n, out, processed);
     }
 }
 
@@ -680,6 +716,36 @@ static lb_redis_status check_type_reply(lb_redisbloom *bf, const lb_reply *x, co
                               lb_redis_show(x->str, x->len, tb, sizeof tb), why);
 }
 
+/* A test's replies (sent with RAW_ERRORS): *ask_type = 1 when every answer
+ * was false and the key's type is not known yet (the module answers 0 on a
+ * key of another type): a TYPE round trip (build_type) must follow. */
+static lb_redis_status test_replies(lb_redisbloom *bf, lb_reply **rs, size_t n, uint8_t *out,
+                                    int *ask_type)
+{
+    size_t ok;
+    int any;
+    *ask_type = 0;
+    lb_redis_status st = read_answers(bf, rs[0], n, 0, out, &ok, &any);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (any)
+        confirm_type(bf);
+    else if (!type_confirmed(bf))
+        *ask_type = 1;
+    return LB_REDIS_OK;
+}
+
+static void build_type(lb_redisbloom *bf, lb_redis_batch *b)
+{
+    lb_redis_batch_expect_elements(b, 0);
+    lb_redis_batch_expect_bytes(b, 0);
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "TYPE", 4);
+    lb_redis_batch_arg(b, bf->key, bf->keylen);
+}
+
+#define TYPE_WHY " (BF.EXISTS answers 0 on it, not an error)"
+
 static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *out)
 {
     lb_redis_batch *b = &bf->batch;
@@ -690,29 +756,16 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
         lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
-    size_t ok;
-    int any;
-    st = read_answers(bf, rs[0], n, 0, out, &ok, &any);
-    if (st != LB_REDIS_OK)
+    int ask_type;
+    st = test_replies(bf, rs, n, out, &ask_type);
+    if (st != LB_REDIS_OK || !ask_type)
         return st;
-    if (any) {
-        confirm_type(bf);
-        return LB_REDIS_OK;
-    }
-    if (type_confirmed(bf))
-        return LB_REDIS_OK;
-    /* All false and the type unknown: the module answers 0 on a key of
-     * another type, so ask once. */
     lb_redis_batch_clear(b);
-    lb_redis_batch_expect_elements(b, 0);
-    lb_redis_batch_expect_bytes(b, 0);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "TYPE", 4);
-    arg_key(bf);
+    build_type(bf, b);
     st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
     if (st != LB_REDIS_OK)
         return st;
-    return check_type_reply(bf, rs[0], " (BF.EXISTS answers 0 on it, not an error)");
+    return check_type_reply(bf, rs[0], TYPE_WHY);
 }
 
 lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *present)
@@ -732,25 +785,166 @@ lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint
 
 /* ---------------------------------------------------------------- reset */
 
-lb_redis_status lb_bf_reset(lb_redisbloom *bf)
+static void build_reset(lb_redisbloom *bf)
 {
     lb_redis_batch *b = &bf->batch;
-    lb_reply **rs;
-    clear_call(bf);
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     arg_key(bf);
-    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+}
+
+static lb_redis_status reset_replies(lb_redisbloom *bf, lb_reply **rs)
+{
+    lb_redis_status st = expect_reply(bf, rs[0], &want_bit, "DEL");
     if (st != LB_REDIS_OK)
-        return st;
-    if ((st = expect_reply(bf, rs[0], &want_bit, "DEL")) != LB_REDIS_OK)
         return st;
     bf->reserved = 0;
     bf->type_ok = 0;
     return LB_REDIS_OK;
+}
+
+lb_redis_status lb_bf_reset(lb_redisbloom *bf)
+{
+    lb_reply **rs;
+    clear_call(bf);
+    build_reset(bf);
+    lb_redis_status st =
+        lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    return reset_replies(bf, rs);
+}
+
+/* ---------------------------------------------------------------- wire */
+
+enum { W_IDLE = 0, W_NEXT, W_HS, W_CHECK, W_MAIN, W_TYPE, W_DONE };
+
+lb_redis_status lb_bf_wire_begin(lb_redisbloom *bf, int kind, const lb_key *keys, size_t n,
+                                 uint8_t *out)
+{
+    clear_call(bf);
+    bf->full_processed = -1;
+    bf->last_new = 0;
+    bf->w_phase = W_IDLE;
+    if (kind == LB_BF_WIRE_RESET) {
+        build_reset(bf);
+    } else if (kind == LB_BF_WIRE_ADD || kind == LB_BF_WIRE_TEST) {
+        if (n == 0 || n > bf->chunk_keys)
+            return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG,
+                                      "a wire operation takes 1 to %zu keys, not %zu",
+                                      bf->chunk_keys, n);
+        for (size_t i = 0; i < n; i++)
+            if (keys[i].len == 0 || !keys[i].data)
+                return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "key %zu is empty", i);
+        if (kind == LB_BF_WIRE_ADD) {
+            build_add(bf, keys, n);
+        } else {
+            lb_redis_batch_clear(&bf->batch);
+            build_items(bf, "BF.EXISTS", "BF.MEXISTS", keys, n);
+        }
+    } else {
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "unknown wire operation");
+    }
+    bf->w_kind = kind;
+    bf->w_n = n;
+    bf->w_out = out;
+    bf->w_phase = W_NEXT;
+    return LB_REDIS_OK;
+}
+
+lb_redis_status lb_bf_wire_next(lb_redisbloom *bf, const lb_redis_batch **req)
+{
+    lb_redis *c = bf->conn;
+    lb_redis_status st;
+    lb_redis_batch *aux = &bf->w_aux;
+    *req = NULL;
+    if (bf->w_phase == W_DONE)
+        return LB_REDIS_OK;
+    if (bf->w_phase != W_NEXT && bf->w_phase != W_TYPE)
+        return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire operation is waiting to send");
+    if (!lb_redis_is_connected(c))
+        return lb_redis_set_error(c, LB_REDIS_ERR_IO, "no connection is open on the transport");
+    unsigned long conn = lb_redis_connect_count(c);
+    if (bf->w_phase == W_TYPE) { /* all false: ask the key's type once */
+        lb_redis_batch_clear(aux);
+        build_type(bf, aux);
+        *req = aux;
+    } else if (bf->w_hs_conn != conn) {
+        lb_redis_batch_free(aux);
+        st = lb_redis_wire_handshake(c, aux, &bf->w_auth, &bf->w_sel);
+        if (st != LB_REDIS_OK)
+            return lb_redis_set_error(c, st, "out of memory building the handshake");
+        if (aux->ncmds == 0)
+            bf->w_hs_conn = conn;
+        else {
+            bf->w_phase = W_HS;
+            *req = aux;
+        }
+    }
+    if (!*req && bf->w_kind == LB_BF_WIRE_ADD && !bf->opt.no_create &&
+        !(bf->reserved && bf->reserved_conn == conn)) {
+        lb_redis_batch_clear(aux);
+        build_existing(bf, aux);
+        bf->w_phase = W_CHECK;
+        *req = aux;
+    } else if (!*req) {
+        bf->w_phase = W_MAIN;
+        *req = &bf->batch;
+    }
+    st = lb_redis_wire_begin(c, *req);
+    if (st != LB_REDIS_OK) {
+        *req = NULL;
+        bf->w_phase = W_DONE;
+    }
+    return st;
+}
+
+lb_redis_status lb_bf_wire_done(lb_redisbloom *bf)
+{
+    lb_redis *c = bf->conn;
+    lb_reply **rs;
+    lb_redis_status st = lb_redis_wire_replies(c, LB_REDIS_RAW_ERRORS, &rs);
+    int next = W_DONE, exists, ask_type;
+    long long processed = -1;
+    if (st == LB_REDIS_OK) {
+        switch (bf->w_phase) {
+        case W_HS:
+            st = lb_redis_wire_handshake_check(c, rs, bf->w_auth, bf->w_sel);
+            if (st == LB_REDIS_OK)
+                bf->w_hs_conn = lb_redis_connect_count(c);
+            else
+                lb_redis_disconnect(c);
+            next = W_NEXT;
+            break;
+        case W_CHECK:
+            st = existing_replies(bf, rs, &exists);
+            next = W_NEXT;
+            break;
+        case W_MAIN:
+            if (bf->w_kind == LB_BF_WIRE_ADD) {
+                st = add_replies(bf, rs, bf->w_n, bf->w_out, &processed);
+                if (st == LB_REDIS_ERR_FULL)
+                    bf->full_processed = processed;
+            } else if (bf->w_kind == LB_BF_WIRE_TEST) {
+                st = test_replies(bf, rs, bf->w_n, bf->w_out, &ask_type);
+                if (st == LB_REDIS_OK && ask_type)
+                    next = W_TYPE;
+            } else {
+                st = reset_replies(bf, rs);
+            }
+            break;
+        case W_TYPE:
+            st = check_type_reply(bf, rs[0], TYPE_WHY);
+            break;
+        default:
+            return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire round trip is in progress");
+        }
+    }
+    bf->w_phase = st == LB_REDIS_OK ? next : W_DONE;
+    return st;
 }
 
 /* ----------------------------------------------------------- info / card */
