@@ -9,7 +9,8 @@ reset, close, context manager):
 - RedisFilter: a Redis bitmap, hashing on the client (added by the Redis issue).
 - RedisBloomFilter: the RedisBloom module's BF.* commands.
 
-AsyncRedisFilter (ling_bloom.aio) is RedisFilter for asyncio: the same bitmap, awaited.
+AsyncRedisFilter and AsyncRedisBloomFilter (ling_bloom.aio) are the two Redis filters for
+asyncio: the same keys on the server, awaited.
 
 Keys are str (hashed as UTF-8), bytes, or any bytes-like object.  The default hash
 is XXH3-128 with double hashing; ``hash="ling-base"`` reproduces the Go library
@@ -49,7 +50,7 @@ from ._core import (
     indices,
 )
 from ._core import RedisBloomFilter
-from .aio import AsyncRedisFilter
+from .aio import AsyncRedisBloomFilter, AsyncRedisFilter
 from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
@@ -177,6 +178,7 @@ __all__ = [
     "RedisProtocolError",
     "RedisFilter",
     "AsyncRedisFilter",
+    "AsyncRedisBloomFilter",
     "RedisResponseError",
     "RedisTimeoutError",
     "Remover",

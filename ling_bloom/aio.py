@@ -1,4 +1,5 @@
-"""Redis filters for asyncio: ``AsyncRedisFilter``, awaitable twin of ``RedisFilter``.
+"""Redis filters for asyncio: ``AsyncRedisFilter`` and ``AsyncRedisBloomFilter``, the
+awaitable twins of ``RedisFilter`` and ``RedisBloomFilter``.
 
     f = AsyncRedisFilter.from_url("redis://localhost:6379/0", "bf:users", 1_000_000, 0.01)
     await f.add("user:42")                  # True: it was new
@@ -9,7 +10,9 @@
 The Redis protocol is the C core's, exactly as the blocking ``RedisFilter`` uses it: the
 requests (the handshake, the meta-key look and claim of every new connection, the
 BITFIELD/SETBIT pipelines), the reply reader with its bounds, and every check of a reply
-against what was sent (csrc/core/redis_bitmap.h and redis_conn.h, "wire").  This file is
+against what was sent (csrc/core/redis_conn.h, redis_bitmap.h, redisbloom.h: "wire"; for
+RedisBloom, the BF.INFO check before the first write on a connection and the TYPE question
+after an all-false test).  This file is
 only the transport: asyncio sockets (TCP, unix, TLS through asyncio's ``ssl``), timeouts,
 a small pool of connections, and the rules that keep a connection in step:
 
@@ -32,14 +35,22 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
 
-from ._core import ClosedError, RedisConnectionError, RedisFilter, RedisTimeoutError
+from ._core import (
+    ClosedError,
+    FilterFullError,
+    RedisBloomFilter,
+    RedisConnectionError,
+    RedisFilter,
+    RedisTimeoutError,
+)
 from ._redis_client import connection_kwargs
 
-__all__ = ["AsyncRedisFilter"]
+__all__ = ["AsyncRedisFilter", "AsyncRedisBloomFilter"]
 
 _ADD, _TEST, _RESET = 1, 2, 3
+_A = TypeVar("_A", bound="_AsyncRedis")
 
 
 def _where(cfg: Dict[str, Any]) -> str:
@@ -137,7 +148,7 @@ class _Wire(asyncio.Protocol):
 class _Slot:
     """A connection of the pool and the filter object whose C state speaks on it."""
 
-    def __init__(self, f: RedisFilter):
+    def __init__(self, f: Any):
         self.f = f
         self.wire: Optional[_Wire] = None
 
@@ -149,18 +160,18 @@ class _Slot:
         self.f._wire_closed()
 
 
-class AsyncRedisFilter:
-    """``AsyncRedisFilter(key, capacity, error_rate=0.01, *, ..., max_connections=4)``:
-    the arguments, options, results and errors of ``RedisFilter``, awaitable.  Both classes
-    read and write the same bitmap and meta key, so blocking and async processes share a
-    filter."""
+class _AsyncRedis:
+    """What the two async filters share: the pool, the transport, the operations."""
+
+    _sync: Any = None                 # the blocking class whose C state speaks the protocol
+    _facts: Tuple[str, ...] = ()      # attributes read from it (no round trip)
 
     def __init__(self, *args: Any, max_connections: int = 4, **kwargs: Any):
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) \
                 or max_connections < 1:
             raise ValueError("max_connections must be an int >= 1")
         self._args, self._kwargs = args, kwargs
-        first = RedisFilter(*args, **kwargs)  # checks every argument; sends nothing
+        first = self._sync(*args, **kwargs)  # checks every argument; sends nothing
         self._cfg = first._wire_config()
         self._where = _where(self._cfg)
         self._chunk = int(self._cfg["chunk_size"])
@@ -173,22 +184,22 @@ class AsyncRedisFilter:
 
     # -- construction, as RedisFilter
     @classmethod
-    def from_url(cls, url: str, key: Any, *args: Any, **kwargs: Any) -> "AsyncRedisFilter":
+    def from_url(cls: Type[_A], url: str, key: Any, *args: Any, **kwargs: Any) -> _A:
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
         return cls(key, *args, url=url, **kwargs)
 
     @classmethod
-    def from_redis(cls, client: Any, key: Any, *args: Any, **kwargs: Any) -> "AsyncRedisFilter":
+    def from_redis(cls: Type[_A], client: Any, key: Any, *args: Any, **kwargs: Any) -> _A:
         """The connection settings of a redis-py client (``redis.asyncio.Redis`` or
         ``redis.Redis``); its own connections are not used."""
         return cls(key, *args, **{**connection_kwargs(client), **kwargs})
 
     # -- the facts of the filter (no round trip)
     def __getattr__(self, name: str) -> Any:
-        if name in ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes"):
+        if name in self._facts:
             return getattr(self._slots[0].f, name)
-        raise AttributeError(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def closed(self) -> bool:
@@ -199,12 +210,8 @@ class AsyncRedisFilter:
         return self._max
 
     def __repr__(self) -> str:
-        f = self._slots[0].f
-        return (f"<AsyncRedisFilter key={self._cfg_key()!r} m={f.m} k={f.k} hash={f.hash}"
-                f"{' closed' if self._closed else ''}>")
-
-    def _cfg_key(self) -> Any:
-        return self._slots[0].f.key
+        inner = repr(self._slots[0].f).strip("<>").split(" ", 1)[1].replace(" closed", "")
+        return f"<{type(self).__name__} {inner}{' closed' if self._closed else ''}>"
 
     def __contains__(self, key: Any) -> bool:
         raise TypeError("'in' cannot wait for Redis: use 'await f.test(key)'")
@@ -243,7 +250,7 @@ class AsyncRedisFilter:
                 slot.drop()
                 slot.f.close()
 
-    async def __aenter__(self) -> "AsyncRedisFilter":
+    async def __aenter__(self: _A) -> _A:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -256,7 +263,7 @@ class AsyncRedisFilter:
         if self._idle:
             return self._idle.pop()
         if len(self._slots) < self._max:
-            slot = _Slot(RedisFilter(*self._args, **self._kwargs))
+            slot = _Slot(self._sync(*self._args, **self._kwargs))
             self._slots.append(slot)
             return slot
         w: "asyncio.Future[_Slot]" = asyncio.get_running_loop().create_future()
@@ -299,7 +306,13 @@ class AsyncRedisFilter:
         out: List[bool] = []
         step = self._chunk
         for start in range(0, len(keys), step):
-            out += await self._run(kind, keys[start:start + step])
+            try:
+                out += await self._run(kind, keys[start:start + step])
+            except FilterFullError as e:  # counts of the whole batch, as the blocking call's
+                processed, added = e.processed, e.added
+                if start and processed is not None and added is not None:
+                    e.processed, e.added = processed + start, added + sum(out)
+                raise
         return out
 
     async def _run(self, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
@@ -318,7 +331,8 @@ class AsyncRedisFilter:
                 while True:
                     req = f._wire_next()
                     if req is None:
-                        return f._wire_result()
+                        result: List[bool] = f._wire_result()
+                        return result
                     received = await self._roundtrip(slot, req)
                     f._wire_done()
                     if not f._wire_connected:  # the core dropped it (a reply that did not fit)
@@ -406,3 +420,26 @@ class AsyncRedisFilter:
 
 def received_nothing(slot: _Slot) -> bool:
     return slot.wire is not None and slot.wire.received == 0
+
+
+class AsyncRedisFilter(_AsyncRedis):
+    """``AsyncRedisFilter(key, capacity, error_rate=0.01, *, ..., max_connections=4)``:
+    the arguments, options, results and errors of ``RedisFilter``, awaitable.  Both classes
+    read and write the same bitmap and meta key, so blocking and async processes share a
+    filter."""
+
+    _sync = RedisFilter
+    _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes")
+
+
+class AsyncRedisBloomFilter(_AsyncRedis):
+    """``AsyncRedisBloomFilter(key, capacity=1000, error_rate=0.001, *, ...,
+    max_connections=4)``: the arguments, options, results and errors of
+    ``RedisBloomFilter`` for add, test, their batches and reset, awaitable (a full
+    non-scaling filter raises ``FilterFullError`` with ``processed`` and ``added`` counted
+    over the whole batch).  ``info()``, ``card()``, ``dump()`` and ``restore()`` are only
+    on the blocking class."""
+
+    _sync = RedisBloomFilter
+    _facts = ("key", "capacity", "error_rate", "expansion", "non_scaling", "no_create", "ttl",
+              "chunk_size")

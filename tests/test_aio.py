@@ -355,3 +355,99 @@ def test_forked_child_uses_a_connection_of_its_own(clean_redis):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert run(f.test("parent")) is True
+
+
+# ---- AsyncRedisBloomFilter, on the real RedisBloom module ------------------------------------
+
+
+def abf(srv, key, *args, **kw):
+    kw.setdefault("socket_timeout", 10)
+    return lb.AsyncRedisBloomFilter.from_url(srv.url, key, *args, **kw)
+
+
+def test_redisbloom_results_match_the_blocking_filter(bf_server):
+    keys = [f"item:{i}" for i in range(2500)]  # three BF.INSERTs of 1,000
+
+    async def main():
+        async with abf(bf_server, "arb:1", 10_000, 0.01) as f:
+            assert await f.add("x") is True and await f.add("x") is False
+            assert await f.test("x") is True and await f.test("nope") is False
+            added = await f.add_many(keys)
+            assert await f.test_many(keys) == [True] * len(keys)
+            return added, (f.capacity, f.error_rate, f.expansion, f.key)
+
+    added, facts = run(main())
+    assert facts == (10_000, 0.01, 2, "arb:1")
+    with lb.RedisBloomFilter.from_url(bf_server.url, "arb:1", 10_000, 0.01) as s:
+        assert s.test_many(keys) == [True] * len(keys)
+        assert s.card() == 1 + sum(added)
+
+    async def reset():
+        async with abf(bf_server, "arb:1", 10_000, 0.01) as f:
+            await f.reset()
+            return await f.test("x")
+
+    assert run(reset()) is False
+
+
+def test_redisbloom_full_filter_counts_the_whole_batch(bf_server):
+    async def main():
+        async with abf(bf_server, "arb:full", 5, 0.01, non_scaling=True, chunk_size=3) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                await f.update(list("aabbcdefg"))  # the README's example, in chunks of 3
+            assert (ei.value.processed, ei.value.added) == (7, 5)
+
+    run(main())
+
+
+def test_redisbloom_errors(bf_server, clean_redis):
+    with bf_server.client() as c:
+        c.command("DEL", "arb:list", "arb:other")
+        c.command("LPUSH", "arb:list", "x")
+    with lb.RedisBloomFilter.from_url(bf_server.url, "arb:other", 100, 0.01,
+                                      non_scaling=True) as s:
+        s.add("x")
+
+    async def main():
+        async with abf(bf_server, "arb:list", 100, 0.01) as f:
+            with pytest.raises(lb.WrongTypeError):  # the module answers 0: the TYPE follow-up
+                await f.test("x")
+            with pytest.raises(lb.WrongTypeError):
+                await f.add("x")
+        async with abf(bf_server, "arb:other", 1000, 0.01) as f:
+            with pytest.raises(lb.GeometryMismatchError):
+                await f.add("y")
+        async with abf(bf_server, "arb:missing", no_create=True) as f:
+            with pytest.raises(lb.FilterNotFoundError):
+                await f.add("y")
+        async with abf(clean_redis, "arb:nomodule") as f:
+            with pytest.raises(lb.ModuleMissingError):
+                await f.add("y")
+
+    run(main())
+
+
+def test_redisbloom_restart_and_cancel(bf_server_factory):
+    srv = bf_server_factory()
+
+    async def main():
+        async with abf(srv, "arb:r", 1000, 0.01, max_connections=1) as f:
+            await f.add("a")
+            srv.pause()
+            try:
+                call = asyncio.ensure_future(f.test("a"))
+                await asyncio.sleep(0.3)
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+            finally:
+                srv.resume()
+            assert await f.test("never") is False
+            srv.restart()
+            assert await f.add("b") is True  # created again with our parameters
+            assert (await f.test_many(["a", "b"])) == [False, True]
+
+    run(main())
+    with lb.RedisBloomFilter.from_url(srv.url, "arb:r", 1000, 0.01) as s:
+        info = s.info()
+        assert info.capacity == 1000 and info.expansion == 2

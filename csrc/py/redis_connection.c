@@ -425,6 +425,9 @@ void lb_redis_filter_release(lb_redis_filter *f)
 {
     lb_redis_free(f->conn);
     f->conn = NULL;
+    PyMem_Free(f->w_out);
+    f->w_out = NULL;
+    f->w_n = 0;
 }
 
 int lb_redis_filter_renew(lb_redis_filter *f)
@@ -641,3 +644,194 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
     lb_leave(&f->base);
     return d;
 }
+
+/* ---- the sans-IO side, for ling_bloom.aio ------------------------------------
+ *
+ * The asyncio transport does the socket I/O; everything else is the core's
+ * (redis_conn.h, redis_bitmap.h and redisbloom.h, "wire"): the requests, the
+ * reply reader and its bounds, the checks.  Each method enters the filter
+ * (ClosedError once closed). */
+
+static PyObject *wire_raise(lb_redis_filter *f, lb_redis_status st)
+{
+    f->ops->raise(f, st);
+    lb_leave(&f->base);
+    return NULL;
+}
+
+PyObject *lb_wire_method_opened(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis_status st = lb_redis_wire_opened(f->conn);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_wire_method_closed(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.closed || !f->conn)
+        Py_RETURN_NONE; /* closing after close(): nothing left to forget */
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis_wire_closed(f->conn); /* an operation begun goes on on the next connection */
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_wire_method_connected(PyObject *self, void *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    return PyBool_FromLong(!f->base.closed && f->conn && lb_redis_is_connected(f->conn));
+}
+
+/* _wire_begin(kind, keys): 1 add, 2 test (1..chunk_size keys, a list or
+ * tuple), 3 reset (keys None). */
+PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int kind;
+    PyObject *keys;
+    if (!PyArg_ParseTuple(args, "iO:_wire_begin", &kind, &keys))
+        return NULL;
+    Py_ssize_t n = 0;
+    PyObject *seq = NULL;
+    lb_key *kv = NULL;
+    lb_key_hold *holds = NULL;
+    Py_ssize_t held = 0;
+    if (kind != LB_REDIS_WIRE_RESET) {
+        seq = PySequence_Fast(keys, "keys must be a list or tuple");
+        if (!seq)
+            return NULL;
+        n = PySequence_Fast_GET_SIZE(seq);
+        kv = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *kv);
+        holds = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *holds);
+        if (!kv || !holds) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (; held < n; held++)
+            if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, held), &kv[held],
+                           &holds[held]) < 0)
+                goto fail;
+    }
+    if (lb_enter(&f->base) < 0)
+        goto fail;
+    PyMem_Free(f->w_out);
+    f->w_out = PyMem_Malloc((size_t)(n ? n : 1));
+    f->w_n = (size_t)n;
+    lb_redis_status st = f->w_out ? f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out)
+                                  : LB_REDIS_ERR_NOMEM;
+    if (st != LB_REDIS_OK) {
+        if (st == LB_REDIS_ERR_NOMEM)
+            PyErr_NoMemory();
+        else
+            f->ops->raise(f, st);
+    }
+    lb_leave(&f->base);
+    if (st != LB_REDIS_OK)
+        goto fail;
+    for (Py_ssize_t i = 0; i < held; i++)
+        lb_key_release(&holds[i]);
+    PyMem_Free(kv);
+    PyMem_Free(holds);
+    Py_XDECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    for (Py_ssize_t i = 0; i < held; i++)
+        lb_key_release(&holds[i]);
+    PyMem_Free(kv);
+    PyMem_Free(holds);
+    Py_XDECREF(seq);
+    return NULL;
+}
+
+/* _wire_check(keys): TypeError / EmptyKeyError for the first bad key of a
+ * list or tuple, before any of it is sent. */
+PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter_read(&f->base) < 0)
+        return NULL;
+    lb_leave(&f->base);
+    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lb_key k;
+        lb_key_hold hold;
+        if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, i), &k, &hold) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        lb_key_release(&hold);
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* The next request's bytes, or None when the operation is done. */
+PyObject *lb_wire_method_next(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    const lb_redis_batch *req;
+    lb_redis_status st = f->ops->wire_next(f, &req);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    PyObject *out = req ? PyBytes_FromStringAndSize(req->buf, (Py_ssize_t)req->len) : Py_NewRef(Py_None);
+    lb_leave(&f->base);
+    return out;
+}
+
+/* Reply bytes as they arrive: True once every reply of the request is in. */
+PyObject *lb_wire_method_feed(PyObject *self, PyObject *data)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (lb_enter(&f->base) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int complete = 0;
+    lb_redis_status st = lb_redis_wire_feed(f->conn, view.buf, (size_t)view.len, &complete);
+    PyBuffer_Release(&view);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st); /* the transport drops the connection */
+    lb_leave(&f->base);
+    return PyBool_FromLong(complete);
+}
+
+/* The request's replies are in: check them (raises what the blocking call would). */
+PyObject *lb_wire_method_done(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis_status st = f->ops->wire_done(f);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+/* The results of the finished add or test: a list of bools. */
+PyObject *lb_wire_method_result(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    PyObject *list = PyList_New((Py_ssize_t)f->w_n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < f->w_n; i++)
+        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(f->w_out[i] ? Py_True : Py_False));
+    return list;
+}
+

@@ -71,7 +71,18 @@ typedef struct {
     /* Free what the type built on the connection, then call
      * lb_redis_filter_release. */
     void (*release)(lb_base *b);
+    /* The sans-IO operations (LB_REDIS_WIRE_*), for the _wire_* methods. */
+    lb_redis_status (*wire_begin)(lb_redis_filter *f, int kind, const lb_key *keys, size_t n,
+                                  uint8_t *out);
+    lb_redis_status (*wire_next)(lb_redis_filter *f, const lb_redis_batch **req);
+    lb_redis_status (*wire_done)(lb_redis_filter *f);
 } lb_redis_ops;
+
+/* The kinds of wire operation (the same numbers as LB_RB_WIRE_* and
+ * LB_BF_WIRE_* of the core). */
+#define LB_REDIS_WIRE_ADD 1
+#define LB_REDIS_WIRE_TEST 2
+#define LB_REDIS_WIRE_RESET 3
 
 struct lb_redis_filter_s {
     lb_base base;
@@ -81,6 +92,8 @@ struct lb_redis_filter_s {
     double ttl;               /* seconds; 0: none */
     size_t chunk;             /* keys per round trip */
     const lb_redis_ops *ops;
+    uint8_t *w_out;           /* the wire operation's results (w_n bytes) */
+    size_t w_n;
 };
 
 #define LB_REDIS_FILTER(o) ((lb_redis_filter *)(o))
@@ -166,6 +179,32 @@ PyObject *lb_redis_close(PyObject *self, PyObject *unused);
  * (host, port, unix_socket_path, the timeouts in seconds or None, tls and
  * the ssl_* settings), as the URL and keywords gave them. */
 PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused);
+
+/* The _wire_* methods that ling_bloom.aio drives (not public API): the
+ * asyncio transport opened or closed a connection; check a batch's keys;
+ * begin an operation (kind, keys); the next request's bytes (None: done);
+ * feed reply bytes (True: the request is answered); check the replies
+ * (raises what the blocking call would); the results; whether the
+ * connection is open. */
+PyObject *lb_wire_method_opened(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_closed(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_check(PyObject *self, PyObject *keys);
+PyObject *lb_wire_method_begin(PyObject *self, PyObject *args);
+PyObject *lb_wire_method_next(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_feed(PyObject *self, PyObject *data);
+PyObject *lb_wire_method_done(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_connected(PyObject *self, void *unused);
+#define LB_REDIS_WIRE_METHODS                                           \
+    {"_wire_opened", lb_wire_method_opened, METH_NOARGS, NULL},         \
+        {"_wire_closed", lb_wire_method_closed, METH_NOARGS, NULL},     \
+        {"_wire_check", lb_wire_method_check, METH_O, NULL},            \
+        {"_wire_begin", lb_wire_method_begin, METH_VARARGS, NULL},      \
+        {"_wire_next", lb_wire_method_next, METH_NOARGS, NULL},         \
+        {"_wire_feed", lb_wire_method_feed, METH_O, NULL},              \
+        {"_wire_done", lb_wire_method_done, METH_NOARGS, NULL},         \
+        {"_wire_result", lb_wire_method_result, METH_NOARGS, NULL},     \
+        {"_wire_config", lb_redis_wire_config, METH_NOARGS, NULL}
 
 /* Getters of the properties key and ttl. */
 PyObject *lb_redis_get_key(PyObject *self, void *unused);

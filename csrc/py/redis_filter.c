@@ -14,8 +14,6 @@ typedef struct {
     lb_redis_bitmap *bm;
     lb_rb_mode mode;
     lb_redis_status last;   /* status of the last failed chunk */
-    uint8_t *w_out;         /* the wire operation's results (w_n bytes) */
-    size_t w_n;
 } RedisFilter;
 
 #define RF(o) ((RedisFilter *)(o))
@@ -25,8 +23,6 @@ static void rf_release(lb_base *b)
     RedisFilter *f = (RedisFilter *)b;
     lb_redis_bitmap_free(f->bm);
     f->bm = NULL;
-    PyMem_Free(f->w_out);
-    f->w_out = NULL;
     lb_redis_filter_release(&f->r);
 }
 
@@ -101,6 +97,11 @@ static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     return rf_chunk(b, rf_test_keys, keys, n, out, done);
 }
 
+static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
+                                     uint8_t *out);
+static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req);
+static lb_redis_status rf_wire_done(lb_redis_filter *r);
+
 static const lb_redis_ops rf_ops = {
     .add = rf_add_keys,
     .test = rf_test_keys,
@@ -109,6 +110,9 @@ static const lb_redis_ops rf_ops = {
     .raise = rf_raise,
     .raise_backend = rf_raise_backend,
     .release = rf_release,
+    .wire_begin = rf_wire_begin,
+    .wire_next = rf_wire_next,
+    .wire_done = rf_wire_done,
 };
 
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -443,193 +447,22 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
     return list;
 }
 
-/* ---- the sans-IO side, for ling_bloom.aio (AsyncRedisFilter) -------------
- *
- * The asyncio transport does the socket I/O; everything else is the core's
- * (redis_bitmap.h, "wire"): the requests, the reply reader and its bounds,
- * the checks.  Each method enters the filter (ClosedError once closed). */
+/* ---- the sans-IO side (ling_bloom.aio): redis_connection.c's _wire_* methods */
 
-static PyObject *rf_wire_raise(RedisFilter *f, lb_redis_status st)
+static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
+                                     uint8_t *out)
 {
-    rf_raise(&f->r, st);
-    lb_leave(&f->r.base);
-    return NULL;
+    return lb_redis_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out);
 }
 
-static PyObject *rf_wire_opened(PyObject *self, PyObject *unused)
+static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
 {
-    RedisFilter *f = RF(self);
-    if (lb_enter(&f->r.base) < 0)
-        return NULL;
-    lb_redis_status st = lb_redis_wire_opened(f->r.conn);
-    if (st != LB_REDIS_OK)
-        return rf_wire_raise(f, st);
-    lb_leave(&f->r.base);
-    Py_RETURN_NONE;
+    return lb_redis_bitmap_wire_next(RF(r)->bm, req);
 }
 
-static PyObject *rf_wire_closed(PyObject *self, PyObject *unused)
+static lb_redis_status rf_wire_done(lb_redis_filter *r)
 {
-    RedisFilter *f = RF(self);
-    if (f->r.base.closed || !f->bm)
-        Py_RETURN_NONE; /* closing after close(): nothing left to forget */
-    if (lb_enter(&f->r.base) < 0)
-        return NULL;
-    lb_redis_wire_closed(f->r.conn); /* an operation begun goes on on the next connection */
-    lb_leave(&f->r.base);
-    Py_RETURN_NONE;
-}
-
-static PyObject *rf_wire_connected(PyObject *self, void *unused)
-{
-    RedisFilter *f = RF(self);
-    return PyBool_FromLong(!f->r.base.closed && f->r.conn && lb_redis_is_connected(f->r.conn));
-}
-
-/* _wire_begin(kind, keys): 1 add, 2 test (1..chunk_size keys, a list or
- * tuple), 3 reset (keys None). */
-static PyObject *rf_wire_begin(PyObject *self, PyObject *args)
-{
-    RedisFilter *f = RF(self);
-    int kind;
-    PyObject *keys;
-    if (!PyArg_ParseTuple(args, "iO:_wire_begin", &kind, &keys))
-        return NULL;
-    Py_ssize_t n = 0;
-    PyObject *seq = NULL;
-    lb_key *kv = NULL;
-    lb_key_hold *holds = NULL;
-    Py_ssize_t held = 0;
-    if (kind != LB_RB_WIRE_RESET) {
-        seq = PySequence_Fast(keys, "keys must be a list or tuple");
-        if (!seq)
-            return NULL;
-        n = PySequence_Fast_GET_SIZE(seq);
-        kv = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *kv);
-        holds = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *holds);
-        if (!kv || !holds) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-        for (; held < n; held++)
-            if (lb_key_get(f->r.base.st, PySequence_Fast_GET_ITEM(seq, held), &kv[held],
-                           &holds[held]) < 0)
-                goto fail;
-    }
-    if (lb_enter(&f->r.base) < 0)
-        goto fail;
-    PyMem_Free(f->w_out);
-    f->w_out = PyMem_Malloc((size_t)(n ? n : 1));
-    f->w_n = (size_t)n;
-    lb_redis_status st = f->w_out ? lb_redis_bitmap_wire_begin(f->bm, kind, kv, (size_t)n, f->w_out)
-                                  : LB_REDIS_ERR_NOMEM;
-    if (st != LB_REDIS_OK) {
-        if (st == LB_REDIS_ERR_NOMEM)
-            PyErr_NoMemory();
-        else
-            rf_raise(&f->r, st);
-    }
-    lb_leave(&f->r.base);
-    if (st != LB_REDIS_OK)
-        goto fail;
-    for (Py_ssize_t i = 0; i < held; i++)
-        lb_key_release(&holds[i]);
-    PyMem_Free(kv);
-    PyMem_Free(holds);
-    Py_XDECREF(seq);
-    Py_RETURN_NONE;
-fail:
-    for (Py_ssize_t i = 0; i < held; i++)
-        lb_key_release(&holds[i]);
-    PyMem_Free(kv);
-    PyMem_Free(holds);
-    Py_XDECREF(seq);
-    return NULL;
-}
-
-/* _wire_check(keys): TypeError / EmptyKeyError for the first bad key of a
- * list or tuple, before any of it is sent. */
-static PyObject *rf_wire_check(PyObject *self, PyObject *keys)
-{
-    RedisFilter *f = RF(self);
-    if (lb_enter_read(&f->r.base) < 0)
-        return NULL;
-    lb_leave(&f->r.base);
-    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
-    if (!seq)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        lb_key k;
-        lb_key_hold hold;
-        if (lb_key_get(f->r.base.st, PySequence_Fast_GET_ITEM(seq, i), &k, &hold) < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        lb_key_release(&hold);
-    }
-    Py_DECREF(seq);
-    Py_RETURN_NONE;
-}
-
-/* The next request's bytes, or None when the operation is done. */
-static PyObject *rf_wire_next(PyObject *self, PyObject *unused)
-{
-    RedisFilter *f = RF(self);
-    if (lb_enter(&f->r.base) < 0)
-        return NULL;
-    const lb_redis_batch *req;
-    lb_redis_status st = lb_redis_bitmap_wire_next(f->bm, &req);
-    if (st != LB_REDIS_OK)
-        return rf_wire_raise(f, st);
-    PyObject *out = req ? PyBytes_FromStringAndSize(req->buf, (Py_ssize_t)req->len) : Py_NewRef(Py_None);
-    lb_leave(&f->r.base);
-    return out;
-}
-
-/* Reply bytes as they arrive: True once every reply of the request is in. */
-static PyObject *rf_wire_feed(PyObject *self, PyObject *data)
-{
-    RedisFilter *f = RF(self);
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (lb_enter(&f->r.base) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    int complete = 0;
-    lb_redis_status st = lb_redis_wire_feed(f->r.conn, view.buf, (size_t)view.len, &complete);
-    PyBuffer_Release(&view);
-    if (st != LB_REDIS_OK)
-        return rf_wire_raise(f, st); /* the transport drops the connection */
-    lb_leave(&f->r.base);
-    return PyBool_FromLong(complete);
-}
-
-/* The request's replies are in: check them (raises what the blocking call would). */
-static PyObject *rf_wire_done(PyObject *self, PyObject *unused)
-{
-    RedisFilter *f = RF(self);
-    if (lb_enter(&f->r.base) < 0)
-        return NULL;
-    lb_redis_status st = lb_redis_bitmap_wire_done(f->bm);
-    if (st != LB_REDIS_OK)
-        return rf_wire_raise(f, st);
-    lb_leave(&f->r.base);
-    Py_RETURN_NONE;
-}
-
-/* The results of the finished add or test: a list of bools. */
-static PyObject *rf_wire_result(PyObject *self, PyObject *unused)
-{
-    RedisFilter *f = RF(self);
-    PyObject *list = PyList_New((Py_ssize_t)f->w_n);
-    if (!list)
-        return NULL;
-    for (size_t i = 0; i < f->w_n; i++)
-        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(f->w_out[i] ? Py_True : Py_False));
-    return list;
+    return lb_redis_bitmap_wire_done(RF(r)->bm);
 }
 
 static PyObject *rf_repr(PyObject *self)
@@ -666,15 +499,7 @@ static PyMethodDef rf_methods[] = {
     {"key_names", rf_key_names, METH_NOARGS,
      "key_names() -> list[bytes]\n\nThe Redis keys this filter uses: its parts, then the "
      "meta key that records its geometry."},
-    {"_wire_opened", rf_wire_opened, METH_NOARGS, NULL},
-    {"_wire_closed", rf_wire_closed, METH_NOARGS, NULL},
-    {"_wire_begin", rf_wire_begin, METH_VARARGS, NULL},
-    {"_wire_check", rf_wire_check, METH_O, NULL},
-    {"_wire_next", rf_wire_next, METH_NOARGS, NULL},
-    {"_wire_feed", rf_wire_feed, METH_O, NULL},
-    {"_wire_done", rf_wire_done, METH_NOARGS, NULL},
-    {"_wire_result", rf_wire_result, METH_NOARGS, NULL},
-    {"_wire_config", lb_redis_wire_config, METH_NOARGS, NULL},
+    LB_REDIS_WIRE_METHODS,
     {"from_url", (PyCFunction)(void (*)(void))rf_from_url,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_url(url, key, capacity=None, error_rate=0.01, **options) -> RedisFilter\n\nurl as redis-py: "
@@ -702,7 +527,7 @@ static PyGetSetDef rf_getset[] = {
     {"nparts", rf_get_nparts, NULL, "Redis strings the bitmap spans (2**32 bits each)", NULL},
     {"nbytes", rf_get_nbytes, NULL, "bytes of bitmap: ceil(m / 8)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
-    {"_wire_connected", rf_wire_connected, NULL, NULL, NULL},
+    {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -106,6 +106,24 @@ static int rb_after_fork(lb_base *b)
     return 0;
 }
 
+/* ---- the sans-IO side (ling_bloom.aio): redis_connection.c's _wire_* methods */
+
+static lb_redis_status rb_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
+                                     uint8_t *out)
+{
+    return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out);
+}
+
+static lb_redis_status rb_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
+{
+    return lb_bf_wire_next(RB(r)->bf, req);
+}
+
+static lb_redis_status rb_wire_done(lb_redis_filter *r)
+{
+    return lb_bf_wire_done(RB(r)->bf);
+}
+
 /* ---- round trips -------------------------------------------------------- */
 
 static lb_redis_status rb_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
@@ -169,6 +187,9 @@ static const lb_redis_ops rb_ops = {
     .raise = rb_raise_call,
     .raise_backend = rb_raise_backend,
     .release = rb_release,
+    .wire_begin = rb_wire_begin,
+    .wire_next = rb_wire_next,
+    .wire_done = rb_wire_done,
 };
 
 static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -560,6 +581,7 @@ static PyObject *rb_repr(PyObject *self)
 }
 
 static PyMethodDef rb_methods[] = {
+    LB_REDIS_WIRE_METHODS,
     {"add", lb_redis_add, METH_O,
      "add(key) -> bool\n\nBF.INSERT with the filter's parameters (NOCREATE with no_create); "
      "True when the module reports the key new."},
@@ -611,6 +633,7 @@ static PyMethodDef rb_methods[] = {
 };
 
 static PyGetSetDef rb_getset[] = {
+    {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
     {"capacity", rb_get_capacity, NULL,
      "the capacity every write carries (the configured one, not the server's: see info())",
