@@ -48,8 +48,7 @@ struct lb_redis_bitmap {
     size_t w_ncmd, w_n;
     uint8_t *w_out;
     lb_redis_batch w_aux;     /* handshake, look or claim */
-    int w_auth, w_sel, w_claim;
-    unsigned long w_hs_conn;  /* connect count whose handshake was answered */
+    int w_claim;
 };
 
 static void batch_bounds(lb_redis_bitmap *bm);
@@ -860,29 +859,23 @@ lb_redis_status lb_redis_bitmap_wire_next(lb_redis_bitmap *bm, const lb_redis_ba
         return lb_redis_set_error(c, LB_REDIS_ERR_IO, "no connection is open on the transport");
     unsigned long conn = lb_redis_connect_count(c);
     lb_redis_batch *aux = &bm->w_aux;
-    if (bm->w_hs_conn != conn) {
-        lb_redis_batch_free(aux);
-        st = lb_redis_wire_handshake(c, aux, &bm->w_auth, &bm->w_sel);
-        if (st != LB_REDIS_OK)
-            return lb_redis_set_error(c, st, "out of memory building the handshake");
-        if (aux->ncmds == 0) {
-            bm->w_hs_conn = conn;
-        } else {
-            bm->w_phase = W_HS;
-            *req = aux;
-        }
-    }
-    if (!*req && bm->w_claim) {
+    int due = lb_redis_wire_handshake_due(c, aux);
+    if (due < 0)
+        return lb_redis_set_error(c, LB_REDIS_ERR_NOMEM, "out of memory building the handshake");
+    if (due) {
+        bm->w_phase = W_HS;
+        *req = aux;
+    } else if (bm->w_claim) {
         lb_redis_batch_clear(aux);
         build_claim(bm, aux);
         bm->w_phase = W_CLAIM;
         *req = aux;
-    } else if (!*req && !(bm->meta_checked && bm->meta_conn == conn)) {
+    } else if (!(bm->meta_checked && bm->meta_conn == conn)) {
         lb_redis_batch_clear(aux);
         build_look(bm, aux);
         bm->w_phase = W_LOOK;
         *req = aux;
-    } else if (!*req) {
+    } else {
         bm->w_phase = W_MAIN;
         *req = &bm->batch;
     }
@@ -904,13 +897,7 @@ lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm)
     int claim = 0;
     switch (bm->w_phase) {
     case W_HS:
-        st = lb_redis_wire_replies(c, LB_REDIS_RAW_ERRORS, &rs);
-        if (st == LB_REDIS_OK)
-            st = lb_redis_wire_handshake_check(c, rs, bm->w_auth, bm->w_sel);
-        if (st == LB_REDIS_OK)
-            bm->w_hs_conn = lb_redis_connect_count(c);
-        else
-            lb_redis_disconnect(c); /* as a blocking connect drops a failed handshake */
+        st = lb_redis_wire_handshake_done(c);
         break;
     case W_LOOK:
         st = lb_redis_wire_replies(c, LB_REDIS_RAW_ERRORS, &rs);

@@ -572,6 +572,8 @@ struct lb_redis {
     size_t ext_got;       /* ... parsed so far */
     size_t ext_received;  /* reply bytes fed so far */
     int ext_failed;       /* the request's reply stream broke: the connection must go */
+    int ext_hs_done;      /* the handshake of the open connection was answered */
+    int ext_auth, ext_sel;/* its commands' indexes (-1: not sent) */
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -1606,6 +1608,7 @@ lb_redis_status lb_redis_wire_opened(lb_redis *r)
     r->ext_open = 1;
     r->ext_n = r->ext_got = r->ext_received = 0;
     r->ext_failed = 0;
+    r->ext_hs_done = 0;
     r->pid = getpid();
     r->connects++;
     return LB_REDIS_OK;
@@ -1619,19 +1622,32 @@ void lb_redis_wire_closed(lb_redis *r)
     drop(r);
 }
 
-lb_redis_status lb_redis_wire_handshake(const lb_redis *r, lb_redis_batch *hb, int *auth,
-                                        int *sel)
+int lb_redis_wire_handshake_due(lb_redis *r, lb_redis_batch *hb)
 {
-    handshake_build(r, hb, auth, sel);
+    if (r->ext_hs_done)
+        return 0;
+    lb_redis_batch_free(hb);
+    handshake_build(r, hb, &r->ext_auth, &r->ext_sel);
     lb_redis_batch_expect_elements(hb, 0);
     lb_redis_batch_expect_bytes(hb, 0);
-    return hb->failed ? LB_REDIS_ERR_NOMEM : LB_REDIS_OK;
+    if (hb->failed)
+        return -1;
+    if (hb->ncmds == 0)
+        r->ext_hs_done = 1;
+    return hb->ncmds != 0;
 }
 
-lb_redis_status lb_redis_wire_handshake_check(lb_redis *r, lb_reply **replies, int auth,
-                                              int sel)
+lb_redis_status lb_redis_wire_handshake_done(lb_redis *r)
 {
-    return handshake_check(r, replies, auth, sel);
+    lb_reply **rs;
+    lb_redis_status st = lb_redis_wire_replies(r, LB_REDIS_RAW_ERRORS, &rs);
+    if (st == LB_REDIS_OK)
+        st = handshake_check(r, rs, r->ext_auth, r->ext_sel);
+    if (st == LB_REDIS_OK)
+        r->ext_hs_done = 1;
+    else
+        lb_redis_disconnect(r); /* as a blocking connect drops a failed handshake */
+    return st;
 }
 
 lb_redis_status lb_redis_wire_begin(lb_redis *r, const lb_redis_batch *b)

@@ -295,7 +295,9 @@ lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *
  * (lb_redis_exec refuses).  One request at a time:
  *
  *     lb_redis_wire_opened(r)              the transport connected
- *     lb_redis_wire_handshake(r, &hb,...)  AUTH/SELECT to send first (0 cmds: none)
+ *     lb_redis_wire_handshake_due(r, &hb)  1: send AUTH/SELECT first (hb), then
+ *                                          lb_redis_wire_handshake_done(r) checks them
+ *                                          (0: none due, -1: out of memory)
  *     lb_redis_wire_begin(r, &batch)       then send batch.buf[0..len)
  *     lb_redis_wire_feed(r, bytes, n, &c)  with what arrives, until c == 1
  *     lb_redis_wire_replies(r, flags, &rs) the replies, error replies turned into a
@@ -311,10 +313,8 @@ lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *
 const lb_redis_config *lb_redis_get_config(const lb_redis *r);
 lb_redis_status lb_redis_wire_opened(lb_redis *r);
 void lb_redis_wire_closed(lb_redis *r);
-lb_redis_status lb_redis_wire_handshake(const lb_redis *r, lb_redis_batch *hb, int *auth,
-                                        int *sel);
-lb_redis_status lb_redis_wire_handshake_check(lb_redis *r, lb_reply **replies, int auth,
-                                              int sel);
+int lb_redis_wire_handshake_due(lb_redis *r, lb_redis_batch *hb);
+lb_redis_status lb_redis_wire_handshake_done(lb_redis *r);
 lb_redis_status lb_redis_wire_begin(lb_redis *r, const lb_redis_batch *b);
 lb_redis_status lb_redis_wire_feed(lb_redis *r, const void *data, size_t len, int *complete);
 lb_redis_status lb_redis_wire_replies(lb_redis *r, int flags, lb_reply ***replies);

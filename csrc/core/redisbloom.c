@@ -34,11 +34,10 @@ struct lb_redisbloom {
     lb_redis_batch batch;
     char reply_text[BF_REPLY_TEXT_MAX];
     /* the wire operation in progress (lb_bf_wire_*) */
-    int w_phase, w_kind, w_auth, w_sel;
+    int w_phase, w_kind;
     size_t w_n;
     uint8_t *w_out;
     lb_redis_batch w_aux;     /* handshake, BF.INFO check or TYPE */
-    unsigned long w_hs_conn;  /* connect count whose handshake was answered */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -872,14 +871,11 @@ lb_redis_status lb_bf_wire_next(lb_redisbloom *bf, const lb_redis_batch **req)
         lb_redis_batch_clear(aux);
         build_type(bf, aux);
         *req = aux;
-    } else if (bf->w_hs_conn != conn) {
-        lb_redis_batch_free(aux);
-        st = lb_redis_wire_handshake(c, aux, &bf->w_auth, &bf->w_sel);
-        if (st != LB_REDIS_OK)
-            return lb_redis_set_error(c, st, "out of memory building the handshake");
-        if (aux->ncmds == 0)
-            bf->w_hs_conn = conn;
-        else {
+    } else {
+        int due = lb_redis_wire_handshake_due(c, aux);
+        if (due < 0)
+            return lb_redis_set_error(c, LB_REDIS_ERR_NOMEM, "out of memory for the handshake");
+        if (due) {
             bf->w_phase = W_HS;
             *req = aux;
         }
@@ -912,11 +908,7 @@ lb_redis_status lb_bf_wire_done(lb_redisbloom *bf)
     if (st == LB_REDIS_OK) {
         switch (bf->w_phase) {
         case W_HS:
-            st = lb_redis_wire_handshake_check(c, rs, bf->w_auth, bf->w_sel);
-            if (st == LB_REDIS_OK)
-                bf->w_hs_conn = lb_redis_connect_count(c);
-            else
-                lb_redis_disconnect(c);
+            st = lb_redis_wire_handshake_done(c);
             next = W_NEXT;
             break;
         case W_CHECK:
