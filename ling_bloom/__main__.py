@@ -2,7 +2,8 @@
 
 Commands:
   demo                the filters at work (the README's main job)
-  estimate N P        m, k and memory for N keys at false-positive rate P
+  estimate N P        m, k and memory for N keys at false-positive rate P (exit 2, with
+                      the reason on stderr, when no filter can be that large)
   fpr [options]       a false-positive-rate experiment as a table (and a plot)
   inspect FILE        what a saved filter holds
 
@@ -101,6 +102,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     print(f"memory: {_human_bytes(p.nbytes)} (bit array), {_human_bytes((p.m + 1) // 2)} "
           f"(counting filter)")
     print(f"theoretical rate at n: {lb.false_positive_rate(p.m, p.k, args.n):.6g}")
+    # estimate() is the bare arithmetic; the filters refuse what they cannot have.
+    if p.m > lb.MAX_BITS:
+        print(f"error: m = {p.m:,} bits exceeds the limit of every filter type "
+              f"(2**48 = {lb.MAX_BITS:,} bits, {_human_bytes(lb.MAX_BITS // 8)} of bits): "
+              f"no filter can be built for these N and P", file=sys.stderr)
+        return EXIT_USAGE
+    if p.k > lb.MAX_K:
+        print(f"error: k = {p.k} hash functions exceeds the limit of {lb.MAX_K}: "
+              f"no filter can be built for this P", file=sys.stderr)
+        return EXIT_USAGE
     return 0
 
 
@@ -212,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P",
                        description="ling-base's Estimate: m = ceil(n*-ln p / ln^2 2), "
-                                   "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.",
+                                   "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.  "
+                                   "Exit 2 when m exceeds 2**48 bits or k exceeds 64, which "
+                                   "no filter can have.",
                        epilog="example: python -m ling_bloom estimate 1000000 0.01")
     e.add_argument("n", type=_positive_int, metavar="N", help="expected number of keys")
     e.add_argument("p", type=_rate, metavar="P", help="false-positive rate, in (0, 1)")

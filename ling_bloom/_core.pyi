@@ -31,7 +31,8 @@ class ClosedError(BloomError):
     """The filter was closed."""
 
 class InvalidCapacityError(BloomError, ValueError):
-    """Capacity (or m) is zero, negative or too large."""
+    """The size is out of range: capacity or m zero, negative or too large (m at most
+    MAX_BITS), or k not in 1..MAX_K."""
 
 class InvalidFalsePositiveRateError(BloomError, ValueError):
     """The false-positive rate is not in (0, 1)."""
@@ -44,6 +45,10 @@ class NotSupportedError(BloomError):
 
 class GeometryMismatchError(BloomError, ValueError):
     """Two filters (or a filter and what Redis holds) differ in m, k or hash."""
+
+class CorruptFileError(BloomError, ValueError):
+    """The data is not a saved filter: garbage, truncated, damaged, of a newer format, or of
+    another type than the one asked for."""
 
 class RedisError(BloomError):
     """Base of the errors of the Redis filters."""
@@ -99,10 +104,12 @@ def _saved_length(head: bytes) -> int:
     """The length of the saved filter that starts with head (its first 48 bytes)."""
 
 def estimate(n: int, p: float) -> Tuple[int, int]:
-    """ling-base's Estimate: (m, k) for n keys at false-positive rate p."""
+    """ling-base's Estimate: (m, k) for n keys at false-positive rate p (the bare arithmetic:
+    m may exceed MAX_BITS and k MAX_K)."""
 
 def geometry(n: int, p: float, hash: Optional[str] = ...) -> Tuple[int, int]:
-    """(m, k) of a filter built for n keys at rate p: estimate's, or more bits for small n."""
+    """(m, k) of a filter built for n keys at rate p: estimate's, or more bits for small n.
+    InvalidCapacityError past MAX_BITS, InvalidFalsePositiveRateError past MAX_K."""
 
 def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
     """The k bit indices of key in a filter of m bits."""
@@ -145,15 +152,18 @@ class _Saved(_Filter):
         """The filter in the saved format (versioned header, checksum)."""
     @classmethod
     def from_bytes(cls, data: Buffer, /) -> Self:
-        """Rebuild a filter from to_bytes(); ValueError for damaged input."""
+        """Rebuild a filter from to_bytes(); CorruptFileError for damaged input."""
     def save(self, path: _Path, /) -> None:
-        """Write to_bytes() to path atomically."""
+        """Write to_bytes() to path atomically, with the mode open() gives a new file
+        (0o666 minus the umask); an OSError names path."""
     @classmethod
     def load(cls, path: _Path, /) -> Self:
-        """Read a filter written by save()."""
+        """Read a filter written by save(); CorruptFileError for damaged input."""
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
-    def __eq__(self, other: object, /) -> bool: ...
+    def __eq__(self, other: object, /) -> bool:
+        """Same type, geometry and contents.  A filter equals itself even closed; a closed
+        filter compared with another raises ClosedError."""
     def __ne__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def __reduce__(self) -> Tuple[Any, Tuple[bytes]]: ...
@@ -191,11 +201,11 @@ class MemoryFilter(_Fixed):
 
     def __new__(
         cls,
-        capacity: Optional[float] = ...,
-        error_rate: Optional[float] = ...,
+        capacity: float = ...,
+        error_rate: float = ...,
         *,
-        m: Optional[int] = ...,
-        k: Optional[int] = ...,
+        m: int = ...,
+        k: int = ...,
         hash: Optional[str] = ...,
     ) -> Self: ...
     @property
@@ -221,11 +231,11 @@ class CountingFilter(_Fixed):
 
     def __new__(
         cls,
-        capacity: Optional[float] = ...,
-        error_rate: Optional[float] = ...,
+        capacity: float = ...,
+        error_rate: float = ...,
         *,
-        m: Optional[int] = ...,
-        k: Optional[int] = ...,
+        m: int = ...,
+        k: int = ...,
         hash: Optional[str] = ...,
     ) -> Self: ...
     def remove(self, key: Key, /) -> None:

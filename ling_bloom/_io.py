@@ -8,26 +8,58 @@ from typing import Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where the system allows.
+
+    Linux (4.7+) reports it in /proc/self/status; elsewhere it is read by setting it and
+    setting it back (os.umask), which a thread creating a file at that instant could see.
+    """
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: PathLike, data: bytes) -> None:
     """Write data to path so that readers see the old file or the new one, never half of one.
 
     The bytes go to a temporary file in the same directory, are flushed to disk, and the
-    temporary file is renamed over path.
+    temporary file is renamed over path.  The file gets the mode open() would give a new
+    one (0o666 minus the umask), not mkstemp's 0o600: a filter saved by a warm-up job is
+    readable by the web server's user when the umask allows it.  An error names path
+    (not the temporary file).
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".ling_bloom-", suffix=".tmp", dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".ling_bloom-", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # mkstemp and os.replace name the temporary file (or the directory): say
+            # which file could not be saved.
+            raise type(exc)(exc.errno, f"{exc.strerror} (saving the filter)", path) from exc
         raise
     try:
         dfd = os.open(directory, os.O_RDONLY)
@@ -48,11 +80,12 @@ HEADER_BYTES = 48
 def read_file(path: PathLike) -> bytes:
     """The saved filter at path, read no further than its header says it goes.
 
-    A file that is not a saved filter (``/dev/zero``, a huge log) raises ValueError after
-    its first 48 bytes; one longer than its header says raises ValueError too.  A short
-    one is returned as it is, for from_bytes to say what is missing.
+    A file that is not a saved filter (``/dev/zero``, a huge log) raises CorruptFileError
+    (a BloomError and a ValueError) after its first 48 bytes; one longer than its header
+    says raises it too.  A short one is returned as it is, for from_bytes to say what is
+    missing.
     """
-    from ._core import _saved_length
+    from ._core import CorruptFileError, _saved_length
 
     with open(os.fspath(path), "rb") as f:
         head = f.read(HEADER_BYTES)
@@ -63,6 +96,6 @@ def read_file(path: PathLike) -> bytes:
         if len(rest) < total - len(head):
             return head + rest
         if f.read(1):
-            raise ValueError(f"not a valid saved filter: the file goes on past the "
+            raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
                              f"{total} bytes its header describes")
         return head + rest

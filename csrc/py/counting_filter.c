@@ -166,6 +166,10 @@ static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
     lb_state *st = CF(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
         Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
     CountingFilter *a = CF(self), *b = CF(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
@@ -241,7 +245,9 @@ static PyMethodDef cf_methods[] = {
     {"__copy__", cf_copy, METH_NOARGS, NULL},
     {"to_bytes", cf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
-    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},

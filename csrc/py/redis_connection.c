@@ -559,6 +559,14 @@ PyObject *lb_redis_from_url(PyObject *cls, PyObject *args, PyObject *kwargs, Py_
 {
     if (check_nargs(args, max_args, usage) < 0)
         return NULL;
+    /* url=None in a constructor means "localhost:6379"; from_url(None) is a
+     * mistake, not a request for the default server. */
+    PyObject *url = PyTuple_GET_ITEM(args, 0);
+    if (!PyUnicode_Check(url)) {
+        PyErr_Format(PyExc_TypeError, "the url must be a str (redis://, rediss:// or unix://), "
+                     "not %.200s", Py_TYPE(url)->tp_name);
+        return NULL;
+    }
     PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
     if (!kw)
         return NULL;

@@ -114,8 +114,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
-    PyObject *key, *capacity = Py_None, *error_rate = Py_None, *m = Py_None, *k = Py_None,
-                   *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
+    PyObject *key, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
                    *max_bytes = Py_None;
     int adopt_bitmap = 0;
     lb_conn_kw kw = {0};
@@ -124,7 +123,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &capacity, &error_rate, &m, &k, &hash, &ttl, &mode, &chunk,
                                      &adopt_bitmap, &max_bytes, LB_CONN_KWADDR(kw)))
         return NULL;
-    if (adopt_bitmap && (m == Py_None || k == Py_None || hash == Py_None)) {
+    if (adopt_bitmap && (!m || m == Py_None || !k || k == Py_None || hash == Py_None)) {
         PyErr_SetString(PyExc_TypeError,
                         "adopt=True takes over a bitmap another program wrote: give the m, k "
                         "and hash it was written with");

@@ -179,7 +179,7 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
-    PyObject *key, *capacity = Py_None, *error_rate = Py_None, *expansion = Py_None,
+    PyObject *key, *capacity = Py_None, *error_rate = NULL, *expansion = Py_None,
                    *ttl = Py_None, *chunk = Py_None, *max_bytes = Py_None;
     int non_scaling = 0, no_create = 0;
     lb_conn_kw kw = {0};
@@ -203,7 +203,13 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             goto fail;
         }
     }
-    if (error_rate != Py_None) {
+    /* None is "not given" for capacity (attach, or the module's defaults), but
+     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
+    if (error_rate == Py_None && capacity != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "RedisBloomFilter: error_rate must be a number, not None");
+        goto fail;
+    }
+    if (error_rate && error_rate != Py_None) {
         double p = PyFloat_AsDouble(error_rate);
         if (p == -1.0 && PyErr_Occurred())
             goto fail;

@@ -292,7 +292,7 @@ static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
         return NULL;
     Py_buffer view;
     lb_format_header h;
-    if (lb_read_saved(data, &view, &h, LB_KIND_SCALABLE) < 0)
+    if (lb_read_saved(st, data, &view, &h, LB_KIND_SCALABLE) < 0)
         return NULL;
     ScalableFilter *f = sf_alloc((PyTypeObject *)cls);
     lb_status s = LB_OK;
@@ -335,6 +335,10 @@ static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
     lb_state *st = SF(self)->base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
         Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
     PyObject *a = sf_to_bytes(self, NULL);
     if (!a)
         return NULL;
@@ -443,7 +447,9 @@ static PyMethodDef sf_methods[] = {
     {"__copy__", sf_copy, METH_NOARGS, NULL},
     {"to_bytes", sf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", sf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
-    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> ScalableFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
