@@ -128,6 +128,11 @@ class _Filter:
     def test(self, key: Key, /) -> bool:
         """False: never added.  True: probably added."""
     def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int:
+        """Distinct keys added, estimated: approximate_count() (RedisBloomFilter: card(),
+        BF.CARD); a round trip for the Redis types.  ClosedError once closed."""
+    def __bool__(self) -> bool:
+        """Always True (even empty or closed): ``if f:`` asks nothing of the filter."""
     def add_many(self, keys: Iterable[Key], /) -> List[bool]:
         """add() for each key; a bad key raises before anything changes."""
     def update(self, keys: Iterable[Key], /) -> None:

@@ -252,3 +252,33 @@ def test_contrib_without_its_framework(mod, blocked, extra):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
     assert f"pip install 'ling_bloom[{extra}]'" in p.stdout, p.stdout
+
+
+# ---- 9. what users of the peers expect: len() ---------------------------------------------
+
+@pytest.mark.parametrize("cls", SAVED)
+def test_len_is_the_estimated_count(cls):
+    f = cls(10_000, 0.01)
+    assert len(f) == 0
+    assert f  # a filter is true even when empty: `if f:` does not mean "has keys"
+    f.update(str(i) for i in range(1000))
+    assert len(f) == f.approximate_count()
+    assert 950 <= len(f) <= 1050
+    f.close()
+    assert f
+    with pytest.raises(lb.ClosedError):
+        len(f)
+
+
+def test_len_of_the_redis_types(clean_redis, bf_server):
+    with lb.RedisFilter("lenr", 10_000, 0.01, url=clean_redis.url) as f:
+        assert len(f) == 0 and f
+        f.update(str(i) for i in range(1000))
+        assert len(f) == f.approximate_count()
+        assert 950 <= len(f) <= 1050
+    with lb.RedisBloomFilter("lenb", 10_000, 0.01, url=bf_server.url) as b:
+        assert len(b) == 0 and b
+        b.update(str(i) for i in range(1000))
+        assert len(b) == b.card() == 1000
+    with pytest.raises(lb.ClosedError):
+        len(b)

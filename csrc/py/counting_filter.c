@@ -285,6 +285,8 @@ static PyType_Slot cf_slots[] = {
     {Py_tp_richcompare, cf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, cf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

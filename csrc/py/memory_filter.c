@@ -437,6 +437,8 @@ static PyType_Slot mf_slots[] = {
     {Py_tp_richcompare, mf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, mf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {Py_nb_or, mf_nb_or},
     {Py_nb_and, mf_nb_and},
     {Py_nb_inplace_or, mf_nb_ior},

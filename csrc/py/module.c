@@ -540,6 +540,34 @@ PyObject *lb_load(PyObject *cls, PyObject *path)
     return r;
 }
 
+/* ---- len() and truth -------------------------------------------------- */
+
+static Py_ssize_t len_by(PyObject *self, const char *method)
+{
+    PyObject *r = PyObject_CallMethod(self, method, NULL);
+    if (!r)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    return n;
+}
+
+Py_ssize_t lb_len_approximate(PyObject *self)
+{
+    return len_by(self, "approximate_count");
+}
+
+Py_ssize_t lb_len_card(PyObject *self)
+{
+    return len_by(self, "card");
+}
+
+int lb_bool_true(PyObject *self)
+{
+    (void)self;
+    return 1;
+}
+
 /* ---- module functions -------------------------------------------------- */
 
 /* The (m, k) of estimate() and geometry(), or their error. */

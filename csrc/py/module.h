@@ -47,6 +47,14 @@ typedef struct {
 
 extern PyModuleDef lb_module_def;
 
+/* len(f): the estimated number of distinct keys, approximate_count() (card()
+ * for RedisBloomFilter: BF.CARD), a round trip for the Redis types.  A filter
+ * is always true (lb_bool_true), so `if f:` neither asks Redis nor depends on
+ * the filter being empty. */
+Py_ssize_t lb_len_approximate(PyObject *self);
+Py_ssize_t lb_len_card(PyObject *self);
+int lb_bool_true(PyObject *self);
+
 /* The state of the module that defined type (or one of its bases). */
 lb_state *lb_state_from_type(PyTypeObject *type);
 

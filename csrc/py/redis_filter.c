@@ -533,6 +533,8 @@ static PyType_Slot rf_slots[] = {
     {Py_tp_members, rf_members},
     {Py_tp_repr, rf_repr},
     {Py_sq_contains, lb_redis_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

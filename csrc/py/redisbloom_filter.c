@@ -679,6 +679,8 @@ static PyType_Slot rb_slots[] = {
     {Py_tp_members, rb_members},
     {Py_tp_repr, rb_repr},
     {Py_sq_contains, lb_redis_contains},
+    {Py_sq_length, lb_len_card},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

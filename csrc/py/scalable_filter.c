@@ -490,6 +490,8 @@ static PyType_Slot sf_slots[] = {
     {Py_tp_richcompare, sf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, sf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 
