@@ -2,7 +2,8 @@
 tests/test_typing.py checks that every public name of the built module is declared here."""
 
 from types import TracebackType
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple, Type, TypeVar, Union
+from typing import (Any, ClassVar, Dict, Iterable, List, NoReturn, Optional, Tuple, Type,
+                    TypeVar, Union)
 import os
 
 from typing_extensions import Buffer, Self
@@ -249,6 +250,15 @@ class CountingFilter(_Fixed):
         """remove() without the KeyError; True when something was removed."""
     def count(self, key: Key, /) -> int:
         """The smallest of key's counters (0..15)."""
+    def union(self, other: CountingFilter, /) -> Self:
+        """The saturating sum of the counters (same m, k and hash): the filter that had
+        every add of both, so remove() stays sound."""
+    def intersection(self, other: CountingFilter, /) -> Self:
+        """The smaller of each pair of counters: keys of both test present."""
+    def __or__(self, other: CountingFilter, /) -> Self: ...
+    def __and__(self, other: CountingFilter, /) -> Self: ...
+    def __ior__(self, other: CountingFilter, /) -> Self: ...
+    def __iand__(self, other: CountingFilter, /) -> Self: ...
 
 class ScalableFilter(_Saved):
     """A scalable Bloom filter: a chain of bit arrays that grows.  error_rate bounds the
@@ -284,6 +294,10 @@ class ScalableFilter(_Saved):
     def nbytes(self) -> int: ...
     def stages(self) -> List[Dict[str, Any]]:
         """capacity, count, m, k, error_rate, bits_set of each stage."""
+    def union(self, other: ScalableFilter, /) -> NoReturn:
+        """NotSupportedError: a chain of stages has no sound union."""
+    def intersection(self, other: ScalableFilter, /) -> NoReturn:
+        """NotSupportedError: a chain of stages has no sound intersection."""
 
 # ---- the Redis filters ----------------------------------------------------------------------
 

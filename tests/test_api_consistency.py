@@ -282,3 +282,69 @@ def test_len_of_the_redis_types(clean_redis, bf_server):
         assert len(b) == b.card() == 1000
     with pytest.raises(lb.ClosedError):
         len(b)
+
+
+# ---- 9. union and intersection where they are sound ---------------------------------------
+
+def test_counting_union_is_the_saturating_sum():
+    a, b = lb.CountingFilter(1000, 0.01), lb.CountingFilter(1000, 0.01)
+    a.update(["x", "y"])
+    b.update(["y", "z"])
+    u = a.union(b)
+    assert u == a | b and u is not a
+    assert [u.count(k) for k in "xyz"] == [1, 2, 1]
+    # remove() stays sound: it is the filter that had every add of both
+    u.remove("y")
+    assert all(k in u for k in "xyz")
+    u.remove("y")
+    assert "y" not in u and "x" in u and "z" in u
+    # saturation: counters stop at 15
+    for _ in range(10):
+        a.add("s")
+        b.add("s")
+    assert (a | b).count("s") == 15
+    assert a.count("s") == 10  # the operands are unchanged
+    c = a.copy()
+    c |= b
+    assert c == a | b
+
+
+def test_counting_intersection_is_the_minimum():
+    a, b = lb.CountingFilter(1000, 0.01), lb.CountingFilter(1000, 0.01)
+    a.update(["x", "y", "y"])
+    b.update(["y", "z"])
+    i = a.intersection(b)
+    assert i == a & b
+    assert "y" in i and i.count("y") == 1
+    assert "x" not in i and "z" not in i
+    a_before = a.copy()
+    a &= b
+    assert a == i != a_before
+    i.remove("y")
+    assert "y" not in i and len(i) == 0
+
+
+def test_counting_union_refuses_unlike_filters():
+    a = lb.CountingFilter(1000, 0.01)
+    with pytest.raises(lb.GeometryMismatchError):
+        a.union(lb.CountingFilter(2000, 0.01))
+    with pytest.raises(lb.GeometryMismatchError):
+        a & lb.CountingFilter(m=a.m, k=a.k, hash="ling-base")  # noqa: B018
+    with pytest.raises(TypeError):
+        a.union(lb.MemoryFilter(1000, 0.01))
+    with pytest.raises(TypeError):
+        a | lb.MemoryFilter(1000, 0.01)  # noqa: B018
+    b = lb.CountingFilter(1000, 0.01)
+    b.close()
+    with pytest.raises(lb.ClosedError):
+        a | b  # noqa: B018
+
+
+def test_scalable_refuses_union_and_intersection():
+    a, b = lb.ScalableFilter(100), lb.ScalableFilter(100)
+    with pytest.raises(lb.NotSupportedError, match="stages"):
+        a.union(b)
+    with pytest.raises(lb.NotSupportedError, match="stages"):
+        a.intersection(b)
+    with pytest.raises(TypeError):
+        a | b  # noqa: B018

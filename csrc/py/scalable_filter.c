@@ -330,6 +330,20 @@ static PyObject *sf_copy(PyObject *self, PyObject *unused)
     return r;
 }
 
+/* Not defined for a chain: OR-ing stage i of two chains puts up to twice its
+ * capacity in it (past the rate its stage promises), and a key that went to
+ * stage 0 of one and stage 1 of the other is in no stage of an AND. */
+static PyObject *sf_no_setop(PyObject *self, PyObject *other)
+{
+    (void)other;
+    PyErr_SetString(SF(self)->base.st->NotSupportedError,
+                    "a ScalableFilter has no union or intersection: stage by stage, a union "
+                    "overfills the stages (past the error rate they promise) and an "
+                    "intersection loses keys that went to different stages; add the keys of "
+                    "one to the other (update), or use MemoryFilter or CountingFilter");
+    return NULL;
+}
+
 static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = SF(self)->base.st;
@@ -443,6 +457,10 @@ static PyMethodDef sf_methods[] = {
      "current_error_rate() -> float\n\nThe rate now: 1 - prod(1 - fill_i ** k_i)."},
     {"stages", sf_stages, METH_NOARGS,
      "stages() -> list[dict]\n\ncapacity, count, m, k, error_rate, bits_set of each stage."},
+    {"union", sf_no_setop, METH_O,
+     "union(other)\n\nNotSupportedError: not defined for a chain of stages (see the error)."},
+    {"intersection", sf_no_setop, METH_O,
+     "intersection(other)\n\nNotSupportedError: not defined for a chain of stages."},
     {"copy", sf_copy, METH_NOARGS, "copy() -> ScalableFilter"},
     {"__copy__", sf_copy, METH_NOARGS, NULL},
     {"to_bytes", sf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
