@@ -15,7 +15,8 @@ ling-base bit for bit, to share a Redis bitmap with Go services.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional
+import os
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Optional
 
 from . import _core
 from ._core import (
@@ -142,8 +143,16 @@ def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
     return cls.from_bytes(data)
 
 
-def load(path: str) -> MemoryFilter | CountingFilter | ScalableFilter:
-    """Read a filter saved with save(path), whatever its type."""
+def load(
+    path: "str | os.PathLike[str] | BinaryIO",
+) -> MemoryFilter | CountingFilter | ScalableFilter:
+    """Read a filter saved with save(path), whatever its type.
+
+    path may be a binary file object (io.BytesIO, open(..., "rb")): the filter is read
+    from its position, exactly as many bytes as it has, so filters saved one after the
+    other into one stream load one after the other.  CorruptFileError when the data is not
+    a saved filter.
+    """
     from ._io import read_file
 
     return from_bytes(read_file(path))

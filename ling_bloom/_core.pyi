@@ -2,7 +2,7 @@
 tests/test_typing.py checks that every public name of the built module is declared here."""
 
 from types import TracebackType
-from typing import (Any, ClassVar, Dict, Iterable, List, NoReturn, Optional, Tuple, Type,
+from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, List, NoReturn, Optional, Tuple, Type,
                     TypeVar, Union)
 import os
 
@@ -13,7 +13,8 @@ from .redisbloom import RedisBloomInfo
 Key = Union[str, Buffer]
 """A key: a str (hashed as UTF-8), bytes, or any C-contiguous buffer.  Never empty."""
 
-_Path = Union[str, "os.PathLike[str]"]
+_Path = Union[str, "os.PathLike[str]", BinaryIO]
+"""A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""
 _T = TypeVar("_T")
 
 FORMAT_VERSION: int
@@ -161,10 +162,12 @@ class _Saved(_Filter):
         """Rebuild a filter from to_bytes(); CorruptFileError for damaged input."""
     def save(self, path: _Path, /) -> None:
         """Write to_bytes() to path atomically, with the mode open() gives a new file
-        (0o666 minus the umask); an OSError names path."""
+        (0o666 minus the umask); an OSError names path.  A file object gets the bytes
+        written at its position (not flushed, not closed)."""
     @classmethod
     def load(cls, path: _Path, /) -> Self:
-        """Read a filter written by save(); CorruptFileError for damaged input."""
+        """Read a filter written by save(); CorruptFileError for damaged input.  From a file
+        object: read from its position, exactly the filter's bytes."""
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
     def __eq__(self, other: object, /) -> bool:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Union
+from typing import IO, Union, cast
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, "os.PathLike[str]", "IO[bytes]"]
 
 
 def _umask() -> int:
@@ -35,6 +35,11 @@ def atomic_write(path: PathLike, data: bytes) -> None:
     readable by the web server's user when the umask allows it.  An error names path
     (not the temporary file).
     """
+    if hasattr(path, "write"):
+        # A binary file object (io.BytesIO, open(..., "wb"), a socket's makefile): written
+        # at its position, not flushed or closed; atomicity is the caller's.
+        path.write(data)
+        return
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
@@ -77,8 +82,35 @@ def atomic_write(path: PathLike, data: bytes) -> None:
 HEADER_BYTES = 48
 
 
+def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
+    parts = []
+    while n > 0:
+        chunk = f.read(min(n, 1 << 24))
+        if not chunk:
+            break
+        if not isinstance(chunk, (bytes, bytearray)):
+            raise TypeError(f"load() needs a binary file object; read() gave "
+                            f"{type(chunk).__name__}")
+        parts.append(bytes(chunk))
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_stream(f: "IO[bytes]") -> bytes:
+    """One saved filter from a binary file object, from its position: the header, then as
+    many bytes as it gives, no more (the stream may go on: filters saved one after the
+    other load one after the other)."""
+    from ._core import _saved_length
+
+    head = _read_exactly(f, HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        return head
+    return head + _read_exactly(f, _saved_length(head) - len(head))
+
+
 def read_file(path: PathLike) -> bytes:
-    """The saved filter at path, read no further than its header says it goes.
+    """The saved filter at path (or from a binary file object), read no further than its
+    header says it goes.
 
     A file that is not a saved filter (``/dev/zero``, a huge log) raises CorruptFileError
     (a BloomError and a ValueError) after its first 48 bytes; one longer than its header
@@ -87,6 +119,8 @@ def read_file(path: PathLike) -> bytes:
     """
     from ._core import CorruptFileError, _saved_length
 
+    if hasattr(path, "read"):
+        return _read_stream(cast("IO[bytes]", path))
     with open(os.fspath(path), "rb") as f:
         head = f.read(HEADER_BYTES)
         if len(head) < HEADER_BYTES:

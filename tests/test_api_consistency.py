@@ -348,3 +348,33 @@ def test_scalable_refuses_union_and_intersection():
         a.intersection(b)
     with pytest.raises(TypeError):
         a | b  # noqa: B018
+
+
+# ---- 9. save and load on file objects -----------------------------------------------------
+
+@pytest.mark.parametrize("cls", SAVED)
+def test_save_and_load_on_file_objects(cls, tmp_path):
+    import io
+
+    f, g = _new(cls), _new(cls)
+    f.update(["a", "b"])
+    g.add("c")
+    buf = io.BytesIO()
+    f.save(buf)
+    g.save(buf)  # one after the other in one stream
+    assert buf.getvalue() == f.to_bytes() + g.to_bytes()
+    buf.seek(0)
+    assert cls.load(buf) == f
+    assert lb.load(buf) == g  # read exactly one filter each: the position is after f
+    assert buf.read() == b""
+    path = tmp_path / "f.bloom"
+    with open(path, "wb") as out:
+        f.save(out)
+    with open(path, "rb") as inp:
+        assert lb.load(inp) == f
+    with pytest.raises(lb.CorruptFileError):
+        lb.load(io.BytesIO(b"x" * 100))
+    with pytest.raises(lb.CorruptFileError):
+        lb.load(io.BytesIO(f.to_bytes()[:-1]))
+    with pytest.raises(TypeError):
+        lb.load(io.StringIO("text"))
