@@ -6,9 +6,13 @@ Commands:
                       the reason on stderr, when no filter can be that large)
   fpr [options]       a false-positive-rate experiment as a table (and a plot)
   inspect FILE        what a saved filter holds
+  build KEYS OUT      a filter of the keys in KEYS (one a line, - for stdin), saved to OUT
+  test FILE [KEY...]  test keys (or stdin's lines) against a saved filter: exit 0 when every
+                      key tests present, 3 when one or more are absent
 
 Exit codes: 0 success, 1 the command failed (unreadable or invalid file, matplotlib
-missing, ...), 2 bad usage (unknown command or option, a value out of range).  Errors are
+missing, ...), 2 bad usage (unknown command or option, a value out of range), 3 (test) a
+key tested absent.  Errors are
 one line on stderr, never a traceback.
 """
 from __future__ import annotations
@@ -18,11 +22,11 @@ import json
 import math
 import os
 import sys
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import ling_bloom as lb
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ABSENT = 0, 1, 2, 3
 
 HASHES = ("xxh3-mix", "xxh3", "ling-base")
 
@@ -138,6 +142,78 @@ class UsageError(Exception):
     """Arguments that parse but do not go together: exit 2."""
 
 
+def _lines(path: str) -> "Iterator[bytes]":
+    """The lines of path (- for stdin) as bytes keys, without their line ending; empty
+    lines are skipped (an empty key is not a key).  Bytes, so a key is hashed as the
+    bytes in the file: the same as the str key for UTF-8 text."""
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for line in f:
+            key = line.rstrip(b"\r\n")
+            if key:
+                yield key
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    keys: "Iterable[bytes]"
+    capacity = args.capacity
+    if capacity is None:
+        # Size for the keys there are: read them first (stdin is kept in memory).
+        keys = list(_lines(args.keys))
+        capacity = max(1, len(keys))
+    else:
+        keys = _lines(args.keys)
+    if args.type == "scalable":
+        f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter" = lb.ScalableFilter(
+            capacity, args.error_rate, hash=args.hash)
+    else:
+        cls = lb.CountingFilter if args.type == "counting" else lb.MemoryFilter
+        f = cls(capacity, args.error_rate, hash=args.hash)
+    f.update(keys)
+    f.save(args.out)
+    print(f"{args.out}: {type(f).__name__} of about {len(f):,} keys, "
+          f"{_human_bytes(f.nbytes)}, current rate {f.current_error_rate():.6g}")
+    if args.type != "scalable" and len(f) > capacity:
+        print(f"warning: about {len(f):,} keys in a filter sized for {capacity:,}: its "
+              f"false-positive rate is above {args.error_rate}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    f = lb.load(args.file)
+    keys = [os.fsencode(k) for k in args.key] \
+        if args.key else _lines("-")
+    absent = 0
+    out = []
+    for key, present in zip_results(f, keys):
+        absent += not present
+        if not args.quiet:
+            out.append(("present\t" if present else "absent\t").encode() + key + b"\n")
+            if len(out) >= 4096:
+                sys.stdout.buffer.write(b"".join(out))
+                out.clear()
+    if out:
+        sys.stdout.buffer.write(b"".join(out))
+        sys.stdout.flush()
+    return EXIT_ABSENT if absent else EXIT_OK
+
+
+def zip_results(f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter",
+                keys: "Iterable[bytes]") -> "Iterator[Tuple[bytes, bool]]":
+    """(key, present) for each key, tested in batches of 65,536 (test_many)."""
+    batch: List[bytes] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == 65536:
+            yield from zip(batch, f.test_many(batch))
+            batch = []
+    if batch:
+        yield from zip(batch, f.test_many(batch))
+
+
 def cmd_fpr(args: argparse.Namespace) -> int:
     from . import analysis
 
@@ -208,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m ling_bloom",
         description="Bloom filters with a C core: demo, capacity planning, false-positive-rate "
                     "experiments, saved filters.",
-        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage.  "
+        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage, 3 (test) a key is absent.  "
                "'python -m ling_bloom COMMAND --help' for a command's options.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -285,6 +361,37 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with save().")
     i.add_argument("file", metavar="FILE")
     i.set_defaults(func=cmd_inspect)
+
+    b = sub.add_parser(
+        "build", help="build a filter from a file of keys and save it",
+        description="Read KEYS (one key a line, as bytes without the line ending; empty "
+                    "lines skipped; - for stdin), add them to a new filter and save it to "
+                    "OUT (atomically).",
+        epilog="example: python -m ling_bloom build ids.txt ids.bloom --error-rate 0.001")
+    b.add_argument("keys", metavar="KEYS", help="file of keys, one a line (- for stdin)")
+    b.add_argument("out", metavar="OUT", help="where to save the filter")
+    b.add_argument("--capacity", type=_positive_int,
+                   help="keys the filter is sized for (default: the number of keys read; "
+                        "the initial capacity of a scalable filter)")
+    b.add_argument("--error-rate", type=_rate, default=0.01,
+                   help="false-positive rate (default 0.01)")
+    b.add_argument("--type", choices=("memory", "counting", "scalable"), default="memory",
+                   help="filter type (default memory)")
+    b.add_argument("--hash", choices=HASHES, default="xxh3-mix",
+                   help="hashing scheme (default xxh3-mix)")
+    b.set_defaults(func=cmd_build)
+
+    t = sub.add_parser(
+        "test", help="test keys against a saved filter",
+        description="Test each KEY (or, without any, each line of stdin) against the filter "
+                    "saved in FILE; print 'present' or 'absent', a tab and the key.  Exit 0 "
+                    "when every key tests present, 3 when any is absent (never added), 1 "
+                    "when the file cannot be read.",
+        epilog="example: python -m ling_bloom test ids.bloom 42 43 || echo 'some never added'")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("key", metavar="KEY", nargs="*", help="keys to test (default: stdin's lines)")
+    t.add_argument("-q", "--quiet", action="store_true", help="print nothing: the exit status")
+    t.set_defaults(func=cmd_test)
     return parser
 
 
