@@ -84,7 +84,8 @@ class FilterFullError(RedisResponseError):
 
 class FilterNotFoundError(RedisResponseError, KeyError):
     """No RedisBloom filter at the key, and it was not to be created (no_create=True); or
-    info()/dump() of a missing key."""
+    info()/dump() of a missing key; or no RedisFilter at the key and no geometry given
+    (RedisFilter.open, RedisFilter(key))."""
 
     key: Any
 

@@ -378,3 +378,9 @@ def test_save_and_load_on_file_objects(cls, tmp_path):
         lb.load(io.BytesIO(f.to_bytes()[:-1]))
     with pytest.raises(TypeError):
         lb.load(io.StringIO("text"))
+
+
+def test_open_of_a_missing_redis_filter_is_a_bloom_error(clean_redis):
+    with pytest.raises(lb.FilterNotFoundError, match="no ling_bloom filter") as ei:
+        lb.RedisFilter.open(clean_redis.url, "nothing-here")
+    assert isinstance(ei.value, KeyError) and ei.value.key == "nothing-here"

@@ -822,7 +822,8 @@ static int module_exec(PyObject *module)
                 st->RedisResponseError, NULL) < 0 ||
         add_exc(module, &st->FilterNotFoundError, "FilterNotFoundError",
                 "No RedisBloom filter at the key (.key), and it was not to be created "
-                "(no_create=True), or info()/dump() of a missing key.",
+                "(no_create=True), or info()/dump() of a missing key; or no RedisFilter at "
+                "the key and no geometry given (RedisFilter.open).",
                 st->RedisResponseError, PyExc_KeyError) < 0 ||
         add_exc(module, &st->KeyNotOwnedError, "KeyNotOwnedError",
                 "The Redis key (.key) holds data this library did not write (no meta key "

@@ -172,10 +172,14 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                        (size_t)PyBytes_GET_SIZE(key_bytes), &g);
         Py_END_ALLOW_THREADS
         if (rs == LB_REDIS_ERR_NOTFOUND) {
-            PyErr_Format(PyExc_KeyError,
-                         "no ling_bloom filter is stored at key %R: give capacity (and "
-                         "error_rate) or m and k to create one",
-                         key);
+            /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
+            PyObject *msg = PyUnicode_FromFormat(
+                "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
+                "m and k to create one", key);
+            const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+            if (text)
+                lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
+            Py_XDECREF(msg);
             goto fail;
         }
         if (rs != LB_REDIS_OK) {
