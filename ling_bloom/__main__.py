@@ -6,6 +6,7 @@ Commands:
                       the reason on stderr, when no filter can be that large)
   fpr [options]       a false-positive-rate experiment as a table (and a plot)
   inspect FILE        what a saved filter holds
+  inspect URL KEY     what the filter at KEY on a Redis server holds
   build KEYS OUT      a filter of the keys in KEYS (one a line, - for stdin), saved to OUT
   test FILE [KEY...]  test keys (or stdin's lines) against a saved filter: exit 0 when every
                       key tests present, 3 when one or more are absent
@@ -119,7 +120,47 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _inspect_redis(url: str, key: str) -> int:
+    """Which filter is at key, and what it holds (each figure a round trip)."""
+    try:
+        rf = lb.RedisFilter.open(url, key)
+    except lb.FilterNotFoundError:
+        rf = None  # no RedisFilter meta key: a RedisBloom filter, or nothing
+    if rf is not None:
+        with rf:
+            bits = rf.bits_set()
+            print(f"{key} at {url}: RedisFilter (a bitmap), hash={rf.hash}")
+            print(f"  m={rf.m:,} k={rf.k} in {rf.nparts} part(s), {_human_bytes(rf.nbytes)}")
+            print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about "
+                  f"{rf.approximate_count():,} keys, current rate "
+                  f"{rf.current_error_rate():.6g}")
+        return EXIT_OK
+    with lb.RedisBloomFilter(key, no_create=True, url=url) as bf:
+        try:
+            info = bf.info()
+        except lb.FilterNotFoundError:
+            print(f"error: no filter at key {key!r} on {url} (neither a RedisFilter nor a "
+                  f"RedisBloom filter; the key does not exist)", file=sys.stderr)
+            return EXIT_FAILURE
+        print(f"{key} at {url}: RedisBloomFilter (the RedisBloom module's BF.*)")
+        expansion = ("non-scaling" if info.expansion is None
+                     else f"expansion {info.expansion}")
+        print(f"  capacity={info.capacity:,} in {info.filters} sub-filter(s), {expansion}, "
+              f"{_human_bytes(info.size or 0)}")
+        print(f"  {info.items:,} items added (BF.CARD)")
+    return EXIT_OK
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.file.startswith(REDIS_SCHEMES):
+        if args.key is None:
+            raise UsageError("inspect URL KEY: give the key of the filter")
+        return _inspect_redis(args.file, args.key)
+    if args.key is not None:
+        raise UsageError("inspect FILE takes no KEY (a KEY goes with a redis:// URL)")
     f = lb.load(args.file)
     name = type(f).__name__
     print(f"{args.file}: {name}, hash={f.hash}")
@@ -356,10 +397,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalable filter's growth")
     f.set_defaults(func=cmd_fpr, p_given=False)
 
-    i = sub.add_parser("inspect", help="what a saved filter holds",
+    i = sub.add_parser("inspect", help="what a saved filter (or a Redis filter) holds",
                        description="Type, geometry, fill and current rate of a filter saved "
-                                   "with save().")
-    i.add_argument("file", metavar="FILE")
+                                   "with save(), or of the filter at KEY on a Redis server "
+                                   "(redis://, rediss:// or unix:// URL): a RedisFilter's "
+                                   "geometry, bits set and estimated count, a RedisBloom "
+                                   "filter's BF.INFO.",
+                       epilog="examples:\n  python -m ling_bloom inspect users.bloom\n"
+                              "  python -m ling_bloom inspect redis://localhost:6379/0 users",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    i.add_argument("file", metavar="FILE|URL")
+    i.add_argument("key", metavar="KEY", nargs="?", help="with a URL: the filter's key")
     i.set_defaults(func=cmd_inspect)
 
     b = sub.add_parser(

@@ -238,3 +238,33 @@ def test_test_failures(tmp_path):
     assert "missing" in p.stderr
     run("build", str(tmp_path / "missing"), str(tmp_path / "o"), check_rc=1)
     run("build", str(junk), str(tmp_path / "o"), "--error-rate", "2", check_rc=2)
+
+
+# ---- inspect a Redis filter -------------------------------------------------------------
+
+def test_inspect_redis_filters(bf_server):
+    url = bf_server.url
+    with bf_server.client() as c:
+        c.command("DEL", "cli:users", "cli:items", "cli:plain")
+        c.command("SET", "cli:plain", "x")
+    with lb.RedisFilter.from_url(url, "cli:users", 1000, 0.01) as f:
+        f.update(["a", "b", "c"])
+    with lb.RedisBloomFilter.from_url(url, "cli:items", 500, 0.01) as b:
+        b.update(["x", "y"])
+    p = run("inspect", url, "cli:users", check_rc=0)
+    assert "RedisFilter" in p.stdout and f"m={f.m:,} k={f.k}" in p.stdout
+    assert "about 3 keys" in p.stdout and " bits set" in p.stdout
+    p = run("inspect", url, "cli:items", check_rc=0)
+    assert "RedisBloomFilter" in p.stdout and "capacity=500" in p.stdout
+    assert "2 items added" in p.stdout
+    p = run("inspect", url, "cli:nothing", check_rc=1)
+    assert "no filter at key 'cli:nothing'" in p.stderr
+    p = run("inspect", url, "cli:plain", check_rc=1)
+    assert "WRONGTYPE" in p.stderr or "holds" in p.stderr
+    run("inspect", url, check_rc=2)
+
+
+def test_inspect_a_file_takes_no_key(tmp_path):
+    path = tmp_path / "f.bloom"
+    lb.MemoryFilter(10).save(str(path))
+    run("inspect", str(path), "k", check_rc=2)
