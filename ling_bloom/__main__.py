@@ -123,6 +123,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
+def _ttl_text(seconds: Optional[float]) -> str:
+    return "none (the key does not expire)" if seconds is None else f"{seconds:.3f} s left"
+
+
 def _inspect_redis(url: str, key: str) -> int:
     """Which filter is at key, and what it holds (each figure a round trip)."""
     try:
@@ -137,6 +141,7 @@ def _inspect_redis(url: str, key: str) -> int:
             print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about "
                   f"{rf.approximate_count():,} keys, current rate "
                   f"{rf.current_error_rate():.6g}")
+            print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
         return EXIT_OK
     with lb.RedisBloomFilter(key, no_create=True, url=url) as bf:
         try:
@@ -151,6 +156,7 @@ def _inspect_redis(url: str, key: str) -> int:
         print(f"  capacity={info.capacity:,} in {info.filters} sub-filter(s), {expansion}, "
               f"{_human_bytes(info.size or 0)}")
         print(f"  {info.items:,} items added (BF.CARD)")
+        print(f"  ttl: {_ttl_text(bf.remaining_ttl())}")
     return EXIT_OK
 
 

@@ -371,6 +371,9 @@ class RedisFilter(_Filter):
         """Redis strings the bitmap spans (2**32 bits each)."""
     @property
     def nbytes(self) -> int: ...
+    def remaining_ttl(self) -> Optional[float]:
+        """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
+        does not exist."""
     def bits_set(self) -> int:
         """BITCOUNT over every part."""
     def approximate_count(self) -> int: ...
@@ -447,6 +450,9 @@ class RedisBloomFilter(_Filter):
         False when a matching one was there; GeometryMismatchError when it does not match."""
     def info(self) -> RedisBloomInfo:
         """BF.INFO, read by field name."""
+    def remaining_ttl(self) -> Optional[float]:
+        """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
+        does not exist."""
     def card(self) -> int:
         """BF.CARD: items added."""
     def dump(self) -> List[Tuple[int, bytes]]:

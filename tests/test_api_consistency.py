@@ -384,3 +384,18 @@ def test_open_of_a_missing_redis_filter_is_a_bloom_error(clean_redis):
     with pytest.raises(lb.FilterNotFoundError, match="no ling_bloom filter") as ei:
         lb.RedisFilter.open(clean_redis.url, "nothing-here")
     assert isinstance(ei.value, KeyError) and ei.value.key == "nothing-here"
+
+
+def test_remaining_ttl(clean_redis, bf_server):
+    with lb.RedisFilter("ttl1", 1000, 0.01, ttl=100, url=clean_redis.url) as f:
+        assert f.remaining_ttl() is None  # nothing written yet: no key
+        f.add("a")
+        assert 90 < f.remaining_ttl() <= 100
+    with lb.RedisFilter("ttl2", 1000, 0.01, url=clean_redis.url) as g:
+        g.add("a")
+        assert g.remaining_ttl() is None  # no expiry
+    with lb.RedisBloomFilter("ttl3", 1000, 0.01, ttl=50, url=bf_server.url) as b:
+        b.add("a")
+        assert 40 < b.remaining_ttl() <= 50
+    with pytest.raises(lb.ClosedError):
+        b.remaining_ttl()

@@ -249,14 +249,16 @@ def test_inspect_redis_filters(bf_server):
         c.command("SET", "cli:plain", "x")
     with lb.RedisFilter.from_url(url, "cli:users", 1000, 0.01) as f:
         f.update(["a", "b", "c"])
-    with lb.RedisBloomFilter.from_url(url, "cli:items", 500, 0.01) as b:
+    with lb.RedisBloomFilter.from_url(url, "cli:items", 500, 0.01, ttl=600) as b:
         b.update(["x", "y"])
     p = run("inspect", url, "cli:users", check_rc=0)
     assert "RedisFilter" in p.stdout and f"m={f.m:,} k={f.k}" in p.stdout
     assert "about 3 keys" in p.stdout and " bits set" in p.stdout
+    assert "ttl: none" in p.stdout
     p = run("inspect", url, "cli:items", check_rc=0)
     assert "RedisBloomFilter" in p.stdout and "capacity=500" in p.stdout
     assert "2 items added" in p.stdout
+    assert " s left" in p.stdout
     p = run("inspect", url, "cli:nothing", check_rc=1)
     assert "no filter at key 'cli:nothing'" in p.stderr
     p = run("inspect", url, "cli:plain", check_rc=1)

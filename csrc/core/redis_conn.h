@@ -286,6 +286,11 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
                                       const size_t *lens, int flags, lb_reply **reply);
 
+/* PTTL key: *ms is the milliseconds left, -1 when the key has no expiry, -2
+ * when there is no key.  Any other reply is a protocol error (connection
+ * dropped). */
+lb_redis_status lb_redis_key_pttl(lb_redis *r, const void *key, size_t keylen, long long *ms);
+
 /* --------------------------------------------------------------- key names */
 
 /* For the layers above (redis_bitmap, redisbloom), which keep a user key and

@@ -526,6 +526,18 @@ PyObject *lb_redis_get_key(PyObject *self, void *unused)
     return Py_NewRef(LB_REDIS_FILTER(self)->key);
 }
 
+PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    long long ms = 0;
+    LB_REDIS_CALL(f, lb_redis_key_pttl(f->conn, PyBytes_AS_STRING(f->key_bytes),
+                                       (size_t)PyBytes_GET_SIZE(f->key_bytes), &ms));
+    if (ms < 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble((double)ms / 1000.0);
+}
+
 PyObject *lb_redis_get_ttl(PyObject *self, void *unused)
 {
     (void)unused;

@@ -463,6 +463,9 @@ static PyMethodDef rf_methods[] = {
     {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the data stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
+     "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
+     "trip), None when it has no expiry or does not exist."},
     {"bits_set", rf_bits_set, METH_NOARGS, "bits_set() -> int\n\nBITCOUNT over every part."},
     {"approximate_count", rf_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nDistinct keys, estimated from the bits set."},

@@ -591,6 +591,9 @@ static PyMethodDef rb_methods[] = {
      "info() -> ling_bloom.redisbloom.RedisBloomInfo\n\nBF.INFO, read by field name: capacity, "
      "size (bytes), filters, items, expansion (None when non-scaling).  FilterNotFoundError "
      "(a KeyError) when the key does not exist."},
+    {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
+     "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
+     "trip), None when it has no expiry or does not exist."},
     {"card", rb_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
     {"dump", rb_dump, METH_NOARGS,
