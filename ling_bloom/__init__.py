@@ -18,7 +18,8 @@ ling-base bit for bit, to share a Redis bitmap with Go services.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional
+import os
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Optional
 
 from . import _core
 from ._core import (
@@ -27,6 +28,7 @@ from ._core import (
     MAX_K,
     BloomError,
     ClosedError,
+    CorruptFileError,
     CountingFilter,
     EmptyKeyError,
     FilterFullError,
@@ -74,7 +76,9 @@ def estimate(n: int, p: float) -> Params:
 
     m = ceil(n * -ln(p) / ln(2)**2), k = max(1, ceil(ln(2) * m / n)).
     InvalidCapacityError for n <= 0 (or an m beyond 2**63), InvalidFalsePositiveRateError
-    unless 0 < p < 1.
+    unless 0 < p < 1.  This is the bare arithmetic, as the Go library computes it: m may
+    exceed MAX_BITS (2**48) and k MAX_K (64), which no filter can have; :func:`geometry`
+    raises the constructors' errors for those instead.
     """
     m, k = _core.estimate(n, p)
     return Params(m, k)
@@ -87,7 +91,9 @@ def geometry(n: int, p: float, hash: Optional[str] = None) -> Params:
     about a thousand keys) the default hash ("xxh3-mix") gets more bits, so that the rate at n
     keys (with ideal hashing, :func:`ideal_false_positive_rate`) stays within 1% of p.  The
     "ling-base" and "xxh3" schemes keep ``estimate``'s values (Go services and files of 0.1
-    compute them the same way).
+    compute them the same way).  Sizes no filter can have raise what the constructors
+    raise: InvalidCapacityError for m beyond MAX_BITS (2**48), InvalidFalsePositiveRateError
+    for k beyond MAX_K (64).
     """
     m, k = _core.geometry(n, p, hash)
     return Params(m, k)
@@ -128,18 +134,29 @@ _KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter]]" = {
 
 
 def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
-    """Rebuild whichever filter to_bytes() saved in data."""
+    """Rebuild whichever filter to_bytes() saved in data.
+
+    CorruptFileError (a BloomError and a ValueError) when data is not a saved filter.
+    """
     view = memoryview(data)
     if len(view) < 8 or bytes(view[:4]) != b"LBLM":
-        raise ValueError("not a valid saved filter: bad magic")
+        raise CorruptFileError("not a valid saved filter: bad magic")
     cls = _KINDS.get(view[6])
     if cls is None:
-        raise ValueError("not a valid saved filter: unknown filter kind")
+        raise CorruptFileError("not a valid saved filter: unknown filter kind")
     return cls.from_bytes(data)
 
 
-def load(path: str) -> MemoryFilter | CountingFilter | ScalableFilter:
-    """Read a filter saved with save(path), whatever its type."""
+def load(
+    path: "str | os.PathLike[str] | BinaryIO",
+) -> MemoryFilter | CountingFilter | ScalableFilter:
+    """Read a filter saved with save(path), whatever its type.
+
+    path may be a binary file object (io.BytesIO, open(..., "rb")): the filter is read
+    from its position, exactly as many bytes as it has, so filters saved one after the
+    other into one stream load one after the other.  CorruptFileError when the data is not
+    a saved filter.
+    """
     from ._io import read_file
 
     return from_bytes(read_file(path))
@@ -156,6 +173,7 @@ __all__ = [
     "Batcher",
     "BloomError",
     "ClosedError",
+    "CorruptFileError",
     "CountingFilter",
     "EmptyKeyError",
     "FORMAT_VERSION",

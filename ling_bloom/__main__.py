@@ -2,12 +2,18 @@
 
 Commands:
   demo                the filters at work (the README's main job)
-  estimate N P        m, k and memory for N keys at false-positive rate P
+  estimate N P        m, k and memory for N keys at false-positive rate P (exit 2, with
+                      the reason on stderr, when no filter can be that large)
   fpr [options]       a false-positive-rate experiment as a table (and a plot)
   inspect FILE        what a saved filter holds
+  inspect URL KEY     what the filter at KEY on a Redis server holds
+  build KEYS OUT      a filter of the keys in KEYS (one a line, - for stdin), saved to OUT
+  test FILE [KEY...]  test keys (or stdin's lines) against a saved filter: exit 0 when every
+                      key tests present, 3 when one or more are absent
 
 Exit codes: 0 success, 1 the command failed (unreadable or invalid file, matplotlib
-missing, ...), 2 bad usage (unknown command or option, a value out of range).  Errors are
+missing, ...), 2 bad usage (unknown command or option, a value out of range), 3 (test) a
+key tested absent.  Errors are
 one line on stderr, never a traceback.
 """
 from __future__ import annotations
@@ -17,11 +23,11 @@ import json
 import math
 import os
 import sys
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import ling_bloom as lb
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ABSENT = 0, 1, 2, 3
 
 HASHES = ("xxh3-mix", "xxh3", "ling-base")
 
@@ -101,10 +107,66 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     print(f"memory: {_human_bytes(p.nbytes)} (bit array), {_human_bytes((p.m + 1) // 2)} "
           f"(counting filter)")
     print(f"theoretical rate at n: {lb.false_positive_rate(p.m, p.k, args.n):.6g}")
+    # estimate() is the bare arithmetic; the filters refuse what they cannot have.
+    if p.m > lb.MAX_BITS:
+        print(f"error: m = {p.m:,} bits exceeds the limit of every filter type "
+              f"(2**48 = {lb.MAX_BITS:,} bits, {_human_bytes(lb.MAX_BITS // 8)} of bits): "
+              f"no filter can be built for these N and P", file=sys.stderr)
+        return EXIT_USAGE
+    if p.k > lb.MAX_K:
+        print(f"error: k = {p.k} hash functions exceeds the limit of {lb.MAX_K}: "
+              f"no filter can be built for this P", file=sys.stderr)
+        return EXIT_USAGE
     return 0
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _ttl_text(seconds: Optional[float]) -> str:
+    return "none (the key does not expire)" if seconds is None else f"{seconds:.3f} s left"
+
+
+def _inspect_redis(url: str, key: str) -> int:
+    """Which filter is at key, and what it holds (each figure a round trip)."""
+    try:
+        rf = lb.RedisFilter.open(url, key)
+    except lb.FilterNotFoundError:
+        rf = None  # no RedisFilter meta key: a RedisBloom filter, or nothing
+    if rf is not None:
+        with rf:
+            bits = rf.bits_set()
+            print(f"{key} at {url}: RedisFilter (a bitmap), hash={rf.hash}")
+            print(f"  m={rf.m:,} k={rf.k} in {rf.nparts} part(s), {_human_bytes(rf.nbytes)}")
+            print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about "
+                  f"{rf.approximate_count():,} keys, current rate "
+                  f"{rf.current_error_rate():.6g}")
+            print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
+        return EXIT_OK
+    with lb.RedisBloomFilter(key, no_create=True, url=url) as bf:
+        try:
+            info = bf.info()
+        except lb.FilterNotFoundError:
+            print(f"error: no filter at key {key!r} on {url} (neither a RedisFilter nor a "
+                  f"RedisBloom filter; the key does not exist)", file=sys.stderr)
+            return EXIT_FAILURE
+        print(f"{key} at {url}: RedisBloomFilter (the RedisBloom module's BF.*)")
+        expansion = ("non-scaling" if info.expansion is None
+                     else f"expansion {info.expansion}")
+        print(f"  capacity={info.capacity:,} in {info.filters} sub-filter(s), {expansion}, "
+              f"{_human_bytes(info.size or 0)}")
+        print(f"  {info.items:,} items added (BF.CARD)")
+        print(f"  ttl: {_ttl_text(bf.remaining_ttl())}")
+    return EXIT_OK
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.file.startswith(REDIS_SCHEMES):
+        if args.key is None:
+            raise UsageError("inspect URL KEY: give the key of the filter")
+        return _inspect_redis(args.file, args.key)
+    if args.key is not None:
+        raise UsageError("inspect FILE takes no KEY (a KEY goes with a redis:// URL)")
     f = lb.load(args.file)
     name = type(f).__name__
     print(f"{args.file}: {name}, hash={f.hash}")
@@ -125,6 +187,78 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 class UsageError(Exception):
     """Arguments that parse but do not go together: exit 2."""
+
+
+def _lines(path: str) -> "Iterator[bytes]":
+    """The lines of path (- for stdin) as bytes keys, without their line ending; empty
+    lines are skipped (an empty key is not a key).  Bytes, so a key is hashed as the
+    bytes in the file: the same as the str key for UTF-8 text."""
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for line in f:
+            key = line.rstrip(b"\r\n")
+            if key:
+                yield key
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    keys: "Iterable[bytes]"
+    capacity = args.capacity
+    if capacity is None:
+        # Size for the keys there are: read them first (stdin is kept in memory).
+        keys = list(_lines(args.keys))
+        capacity = max(1, len(keys))
+    else:
+        keys = _lines(args.keys)
+    if args.type == "scalable":
+        f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter" = lb.ScalableFilter(
+            capacity, args.error_rate, hash=args.hash)
+    else:
+        cls = lb.CountingFilter if args.type == "counting" else lb.MemoryFilter
+        f = cls(capacity, args.error_rate, hash=args.hash)
+    f.update(keys)
+    f.save(args.out)
+    print(f"{args.out}: {type(f).__name__} of about {len(f):,} keys, "
+          f"{_human_bytes(f.nbytes)}, current rate {f.current_error_rate():.6g}")
+    if args.type != "scalable" and len(f) > capacity:
+        print(f"warning: about {len(f):,} keys in a filter sized for {capacity:,}: its "
+              f"false-positive rate is above {args.error_rate}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    f = lb.load(args.file)
+    keys = [os.fsencode(k) for k in args.key] \
+        if args.key else _lines("-")
+    absent = 0
+    out = []
+    for key, present in zip_results(f, keys):
+        absent += not present
+        if not args.quiet:
+            out.append(("present\t" if present else "absent\t").encode() + key + b"\n")
+            if len(out) >= 4096:
+                sys.stdout.buffer.write(b"".join(out))
+                out.clear()
+    if out:
+        sys.stdout.buffer.write(b"".join(out))
+        sys.stdout.flush()
+    return EXIT_ABSENT if absent else EXIT_OK
+
+
+def zip_results(f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter",
+                keys: "Iterable[bytes]") -> "Iterator[Tuple[bytes, bool]]":
+    """(key, present) for each key, tested in batches of 65,536 (test_many)."""
+    batch: List[bytes] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) == 65536:
+            yield from zip(batch, f.test_many(batch))
+            batch = []
+    if batch:
+        yield from zip(batch, f.test_many(batch))
 
 
 def cmd_fpr(args: argparse.Namespace) -> int:
@@ -197,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m ling_bloom",
         description="Bloom filters with a C core: demo, capacity planning, false-positive-rate "
                     "experiments, saved filters.",
-        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage.  "
+        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage, 3 (test) a key is absent.  "
                "'python -m ling_bloom COMMAND --help' for a command's options.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -212,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P",
                        description="ling-base's Estimate: m = ceil(n*-ln p / ln^2 2), "
-                                   "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.",
+                                   "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.  "
+                                   "Exit 2 when m exceeds 2**48 bits or k exceeds 64, which "
+                                   "no filter can have.",
                        epilog="example: python -m ling_bloom estimate 1000000 0.01")
     e.add_argument("n", type=_positive_int, metavar="N", help="expected number of keys")
     e.add_argument("p", type=_rate, metavar="P", help="false-positive rate, in (0, 1)")
@@ -267,11 +403,49 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalable filter's growth")
     f.set_defaults(func=cmd_fpr, p_given=False)
 
-    i = sub.add_parser("inspect", help="what a saved filter holds",
+    i = sub.add_parser("inspect", help="what a saved filter (or a Redis filter) holds",
                        description="Type, geometry, fill and current rate of a filter saved "
-                                   "with save().")
-    i.add_argument("file", metavar="FILE")
+                                   "with save(), or of the filter at KEY on a Redis server "
+                                   "(redis://, rediss:// or unix:// URL): a RedisFilter's "
+                                   "geometry, bits set and estimated count, a RedisBloom "
+                                   "filter's BF.INFO.",
+                       epilog="examples:\n  python -m ling_bloom inspect users.bloom\n"
+                              "  python -m ling_bloom inspect redis://localhost:6379/0 users",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    i.add_argument("file", metavar="FILE|URL")
+    i.add_argument("key", metavar="KEY", nargs="?", help="with a URL: the filter's key")
     i.set_defaults(func=cmd_inspect)
+
+    b = sub.add_parser(
+        "build", help="build a filter from a file of keys and save it",
+        description="Read KEYS (one key a line, as bytes without the line ending; empty "
+                    "lines skipped; - for stdin), add them to a new filter and save it to "
+                    "OUT (atomically).",
+        epilog="example: python -m ling_bloom build ids.txt ids.bloom --error-rate 0.001")
+    b.add_argument("keys", metavar="KEYS", help="file of keys, one a line (- for stdin)")
+    b.add_argument("out", metavar="OUT", help="where to save the filter")
+    b.add_argument("--capacity", type=_positive_int,
+                   help="keys the filter is sized for (default: the number of keys read; "
+                        "the initial capacity of a scalable filter)")
+    b.add_argument("--error-rate", type=_rate, default=0.01,
+                   help="false-positive rate (default 0.01)")
+    b.add_argument("--type", choices=("memory", "counting", "scalable"), default="memory",
+                   help="filter type (default memory)")
+    b.add_argument("--hash", choices=HASHES, default="xxh3-mix",
+                   help="hashing scheme (default xxh3-mix)")
+    b.set_defaults(func=cmd_build)
+
+    t = sub.add_parser(
+        "test", help="test keys against a saved filter",
+        description="Test each KEY (or, without any, each line of stdin) against the filter "
+                    "saved in FILE; print 'present' or 'absent', a tab and the key.  Exit 0 "
+                    "when every key tests present, 3 when any is absent (never added), 1 "
+                    "when the file cannot be read.",
+        epilog="example: python -m ling_bloom test ids.bloom 42 43 || echo 'some never added'")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("key", metavar="KEY", nargs="*", help="keys to test (default: stdin's lines)")
+    t.add_argument("-q", "--quiet", action="store_true", help="print nothing: the exit status")
+    t.set_defaults(func=cmd_test)
     return parser
 
 

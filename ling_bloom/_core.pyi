@@ -2,7 +2,8 @@
 tests/test_typing.py checks that every public name of the built module is declared here."""
 
 from types import TracebackType
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, List, NoReturn, Optional, Sequence,
+                    Tuple, Type, TypeVar, Union)
 import os
 
 from typing_extensions import Buffer, Self
@@ -12,7 +13,8 @@ from .redisbloom import RedisBloomInfo
 Key = Union[str, Buffer]
 """A key: a str (hashed as UTF-8), bytes, or any C-contiguous buffer.  Never empty."""
 
-_Path = Union[str, "os.PathLike[str]"]
+_Path = Union[str, "os.PathLike[str]", BinaryIO]
+"""A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""
 _T = TypeVar("_T")
 
 FORMAT_VERSION: int
@@ -31,7 +33,8 @@ class ClosedError(BloomError):
     """The filter was closed."""
 
 class InvalidCapacityError(BloomError, ValueError):
-    """Capacity (or m) is zero, negative or too large."""
+    """The size is out of range: capacity or m zero, negative or too large (m at most
+    MAX_BITS), or k not in 1..MAX_K."""
 
 class InvalidFalsePositiveRateError(BloomError, ValueError):
     """The false-positive rate is not in (0, 1)."""
@@ -44,6 +47,10 @@ class NotSupportedError(BloomError):
 
 class GeometryMismatchError(BloomError, ValueError):
     """Two filters (or a filter and what Redis holds) differ in m, k or hash."""
+
+class CorruptFileError(BloomError, ValueError):
+    """The data is not a saved filter: garbage, truncated, damaged, of a newer format, or of
+    another type than the one asked for."""
 
 class RedisError(BloomError):
     """Base of the errors of the Redis filters."""
@@ -77,7 +84,8 @@ class FilterFullError(RedisResponseError):
 
 class FilterNotFoundError(RedisResponseError, KeyError):
     """No RedisBloom filter at the key, and it was not to be created (no_create=True); or
-    info()/dump() of a missing key."""
+    info()/dump() of a missing key; or no RedisFilter at the key and no geometry given
+    (RedisFilter.open, RedisFilter(key))."""
 
     key: Any
 
@@ -99,10 +107,12 @@ def _saved_length(head: bytes) -> int:
     """The length of the saved filter that starts with head (its first 48 bytes)."""
 
 def estimate(n: int, p: float) -> Tuple[int, int]:
-    """ling-base's Estimate: (m, k) for n keys at false-positive rate p."""
+    """ling-base's Estimate: (m, k) for n keys at false-positive rate p (the bare arithmetic:
+    m may exceed MAX_BITS and k MAX_K)."""
 
 def geometry(n: int, p: float, hash: Optional[str] = ...) -> Tuple[int, int]:
-    """(m, k) of a filter built for n keys at rate p: estimate's, or more bits for small n."""
+    """(m, k) of a filter built for n keys at rate p: estimate's, or more bits for small n.
+    InvalidCapacityError past MAX_BITS, InvalidFalsePositiveRateError past MAX_K."""
 
 def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
     """The k bit indices of key in a filter of m bits."""
@@ -121,6 +131,11 @@ class _Filter:
     def test(self, key: Key, /) -> bool:
         """False: never added.  True: probably added."""
     def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int:
+        """Distinct keys added, estimated: approximate_count() (RedisBloomFilter: card(),
+        BF.CARD); a round trip for the Redis types.  ClosedError once closed."""
+    def __bool__(self) -> bool:
+        """Always True (even empty or closed): ``if f:`` asks nothing of the filter."""
     def add_many(self, keys: Iterable[Key], /) -> List[bool]:
         """add() for each key; a bad key raises before anything changes."""
     def update(self, keys: Iterable[Key], /) -> None:
@@ -145,15 +160,20 @@ class _Saved(_Filter):
         """The filter in the saved format (versioned header, checksum)."""
     @classmethod
     def from_bytes(cls, data: Buffer, /) -> Self:
-        """Rebuild a filter from to_bytes(); ValueError for damaged input."""
+        """Rebuild a filter from to_bytes(); CorruptFileError for damaged input."""
     def save(self, path: _Path, /) -> None:
-        """Write to_bytes() to path atomically."""
+        """Write to_bytes() to path atomically, with the mode open() gives a new file
+        (0o666 minus the umask); an OSError names path.  A file object gets the bytes
+        written at its position (not flushed, not closed)."""
     @classmethod
     def load(cls, path: _Path, /) -> Self:
-        """Read a filter written by save()."""
+        """Read a filter written by save(); CorruptFileError for damaged input.  From a file
+        object: read from its position, exactly the filter's bytes."""
     def copy(self) -> Self: ...
     def __copy__(self) -> Self: ...
-    def __eq__(self, other: object, /) -> bool: ...
+    def __eq__(self, other: object, /) -> bool:
+        """Same type, geometry and contents.  A filter equals itself even closed; a closed
+        filter compared with another raises ClosedError."""
     def __ne__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
     def __reduce__(self) -> Tuple[Any, Tuple[bytes]]: ...
@@ -191,11 +211,11 @@ class MemoryFilter(_Fixed):
 
     def __new__(
         cls,
-        capacity: Optional[float] = ...,
-        error_rate: Optional[float] = ...,
+        capacity: float = ...,
+        error_rate: float = ...,
         *,
-        m: Optional[int] = ...,
-        k: Optional[int] = ...,
+        m: int = ...,
+        k: int = ...,
         hash: Optional[str] = ...,
     ) -> Self: ...
     @property
@@ -221,11 +241,11 @@ class CountingFilter(_Fixed):
 
     def __new__(
         cls,
-        capacity: Optional[float] = ...,
-        error_rate: Optional[float] = ...,
+        capacity: float = ...,
+        error_rate: float = ...,
         *,
-        m: Optional[int] = ...,
-        k: Optional[int] = ...,
+        m: int = ...,
+        k: int = ...,
         hash: Optional[str] = ...,
     ) -> Self: ...
     def remove(self, key: Key, /) -> None:
@@ -234,6 +254,15 @@ class CountingFilter(_Fixed):
         """remove() without the KeyError; True when something was removed."""
     def count(self, key: Key, /) -> int:
         """The smallest of key's counters (0..15)."""
+    def union(self, other: CountingFilter, /) -> Self:
+        """The saturating sum of the counters (same m, k and hash): the filter that had
+        every add of both, so remove() stays sound."""
+    def intersection(self, other: CountingFilter, /) -> Self:
+        """The smaller of each pair of counters: keys of both test present."""
+    def __or__(self, other: CountingFilter, /) -> Self: ...
+    def __and__(self, other: CountingFilter, /) -> Self: ...
+    def __ior__(self, other: CountingFilter, /) -> Self: ...
+    def __iand__(self, other: CountingFilter, /) -> Self: ...
 
 class ScalableFilter(_Saved):
     """A scalable Bloom filter: a chain of bit arrays that grows.  error_rate bounds the
@@ -269,6 +298,10 @@ class ScalableFilter(_Saved):
     def nbytes(self) -> int: ...
     def stages(self) -> List[Dict[str, Any]]:
         """capacity, count, m, k, error_rate, bits_set of each stage."""
+    def union(self, other: ScalableFilter, /) -> NoReturn:
+        """NotSupportedError: a chain of stages has no sound union."""
+    def intersection(self, other: ScalableFilter, /) -> NoReturn:
+        """NotSupportedError: a chain of stages has no sound intersection."""
 
 # ---- the Redis filters ----------------------------------------------------------------------
 
@@ -351,6 +384,9 @@ class RedisFilter(_Filter):
         """Redis strings the bitmap spans (2**32 bits each)."""
     @property
     def nbytes(self) -> int: ...
+    def remaining_ttl(self) -> Optional[float]:
+        """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
+        does not exist."""
     def bits_set(self) -> int:
         """BITCOUNT over every part."""
     def approximate_count(self) -> int: ...
@@ -427,6 +463,9 @@ class RedisBloomFilter(_Filter):
         False when a matching one was there; GeometryMismatchError when it does not match."""
     def info(self) -> RedisBloomInfo:
         """BF.INFO, read by field name."""
+    def remaining_ttl(self) -> Optional[float]:
+        """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
+        does not exist."""
     def card(self) -> int:
         """BF.CARD: items added."""
     def dump(self) -> List[Tuple[int, bytes]]:

@@ -3,31 +3,68 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Union
+from typing import IO, Union, cast
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, "os.PathLike[str]", "IO[bytes]"]
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system allows.
+
+    Linux (4.7+) reports it in /proc/self/status; elsewhere it is read by setting it and
+    setting it back (os.umask), which a thread creating a file at that instant could see.
+    """
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: PathLike, data: bytes) -> None:
     """Write data to path so that readers see the old file or the new one, never half of one.
 
     The bytes go to a temporary file in the same directory, are flushed to disk, and the
-    temporary file is renamed over path.
+    temporary file is renamed over path.  The file gets the mode open() would give a new
+    one (0o666 minus the umask), not mkstemp's 0o600: a filter saved by a warm-up job is
+    readable by the web server's user when the umask allows it.  An error names path
+    (not the temporary file).
     """
+    if hasattr(path, "write"):
+        # A binary file object (io.BytesIO, open(..., "wb"), a socket's makefile): written
+        # at its position, not flushed or closed; atomicity is the caller's.
+        path.write(data)
+        return
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".ling_bloom-", suffix=".tmp", dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".ling_bloom-", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # mkstemp and os.replace name the temporary file (or the directory): say
+            # which file could not be saved.
+            raise type(exc)(exc.errno, f"{exc.strerror} (saving the filter)", path) from exc
         raise
     try:
         dfd = os.open(directory, os.O_RDONLY)
@@ -45,15 +82,45 @@ def atomic_write(path: PathLike, data: bytes) -> None:
 HEADER_BYTES = 48
 
 
-def read_file(path: PathLike) -> bytes:
-    """The saved filter at path, read no further than its header says it goes.
+def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
+    parts = []
+    while n > 0:
+        chunk = f.read(min(n, 1 << 24))
+        if not chunk:
+            break
+        if not isinstance(chunk, (bytes, bytearray)):
+            raise TypeError(f"load() needs a binary file object; read() gave "
+                            f"{type(chunk).__name__}")
+        parts.append(bytes(chunk))
+        n -= len(chunk)
+    return b"".join(parts)
 
-    A file that is not a saved filter (``/dev/zero``, a huge log) raises ValueError after
-    its first 48 bytes; one longer than its header says raises ValueError too.  A short
-    one is returned as it is, for from_bytes to say what is missing.
-    """
+
+def _read_stream(f: "IO[bytes]") -> bytes:
+    """One saved filter from a binary file object, from its position: the header, then as
+    many bytes as it gives, no more (the stream may go on: filters saved one after the
+    other load one after the other)."""
     from ._core import _saved_length
 
+    head = _read_exactly(f, HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        return head
+    return head + _read_exactly(f, _saved_length(head) - len(head))
+
+
+def read_file(path: PathLike) -> bytes:
+    """The saved filter at path (or from a binary file object), read no further than its
+    header says it goes.
+
+    A file that is not a saved filter (``/dev/zero``, a huge log) raises CorruptFileError
+    (a BloomError and a ValueError) after its first 48 bytes; one longer than its header
+    says raises it too.  A short one is returned as it is, for from_bytes to say what is
+    missing.
+    """
+    from ._core import CorruptFileError, _saved_length
+
+    if hasattr(path, "read"):
+        return _read_stream(cast("IO[bytes]", path))
     with open(os.fspath(path), "rb") as f:
         head = f.read(HEADER_BYTES)
         if len(head) < HEADER_BYTES:
@@ -63,6 +130,6 @@ def read_file(path: PathLike) -> bytes:
         if len(rest) < total - len(head):
             return head + rest
         if f.read(1):
-            raise ValueError(f"not a valid saved filter: the file goes on past the "
+            raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
                              f"{total} bytes its header describes")
         return head + rest

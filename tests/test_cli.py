@@ -25,11 +25,12 @@ def run(*args, check_rc=None):
 
 def test_no_command_prints_help_and_exits_2():
     p = run(check_rc=2)
-    for cmd in ("demo", "estimate", "fpr", "inspect"):
+    for cmd in ("demo", "estimate", "fpr", "inspect", "build", "test"):
         assert cmd in p.stderr
 
 
-@pytest.mark.parametrize("cmd", [[], ["demo"], ["estimate"], ["fpr"], ["inspect"]])
+@pytest.mark.parametrize("cmd", [[], ["demo"], ["estimate"], ["fpr"], ["inspect"], ["build"],
+                                 ["test"]])
 def test_help_of_every_command(cmd):
     p = run(*cmd, "--help", check_rc=0)
     assert p.stdout.startswith("usage: python -m ling_bloom")
@@ -178,3 +179,94 @@ def test_output_into_a_closed_pipe_is_not_an_error():
         shell=True, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.stdout.startswith("MemoryFilter")
     assert "Traceback" not in p.stderr
+
+
+# ---- build and test ---------------------------------------------------------------------
+
+def test_build_then_test(tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_bytes(b"".join(b"user-%d\n" % i for i in range(5000)) + b"\n\r\nlast\r\n")
+    out = tmp_path / "users.bloom"
+    p = run("build", str(keys), str(out), "--error-rate", "0.001", check_rc=0)
+    assert "MemoryFilter" in p.stdout
+    f = lb.load(str(out))
+    assert isinstance(f, lb.MemoryFilter) and f.capacity == 5001 and f.error_rate == 0.001
+    assert f.test_many(["user-0", "user-4999", "last"]) == [True, True, True]
+    p = run("test", str(out), "user-1", "last", check_rc=0)
+    assert p.stdout == "present\tuser-1\npresent\tlast\n"
+    p = run("test", str(out), "user-1", "never-added-1", check_rc=3)
+    assert "absent\tnever-added-1" in p.stdout
+    assert run("test", "-q", str(out), "never-added-1", check_rc=3).stdout == ""
+    # keys from stdin
+    env = dict(os.environ)
+    p = subprocess.run([sys.executable, "-m", "ling_bloom", "test", str(out)],
+                       input=b"user-7\nuser-8\n", capture_output=True, cwd=ROOT, env=env,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout == b"present\tuser-7\npresent\tuser-8\n"
+
+
+def test_build_from_stdin_with_options(tmp_path):
+    out = tmp_path / "c.bloom"
+    p = subprocess.run([sys.executable, "-m", "ling_bloom", "build", "-", str(out), "--type",
+                        "counting", "--capacity", "100", "--hash", "ling-base"],
+                       input=b"a\nb\n", capture_output=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    f = lb.load(str(out))
+    assert isinstance(f, lb.CountingFilter) and f.hash == "ling-base" and f.capacity == 100
+    assert "a" in f and "b" in f
+    keys = tmp_path / "k"
+    keys.write_text("".join(f"{i}\n" for i in range(1000)))
+    assert main(["build", str(keys), str(out), "--type", "scalable", "--capacity", "10"]) == 0
+    s = lb.load(str(out))
+    assert isinstance(s, lb.ScalableFilter) and s.num_sub_filters > 1
+    assert all(s.test_many([str(i) for i in range(1000)]))
+
+
+def test_build_warns_when_overfilled(tmp_path, capsys):
+    keys = tmp_path / "k"
+    keys.write_text("".join(f"{i}\n" for i in range(1000)))
+    assert main(["build", str(keys), str(tmp_path / "o"), "--capacity", "10"]) == 0
+    assert "sized for 10" in capsys.readouterr().err
+
+
+def test_test_failures(tmp_path):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"x" * 100)
+    p = run("test", str(junk), "a", check_rc=1)
+    assert "not a valid saved filter" in p.stderr
+    p = run("test", str(tmp_path / "missing"), "a", check_rc=1)
+    assert "missing" in p.stderr
+    run("build", str(tmp_path / "missing"), str(tmp_path / "o"), check_rc=1)
+    run("build", str(junk), str(tmp_path / "o"), "--error-rate", "2", check_rc=2)
+
+
+# ---- inspect a Redis filter -------------------------------------------------------------
+
+def test_inspect_redis_filters(bf_server):
+    url = bf_server.url
+    with bf_server.client() as c:
+        c.command("DEL", "cli:users", "cli:items", "cli:plain")
+        c.command("SET", "cli:plain", "x")
+    with lb.RedisFilter.from_url(url, "cli:users", 1000, 0.01) as f:
+        f.update(["a", "b", "c"])
+    with lb.RedisBloomFilter.from_url(url, "cli:items", 500, 0.01, ttl=600) as b:
+        b.update(["x", "y"])
+    p = run("inspect", url, "cli:users", check_rc=0)
+    assert "RedisFilter" in p.stdout and f"m={f.m:,} k={f.k}" in p.stdout
+    assert "about 3 keys" in p.stdout and " bits set" in p.stdout
+    assert "ttl: none" in p.stdout
+    p = run("inspect", url, "cli:items", check_rc=0)
+    assert "RedisBloomFilter" in p.stdout and "capacity=500" in p.stdout
+    assert "2 items added" in p.stdout
+    assert " s left" in p.stdout
+    p = run("inspect", url, "cli:nothing", check_rc=1)
+    assert "no filter at key 'cli:nothing'" in p.stderr
+    p = run("inspect", url, "cli:plain", check_rc=1)
+    assert "WRONGTYPE" in p.stderr or "holds" in p.stderr
+    run("inspect", url, check_rc=2)
+
+
+def test_inspect_a_file_takes_no_key(tmp_path):
+    path = tmp_path / "f.bloom"
+    lb.MemoryFilter(10).save(str(path))
+    run("inspect", str(path), "k", check_rc=2)

@@ -164,7 +164,7 @@ def test_mypy_sees_through_the_stubs(tmp_path):
         f: Filter = lb.CountingFilter(10)    # fine
         s: str = mf.add("x")                 # line 8: add returns bool
         mf.add(5)                            # line 9: not a key
-        lb.ScalableFilter(10).union          # line 10: no union on ScalableFilter
+        lb.ScalableFilter(10).remove("x")    # line 10: ScalableFilter cannot remove
         c: lb.CountingFilter = lb.CountingFilter.from_bytes(b"")
         m: lb.MemoryFilter = lb.CountingFilter.from_bytes(b"")  # line 12
         """

@@ -206,6 +206,19 @@ def test_reply_that_does_not_fit_is_a_protocol_error(clean_redis, name, reply, c
             assert srv.connections == conns + 1
 
 
+@pytest.mark.parametrize("reply", [integer(-3), bulk(b"1000"), b"+OK\r\n",
+                                   array(integer(1)), b"$-1\r\n"])
+def test_pttl_reply_that_does_not_fit_is_a_protocol_error(clean_redis, reply):
+    # remaining_ttl(): PTTL answers an integer >= -2, nothing else
+    with HostileServer(_replace(b"PTTL", reply), upstream_port=clean_redis.port) as srv:
+        with rf(srv) as f:
+            with pytest.raises(lb.RedisProtocolError, match="protocol error"):
+                f.remaining_ttl()
+            conns = srv.connections
+            assert f.remaining_ttl() is None  # on a new connection, the real answer
+            assert srv.connections == conns + 1
+
+
 def test_bitcount_counts_only_the_filter_bytes(clean_redis):
     # another writer appended bytes past the filter: they do not count (BITCOUNT 0 last)
     with rf(clean_redis, key="bc") as f:

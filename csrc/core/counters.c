@@ -35,6 +35,18 @@ void lb_counters_recount(lb_counters *c)
     c->nonzero = n;
 }
 
+void lb_counters_merge(lb_counters *dst, const lb_counters *src, int sum)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < dst->m; i++) {
+        unsigned a = lb_counter_get(dst, i), b = lb_counter_get(src, i);
+        unsigned v = sum ? (a + b > LB_COUNTER_MAX ? LB_COUNTER_MAX : a + b) : (a < b ? a : b);
+        lb_counter_put(dst, i, v);
+        n += v != 0;
+    }
+    dst->nonzero = n;
+}
+
 static int test_indices(const lb_counters *c, const uint64_t *idx, uint32_t k)
 {
     for (uint32_t i = 0; i < k; i++)

@@ -38,6 +38,12 @@ static inline void lb_counter_put(lb_counters *c, uint64_t i, unsigned v)
     *b = (i & 1) ? (uint8_t)((*b & 0x0f) | (v << 4)) : (uint8_t)((*b & 0xf0) | v);
 }
 
+/* Combine src into dst, cell by cell (same m): sum != 0, the saturating sum
+ * (the counters of a filter that had every add of both: remove() stays
+ * sound); sum == 0, the minimum (each cell still counts at least the keys of
+ * both that reach it, so removing one of those keeps the others present). */
+void lb_counters_merge(lb_counters *dst, const lb_counters *src, int sum);
+
 /* add: returns 1 when the key tested absent before; increments each of its k
  * counters below 15 (an index that repeats increments its cell again). */
 int lb_counters_add(lb_counters *c, const lb_geometry *g, lb_hash_pair h);

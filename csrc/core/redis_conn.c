@@ -1726,6 +1726,31 @@ lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *
     return st;
 }
 
+lb_redis_status lb_redis_key_pttl(lb_redis *r, const void *key, size_t keylen, long long *ms)
+{
+    lb_redis_batch b;
+    lb_reply **rs = NULL;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_cmd(&b, 2);
+    lb_redis_batch_arg(&b, "PTTL", 4);
+    lb_redis_batch_arg(&b, key, keylen);
+    lb_redis_batch_expect_elements(&b, 0);
+    lb_redis_batch_expect_bytes(&b, 0);
+    lb_redis_status st = lb_redis_exec(r, &b, LB_REDIS_IDEMPOTENT, &rs);
+    lb_redis_batch_free(&b);
+    if (st != LB_REDIS_OK)
+        return st;
+    /* An integer: milliseconds left, -1 (no expiry) or -2 (no key). */
+    if (!lb_reply_int_in(rs[0], -2, LLONG_MAX)) {
+        lb_redis_disconnect(r);
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: a reply to PTTL that does not fit the command "
+                                  "sent (type, length or value); connection dropped");
+    }
+    *ms = rs[0]->integer;
+    return LB_REDIS_OK;
+}
+
 /* --------------------------------------------------------------- key names */
 
 const char *lb_redis_show(const char *k, size_t n, char *buf, size_t cap)

@@ -319,6 +319,11 @@ lb_redis_status lb_redis_wire_begin(lb_redis *r, const lb_redis_batch *b);
 lb_redis_status lb_redis_wire_feed(lb_redis *r, const void *data, size_t len, int *complete);
 lb_redis_status lb_redis_wire_replies(lb_redis *r, int flags, lb_reply ***replies);
 
+/* PTTL key: *ms is the milliseconds left, -1 when the key has no expiry, -2
+ * when there is no key.  Any other reply is a protocol error (connection
+ * dropped). */
+lb_redis_status lb_redis_key_pttl(lb_redis *r, const void *key, size_t keylen, long long *ms);
+
 /* --------------------------------------------------------------- key names */
 
 /* For the layers above (redis_bitmap, redisbloom), which keep a user key and

@@ -161,11 +161,107 @@ static PyObject *cf_copy(PyObject *self, PyObject *unused)
     return (PyObject *)dst;
 }
 
+/* ---- union and intersection ------------------------------------------- */
+
+/* Check that other is a CountingFilter of the same geometry and hash, and
+ * enter both (0: the caller leaves both). */
+static int cf_check_like(CountingFilter *self, PyObject *other)
+{
+    lb_state *st = self->f.base.st;
+    if (!PyObject_TypeCheck(other, st->CountingFilter)) {
+        PyErr_Format(PyExc_TypeError, "expected a CountingFilter, not %.200s",
+                     Py_TYPE(other)->tp_name);
+        return -1;
+    }
+    CountingFilter *o = CF(other);
+    if (o->f.args.m != self->f.args.m || o->f.args.k != self->f.args.k ||
+        o->f.args.scheme != self->f.args.scheme) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "filters differ: m=%llu k=%u hash=%s against m=%llu k=%u hash=%s",
+                     (unsigned long long)self->f.args.m, self->f.args.k,
+                     lb_hash_scheme_name(self->f.args.scheme), (unsigned long long)o->f.args.m,
+                     o->f.args.k, lb_hash_scheme_name(o->f.args.scheme));
+        return -1;
+    }
+    return lb_enter2(&self->f.base, &o->f.base);
+}
+
+static void cf_leave2(PyObject *a, PyObject *b)
+{
+    lb_leave(&CF(a)->f.base);
+    lb_leave(&CF(b)->f.base);
+}
+
+static PyObject *cf_combine(PyObject *self, PyObject *other, int is_union, int in_place)
+{
+    if (cf_check_like(CF(self), other) < 0)
+        return NULL;
+    CountingFilter *r = CF(self);
+    if (in_place)
+        Py_INCREF(r);
+    else {
+        r = (CountingFilter *)lb_fixed_new(Py_TYPE(self), &CF(self)->f.args, &cf_kind);
+        if (r)
+            memcpy(r->c.data, CF(self)->c.data, (size_t)CF(self)->c.nbytes);
+    }
+    if (r)
+        lb_counters_merge(&r->c, &CF(other)->c, is_union);
+    cf_leave2(self, other);
+    return (PyObject *)r;
+}
+
+static PyObject *cf_union(PyObject *self, PyObject *other)
+{
+    return cf_combine(self, other, 1, 0);
+}
+
+static PyObject *cf_intersection(PyObject *self, PyObject *other)
+{
+    return cf_combine(self, other, 0, 0);
+}
+
+/* a | b and a & b: NotImplemented unless both are CountingFilters. */
+static PyObject *cf_binary(PyObject *a, PyObject *b, int is_union, int in_place)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyObject_TypeCheck(a, st->CountingFilter) || !PyObject_TypeCheck(b, st->CountingFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    return cf_combine(a, b, is_union, in_place);
+}
+
+static PyObject *cf_nb_or(PyObject *a, PyObject *b)
+{
+    return cf_binary(a, b, 1, 0);
+}
+
+static PyObject *cf_nb_and(PyObject *a, PyObject *b)
+{
+    return cf_binary(a, b, 0, 0);
+}
+
+static PyObject *cf_nb_ior(PyObject *a, PyObject *b)
+{
+    return cf_binary(a, b, 1, 1);
+}
+
+static PyObject *cf_nb_iand(PyObject *a, PyObject *b)
+{
+    return cf_binary(a, b, 0, 1);
+}
+
 static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = CF(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
         Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
     CountingFilter *a = CF(self), *b = CF(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
@@ -237,11 +333,21 @@ static PyMethodDef cf_methods[] = {
     {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nCells above 0 / m."},
     {"current_error_rate", lb_fixed_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nfill_ratio() ** k."},
+    {"union", cf_union, METH_O,
+     "union(other) -> CountingFilter (also a | b, a |= b)\n\nThe saturating sum of the "
+     "counters: the filter that had every add of both (same m, k and hash), so remove() "
+     "stays sound; a key in both counts twice."},
+    {"intersection", cf_intersection, METH_O,
+     "intersection(other) -> CountingFilter (also a & b, a &= b)\n\nThe smaller of each "
+     "pair of counters: every key of both tests present, and removing one of them keeps "
+     "the others present."},
     {"copy", cf_copy, METH_NOARGS, "copy() -> CountingFilter"},
     {"__copy__", cf_copy, METH_NOARGS, NULL},
     {"to_bytes", cf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
-    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
@@ -279,6 +385,12 @@ static PyType_Slot cf_slots[] = {
     {Py_tp_richcompare, cf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, cf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
+    {Py_nb_or, cf_nb_or},
+    {Py_nb_and, cf_nb_and},
+    {Py_nb_inplace_or, cf_nb_ior},
+    {Py_nb_inplace_and, cf_nb_iand},
     {0, NULL},
 };
 

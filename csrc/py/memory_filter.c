@@ -245,6 +245,10 @@ static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
     lb_state *st = MF(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
         Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
     MemoryFilter *a = MF(self), *b = MF(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
@@ -317,7 +321,7 @@ static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
     uint64_t m, k;
     if (lb_parse_hash(hash, &a.scheme) < 0 ||
         lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
-        lb_parse_u64(ko, "k", PyExc_ValueError, &k) < 0)
+        lb_parse_k(st, ko, &k) < 0)
         goto done;
     lb_status s = lb_check_geometry(m, k);
     if (s != LB_OK) {
@@ -391,7 +395,9 @@ static PyMethodDef mf_methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_bitmap(data, m, k, hash=\"xxh3-mix\") -> MemoryFilter\n\nA filter over raw bits (a "
      "shorter bitmap is padded with zeros, as Redis does)."},
-    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
@@ -431,6 +437,8 @@ static PyType_Slot mf_slots[] = {
     {Py_tp_richcompare, mf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, mf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {Py_nb_or, mf_nb_or},
     {Py_nb_and, mf_nb_and},
     {Py_nb_inplace_or, mf_nb_ior},

@@ -61,7 +61,7 @@ PyObject *lb_raise(lb_state *st, lb_status status, const char *detail)
         text = "out of memory";
         break;
     case LB_ERR_FORMAT:
-        exc = PyExc_ValueError;
+        exc = st->CorruptFileError;
         text = "not a valid saved filter";
         break;
     case LB_ERR_MISMATCH:
@@ -363,14 +363,36 @@ int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const ch
                         lb_fixed_args *out)
 {
     static char *kwlist[] = {"capacity", "error_rate", "m", "k", "hash", NULL};
-    PyObject *capacity = Py_None, *error_rate = Py_None, *m = Py_None, *k = Py_None,
-             *hash = Py_None;
+    PyObject *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = Py_None;
     char fmt[64];
     PyOS_snprintf(fmt, sizeof(fmt), "|OO$OOO:%s", type_name);
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, fmt, kwlist, &capacity, &error_rate, &m, &k,
                                      &hash))
         return -1;
     return lb_fixed_args_from(st, capacity, error_rate, m, k, hash, type_name, 0, out);
+}
+
+/* k outside 1..LB_MAX_K is a geometry out of range, as a bad m is:
+ * InvalidCapacityError (a BloomError and a ValueError). */
+int lb_parse_k(lb_state *st, PyObject *obj, uint64_t *out)
+{
+    if (lb_parse_u64(obj, "k", st->InvalidCapacityError, out) < 0)
+        return -1;
+    if (*out == 0 || *out > LB_MAX_K) {
+        PyErr_Format(st->InvalidCapacityError, "k must be in 1..%d, not %llu", LB_MAX_K,
+                     (unsigned long long)*out);
+        return -1;
+    }
+    return 0;
+}
+
+/* A number argument given as None: a TypeError, never a silent default. */
+static int none_given(PyObject *obj, const char *what, const char *type_name)
+{
+    if (obj != Py_None)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a number, not None", type_name, what);
+    return -1;
 }
 
 int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, PyObject *m,
@@ -380,8 +402,29 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
     memset(out, 0, sizeof(*out));
     if (lb_parse_hash(hash, &out->scheme) < 0)
         return -1;
-    int by_geometry = m != Py_None || k != Py_None;
-    int by_capacity = capacity != Py_None || error_rate != Py_None;
+    /* NULL: not given.  None where a number is required is a TypeError: for the
+     * in-memory types always; for RedisFilter (allow_none) None is "not given",
+     * except error_rate=None beside a capacity, which would silently be 0.01. */
+    if (!allow_none) {
+        if (none_given(capacity, "capacity", type_name) < 0 ||
+            none_given(error_rate, "error_rate", type_name) < 0 ||
+            none_given(m, "m", type_name) < 0 || none_given(k, "k", type_name) < 0)
+            return -1;
+    }
+    else {
+        if (capacity == Py_None)
+            capacity = NULL;
+        if (m == Py_None)
+            m = NULL;
+        if (k == Py_None)
+            k = NULL;
+        if (capacity && none_given(error_rate, "error_rate", type_name) < 0)
+            return -1;
+        if (error_rate == Py_None)
+            error_rate = NULL;
+    }
+    int by_geometry = m || k;
+    int by_capacity = capacity || error_rate;
     if (by_geometry && by_capacity) {
         PyErr_Format(PyExc_TypeError, "%s takes capacity and error_rate, or m and k, not both",
                      type_name);
@@ -391,19 +434,13 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
         return 1;
     if (by_geometry) {
         uint64_t mm, kk;
-        if (m == Py_None || k == Py_None) {
+        if (!m || !k) {
             PyErr_Format(PyExc_TypeError, "%s needs both m and k", type_name);
             return -1;
         }
-        if (lb_parse_u64(m, "m", st->InvalidCapacityError, &mm) < 0 ||
-            lb_parse_u64(k, "k", PyExc_ValueError, &kk) < 0)
+        if (lb_parse_u64(m, "m", st->InvalidCapacityError, &mm) < 0 || lb_parse_k(st, k, &kk) < 0)
             return -1;
         lb_status s = lb_check_geometry(mm, kk);
-        if (s == LB_ERR_ARG) {
-            PyErr_Format(PyExc_ValueError, "k must be in 1..%d, not %llu", LB_MAX_K,
-                         (unsigned long long)kk);
-            return -1;
-        }
         if (s != LB_OK) {
             lb_raise(st, s, s == LB_ERR_CAPACITY ? "m must be greater than zero" : NULL);
             return -1;
@@ -412,7 +449,7 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
         out->k = (uint32_t)kk;
         return 0;
     }
-    if (capacity == Py_None) {
+    if (!capacity) {
         PyErr_Format(PyExc_TypeError, "%s needs capacity (and error_rate), or m and k",
                      type_name);
         return -1;
@@ -424,7 +461,7 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
         return -1;
     }
     out->error_rate = 0.01;
-    if (error_rate != Py_None && parse_rate(st, error_rate, &out->error_rate) < 0)
+    if (error_rate && parse_rate(st, error_rate, &out->error_rate) < 0)
         return -1;
     uint64_t mm, kk;
     lb_status s = lb_size(out->capacity, out->error_rate, out->scheme, LB_FIXED_SLACK, &mm, &kk);
@@ -503,6 +540,34 @@ PyObject *lb_load(PyObject *cls, PyObject *path)
     return r;
 }
 
+/* ---- len() and truth -------------------------------------------------- */
+
+static Py_ssize_t len_by(PyObject *self, const char *method)
+{
+    PyObject *r = PyObject_CallMethod(self, method, NULL);
+    if (!r)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    return n;
+}
+
+Py_ssize_t lb_len_approximate(PyObject *self)
+{
+    return len_by(self, "approximate_count");
+}
+
+Py_ssize_t lb_len_card(PyObject *self)
+{
+    return len_by(self, "card");
+}
+
+int lb_bool_true(PyObject *self)
+{
+    (void)self;
+    return 1;
+}
+
 /* ---- module functions -------------------------------------------------- */
 
 /* The (m, k) of estimate() and geometry(), or their error. */
@@ -550,6 +615,16 @@ static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
     if (p == -1.0 && PyErr_Occurred())
         return NULL;
     lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
+    /* What a constructor would build, or the error it would raise: never a
+     * geometry past the limits (estimate() is ling-base's bare arithmetic). */
+    if (s == LB_OK && m > LB_MAX_BITS)
+        return PyErr_Format(st->InvalidCapacityError,
+                            "%llu keys at rate %R need m = %llu bits: more than the 2**48 a "
+                            "filter can have", (unsigned long long)n, po, (unsigned long long)m);
+    if (s == LB_OK && (k == 0 || k > LB_MAX_K))
+        return PyErr_Format(st->InvalidFalsePositiveRateError,
+                            "rate %R needs k = %llu hash functions; at most %d are supported", po,
+                            (unsigned long long)k, LB_MAX_K);
     return sizing_result(st, s, m, k, "no filter of at most 2**48 bits holds n keys at rate p");
 }
 
@@ -581,13 +656,10 @@ static PyObject *indices(PyObject *module, PyObject *args, PyObject *kwargs)
                                      &hash))
         return NULL;
     uint64_t m, k;
-    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
-        lb_parse_u64(ko, "k", PyExc_ValueError, &k) < 0)
+    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 || lb_parse_k(st, ko, &k) < 0)
         return NULL;
     if (m == 0)
         return lb_raise(st, LB_ERR_CAPACITY, "m must be greater than zero");
-    if (k == 0 || k > LB_MAX_K)
-        return PyErr_Format(PyExc_ValueError, "k must be in 1..%d", LB_MAX_K);
     lb_key kk;
     lb_key_hold hold;
     lb_hash_scheme scheme;
@@ -632,7 +704,7 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
  * head (the first 48 bytes, or all there are), for load() to read no more. */
 static PyObject *saved_length(PyObject *module, PyObject *data)
 {
-    (void)module;
+    lb_state *st = PyModule_GetState(module);
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -641,7 +713,8 @@ static PyObject *saved_length(PyObject *module, PyObject *data)
     lb_status s = lb_format_length(view.buf, (size_t)view.len, &total, &why);
     PyBuffer_Release(&view);
     if (s != LB_OK)
-        return PyErr_Format(PyExc_ValueError, "not a valid saved filter: %s", why);
+        return PyErr_Format(st->CorruptFileError,
+                            "not a valid saved filter: %s", why);
     return PyLong_FromUnsignedLongLong(total);
 }
 
@@ -720,6 +793,10 @@ static int module_exec(PyObject *module)
                 st->BloomError, PyExc_ValueError) < 0 ||
         add_exc(module, &st->NotSupportedError, "NotSupportedError",
                 "The operation is not supported by this filter.", st->BloomError, NULL) < 0 ||
+        add_exc(module, &st->CorruptFileError, "CorruptFileError",
+                "The data is not a saved filter (garbage, truncated, damaged, of a newer "
+                "format, or of another type than the one asked for).",
+                st->BloomError, PyExc_ValueError) < 0 ||
         add_exc(module, &st->GeometryMismatchError, "GeometryMismatchError",
                 "Two filters (or a filter and what Redis holds) differ in m, k or hash.",
                 st->BloomError, PyExc_ValueError) < 0 ||
@@ -745,7 +822,8 @@ static int module_exec(PyObject *module)
                 st->RedisResponseError, NULL) < 0 ||
         add_exc(module, &st->FilterNotFoundError, "FilterNotFoundError",
                 "No RedisBloom filter at the key (.key), and it was not to be created "
-                "(no_create=True), or info()/dump() of a missing key.",
+                "(no_create=True), or info()/dump() of a missing key; or no RedisFilter at "
+                "the key and no geometry given (RedisFilter.open).",
                 st->RedisResponseError, PyExc_KeyError) < 0 ||
         add_exc(module, &st->KeyNotOwnedError, "KeyNotOwnedError",
                 "The Redis key (.key) holds data this library did not write (no meta key "
@@ -991,7 +1069,7 @@ static const char *kind_name(int kind)
     return "?";
 }
 
-int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind)
+int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_header *h, int kind)
 {
     if (PyUnicode_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "from_bytes() takes bytes, not str");
@@ -1001,12 +1079,12 @@ int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind
         return -1;
     const char *why = NULL;
     if (lb_format_read(view->buf, (size_t)view->len, h, &why) != LB_OK) {
-        PyErr_Format(PyExc_ValueError, "not a valid saved filter: %s", why);
+        PyErr_Format(st->CorruptFileError, "not a valid saved filter: %s", why);
         PyBuffer_Release(view);
         return -1;
     }
     if ((int)h->kind != kind) {
-        PyErr_Format(PyExc_ValueError, "the data holds a %s, not a %s", kind_name(h->kind),
+        PyErr_Format(st->CorruptFileError, "the data holds a %s, not a %s", kind_name(h->kind),
                      kind_name(kind));
         PyBuffer_Release(view);
         return -1;
@@ -1017,10 +1095,9 @@ int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind
 int lb_fixed_read(lb_state *st, PyObject *data, Py_buffer *view, int kind, const char *type_name,
                   lb_fixed_args *args, const uint8_t **payload, size_t *len)
 {
-    (void)st;
     (void)type_name;
     lb_format_header h;
-    if (lb_read_saved(data, view, &h, kind) < 0)
+    if (lb_read_saved(st, data, view, &h, kind) < 0)
         return -1;
     memset(args, 0, sizeof(*args));
     args->m = h.m;

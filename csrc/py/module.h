@@ -32,6 +32,7 @@ typedef struct {
     PyObject *EmptyKeyError;
     PyObject *NotSupportedError;
     PyObject *GeometryMismatchError;
+    PyObject *CorruptFileError;
     PyObject *RedisError;
     PyObject *RedisConnectionError;
     PyObject *RedisTimeoutError;
@@ -45,6 +46,14 @@ typedef struct {
 } lb_state;
 
 extern PyModuleDef lb_module_def;
+
+/* len(f): the estimated number of distinct keys, approximate_count() (card()
+ * for RedisBloomFilter: BF.CARD), a round trip for the Redis types.  A filter
+ * is always true (lb_bool_true), so `if f:` neither asks Redis nor depends on
+ * the filter being empty. */
+Py_ssize_t lb_len_approximate(PyObject *self);
+Py_ssize_t lb_len_card(PyObject *self);
+int lb_bool_true(PyObject *self);
 
 /* The state of the module that defined type (or one of its bases). */
 lb_state *lb_state_from_type(PyTypeObject *type);
@@ -199,6 +208,9 @@ int lb_parse_hash(PyObject *obj, lb_hash_scheme *out);
  * naming the argument, for a negative value). */
 int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out);
 
+/* k, which must be in 1..LB_MAX_K: InvalidCapacityError otherwise. */
+int lb_parse_k(lb_state *st, PyObject *obj, uint64_t *out);
+
 /* The geometry arguments shared by MemoryFilter and CountingFilter:
  * (capacity, error_rate) or (m=, k=), and hash=. */
 typedef struct {
@@ -212,9 +224,10 @@ typedef struct {
 
 int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const char *type_name,
                         lb_fixed_args *out);
-/* The same from objects (Py_None = not given).  For filters that may adopt a
- * stored geometry, allow_none lets all four be None: then 1 is returned and
- * out holds only the hash. */
+/* The same from objects (NULL = not given; None is a TypeError).  For filters
+ * that may adopt a stored geometry, allow_none takes None as "not given" (but
+ * not error_rate=None beside a capacity) and lets all four be absent: then 1
+ * is returned and out holds only the hash. */
 int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, PyObject *m,
                        PyObject *k, PyObject *hash, const char *type_name, int allow_none,
                        lb_fixed_args *out);
@@ -274,7 +287,7 @@ PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload
 /* Parse a saved fixed filter of the given kind: fills args and returns the
  * payload view through h.  -1 with ValueError set on any problem. */
 #include "format.h"
-int lb_read_saved(PyObject *data, Py_buffer *view, lb_format_header *h, int kind);
+int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_header *h, int kind);
 int lb_fixed_read(lb_state *st, PyObject *data, Py_buffer *view, int kind, const char *type_name,
                   lb_fixed_args *args, const uint8_t **payload, size_t *len);
 /* "<MemoryFilter m=... k=... hash=...>" style repr. */

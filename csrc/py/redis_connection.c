@@ -529,6 +529,18 @@ PyObject *lb_redis_get_key(PyObject *self, void *unused)
     return Py_NewRef(LB_REDIS_FILTER(self)->key);
 }
 
+PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    long long ms = 0;
+    LB_REDIS_CALL(f, lb_redis_key_pttl(f->conn, PyBytes_AS_STRING(f->key_bytes),
+                                       (size_t)PyBytes_GET_SIZE(f->key_bytes), &ms));
+    if (ms < 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble((double)ms / 1000.0);
+}
+
 PyObject *lb_redis_get_ttl(PyObject *self, void *unused)
 {
     (void)unused;
@@ -562,6 +574,14 @@ PyObject *lb_redis_from_url(PyObject *cls, PyObject *args, PyObject *kwargs, Py_
 {
     if (check_nargs(args, max_args, usage) < 0)
         return NULL;
+    /* url=None in a constructor means "localhost:6379"; from_url(None) is a
+     * mistake, not a request for the default server. */
+    PyObject *url = PyTuple_GET_ITEM(args, 0);
+    if (!PyUnicode_Check(url)) {
+        PyErr_Format(PyExc_TypeError, "the url must be a str (redis://, rediss:// or unix://), "
+                     "not %.200s", Py_TYPE(url)->tp_name);
+        return NULL;
+    }
     PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
     if (!kw)
         return NULL;

@@ -167,6 +167,9 @@ int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn);
 
 /* The methods add, test, __contains__, add_many, update, test_many and
  * close, in terms of the ops. */
+/* remaining_ttl(): PTTL of the key, in seconds; None when it has no expiry
+ * or does not exist. */
+PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused);
 PyObject *lb_redis_add(PyObject *self, PyObject *key);
 PyObject *lb_redis_test(PyObject *self, PyObject *key);
 int lb_redis_contains(PyObject *self, PyObject *key);

@@ -122,8 +122,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
-    PyObject *key, *capacity = Py_None, *error_rate = Py_None, *m = Py_None, *k = Py_None,
-                   *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
+    PyObject *key, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
                    *max_bytes = Py_None;
     int adopt_bitmap = 0;
     lb_conn_kw kw = {0};
@@ -132,7 +131,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &capacity, &error_rate, &m, &k, &hash, &ttl, &mode, &chunk,
                                      &adopt_bitmap, &max_bytes, LB_CONN_KWADDR(kw)))
         return NULL;
-    if (adopt_bitmap && (m == Py_None || k == Py_None || hash == Py_None)) {
+    if (adopt_bitmap && (!m || m == Py_None || !k || k == Py_None || hash == Py_None)) {
         PyErr_SetString(PyExc_TypeError,
                         "adopt=True takes over a bitmap another program wrote: give the m, k "
                         "and hash it was written with");
@@ -181,10 +180,14 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                        (size_t)PyBytes_GET_SIZE(key_bytes), &g);
         Py_END_ALLOW_THREADS
         if (rs == LB_REDIS_ERR_NOTFOUND) {
-            PyErr_Format(PyExc_KeyError,
-                         "no ling_bloom filter is stored at key %R: give capacity (and "
-                         "error_rate) or m and k to create one",
-                         key);
+            /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
+            PyObject *msg = PyUnicode_FromFormat(
+                "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
+                "m and k to create one", key);
+            const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+            if (text)
+                lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
+            Py_XDECREF(msg);
             goto fail;
         }
         if (rs != LB_REDIS_OK) {
@@ -486,6 +489,9 @@ static PyMethodDef rf_methods[] = {
     {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the data stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
+     "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
+     "trip), None when it has no expiry or does not exist."},
     {"bits_set", rf_bits_set, METH_NOARGS, "bits_set() -> int\n\nBITCOUNT over every part."},
     {"approximate_count", rf_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nDistinct keys, estimated from the bits set."},
@@ -562,6 +568,8 @@ static PyType_Slot rf_slots[] = {
     {Py_tp_members, rf_members},
     {Py_tp_repr, rf_repr},
     {Py_sq_contains, lb_redis_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

@@ -200,7 +200,7 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
-    PyObject *key, *capacity = Py_None, *error_rate = Py_None, *expansion = Py_None,
+    PyObject *key, *capacity = Py_None, *error_rate = NULL, *expansion = Py_None,
                    *ttl = Py_None, *chunk = Py_None, *max_bytes = Py_None;
     int non_scaling = 0, no_create = 0;
     lb_conn_kw kw = {0};
@@ -224,7 +224,13 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             goto fail;
         }
     }
-    if (error_rate != Py_None) {
+    /* None is "not given" for capacity (attach, or the module's defaults), but
+     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
+    if (error_rate == Py_None && capacity != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "RedisBloomFilter: error_rate must be a number, not None");
+        goto fail;
+    }
+    if (error_rate && error_rate != Py_None) {
         double p = PyFloat_AsDouble(error_rate);
         if (p == -1.0 && PyErr_Occurred())
             goto fail;
@@ -607,6 +613,9 @@ static PyMethodDef rb_methods[] = {
      "info() -> ling_bloom.redisbloom.RedisBloomInfo\n\nBF.INFO, read by field name: capacity, "
      "size (bytes), filters, items, expansion (None when non-scaling).  FilterNotFoundError "
      "(a KeyError) when the key does not exist."},
+    {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
+     "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
+     "trip), None when it has no expiry or does not exist."},
     {"card", rb_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
     {"dump", rb_dump, METH_NOARGS,
@@ -696,6 +705,8 @@ static PyType_Slot rb_slots[] = {
     {Py_tp_members, rb_members},
     {Py_tp_repr, rb_repr},
     {Py_sq_contains, lb_redis_contains},
+    {Py_sq_length, lb_len_card},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

@@ -292,7 +292,7 @@ static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
         return NULL;
     Py_buffer view;
     lb_format_header h;
-    if (lb_read_saved(data, &view, &h, LB_KIND_SCALABLE) < 0)
+    if (lb_read_saved(st, data, &view, &h, LB_KIND_SCALABLE) < 0)
         return NULL;
     ScalableFilter *f = sf_alloc((PyTypeObject *)cls);
     lb_status s = LB_OK;
@@ -330,11 +330,29 @@ static PyObject *sf_copy(PyObject *self, PyObject *unused)
     return r;
 }
 
+/* Not defined for a chain: OR-ing stage i of two chains puts up to twice its
+ * capacity in it (past the rate its stage promises), and a key that went to
+ * stage 0 of one and stage 1 of the other is in no stage of an AND. */
+static PyObject *sf_no_setop(PyObject *self, PyObject *other)
+{
+    (void)other;
+    PyErr_SetString(SF(self)->base.st->NotSupportedError,
+                    "a ScalableFilter has no union or intersection: stage by stage, a union "
+                    "overfills the stages (past the error rate they promise) and an "
+                    "intersection loses keys that went to different stages; add the keys of "
+                    "one to the other (update), or use MemoryFilter or CountingFilter");
+    return NULL;
+}
+
 static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = SF(self)->base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
         Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
     PyObject *a = sf_to_bytes(self, NULL);
     if (!a)
         return NULL;
@@ -439,11 +457,17 @@ static PyMethodDef sf_methods[] = {
      "current_error_rate() -> float\n\nThe rate now: 1 - prod(1 - fill_i ** k_i)."},
     {"stages", sf_stages, METH_NOARGS,
      "stages() -> list[dict]\n\ncapacity, count, m, k, error_rate, bits_set of each stage."},
+    {"union", sf_no_setop, METH_O,
+     "union(other)\n\nNotSupportedError: not defined for a chain of stages (see the error)."},
+    {"intersection", sf_no_setop, METH_O,
+     "intersection(other)\n\nNotSupportedError: not defined for a chain of stages."},
     {"copy", sf_copy, METH_NOARGS, "copy() -> ScalableFilter"},
     {"__copy__", sf_copy, METH_NOARGS, NULL},
     {"to_bytes", sf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", sf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
-    {"save", lb_save, METH_O, "save(path)\n\nWrite to_bytes() to path atomically."},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> ScalableFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
@@ -484,6 +508,8 @@ static PyType_Slot sf_slots[] = {
     {Py_tp_richcompare, sf_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
     {Py_sq_contains, sf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 

@@ -26,8 +26,12 @@ from __future__ import annotations
 import inspect
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from starlette.responses import JSONResponse, Response
-from starlette.routing import compile_path
+try:
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import compile_path
+except ImportError as exc:  # name the extra, not the first missing dependency
+    raise ImportError(f"ling_bloom.contrib.asgi needs Starlette: pip install 'ling_bloom[asgi]' "
+                      f"({exc})", name=exc.name) from exc
 
 from ling_bloom.guard import AsyncGuard, Guard, as_key
 

@@ -46,11 +46,15 @@ import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.http import Http404, HttpResponse
-from django.utils.module_loading import import_string
+try:
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.core.signals import setting_changed
+    from django.http import Http404, HttpResponse
+    from django.utils.module_loading import import_string
+except ImportError as exc:  # name the extra, not the first missing dependency
+    raise ImportError(f"ling_bloom.contrib.django needs Django: pip install 'ling_bloom[django]' "
+                      f"({exc})", name=exc.name) from exc
 
 import ling_bloom as lb
 from ling_bloom.guard import AsyncGuard, Guard, NULL, as_key, is_null  # noqa: F401

@@ -29,10 +29,14 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-import click
-from flask import Flask, abort, current_app, g, request
-from flask.cli import with_appcontext
-from werkzeug.exceptions import HTTPException
+try:
+    import click
+    from flask import Flask, abort, current_app, g, request
+    from flask.cli import with_appcontext
+    from werkzeug.exceptions import HTTPException
+except ImportError as exc:  # name the extra, not the first missing dependency
+    raise ImportError(f"ling_bloom.contrib.flask needs Flask: pip install 'ling_bloom[flask]' "
+                      f"({exc})", name=exc.name) from exc
 
 from ling_bloom.guard import Guard, as_key
 from ling_bloom.warmup import FileState, sync, warmup
