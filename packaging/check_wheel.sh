@@ -49,8 +49,11 @@ if ! grep -q "is consistent with the following platform tag" "$W/show.flat" \
   echo "FAIL: auditwheel show:" >&2; cat "$W/show.txt" >&2; exit 1
 fi
 echo "   auditwheel show: $(grep -o 'consistent with the following platform tag: "[^"]*"' "$W/show.flat") (tagged $PLAT, this glibc)"
-"$TOOLS/bin/python" -m zipfile -l "$WHEEL" | grep -q "ling_bloom.libs/libhiredis" \
-  || { echo "FAIL: hiredis is not inside the wheel" >&2; "$TOOLS/bin/python" -m zipfile -l "$WHEEL"; exit 1; }
+# The listing goes to a file first: `grep -q` stops reading at its first match, and under
+# pipefail the lister's broken pipe would fail the check at random.
+"$TOOLS/bin/python" -m zipfile -l "$WHEEL" > "$W/files.txt"
+grep -q "ling_bloom.libs/libhiredis" "$W/files.txt" \
+  || { echo "FAIL: hiredis is not inside the wheel" >&2; cat "$W/files.txt"; exit 1; }
 
 [ "${BUILD_ONLY:-}" = 1 ] && exit 0
 
