@@ -4,7 +4,7 @@
 #   make test    every test: pytest, and the C tests of the core's Redis layer
 #   make bench   the benchmarks against the peers
 #   make sanitize every test (the stress runs included) and the C tests, on builds with
-#                AddressSanitizer and UndefinedBehaviorSanitizer
+#                AddressSanitizer and UndefinedBehaviorSanitizer (clang 19); CI runs it
 #   make dist    dist/: the sdist, and this Python's wheel built from it, repaired with
 #                auditwheel (hiredis inside it), tagged for this machine's glibc
 #   make dist-check   the same, then the wheel installed in a fresh venv with no compiler
@@ -12,7 +12,7 @@
 #   make every-python dist-check on every CPython 3.9-3.13 that pyenv has
 #   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
 #                each (default 60); make fuzz-brief: 20 s each, as CI runs them
-#   make ci      what CI runs (.ci/run): test, every-python, fuzz-brief
+#   make ci      what CI runs (.ci/run): test, sanitize, every-python, fuzz-brief
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -27,7 +27,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev openssl redis-server
 
 .PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize \
-        sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps
+        sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps sanitize-deps
 
 demo: build
 	$(VPY) -m ling_bloom demo
@@ -77,24 +77,45 @@ build: venv
 # ---- sanitizers -----------------------------------------------------------------------
 # The extension is built apart, in $(SAN_DIR)/lib (next to links to the package's Python
 # files), so the normal in-place build stays as it is; Python itself is not instrumented,
-# so libasan is preloaded into it (PYTHONSAFEPATH, Python 3.11+: the working directory's
-# in-place build must not come first on sys.path; the check below fails otherwise), with leak detection off (the interpreter keeps memory
-# until exit on purpose; allocator_may_return_null: the tests of filters too large to
-# allocate expect MemoryError, not an abort), libstdc++ preloaded too (ASan must see it at start, or the first
-# C++ exception of another extension, matplotlib's, aborts) and PYTHONMALLOC=malloc (so ASan sees the binding's PyMem_*
-# buffers).  Any report aborts the process, which fails its test.  The C tests are built
-# with the same flags (added to theirs: tests/c/Makefile) and removed afterwards.
+# so the ASan runtime is preloaded into it (PYTHONSAFEPATH, Python 3.11+: the working
+# directory's in-place build must not come first on sys.path; the check below fails
+# otherwise), with leak detection off (the interpreter keeps memory until exit on purpose;
+# allocator_may_return_null: the tests of filters too large to allocate expect MemoryError,
+# not an abort), libstdc++ preloaded too (ASan must see it at start, or the first C++
+# exception of another extension, matplotlib's, aborts) and PYTHONMALLOC=malloc (so ASan
+# sees the binding's PyMem_* buffers).  Any report aborts the process, which fails its
+# test.  The C tests are built with the same compiler and flags (added to theirs:
+# tests/c/Makefile) and removed afterwards.
+#
+# Compiler and runtime: clang 19 and its compiler-rt, not gcc's libasan.  The stress tests
+# and issue 10's items 1 and 2 fork a process while other threads run batches and Redis
+# round trips, and the child then allocates.  GCC 12's libasan (Debian 12) takes no lock
+# around fork(): a child forked while another thread held one of its allocator's locks
+# waits forever (gdb: FutexWait <- SizeClassAllocator64::GetFromAllocator <- asan_malloc
+# <- lb_redis_new, in the item 2 test's child).  compiler-rt since LLVM 18 holds its
+# allocator, stack depot and thread registry across fork (pthread_atfork), as glibc's
+# malloc does for a normal build.  llvm-19 brings llvm-symbolizer, for readable reports.
 SAN_DIR   := .sanitize
+SAN_CC    := clang-19
+SAN_APT   := clang-19 libclang-rt-19-dev llvm-19
+SAN_SYMBOLIZER := /usr/lib/llvm-19/bin/llvm-symbolizer
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV   := PYTHONPATH=$(CURDIR)/$(SAN_DIR)/lib PYTHONSAFEPATH=1 \
-             LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libstdc++.so)" \
+             LD_PRELOAD="$$($(SAN_CC) -print-file-name=libclang_rt.asan-x86_64.so) $$($(CC) -print-file-name=libstdc++.so)" \
              ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:detect_stack_use_after_return=0 \
              UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-             PYTHONMALLOC=malloc LING_BLOOM_SANITIZED=1
+             ASAN_SYMBOLIZER_PATH=$(SAN_SYMBOLIZER) PYTHONMALLOC=malloc
 
-sanitize: deps venv-test
-	rm -rf $(SAN_DIR)/lib && mkdir -p $(SAN_DIR)/lib/ling_bloom
-	@LING_BLOOM_DEBUG=1 CFLAGS="$(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" \
+sanitize-deps: deps
+	@missing=""; for p in $(SAN_APT); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
+
+sanitize: sanitize-deps venv-test
+	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)/lib/ling_bloom
+	@LING_BLOOM_DEBUG=1 CC=$(SAN_CC) CFLAGS="$(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" \
 	  $(VPY) setup.py build_ext --build-lib $(SAN_DIR)/lib --build-temp $(SAN_DIR)/tmp \
 	  > $(SAN_DIR)/build.log 2>&1 || { cat $(SAN_DIR)/build.log; exit 1; }
 	@grep -E 'warning:|error:' $(SAN_DIR)/build.log || true
@@ -104,7 +125,8 @@ sanitize: deps venv-test
 	$(SAN_ENV) $(VPY) -c "import ling_bloom._core as c, sys; \
 	  sys.exit(0 if '/$(SAN_DIR)/lib/' in c.__file__ else 'not the sanitizer build: ' + c.__file__)"
 	$(MAKE) -C tests/c clean
-	$(MAKE) -C tests/c test CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)"
+	ASAN_SYMBOLIZER_PATH=$(SAN_SYMBOLIZER) \
+	  $(MAKE) -C tests/c test CC=$(SAN_CC) CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)"
 	$(MAKE) -C tests/c clean
 	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -136,7 +158,7 @@ fuzz: fuzz-deps
 fuzz-brief: fuzz-deps
 	$(MAKE) -C fuzz run FUZZ_SECONDS=20
 
-ci: test every-python fuzz-brief
+ci: test sanitize every-python fuzz-brief
 
 clean:
 	rm -rf build dist ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)
