@@ -449,7 +449,8 @@ _collectors_lock = threading.Lock()
 
 class _GuardCollector:
     """One per Prometheus registry: reads the counters of every live guard at scrape time
-    (no cost per lookup).  Guards with the same name are summed."""
+    (no cost per lookup).  Names are unique among the live guards of one registry
+    (_check_unique_name)."""
 
     def __init__(self) -> None:
         self.guards: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
@@ -537,6 +538,17 @@ class _GuardCollector:
                 open_time, open_now]
 
 
+def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
+    # Two live guards of one name in one registry would be one Prometheus series (their
+    # counters summed, e.g. two loaders that are both "<lambda>"): refused, not merged.
+    # Raising rather than deriving "name-2" keeps series names stable across restarts.
+    for other in list(collector.guards):
+        if other is not guard and other.name == name:
+            raise ValueError(
+                f"a live guard named {name!r} already exports to this metrics registry: "
+                f"pass a unique name=... (or metrics=False)")
+
+
 def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
     if registry is None:
         from prometheus_client import REGISTRY as registry  # type: ignore[no-redef]
@@ -546,7 +558,19 @@ def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
             collector = _GuardCollector()
             registry.register(collector)
             _collectors[registry] = collector
+        if guard.loader is not None or guard.name != "default":
+            # (an unnamed guard without a loader yet is checked when a decorated loader
+            # names it: see _set_loader)
+            _check_unique_name(collector, guard, guard.name)
         collector.guards.add(guard)
+
+
+def _rename(guard: "_GuardBase", name: str) -> None:
+    with _collectors_lock:
+        collector = _collectors.get(guard.metrics_registry) if guard.metrics_registry is not None else None
+        if collector is not None:
+            _check_unique_name(collector, guard, name)
+        guard.name = name
 
 
 def _prometheus_installed() -> bool:
@@ -806,7 +830,7 @@ class _GuardBase:
             raise TypeError("this guard already has a loader")
         self.loader = func
         if self.name == "default":
-            self.name = getattr(func, "__qualname__", "default")
+            _rename(self, getattr(func, "__qualname__", "default"))
 
 
 class _Flight:
@@ -832,6 +856,10 @@ class Guard(_GuardBase):
     loader     ``loader(key) -> value or None`` (None: not found); or decorate it
     null_ttl   seconds a "not found" stays cached (None: no expiry, 0: not cached)
     value_ttl  seconds a found value stays cached (None: no expiry, 0: not cached)
+    name       the guard's label in metrics and logs (default: the loader's __qualname__,
+               else "default"); two live guards exporting to one registry may not share a
+               name (ValueError: two lambdas are both "<lambda>"), so that their series
+               are never silently summed
     metrics    None: export to Prometheus' default registry if prometheus_client is
                installed; False: no export; a CollectorRegistry: that one
     logger     where the drift warning goes (default: logging "ling_bloom.guard")

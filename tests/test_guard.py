@@ -568,6 +568,31 @@ def test_prometheus_metrics(flt):
     assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "rejected"}) == 1
 
 
+def test_two_live_guards_may_not_share_a_name_in_one_registry(flt):
+    # Issue 16: two guards whose loaders were lambdas were both "<lambda>" and their
+    # series were silently summed.
+    prometheus_client = pytest.importorskip("prometheus_client")
+    reg = prometheus_client.CollectorRegistry()
+    first = Guard(flt, None, lambda k: None, metrics=reg)
+    assert first.name.endswith("<lambda>")
+    with pytest.raises(ValueError, match="name="):
+        Guard(flt, None, lambda k: None, metrics=reg)
+    with pytest.raises(ValueError, match="already exports"):
+        Guard(flt, None, Loader({}), metrics=reg, name=first.name)
+    # explicit names, another registry, or no export: fine
+    Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    Guard(flt, None, lambda k: None, metrics=prometheus_client.CollectorRegistry())
+    Guard(flt, None, lambda k: None, metrics=False)
+    # the name a decorated loader gives is checked too
+    g = Guard(flt, None, metrics=reg)
+    with pytest.raises(ValueError, match="already exports"):
+        g(lambda k: None)
+    # a guard that is gone frees its name
+    del first
+    import gc; gc.collect()
+    Guard(flt, None, lambda k: None, metrics=reg)
+
+
 def test_prometheus_default_registry_and_opt_out(flt):
     prometheus_client = pytest.importorskip("prometheus_client")
     g = Guard(flt, None, Loader({}), name="test_default_registry_guard")
