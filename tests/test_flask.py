@@ -206,16 +206,78 @@ def test_warmup_cli_errors(db):
 
 
 def test_decorator_on_a_view_without_the_parameter(db):
+    # Issue 16: this was a 500 at request time; now the decorator refuses it at set-up.
     f = lb.MemoryFilter(100, 0.01)
     bloom = BloomGuard(filter=f, metrics=False)
     app = flask.Flask(__name__)
     app.config["TESTING"] = True
     bloom.init_app(app)
 
-    @app.get("/x/<other>")
-    @bloom.guard("item_id")
-    def x(other):
+    with pytest.raises(TypeError, match="no parameter 'item_id'.*other"):
+        @app.get("/x/<other>")
+        @bloom.guard("item_id")
+        def x(other):
+            return "ok"
+
+
+def test_a_misspelled_filter_name_is_a_set_up_error():
+    bloom = BloomGuard(filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+    with pytest.raises(ValueError, match="no ling_bloom filter named 'prodcts'.*products"):
+        @bloom.guard("pid", filter="prodcts")
+        def view(pid):
+            return "ok"
+    # filters that come from the app's config: checked at init_app
+    later = BloomGuard(metrics=False)
+
+    @later.guard("pid", filter="prodcts")
+    def view2(pid):
         return "ok"
 
-    with pytest.raises(TypeError, match="item_id"):
-        app.test_client().get("/x/1")
+    app = flask.Flask(__name__)
+    app.config["LING_BLOOM_FILTERS"] = {"products": lb.MemoryFilter(100, 0.01)}
+    with pytest.raises(ValueError, match="prodcts"):
+        later.init_app(app)
+
+
+@pytest.mark.parametrize("routes,match", [
+    ({"prodct": ("product_id", "products")}, "no endpoint 'prodct'"),
+    ({"product": ("id", "products")}, "has no parameter 'id'"),
+])
+def test_a_misconfigured_route_is_an_error_not_a_silent_unguarded_route(routes, match):
+    # Issue 16: a typo in LING_BLOOM_ROUTES turned the guard off without a word.
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES=routes)
+    bloom = BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+    @app.get("/products/<int:product_id>")
+    def product(product_id):
+        return "ok"
+
+    with pytest.raises(ValueError, match=match):
+        bloom.check(app)
+    with pytest.raises(ValueError, match=match):  # run by itself before the first request
+        app.test_client().get("/products/1")
+
+
+@pytest.mark.parametrize("routes,match", [
+    ({"product": ("product_id", "prodcts")}, "no ling_bloom filter named 'prodcts'"),
+    ({"product": "product_id"}, "expected"),
+])
+def test_a_route_with_a_bad_filter_or_shape_fails_at_init_app(routes, match):
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES=routes)
+    with pytest.raises(ValueError, match=match):
+        BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+
+def test_check_passes_a_correct_configuration():
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES={"product": ("product_id", "products")})
+    bloom = BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+    @app.get("/products/<int:product_id>")
+    def product(product_id):
+        return "ok"
+
+    bloom.check(app)
+    assert app.test_client().get("/products/1").status_code == 404

@@ -14,7 +14,12 @@
 
 Instead of the decorator, endpoints can be guarded from the app's configuration:
 ``app.config["LING_BLOOM_ROUTES"] = {"product": ("product_id", "products")}`` (endpoint ->
-URL parameter, filter name).  ``LING_BLOOM_REJECT_STATUS`` (default 404) is the answer to
+URL parameter, filter name).  Mistakes are errors at set-up, never a guard silently off:
+``@bloom.guard`` raises TypeError for a parameter the view does not have and ValueError for
+an unknown filter name (when the filters are known; else at ``init_app``);
+``bloom.check(app)`` (run by itself before the first request; call it at the end of an app
+factory to fail at start-up) raises ValueError for a LING_BLOOM_ROUTES endpoint the app does
+not have or a URL parameter its rule does not have.  ``LING_BLOOM_REJECT_STATUS`` (default 404) is the answer to
 a rejected key.  A guarded request that passes the filter and still answers 404 is
 counted as an observed false positive (``bloom.get_guard("products").stats()``).
 
@@ -25,6 +30,7 @@ reads only rows newer than the last run's).
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
@@ -66,6 +72,9 @@ class BloomGuard:
         self.guard_options: Dict[str, Any] = dict(guard_options or {})
         self.sources: Dict[str, Callable[[], Iterable[Any]]] = {}
         self.fetchers: Dict[str, Callable[[Any, int], Any]] = {}
+        # (filter name, where) of every @guard, checked when the filters are known
+        self._wanted: list = []
+        self._checked: "set[int]" = set()
         if app is not None:
             self.init_app(app)
 
@@ -78,6 +87,10 @@ class BloomGuard:
         for name, f in (app.config.get("LING_BLOOM_FILTERS") or {}).items():
             self._filters.setdefault(name, f)
         app.extensions["ling_bloom"] = self
+        for name, where in self._wanted:
+            self._require_filter(name, where)
+        for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
+            self._check_route(app, endpoint, spec, registered_only=True)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         if "bloom-warmup" not in app.cli.commands:
@@ -125,6 +138,39 @@ class BloomGuard:
             return fn
         return register
 
+    # -- set-up checks: a typo must not silently turn a guard off
+    def _require_filter(self, name: str, where: str) -> None:
+        if name not in self._filters:
+            raise ValueError(f"{where}: no ling_bloom filter named {name!r} (known: "
+                             f"{', '.join(sorted(self._filters)) or 'none'})")
+
+    def _check_route(self, app: Flask, endpoint: str, spec: Any, registered_only: bool) -> None:
+        where = f"LING_BLOOM_ROUTES[{endpoint!r}]"
+        if isinstance(spec, str) or not isinstance(spec, (tuple, list)) or not 1 <= len(spec) <= 3:
+            raise ValueError(f"{where}: expected (url_parameter, filter_name[, prefix]), not {spec!r}")
+        self._require_filter(spec[1] if len(spec) > 1 else _DEFAULT, where)
+        if endpoint not in app.view_functions:
+            if registered_only:
+                return  # the route may be added after init_app: checked by check()
+            raise ValueError(f"{where}: the app has no endpoint {endpoint!r} (endpoints: "
+                             f"{', '.join(sorted(app.view_functions))})")
+        for rule in app.url_map.iter_rules(endpoint):
+            if spec[0] not in rule.arguments:
+                raise ValueError(f"{where}: the URL rule {rule.rule!r} has no parameter "
+                                 f"{spec[0]!r} (it has: {', '.join(sorted(rule.arguments)) or 'none'})")
+
+    def check(self, app: Optional[Flask] = None) -> None:
+        """Check the configuration: every LING_BLOOM_ROUTES endpoint exists and has the URL
+        parameter, every filter name used is known.  Raises ValueError.  Runs by itself
+        before the app's first request (and in part at init_app and at each
+        ``@bloom.guard``); call it at the end of an app factory to fail at start-up."""
+        app = app or current_app
+        for name, where in self._wanted:
+            self._require_filter(name, where)
+        for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
+            self._check_route(app, endpoint, spec, registered_only=False)
+        self._checked.add(id(app))
+
     # -- the check
     def _reject(self) -> Any:
         abort(current_app.config.get("LING_BLOOM_REJECT_STATUS", 404))
@@ -142,6 +188,19 @@ class BloomGuard:
         """A view decorator: the URL parameter ``arg`` is the key; a key that filter
         ``filter`` has never seen gets LING_BLOOM_REJECT_STATUS (404) before the view runs."""
         def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+            where = f"@bloom.guard({arg!r}, filter={filter!r}) on {getattr(view, '__qualname__', view)}"
+            try:
+                params = inspect.signature(view).parameters
+            except (TypeError, ValueError):  # pragma: no cover - builtins
+                params = None
+            if params is not None and arg not in params and not any(
+                    p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                raise TypeError(f"{where}: the view has no parameter {arg!r} (it has: "
+                                f"{', '.join(params) or 'none'})")
+            self._wanted.append((filter, where))
+            if self._filters:  # else checked at init_app / before the first request
+                self._require_filter(filter, where)
+
             @functools.wraps(view)
             def guarded(*args: Any, **kwargs: Any) -> Any:
                 if arg not in kwargs:
@@ -162,6 +221,8 @@ class BloomGuard:
         return decorate
 
     def _before_request(self) -> Any:
+        if id(current_app._get_current_object()) not in self._checked:  # type: ignore[attr-defined]
+            self.check(current_app._get_current_object())  # type: ignore[attr-defined]
         routes: Dict[str, Tuple[Any, ...]] = current_app.config.get("LING_BLOOM_ROUTES") or {}
         if not routes or request.endpoint not in routes:
             return None
