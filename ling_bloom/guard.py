@@ -539,14 +539,18 @@ class _GuardCollector:
 
 
 def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
-    # Two live guards of one name in one registry would be one Prometheus series (their
-    # counters summed, e.g. two loaders that are both "<lambda>"): refused, not merged.
+    # Live guards of one name in one registry are one Prometheus series (their counters
+    # summed).  That is allowed only when every one of them was given that name explicitly
+    # (e.g. Django's middleware and guard_for() guards of one filter); a name derived from
+    # a loader (two lambdas are both "<lambda>") that collides is refused, not merged.
     # Raising rather than deriving "name-2" keeps series names stable across restarts.
     for other in list(collector.guards):
-        if other is not guard and other.name == name:
+        if other is not guard and other.name == name and not (
+                guard._explicit_name and other._explicit_name):
             raise ValueError(
                 f"a live guard named {name!r} already exports to this metrics registry: "
-                f"pass a unique name=... (or metrics=False)")
+                f"pass a unique name=... (or the same name= to both, to sum them on purpose; "
+                f"or metrics=False)")
 
 
 def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
@@ -622,6 +626,7 @@ class _GuardBase:
         self.value_ttl = value_ttl
         self.key_prefix = key_prefix
         self.name = name or (getattr(loader, "__qualname__", None) if loader else None) or "default"
+        self._explicit_name = bool(name)
         self.logger = logger if logger is not None else log
         if drift_factor < 1:
             raise ValueError("drift_factor must be >= 1")
@@ -857,9 +862,9 @@ class Guard(_GuardBase):
     null_ttl   seconds a "not found" stays cached (None: no expiry, 0: not cached)
     value_ttl  seconds a found value stays cached (None: no expiry, 0: not cached)
     name       the guard's label in metrics and logs (default: the loader's __qualname__,
-               else "default"); two live guards exporting to one registry may not share a
-               name (ValueError: two lambdas are both "<lambda>"), so that their series
-               are never silently summed
+               else "default"); live guards exporting to one registry share a name (and
+               one summed series) only when each was given it with name=; a derived name
+               that collides is a ValueError (two lambdas are both "<lambda>")
     metrics    None: export to Prometheus' default registry if prometheus_client is
                installed; False: no export; a CollectorRegistry: that one
     logger     where the drift warning goes (default: logging "ling_bloom.guard")

@@ -580,7 +580,12 @@ def test_two_live_guards_may_not_share_a_name_in_one_registry(flt):
     with pytest.raises(ValueError, match="already exports"):
         Guard(flt, None, Loader({}), metrics=reg, name=first.name)
     # explicit names, another registry, or no export: fine
-    Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    users = Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    # the same explicit name on both: summed on purpose (Django's middleware + guard_for)
+    users2 = Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    users.get("nope"); users2.get("nope")
+    assert reg.get_sample_value("ling_bloom_guard_lookups_total",
+                                {"guard": "users", "result": "rejected"}) == 2
     Guard(flt, None, lambda k: None, metrics=prometheus_client.CollectorRegistry())
     Guard(flt, None, lambda k: None, metrics=False)
     # the name a decorated loader gives is checked too
