@@ -11,8 +11,12 @@ settings.py::
                 # how the filter is made -- one of:
                 "CLASS": "MemoryFilter",                     # a ling_bloom class or dotted path
                 "OPTIONS": {"capacity": 1_000_000, "error_rate": 0.001},
-                "FILE": BASE_DIR / "products.bloom",         # loaded when present; the
-                                                             # warm-up command saves it
+                "FILE": BASE_DIR / "products.bloom",         # the warm-up command saves
+                                                             # it; running processes reload
+                                                             # it when it changes:
+                "CHECK_EVERY": 2.0,                          # seconds between stat()s
+                "UNWARMED": "serve",                         # no FILE yet: serve unguarded
+                                                             # (logged), or "reject"
                 # "FILTER": "myproject.bloom.products",      # or: a dotted path to a filter
                 #                                            # (or a function returning one)
                 # where its keys come from (warm-up command, post_save hook):
@@ -132,8 +136,25 @@ def get_filter(name: str) -> Any:
         with _lock:
             f = _filters.get(name)
             if f is None:
-                f = _filters[name] = build_filter(name)
+                f = _filters[name] = _live_filter(name)
     return f
+
+
+def _live_filter(name: str) -> Any:
+    # A FILE filter in a running process is a FileFilter: it reloads FILE (at most every
+    # CHECK_EVERY seconds) when bloom_warmup, in another process, replaces it; before the
+    # first warm-up it follows UNWARMED ("serve": every key passes, logged; "reject").
+    spec = filter_settings(name)
+    if "FILTER" not in spec and spec.get("FILE"):
+        from ling_bloom.warmup import FileFilter
+
+        unwarmed = spec.get("UNWARMED", "serve")
+        if unwarmed not in ("serve", "reject"):
+            raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['UNWARMED'] must be "
+                                       f"'serve' or 'reject', not {unwarmed!r}")
+        return FileFilter(spec["FILE"], check_every=float(spec.get("CHECK_EVERY", 2.0)),
+                          unwarmed=unwarmed)
+    return build_filter(name)
 
 
 def get_guard(name: str) -> Guard:
@@ -334,8 +355,10 @@ class BloomGuardMiddleware:
         if found is None:
             return None
         route, value = found
-        key = _key(route.filter, value)
         guard = get_guard(route.filter)
+        if getattr(guard.filter, "warmed", True) is False and guard.filter.unwarmed == "serve":
+            return None  # no FILE yet (logged once): unguarded, and not evidence for the stats
+        key = _key(route.filter, value)
         if guard.check(key):
             request._ling_bloom_passed = guard
             return None
