@@ -321,3 +321,39 @@ def test_django_cache_adapter_async():
 
     asyncio.run(main())
     assert calls == ["1"]
+
+
+def _check_ids(conf):
+    from django.core import checks
+
+    with override_settings(LING_BLOOM=conf):
+        return [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("ling_bloom.")]
+
+
+def test_system_checks_pass_the_project_settings():
+    assert _check_ids(settings.LING_BLOOM) == []
+
+
+@pytest.mark.parametrize("route,expected", [
+    ({"URL_NAME": "product-detial", "KWARG": "pk", "FILTER": "products"}, "ling_bloom.E002"),
+    ({"URL_NAME": "by-sku", "KWARG": "sku", "FILTER": "skus"}, "ling_bloom.E002"),  # no namespace
+    ({"URL_NAME": "product-detail", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E003"),
+    ({"URL_NAME": "shop:by-sku", "KWARG": "slug", "FILTER": "skus"}, "ling_bloom.E003"),
+    ({"PATTERN": r"^/legacy/(?P<pk>\d+)/$", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E004"),
+    ({"URL_NAME": "product-detail", "KWARG": "pk", "FILTER": "nope"}, "ling_bloom.E001"),
+])
+def test_manage_py_check_reports_a_route_that_would_never_be_guarded(route, expected):
+    # Issue 16: a typo in KWARG or URL_NAME turned the guard off; `manage.py check` was silent.
+    found = _check_ids(_conf(ROUTES=[route]))
+    assert [i for i, _ in found] == [expected], found
+    out = io.StringIO()
+    with override_settings(LING_BLOOM=_conf(ROUTES=[route])):
+        from django.core.management.base import SystemCheckError
+
+        with pytest.raises(SystemCheckError, match=expected.replace(".", r"\.")):
+            call_command("check", stdout=out, stderr=out)
+
+
+def test_check_warns_of_a_file_in_a_missing_directory(tmp_path):
+    found = _check_ids(_products(FILE=str(tmp_path / "no-such-dir" / "p.bloom")))
+    assert [i for i, _ in found] == ["ling_bloom.W001"]
