@@ -23,9 +23,12 @@ not have or a URL parameter its rule does not have.  ``LING_BLOOM_REJECT_STATUS`
 a rejected key.  A guarded request that passes the filter and still answers 404 is
 counted as an observed false positive (``bloom.get_guard("products").stats()``).
 
-``flask bloom-warmup NAME`` fills the filter from its source (``--save FILE`` writes it,
-for in-memory filters; ``--incremental --state FILE`` with a ``@bloom.fetcher(NAME)``
-reads only rows newer than the last run's).
+``flask bloom-warmup NAME`` fills the filter from its source and, for a filter in
+``files`` (LING_BLOOM_FILES), saves it there: running servers reload it within
+LING_BLOOM_CHECK_EVERY seconds.  An in-memory filter without a file lives in the
+command's own process, which exits: the command warns (``--save FILE`` writes it
+somewhere).  ``--incremental --state FILE`` with a ``@bloom.fetcher(NAME)`` reads only
+rows newer than the last run's (adding to the saved file).
 """
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ from flask.cli import with_appcontext
 from werkzeug.exceptions import HTTPException
 
 from ling_bloom.guard import Guard, as_key
-from ling_bloom.warmup import FileState, sync, warmup
+import ling_bloom as lb
+from ling_bloom.warmup import FileFilter, FileState, sync, warmup
 
 __all__ = ["BloomGuard", "bloom_warmup_command"]
 
@@ -55,6 +59,13 @@ class BloomGuard:
     filters   {name: filter} (a filter, or a function returning one at first use)
     filter    a single filter, named "default"
     metrics   passed to each Guard (None: Prometheus' default registry when installed)
+    files     {name: path}: running processes serve filter ``name`` from this saved file
+              (also app.config["LING_BLOOM_FILES"]), reloaded at most every
+              ``check_every`` seconds (LING_BLOOM_CHECK_EVERY, 2.0) when
+              ``flask bloom-warmup NAME`` (another process) replaces it; until the file
+              exists, ``unwarmed`` (LING_BLOOM_UNWARMED): "serve" (default: requests pass
+              unguarded, logged once) or "reject".  The filter given in ``filters`` is then
+              only the empty filter the warm-up fills.
     guard_options  keywords for each Guard (also app.config["LING_BLOOM_GUARD_OPTIONS"]),
               e.g. {"on_filter_error": "closed"}; by default a failing filter backend lets
               requests through ("open", see ling_bloom.guard)
@@ -62,7 +73,9 @@ class BloomGuard:
 
     def __init__(self, app: Optional[Flask] = None, filters: Optional[Dict[str, Any]] = None,
                  *, filter: Any = None, metrics: Any = None,
-                 guard_options: Optional[Dict[str, Any]] = None):
+                 guard_options: Optional[Dict[str, Any]] = None,
+                 files: Optional[Dict[str, Any]] = None, check_every: Optional[float] = None,
+                 unwarmed: Optional[str] = None):
         self._filters: Dict[str, Any] = dict(filters or {})
         if filter is not None:
             self._filters[_DEFAULT] = filter
@@ -74,6 +87,9 @@ class BloomGuard:
         self.fetchers: Dict[str, Callable[[Any, int], Any]] = {}
         # (filter name, where) of every @guard, checked when the filters are known
         self._wanted: list = []
+        self.files: Dict[str, Any] = dict(files or {})
+        self.check_every = check_every
+        self.unwarmed = unwarmed
         self._checked: "set[int]" = set()
         if app is not None:
             self.init_app(app)
@@ -86,6 +102,16 @@ class BloomGuard:
             self.guard_options.setdefault(option, value)
         for name, f in (app.config.get("LING_BLOOM_FILTERS") or {}).items():
             self._filters.setdefault(name, f)
+        for name, path in (app.config.get("LING_BLOOM_FILES") or {}).items():
+            self.files.setdefault(name, path)
+        if self.check_every is None:
+            self.check_every = float(app.config.get("LING_BLOOM_CHECK_EVERY", 2.0))
+        if self.unwarmed is None:
+            self.unwarmed = app.config.get("LING_BLOOM_UNWARMED", "serve")
+        if self.unwarmed not in ("serve", "reject"):
+            raise ValueError(f"LING_BLOOM_UNWARMED must be 'serve' or 'reject', not {self.unwarmed!r}")
+        for name in self.files:
+            self._require_filter(name, "LING_BLOOM_FILES")
         app.extensions["ling_bloom"] = self
         for name, where in self._wanted:
             self._require_filter(name, where)
@@ -117,7 +143,10 @@ class BloomGuard:
                     except KeyError:
                         raise KeyError(f"no ling_bloom filter named {name!r} (known: "
                                        f"{', '.join(sorted(self._filters)) or 'none'})") from None
-                    if callable(f) and not hasattr(f, "test"):
+                    if name in self.files:
+                        f = FileFilter(self.files[name], check_every=self.check_every or 2.0,
+                                       unwarmed=self.unwarmed or "serve")
+                    elif callable(f) and not hasattr(f, "test"):
                         f = self._filters[name] = f()
                     guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
                                                        **self.guard_options)
@@ -175,8 +204,24 @@ class BloomGuard:
     def _reject(self) -> Any:
         abort(current_app.config.get("LING_BLOOM_REJECT_STATUS", 404))
 
-    def _check(self, name: str, value: Any, prefix: str) -> Guard:
+    def warmup_filter(self, name: str, incremental: bool = False) -> Any:
+        """The filter ``flask bloom-warmup`` fills: for a name in ``files``, the saved file
+        (``incremental``, when it exists) or a new empty filter from ``filters``; else the
+        app's filter itself."""
+        if name not in self.files:
+            return self.get_filter(name)
+        import os
+
+        if incremental and os.path.exists(self.files[name]):
+            return lb.load(os.fspath(self.files[name]))
+        f = self._filters[name]
+        return f() if callable(f) and not hasattr(f, "test") else f
+
+    def _check(self, name: str, value: Any, prefix: str) -> Optional[Guard]:
         guard = self.get_guard(name)
+        flt = guard.filter
+        if isinstance(flt, FileFilter) and flt.unwarmed == "serve" and not flt.warmed:
+            return None  # no file yet (logged once): unguarded, not evidence for the stats
         key = as_key(value)
         if prefix:
             key = prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
@@ -206,6 +251,8 @@ class BloomGuard:
                 if arg not in kwargs:
                     raise TypeError(f"the view has no URL parameter {arg!r} to guard")
                 guard = self._check(filter, kwargs[arg], prefix)
+                if guard is None:
+                    return view(*args, **kwargs)
                 try:
                     rv = current_app.make_response(view(*args, **kwargs))
                 except HTTPException as e:
@@ -235,7 +282,9 @@ class BloomGuard:
         value = (request.view_args or {}).get(arg)
         if value is None:
             return None
-        g._ling_bloom_guard = self._check(name, value, prefix)
+        guard = self._check(name, value, prefix)
+        if guard is not None:
+            g._ling_bloom_guard = guard
         return None
 
     def _after_request(self, response: Any) -> Any:
@@ -271,9 +320,16 @@ def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Opt
         raise click.UsageError("--save takes one filter name")
     for name in todo:
         try:
-            flt = ext.get_filter(name)
+            flt = ext.warmup_filter(name, incremental)
         except KeyError as e:
             raise click.UsageError(str(e.args[0])) from None
+        target = save_path or ext.files.get(name)
+        if target is None and isinstance(flt, (lb.MemoryFilter, lb.CountingFilter,
+                                               lb.ScalableFilter)):
+            click.echo(f"warning: {name} is an in-memory filter of this process: a running "
+                       f"server does not see what this command adds (it exits). Give the "
+                       f"filter a file (LING_BLOOM_FILES / BloomGuard(files=...)), which running "
+                       f"servers reload, or use a Redis filter.", err=True)
         if incremental:
             if name not in ext.fetchers:
                 raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
@@ -290,6 +346,10 @@ def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Opt
                              progress=progress, stream=sys.stderr,
                              desc=name, summary=False)
             click.echo(f"{name}: {summary}")
-        if save_path:
-            flt.save(save_path)
-            click.echo(f"{name}: saved to {save_path}")
+        if target:
+            import os
+
+            flt.save(os.fspath(target))
+            click.echo(f"{name}: saved to {os.fspath(target)}"
+                       + (f" (running servers reload it within {ext.check_every:g} s)"
+                          if name in ext.files and not save_path else ""))
