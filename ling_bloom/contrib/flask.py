@@ -144,7 +144,8 @@ class BloomGuard:
                         raise KeyError(f"no ling_bloom filter named {name!r} (known: "
                                        f"{', '.join(sorted(self._filters)) or 'none'})") from None
                     if name in self.files:
-                        f = FileFilter(self.files[name], check_every=self.check_every or 2.0,
+                        every = 2.0 if self.check_every is None else self.check_every
+                        f = FileFilter(self.files[name], check_every=every,
                                        unwarmed=self.unwarmed or "serve")
                     elif callable(f) and not hasattr(f, "test"):
                         f = self._filters[name] = f()
