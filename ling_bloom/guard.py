@@ -313,6 +313,8 @@ class GuardStats(NamedTuple):
                      found/not_found
     circuit_open     whether the circuit is open now (the filter is not being asked)
     circuit_open_seconds  the time the circuit has been open, in all
+    deleted          passed lookups that resolved to "not found" for a key reported deleted
+                     (``guard.deleted(key)``) within ``deleted_ttl``: not false positives
     """
 
     lookups: int
@@ -332,6 +334,7 @@ class GuardStats(NamedTuple):
     bypassed: int = 0
     circuit_open: bool = False
     circuit_open_seconds: float = 0.0
+    deleted: int = 0
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(self._asdict())
@@ -339,7 +342,7 @@ class GuardStats(NamedTuple):
 
 _COUNTERS = (
     "lookups", "rejected", "found", "not_found", "errors",
-    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed",
+    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed", "deleted",
 )
 
 POLICIES = ("open", "closed", "raise")
@@ -471,7 +474,8 @@ class _GuardCollector:
         lookups = CounterMetricFamily(
             "ling_bloom_guard_lookups",
             "Lookups by the guard, by result: rejected by the filter, or after passing it "
-            "found, not_found (an observed false positive) or error",
+            "found, not_found (an observed false positive), deleted (not found, but reported "
+            "deleted: not a false positive) or error",
             labels=["guard", "result"])
         cache = CounterMetricFamily(
             "ling_bloom_guard_cache_hits",
@@ -514,7 +518,7 @@ class _GuardCollector:
                 p = _filter_rate(g.filter, "error_rate")
                 if p is not None:
                     promise = p if promise is None else max(promise, p)
-            for result in ("rejected", "found", "not_found", "errors"):
+            for result in ("rejected", "found", "not_found", "deleted", "errors"):
                 lookups.add_metric([name, "error" if result == "errors" else result],
                                    totals[result])
             cache.add_metric([name, "value"], totals["cache_hits"] - totals["null_hits"])
@@ -610,6 +614,8 @@ class _GuardBase:
         on_filter_error: str = "open",
         breaker_seconds: float = 5.0,
         filter_errors: Optional[Tuple[Type[BaseException], ...]] = None,
+        deleted_ttl: float = 3600.0,
+        deleted_max: int = 100_000,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
@@ -634,6 +640,10 @@ class _GuardBase:
         self.drift_min_samples = max(1, int(drift_min_samples))
         self.add_found = add_found
         self._stat_lock = threading.Lock()
+        # keys reported deleted: cache key -> expiry (bounded, oldest dropped first)
+        self.deleted_ttl = float(deleted_ttl)
+        self.deleted_max = max(0, int(deleted_max))
+        self._deleted: "OrderedDict[str, float]" = OrderedDict()
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._drifting = False
         self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
@@ -663,10 +673,11 @@ class _GuardBase:
 
     # -- counters
     def _count(self, **deltas: int) -> None:
-        if _bypassed.get() and ("not_found" in deltas or "found" in deltas):
+        if _bypassed.get() and ("not_found" in deltas or "found" in deltas or "deleted" in deltas):
             # decided by the failure policy: not evidence about the filter
             deltas.pop("not_found", None)
             deltas.pop("found", None)
+            deltas.pop("deleted", None)
             if not deltas:
                 return
         with self._stat_lock:
@@ -706,6 +717,7 @@ class _GuardBase:
             bypassed=c["bypassed"],
             circuit_open=self._breaker.is_open(),
             circuit_open_seconds=self._breaker.open_seconds(),
+            deleted=c["deleted"],
         )
 
     def reset_stats(self) -> None:
@@ -807,19 +819,61 @@ class _GuardBase:
                 self.logger.warning("ling_bloom guard %r: adding a found key to the filter "
                                     "failed (%s: %s)", self.name, type(e).__name__, e)
 
-    def record(self, found: Optional[bool]) -> None:
+    def record(self, found: Optional[bool], key: Any = None) -> None:
         """The outcome of a lookup that passed ``check()``: True found, False not found (an
-        observed false positive), None an error."""
+        observed false positive -- unless ``key`` was reported ``deleted()`` lately), None
+        an error."""
         if found is None:
             self._count(errors=1)
         elif found:
             self._count(found=1)
         else:
-            self._count(not_found=1)
+            self._count_missing(key)
 
-    def _from_cache(self, cached: Any, default: Any) -> Any:
+    # -- deletes: not false positives
+    def deleted(self, key: Any) -> None:
+        """Report that the row of ``key`` was deleted.  A CountingFilter forgets the key
+        (``remove``); any other filter cannot, so the key is remembered for ``deleted_ttl``
+        seconds (at most ``deleted_max`` keys, the oldest dropped first) and lookups of it
+        that find nothing count as ``deleted``, not as observed false positives, so that
+        the drift warning measures real false positives.  Cached values are not touched:
+        call ``invalidate(key)`` too (the framework hooks do)."""
+        k = as_key(key)
+        remove = getattr(self.filter, "remove", None)
+        if remove is not None:
+            try:
+                remove(k)
+            except Exception as e:  # not added, or a backend error: remember it instead
+                self.logger.debug("guard %s: remove(%r) failed: %s", self.name, k, e)
+            else:
+                return
+        if self.deleted_max == 0:
+            return
+        now = time.monotonic()
+        with self._stat_lock:
+            self._deleted.pop(_text(k), None)
+            self._deleted[_text(k)] = now + self.deleted_ttl
+            while len(self._deleted) > self.deleted_max:
+                self._deleted.popitem(last=False)
+
+    def _count_missing(self, key: Any) -> None:
+        if key is not None and self._deleted:
+            t = _text(as_key(key))
+            now = time.monotonic()
+            with self._stat_lock:
+                expiry = self._deleted.get(t)
+                if expiry is not None and expiry < now:
+                    del self._deleted[t]
+                    expiry = None
+            if expiry is not None:
+                self._count(deleted=1)
+                return
+        self._count(not_found=1)
+
+    def _from_cache(self, cached: Any, default: Any, key: Any = None) -> Any:
         if is_null(cached):
-            self._count(cache_hits=1, null_hits=1, not_found=1)
+            self._count(cache_hits=1, null_hits=1)
+            self._count_missing(key)
             return default
         self._count(cache_hits=1, found=1)
         return cached
@@ -873,6 +927,9 @@ class Guard(_GuardBase):
     breaker_seconds  after a failure, how long the filter is not asked (0: ask every time)
     filter_errors    the exceptions that count as a backend failure (default: ling_bloom's
                RedisError, and OSError: ConnectionError, TimeoutError)
+    deleted_ttl, deleted_max  how long (3600 s) and how many (100,000) keys reported with
+               ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
+               not as observed false positives (a CountingFilter forgets them instead)
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -888,7 +945,7 @@ class Guard(_GuardBase):
         ck = self.cache_key(key)
         cached = self.cache.get(ck)
         if cached is not None:
-            return self._from_cache(cached, default)
+            return self._from_cache(cached, default, key)
         return self._load(key, ck, default, loader)
 
     def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
@@ -912,7 +969,7 @@ class Guard(_GuardBase):
             cached = self.cache.get(ck)
             if cached is not None:
                 flight.value = None if is_null(cached) else cached
-                return self._from_cache(cached, default)
+                return self._from_cache(cached, default, key)
             self._count(loads=1)
             try:
                 value = self._call_loader(loader, key)
@@ -930,7 +987,7 @@ class Guard(_GuardBase):
 
     def _store(self, key: Any, ck: str, value: Any) -> None:
         if value is None:
-            self._count(not_found=1)
+            self._count_missing(key)
             if self.null_ttl != 0:
                 self.cache.set(ck, NULL, self.null_ttl)
         else:
@@ -1014,7 +1071,7 @@ class AsyncGuard(_GuardBase):
         ck = self.cache_key(key)
         cached = await _maybe_await(self.cache.get(ck))
         if cached is not None:
-            return self._from_cache(cached, default)
+            return self._from_cache(cached, default, key)
         return await self._load(key, ck, default, loader)
 
     async def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
@@ -1038,7 +1095,7 @@ class AsyncGuard(_GuardBase):
             cached = await _maybe_await(self.cache.get(ck))
             if cached is not None:
                 flight.set_result(None if is_null(cached) else cached)
-                return self._from_cache(cached, default)
+                return self._from_cache(cached, default, key)
             self._count(loads=1)
             try:
                 value = await _maybe_await(self._call_loader(loader, key))
@@ -1061,7 +1118,7 @@ class AsyncGuard(_GuardBase):
 
     async def _store(self, key: Any, ck: str, value: Any) -> None:
         if value is None:
-            self._count(not_found=1)
+            self._count_missing(key)
             if self.null_ttl != 0:
                 await _maybe_await(self.cache.set(ck, NULL, self.null_ttl))
         else:

@@ -357,3 +357,17 @@ def test_manage_py_check_reports_a_route_that_would_never_be_guarded(route, expe
 def test_check_warns_of_a_file_in_a_missing_directory(tmp_path):
     found = _check_ids(_products(FILE=str(tmp_path / "no-such-dir" / "p.bloom")))
     assert [i for i, _ in found] == ["ling_bloom.W001"]
+
+
+def test_a_deleted_row_is_not_counted_as_a_false_positive():
+    # Issue 16: 1 delete + 1 lookup gave not_found=1 and a false-positive rate of 0.5.
+    p = Product.objects.create(sku="gone-1", name="gone")
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    c = Client()
+    assert get(c, "/products/999999/")[0].status_code == 404     # rejected
+    pk = p.pk
+    p.delete()                                                   # post_delete hook
+    r, queries = get(c, f"/products/{pk}/")
+    assert (r.status_code, queries) == (404, 1)                  # still in the filter
+    s = lbd.get_guard("products").stats()
+    assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 1, 0.0)

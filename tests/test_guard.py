@@ -707,3 +707,51 @@ def test_guard_over_a_shared_redis_filter(clean_redis):
         assert g2.get("2") == "two"
     finally:
         f1.close(); f2.close()
+
+
+def test_a_deleted_key_is_not_an_observed_false_positive():
+    # Issue 16: deleting a row was counted as a false positive (not_found=1, rate 0.5).
+    flt = lb.MemoryFilter(1000, 0.01)
+    flt.update(["1", "2"])
+    rows = {"1": "one", "2": "two"}
+    g = Guard(flt, MemoryCache(), rows.get, metrics=False, deleted_ttl=60, deleted_max=2)
+    assert g.get("1") == "one"
+    g.get("never-added")                        # rejected
+    del rows["1"]
+    g.invalidate("1")
+    g.deleted("1")
+    assert g.get("1") is None and g.get("1") is None   # loaded, then the null marker
+    s = g.stats()
+    assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 2, 0.0)
+    g.record(False, "1")                        # a framework middleware's outcome
+    assert g.stats().deleted == 3 and g.stats().not_found == 0
+    g.record(False, "2")                        # not deleted: a real false positive
+    assert g.stats().not_found == 1
+    # bounded: the oldest remembered key is dropped first
+    g.deleted("a"); g.deleted("b")
+    g.record(False, "1")
+    assert g.stats().not_found == 2
+
+
+def test_deleted_keys_expire(monkeypatch):
+    import ling_bloom.guard as guard_mod
+
+    now = [100.0]
+    monkeypatch.setattr(guard_mod.time, "monotonic", lambda: now[0])
+    flt = lb.MemoryFilter(1000, 0.01)
+    g = Guard(flt, None, metrics=False, deleted_ttl=10)
+    g.deleted("1")
+    g.record(False, "1")
+    now[0] = 111.0
+    g.record(False, "1")
+    s = g.stats()
+    assert (s.deleted, s.not_found) == (1, 1)
+
+
+def test_a_counting_filter_forgets_a_deleted_key():
+    flt = lb.CountingFilter(1000, 0.01)
+    flt.add("1")
+    g = Guard(flt, None, lambda k: None, metrics=False)
+    g.deleted("1")
+    assert "1" not in flt
+    assert g.get("1") is None and g.stats().rejected == 1 and g.stats().not_found == 0

@@ -166,11 +166,12 @@ class BloomGuardMiddleware:
                 response = await self._rejection(scope, key, route.filter)
                 await response(scope, receive, send)
                 return
-            await self._observed(guard, scope, receive, send)
+            await self._observed(guard, scope, receive, send, key)
             return
         await self.app(scope, receive, send)
 
-    async def _observed(self, guard: Guard, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _observed(self, guard: Guard, scope: Scope, receive: Receive, send: Send,
+                        key: Any = None) -> None:
         status: List[int] = []
 
         async def send_status(message: Message) -> None:
@@ -184,4 +185,4 @@ class BloomGuardMiddleware:
             guard.record(None)
             raise
         code = status[0] if status else 500
-        guard.record(None if code >= 500 else code != 404)
+        guard.record(None if code >= 500 else code != 404, key)

@@ -333,7 +333,7 @@ class BloomGuardMiddleware:
         passed = getattr(request, "_ling_bloom_passed", None)
         if passed is not None:
             status = response.status_code
-            passed.record(None if status >= 500 else status != 404)
+            passed[0].record(None if status >= 500 else status != 404, passed[1])
         return response
 
     def _route(self, request: Any, view_kwargs: Dict[str, Any]) -> Optional[Tuple[_Route, Any]]:
@@ -360,7 +360,7 @@ class BloomGuardMiddleware:
             return None  # no FILE yet (logged once): unguarded, and not evidence for the stats
         key = _key(route.filter, value)
         if guard.check(key):
-            request._ling_bloom_passed = guard
+            request._ling_bloom_passed = (guard, key)
             return None
         return self.reject(request, key, route.filter)
 
@@ -415,10 +415,13 @@ def model_fetch(name: str) -> Callable[[Any, int], List[Tuple[Any, Any]]]:
 
 def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> Callable[..., None]:
     """Connect a post_save hook: every saved row of ``model`` has its key added to filter
-    ``name`` (and any null marker a guard_for() guard cached for it dropped).  Defaults
+    ``name`` (and any null marker a guard_for() guard cached for it dropped); and a
+    post_delete hook: a deleted row's key is reported to the guards (``Guard.deleted``:
+    removed from a CountingFilter, else remembered, so its lookups are not counted as
+    false positives) and its cached value dropped.  Defaults
     come from the filter's MODEL / FIELD settings.  The app config calls it for every
     filter with a MODEL (unless SIGNALS is False)."""
-    from django.db.models.signals import post_save
+    from django.db.models.signals import post_delete, post_save
 
     if model is None or field is None:
         m, f = _model(name)
@@ -442,8 +445,24 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
                 g.invalidate(key)
             # AsyncGuard caches are dropped by its own add(); a sync signal cannot await
 
+    def on_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+        # a deleted row's later lookups are deletes, not false positives (Guard.deleted:
+        # removed from a CountingFilter, else remembered for a while)
+        value = instance.pk if field == "pk" else getattr(instance, str(field), None)
+        if value is None:
+            return
+        key = _key(name, value)
+        get_guard(name).deleted(key)
+        for g in list(_full_guards.get(name, ())):
+            if g.filter is not get_guard(name).filter or not hasattr(g.filter, "remove"):
+                g.deleted(key)
+            if isinstance(g, Guard):
+                g.invalidate(key)
+
     post_save.connect(on_save, sender=model, weak=False,
                       dispatch_uid=f"ling_bloom:{name}:{model._meta.label}:{field}")
+    post_delete.connect(on_delete, sender=model, weak=False,
+                        dispatch_uid=f"ling_bloom:{name}:{model._meta.label}:{field}:delete")
     return on_save
 
 

@@ -205,6 +205,14 @@ class BloomGuard:
     def _reject(self) -> Any:
         abort(current_app.config.get("LING_BLOOM_REJECT_STATUS", 404))
 
+    def deleted(self, name: str, key: Any, prefix: str = "") -> None:
+        """Call when the row of ``key`` is deleted: lookups of it are then counted as
+        deletes, not false positives (``Guard.deleted``; a CountingFilter forgets it)."""
+        k = as_key(key)
+        if prefix:
+            k = prefix + (k if isinstance(k, str) else bytes(k).decode("utf-8", "surrogateescape"))
+        self.get_guard(name).deleted(k)
+
     def warmup_filter(self, name: str, incremental: bool = False) -> Any:
         """The filter ``flask bloom-warmup`` fills: for a name in ``files``, the saved file
         (``incremental``, when it exists) or a new empty filter from ``filters``; else the
@@ -228,6 +236,7 @@ class BloomGuard:
             key = prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
         if not guard.check(key):
             self._reject()
+        g._ling_bloom_key = key
         return guard
 
     def guard(self, arg: str, filter: str = _DEFAULT, prefix: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -257,12 +266,14 @@ class BloomGuard:
                 try:
                     rv = current_app.make_response(view(*args, **kwargs))
                 except HTTPException as e:
-                    guard.record(None if (e.code or 500) >= 500 else e.code != 404)
+                    guard.record(None if (e.code or 500) >= 500 else e.code != 404,
+                                 g.get("_ling_bloom_key"))
                     raise
                 except Exception:
                     guard.record(None)
                     raise
-                guard.record(None if rv.status_code >= 500 else rv.status_code != 404)
+                guard.record(None if rv.status_code >= 500 else rv.status_code != 404,
+                             g.get("_ling_bloom_key"))
                 return rv
             guarded.bloom_guarded = True  # type: ignore[attr-defined]
             return guarded
@@ -292,7 +303,7 @@ class BloomGuard:
         guard = g.pop("_ling_bloom_guard", None)
         if guard is not None:
             status = response.status_code
-            guard.record(None if status >= 500 else status != 404)
+            guard.record(None if status >= 500 else status != 404, g.get("_ling_bloom_key"))
         return response
 
 
