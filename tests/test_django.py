@@ -371,3 +371,19 @@ def test_a_deleted_row_is_not_counted_as_a_false_positive():
     assert (r.status_code, queries) == (404, 1)                  # still in the filter
     s = lbd.get_guard("products").stats()
     assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 1, 0.0)
+
+
+def test_a_plain_str_route_keys_follow_the_model_field():
+    # Issue 16 (same thinking as FastAPI's): with <pk> (str converter) /plain/007/ must have
+    # the key "7", as get_object_or_404(pk="007") finds product 7; "abc" is the view's to answer.
+    bulk(range(1, 11))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    routes = [{"URL_NAME": "plain-product", "KWARG": "pk", "FILTER": "products"}]
+    with override_settings(LING_BLOOM=_conf(ROUTES=routes)):
+        c = Client()
+        r, queries = get(c, "/plain/007/")
+        assert (r.status_code, queries) == (200, 1)
+        r, queries = get(c, "/plain/99999/")
+        assert (r.status_code, queries) == (404, 0)
+        s = lbd.get_guard("products").stats()
+        assert (s.found, s.rejected) == (1, 1)

@@ -195,6 +195,31 @@ def _key(name: str, value: Any) -> Any:
     return k
 
 
+_NOT_A_VALUE = object()
+
+
+def _url_value(name: str, value: Any) -> Any:
+    """A URL kwarg as the model field would read it (``to_python``: "007" -> 7 for an
+    integer primary key), so that a plain ``<pk>`` (str converter) route has the key the
+    view would look up; _NOT_A_VALUE when the field refuses it (the view answers it)."""
+    if not isinstance(value, str):
+        return value  # a converter (<int:pk>) did it already
+    spec = filter_settings(name)
+    if "MODEL" not in spec:
+        return value
+    from django.core.exceptions import ValidationError
+
+    try:
+        model, field = _model(name)
+        f = model._meta.pk if field == "pk" else model._meta.get_field(field)
+    except Exception:
+        return value
+    try:
+        return f.to_python(value)
+    except ValidationError:
+        return _NOT_A_VALUE
+
+
 # ------------------------------------------------------------------------- cache
 
 
@@ -358,6 +383,9 @@ class BloomGuardMiddleware:
         guard = get_guard(route.filter)
         if getattr(guard.filter, "warmed", True) is False and guard.filter.unwarmed == "serve":
             return None  # no FILE yet (logged once): unguarded, and not evidence for the stats
+        value = _url_value(route.filter, value)
+        if value is _NOT_A_VALUE:
+            return None  # not a value of the field: the view answers it, as without a guard
         key = _key(route.filter, value)
         if guard.check(key):
             request._ling_bloom_passed = (guard, key)
