@@ -270,3 +270,32 @@ def test_starlette_route_with_an_explicit_convert(db, filters):
         assert client.get("/p/0042").status_code == 200        # key "42"
         assert client.get("/p/99999").status_code == 404
         assert client.get("/p/x").status_code == 200            # not an int: the app decides
+
+
+def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
+    # Issue 16's "filters that stay current in every process", for ASGI: a FileFilter
+    # serves unguarded until the warm-up's file exists, then follows each new file.
+    from ling_bloom.warmup import FileFilter
+
+    path = tmp_path / "products.bloom"
+    seen = []
+
+    async def product(request):
+        seen.append(request.path_params["pid"])
+        return JSONResponse({"id": request.path_params["pid"]})
+
+    app = Starlette(routes=[Route("/p/{pid:int}", product)])
+    guarded = BloomGuardMiddleware(app, filters={"products": FileFilter(path, check_every=0)},
+                                   metrics=False, routes={"/p/{pid:int}": ("pid", "products")})
+    with TestClient(guarded) as client:
+        assert client.get("/p/5").status_code == 200              # unwarmed: served
+        assert guarded.get_guard("products").stats().lookups == 0  # and not counted
+        f = lb.MemoryFilter(1000, 0.01)
+        f.update(["5"])
+        f.save(str(path))                                         # the warm-up, elsewhere
+        assert client.get("/p/5").status_code == 200
+        assert client.get("/p/6").status_code == 404              # now guarded
+        f.add("6")
+        f.save(str(path))
+        assert client.get("/p/6").status_code == 200              # the new file, no restart
+    assert seen == [5, 5, 6]

@@ -18,6 +18,10 @@ routing, so no endpoint, dependency or query runs.  A guarded request that passe
 still answers 404 is counted as an observed false positive
 (``middleware.get_guard("products").stats()``, or the ``guards`` dict you pass in).
 
+A filter that running processes keep current from a saved file (the warm-up writes it):
+``filters={"products": ling_bloom.warmup.FileFilter(path, check_every=2.0)}`` -- reloaded
+when the file changes; before the file exists requests are served unguarded (logged).
+
 It is a pure ASGI middleware (no BaseHTTPMiddleware): streaming responses, websockets and
 lifespan events pass through untouched.
 """
@@ -217,6 +221,9 @@ class BloomGuardMiddleware:
             if route.prefix:
                 key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
             guard = self.guards[route.filter]
+            flt = guard.filter
+            if getattr(flt, "warmed", True) is False and getattr(flt, "unwarmed", "") == "serve":
+                break  # a FileFilter before its first file (logged): unguarded, not counted
             if not guard.check(key):
                 response = await self._rejection(scope, key, route.filter)
                 await response(scope, receive, send)
