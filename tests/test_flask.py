@@ -366,3 +366,26 @@ def test_warm_up_of_an_in_memory_filter_without_a_file_warns(db):
     result = app.test_cli_runner().invoke(args=["bloom-warmup", "products"])
     assert result.exit_code == 0
     assert "in-memory filter of this process" in result.output   # stderr is mixed in
+
+
+def test_a_plain_route_keys_follow_the_views_annotation(db):
+    # Issue 16 (Flask's side of the FastAPI finding): with <product_id> (string converter)
+    # and a view reading it as an int, /p/007 must have the key "7".
+    app = flask.Flask(__name__)
+    app.config["TESTING"] = True
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["7"])
+    bloom = BloomGuard(app, filters={"products": f}, metrics=False)
+    seen = []
+
+    @app.get("/p/<product_id>")
+    @bloom.guard("product_id", filter="products")
+    def p(product_id: int):
+        seen.append(product_id)
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/p/007").status_code == 200
+    assert client.get("/p/8").status_code == 404             # rejected before the view
+    assert client.get("/p/abc").status_code == 200           # not an int: the view's call
+    assert seen == ["007", "abc"]

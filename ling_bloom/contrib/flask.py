@@ -255,12 +255,28 @@ class BloomGuard:
             self._wanted.append((filter, where))
             if self._filters:  # else checked at init_app / before the first request
                 self._require_filter(filter, where)
+            # A plain <id> (string converter) with a view annotated ``id: int``: the key is
+            # what the view reads, int("007") -> "7"; a value that does not convert is the
+            # view's to answer (unguarded).  <int:id> converts already.
+            try:
+                import typing
+
+                annotated = typing.get_type_hints(view).get(arg)
+            except Exception:
+                annotated = None
+            convert = annotated if annotated in (int, float) else None
 
             @functools.wraps(view)
             def guarded(*args: Any, **kwargs: Any) -> Any:
                 if arg not in kwargs:
                     raise TypeError(f"the view has no URL parameter {arg!r} to guard")
-                guard = self._check(filter, kwargs[arg], prefix)
+                value = kwargs[arg]
+                if convert is not None and isinstance(value, str):
+                    try:
+                        value = convert(value)
+                    except ValueError:
+                        return view(*args, **kwargs)
+                guard = self._check(filter, value, prefix)
                 if guard is None:
                     return view(*args, **kwargs)
                 try:
