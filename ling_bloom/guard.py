@@ -313,6 +313,8 @@ class GuardStats(NamedTuple):
                      found/not_found
     circuit_open     whether the circuit is open now (the filter is not being asked)
     circuit_open_seconds  the time the circuit has been open, in all
+    deleted          passed lookups that resolved to "not found" for a key reported deleted
+                     (``guard.deleted(key)``) within ``deleted_ttl``: not false positives
     """
 
     lookups: int
@@ -332,6 +334,7 @@ class GuardStats(NamedTuple):
     bypassed: int = 0
     circuit_open: bool = False
     circuit_open_seconds: float = 0.0
+    deleted: int = 0
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(self._asdict())
@@ -339,7 +342,7 @@ class GuardStats(NamedTuple):
 
 _COUNTERS = (
     "lookups", "rejected", "found", "not_found", "errors",
-    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed",
+    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed", "deleted",
 )
 
 POLICIES = ("open", "closed", "raise")
@@ -456,7 +459,8 @@ _collectors_lock = threading.Lock()
 
 class _GuardCollector:
     """One per Prometheus registry: reads the counters of every live guard at scrape time
-    (no cost per lookup).  Guards with the same name are summed."""
+    (no cost per lookup).  Names are unique among the live guards of one registry
+    (_check_unique_name)."""
 
     def __init__(self) -> None:
         self.guards: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
@@ -477,7 +481,8 @@ class _GuardCollector:
         lookups = CounterMetricFamily(
             "ling_bloom_guard_lookups",
             "Lookups by the guard, by result: rejected by the filter, or after passing it "
-            "found, not_found (an observed false positive) or error",
+            "found, not_found (an observed false positive), deleted (not found, but reported "
+            "deleted: not a false positive) or error",
             labels=["guard", "result"])
         cache = CounterMetricFamily(
             "ling_bloom_guard_cache_hits",
@@ -520,7 +525,7 @@ class _GuardCollector:
                 p = _filter_rate(g.filter, "error_rate")
                 if p is not None:
                     promise = p if promise is None else max(promise, p)
-            for result in ("rejected", "found", "not_found", "errors"):
+            for result in ("rejected", "found", "not_found", "deleted", "errors"):
                 lookups.add_metric([name, "error" if result == "errors" else result],
                                    totals[result])
             cache.add_metric([name, "value"], totals["cache_hits"] - totals["null_hits"])
@@ -544,6 +549,21 @@ class _GuardCollector:
                 open_time, open_now]
 
 
+def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
+    # Live guards of one name in one registry are one Prometheus series (their counters
+    # summed).  That is allowed only when every one of them was given that name explicitly
+    # (e.g. Django's middleware and guard_for() guards of one filter); a name derived from
+    # a loader (two lambdas are both "<lambda>") that collides is refused, not merged.
+    # Raising rather than deriving "name-2" keeps series names stable across restarts.
+    for other in list(collector.guards):
+        if other is not guard and other.name == name and not (
+                guard._explicit_name and other._explicit_name):
+            raise ValueError(
+                f"a live guard named {name!r} already exports to this metrics registry: "
+                f"pass a unique name=... (or the same name= to both, to sum them on purpose; "
+                f"or metrics=False)")
+
+
 def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
     if registry is None:
         from prometheus_client import REGISTRY as registry  # type: ignore[no-redef]
@@ -553,7 +573,19 @@ def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
             collector = _GuardCollector()
             registry.register(collector)
             _collectors[registry] = collector
+        if guard.loader is not None or guard.name != "default":
+            # (an unnamed guard without a loader yet is checked when a decorated loader
+            # names it: see _set_loader)
+            _check_unique_name(collector, guard, guard.name)
         collector.guards.add(guard)
+
+
+def _rename(guard: "_GuardBase", name: str) -> None:
+    with _collectors_lock:
+        collector = _collectors.get(guard.metrics_registry) if guard.metrics_registry is not None else None
+        if collector is not None:
+            _check_unique_name(collector, guard, name)
+        guard.name = name
 
 
 def _prometheus_installed() -> bool:
@@ -589,6 +621,8 @@ class _GuardBase:
         on_filter_error: str = "open",
         breaker_seconds: float = 5.0,
         filter_errors: Optional[Tuple[Type[BaseException], ...]] = None,
+        deleted_ttl: float = 3600.0,
+        deleted_max: int = 100_000,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
@@ -605,6 +639,7 @@ class _GuardBase:
         self.value_ttl = value_ttl
         self.key_prefix = key_prefix
         self.name = name or (getattr(loader, "__qualname__", None) if loader else None) or "default"
+        self._explicit_name = bool(name)
         self.logger = logger if logger is not None else log
         if drift_factor < 1:
             raise ValueError("drift_factor must be >= 1")
@@ -612,6 +647,10 @@ class _GuardBase:
         self.drift_min_samples = max(1, int(drift_min_samples))
         self.add_found = add_found
         self._stat_lock = threading.Lock()
+        # keys reported deleted: cache key -> expiry (bounded, oldest dropped first)
+        self.deleted_ttl = float(deleted_ttl)
+        self.deleted_max = max(0, int(deleted_max))
+        self._deleted: "OrderedDict[str, float]" = OrderedDict()
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._drifting = False
         self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
@@ -641,10 +680,11 @@ class _GuardBase:
 
     # -- counters
     def _count(self, **deltas: int) -> None:
-        if _bypassed.get() and ("not_found" in deltas or "found" in deltas):
+        if _bypassed.get() and ("not_found" in deltas or "found" in deltas or "deleted" in deltas):
             # decided by the failure policy: not evidence about the filter
             deltas.pop("not_found", None)
             deltas.pop("found", None)
+            deltas.pop("deleted", None)
             if not deltas:
                 return
         with self._stat_lock:
@@ -684,6 +724,7 @@ class _GuardBase:
             bypassed=c["bypassed"],
             circuit_open=self._breaker.is_open(),
             circuit_open_seconds=self._breaker.open_seconds(),
+            deleted=c["deleted"],
         )
 
     def reset_stats(self) -> None:
@@ -795,19 +836,61 @@ class _GuardBase:
             self.logger.warning("ling_bloom guard %r: adding a found key to the filter "
                                 "failed (%s: %s)", self.name, type(e).__name__, e)
 
-    def record(self, found: Optional[bool]) -> None:
+    def record(self, found: Optional[bool], key: Any = None) -> None:
         """The outcome of a lookup that passed ``check()``: True found, False not found (an
-        observed false positive), None an error."""
+        observed false positive -- unless ``key`` was reported ``deleted()`` lately), None
+        an error."""
         if found is None:
             self._count(errors=1)
         elif found:
             self._count(found=1)
         else:
-            self._count(not_found=1)
+            self._count_missing(key)
 
-    def _from_cache(self, cached: Any, default: Any) -> Any:
+    # -- deletes: not false positives
+    def deleted(self, key: Any) -> None:
+        """Report that the row of ``key`` was deleted.  A CountingFilter forgets the key
+        (``remove``); any other filter cannot, so the key is remembered for ``deleted_ttl``
+        seconds (at most ``deleted_max`` keys, the oldest dropped first) and lookups of it
+        that find nothing count as ``deleted``, not as observed false positives, so that
+        the drift warning measures real false positives.  Cached values are not touched:
+        call ``invalidate(key)`` too (the framework hooks do)."""
+        k = as_key(key)
+        remove = getattr(self.filter, "remove", None)
+        if remove is not None:
+            try:
+                remove(k)
+            except Exception as e:  # not added, or a backend error: remember it instead
+                self.logger.debug("guard %s: remove(%r) failed: %s", self.name, k, e)
+            else:
+                return
+        if self.deleted_max == 0:
+            return
+        now = time.monotonic()
+        with self._stat_lock:
+            self._deleted.pop(_text(k), None)
+            self._deleted[_text(k)] = now + self.deleted_ttl
+            while len(self._deleted) > self.deleted_max:
+                self._deleted.popitem(last=False)
+
+    def _count_missing(self, key: Any) -> None:
+        if key is not None and self._deleted:
+            t = _text(as_key(key))
+            now = time.monotonic()
+            with self._stat_lock:
+                expiry = self._deleted.get(t)
+                if expiry is not None and expiry < now:
+                    del self._deleted[t]
+                    expiry = None
+            if expiry is not None:
+                self._count(deleted=1)
+                return
+        self._count(not_found=1)
+
+    def _from_cache(self, cached: Any, default: Any, key: Any = None) -> Any:
         if is_null(cached):
-            self._count(cache_hits=1, null_hits=1, not_found=1)
+            self._count(cache_hits=1, null_hits=1)
+            self._count_missing(key)
             return default
         self._count(cache_hits=1, found=1)
         return cached
@@ -823,7 +906,7 @@ class _GuardBase:
             raise TypeError("this guard already has a loader")
         self.loader = func
         if self.name == "default":
-            self.name = getattr(func, "__qualname__", "default")
+            _rename(self, getattr(func, "__qualname__", "default"))
 
 
 class _Flight:
@@ -849,6 +932,10 @@ class Guard(_GuardBase):
     loader     ``loader(key) -> value or None`` (None: not found); or decorate it
     null_ttl   seconds a "not found" stays cached (None: no expiry, 0: not cached)
     value_ttl  seconds a found value stays cached (None: no expiry, 0: not cached)
+    name       the guard's label in metrics and logs (default: the loader's __qualname__,
+               else "default"); live guards exporting to one registry share a name (and
+               one summed series) only when each was given it with name=; a derived name
+               that collides is a ValueError (two lambdas are both "<lambda>")
     metrics    None: export to Prometheus' default registry if prometheus_client is
                installed; False: no export; a CollectorRegistry: that one
     logger     where the drift warning goes (default: logging "ling_bloom.guard")
@@ -857,6 +944,9 @@ class Guard(_GuardBase):
     breaker_seconds  after a failure, how long the filter is not asked (0: ask every time)
     filter_errors    the exceptions that count as a backend failure (default: ling_bloom's
                RedisError, and OSError: ConnectionError, TimeoutError)
+    deleted_ttl, deleted_max  how long (3600 s) and how many (100,000) keys reported with
+               ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
+               not as observed false positives (a CountingFilter forgets them instead)
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -872,7 +962,7 @@ class Guard(_GuardBase):
         ck = self.cache_key(key)
         cached = self.cache.get(ck)
         if cached is not None:
-            return self._from_cache(cached, default)
+            return self._from_cache(cached, default, key)
         return self._load(key, ck, default, loader)
 
     def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
@@ -896,7 +986,7 @@ class Guard(_GuardBase):
             cached = self.cache.get(ck)
             if cached is not None:
                 flight.value = None if is_null(cached) else cached
-                return self._from_cache(cached, default)
+                return self._from_cache(cached, default, key)
             self._count(loads=1)
             try:
                 value = self._call_loader(loader, key)
@@ -914,7 +1004,7 @@ class Guard(_GuardBase):
 
     def _store(self, key: Any, ck: str, value: Any) -> None:
         if value is None:
-            self._count(not_found=1)
+            self._count_missing(key)
             if self.null_ttl != 0:
                 self.cache.set(ck, NULL, self.null_ttl)
         else:
@@ -1057,7 +1147,7 @@ class AsyncGuard(_GuardBase):
         ck = self.cache_key(key)
         cached = await _maybe_await(self.cache.get(ck))
         if cached is not None:
-            return self._from_cache(cached, default)
+            return self._from_cache(cached, default, key)
         return await self._load(key, ck, default, loader)
 
     async def _load(self, key: Any, ck: str, default: Any, loader: Optional[Callable[..., Any]]) -> Any:
@@ -1081,7 +1171,7 @@ class AsyncGuard(_GuardBase):
             cached = await _maybe_await(self.cache.get(ck))
             if cached is not None:
                 flight.set_result(None if is_null(cached) else cached)
-                return self._from_cache(cached, default)
+                return self._from_cache(cached, default, key)
             self._count(loads=1)
             try:
                 value = await _maybe_await(self._call_loader(loader, key))
@@ -1104,7 +1194,7 @@ class AsyncGuard(_GuardBase):
 
     async def _store(self, key: Any, ck: str, value: Any) -> None:
         if value is None:
-            self._count(not_found=1)
+            self._count_missing(key)
             if self.null_ttl != 0:
                 await _maybe_await(self.cache.set(ck, NULL, self.null_ttl))
         else:

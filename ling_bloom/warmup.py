@@ -39,6 +39,7 @@ from .guard import as_key
 
 __all__ = [
     "CallbackState",
+    "FileFilter",
     "FileState",
     "SyncResult",
     "WarmupSummary",
@@ -382,3 +383,156 @@ def sync_forever(
             else:
                 log.exception("ling_bloom sync pass failed; retrying in %s s", interval)
         stop.wait(interval)
+
+
+class FileFilter:
+    """A saved filter file that a running process keeps current: the holder the web
+    integrations use for a FILE that a warm-up command (another process) rewrites.
+
+    ``FileFilter(path, check_every=2.0, unwarmed="serve")``
+
+    At most every ``check_every`` seconds, a lookup stat()s ``path``; when its identity
+    (inode, mtime, size) changed, the file is loaded (``ling_bloom.load``) and swapped in
+    with one assignment, so a lookup sees the old filter or the new one, never a mix.
+    ``save()`` writes a temp file and renames it over ``path``, so a load never reads a torn
+    file; a load that fails anyway keeps the old filter and logs an error.  Keys added in
+    this process since the last load (``add``/``update``, e.g. Django's post_save hook) are
+    added to each newly loaded filter too (the newest 100,000), so a reload from a warm-up
+    that started before a row was saved does not forget it.
+
+    Before the file exists ("unwarmed", logged once as a warning): ``unwarmed="serve"`` (the
+    default) answers True to every test -- requests are served unguarded, with correct
+    answers, until the first warm-up -- and ``"reject"`` answers False (every key unknown).
+    ``warmed`` says which state it is in; ``filter`` is the current filter or None.
+    """
+
+    _REPLAY_MAX = 100_000
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], check_every: float = 2.0,
+                 unwarmed: str = "serve", *, clock: Callable[[], float] = time.monotonic,
+                 logger: Any = None):
+        if unwarmed not in ("serve", "reject"):
+            raise ValueError(f"unwarmed must be 'serve' or 'reject', not {unwarmed!r}")
+        if check_every < 0:
+            raise ValueError("check_every must be >= 0")
+        import logging
+
+        self.path = os.fspath(path)
+        self.check_every = float(check_every)
+        self.unwarmed = unwarmed
+        self._clock = clock
+        self._log = logger if logger is not None else logging.getLogger("ling_bloom.warmup")
+        self._lock = threading.Lock()
+        self._filter: Any = None
+        self._identity: Any = None
+        self._next_check = float("-inf")
+        self._added: List[Any] = []
+        self._warned_unwarmed = False
+        self.reloads = 0
+        self.refresh(force=True)
+
+    # -- the file
+    def refresh(self, force: bool = False) -> bool:
+        """Check the file now (``force``) or when the interval has passed; load it when it
+        changed.  True when a new filter was swapped in."""
+        now = self._clock()
+        if not force and now < self._next_check:
+            return False
+        with self._lock:
+            if not force and now < self._next_check:
+                return False
+            self._next_check = now + self.check_every
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                if self._filter is None and not self._warned_unwarmed:
+                    self._warned_unwarmed = True
+                    self._log.warning(
+                        "ling_bloom: %s does not exist yet (no warm-up has run): %s until it "
+                        "does", self.path, "serving every key unguarded" if self.unwarmed == "serve"
+                        else "rejecting every key")
+                return False
+            except OSError as e:
+                self._log.error("ling_bloom: cannot stat %s (%s): keeping the current filter",
+                                self.path, e)
+                return False
+            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if identity == self._identity:
+                return False
+            try:
+                from . import load
+
+                new = load(self.path)
+                if self._added:
+                    new.update(self._added)
+            except Exception as e:  # a bad file must not take the server down
+                self._log.error("ling_bloom: reloading %s failed (%s: %s): keeping the %s",
+                                self.path, type(e).__name__, e,
+                                "current filter" if self._filter is not None else "unwarmed state")
+                self._identity = identity  # not retried until the file changes again
+                return False
+            self._identity = identity
+            self._filter = new
+            self.reloads += 1
+            self._log.info("ling_bloom: loaded %s", self.path)
+            return True
+
+    @property
+    def filter(self) -> Any:
+        self.refresh()
+        return self._filter
+
+    @property
+    def warmed(self) -> bool:
+        return self.filter is not None
+
+    def swap(self, flt: Any) -> None:
+        """Use ``flt`` now (the warm-up command's own process, after filling and saving
+        it); the file's current identity is taken as seen."""
+        with self._lock:
+            self._filter = flt
+            self._added.clear()
+            try:
+                st = os.stat(self.path)
+                self._identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except OSError:
+                pass
+
+    # -- the filter's interface (what a guard and a post_save hook use)
+    def test(self, key: Any) -> bool:
+        f = self.filter
+        if f is None:
+            return self.unwarmed == "serve"
+        return bool(f.test(key))
+
+    __contains__ = test
+
+    def _remember(self, keys: List[Any]) -> None:
+        self._added.extend(keys)
+        if len(self._added) > self._REPLAY_MAX:
+            del self._added[: len(self._added) - self._REPLAY_MAX]
+
+    def add(self, key: Any) -> Any:
+        with self._lock:
+            self._remember([key])
+            f = self._filter
+        return f.add(key) if f is not None else False
+
+    def update(self, keys: Iterable[Any]) -> Any:
+        keys = list(keys)
+        with self._lock:
+            self._remember(keys)
+            f = self._filter
+        return f.update(keys) if f is not None else None
+
+    def __getattr__(self, name: str) -> Any:  # error_rate, capacity, save ...
+        if name.startswith("_"):
+            raise AttributeError(name)
+        f = self.filter
+        if f is None:
+            raise AttributeError(f"{name}: {self.path} is not loaded yet (no warm-up has run)")
+        return getattr(f, name)
+
+    def __repr__(self) -> str:
+        return (f"FileFilter({self.path!r}, check_every={self.check_every}, "
+                f"{'warmed' if self._filter is not None else 'unwarmed: ' + self.unwarmed})")

@@ -235,3 +235,67 @@ def test_fastapi_app(db, filters):
         assert client.get("/items/12").json() == {"id": 12, "sku": "sku-12"}
         assert call(client, db, "GET", "/items/9999") == (404, 0)
         assert client.get("/items/9999").json() == {"detail": "Not Found"}
+
+
+def test_fastapi_plain_route_keys_follow_the_declared_type(db, filters):
+    # Issue 16: with a plain {product_id} route, /products/007 was 404 where the app serves
+    # product 7, and /products/abc 404 instead of FastAPI's 422.
+    fastapi = require("fastapi", "asgi")
+    app = fastapi.FastAPI()
+    app.add_middleware(BloomGuardMiddleware, filters=filters, metrics=False,
+                       routes={"/products/{product_id}": ("product_id", "products")})
+
+    @app.get("/products/{product_id}")
+    def read(product_id: int):
+        row = db.one("SELECT id FROM product WHERE id = ?", product_id)
+        if row is None:
+            raise fastapi.HTTPException(status_code=404)
+        return {"id": row[0]}
+
+    with TestClient(app) as client:
+        assert call(client, db, "GET", "/products/007") == (200, 1)
+        assert client.get("/products/007").json() == {"id": 7}
+        assert client.get("/products/abc").status_code == 422   # the framework's answer
+        assert call(client, db, "GET", "/products/99999") == (404, 0)
+
+
+def test_starlette_route_with_an_explicit_convert(db, filters):
+    async def product(request):
+        return JSONResponse({"id": request.path_params["pid"]})
+
+    app = Starlette(routes=[Route("/p/{pid}", product)])
+    guarded = BloomGuardMiddleware(app, filters=filters, metrics=False, routes=[
+        BloomRoute("/p/{pid}", "pid", filter="products", convert=int)])
+    with TestClient(guarded) as client:
+        assert client.get("/p/0042").status_code == 200        # key "42"
+        assert client.get("/p/99999").status_code == 404
+        assert client.get("/p/x").status_code == 200            # not an int: the app decides
+
+
+def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
+    # Issue 16's "filters that stay current in every process", for ASGI: a FileFilter
+    # serves unguarded until the warm-up's file exists, then follows each new file.
+    from ling_bloom.warmup import FileFilter
+
+    path = tmp_path / "products.bloom"
+    seen = []
+
+    async def product(request):
+        seen.append(request.path_params["pid"])
+        return JSONResponse({"id": request.path_params["pid"]})
+
+    app = Starlette(routes=[Route("/p/{pid:int}", product)])
+    guarded = BloomGuardMiddleware(app, filters={"products": FileFilter(path, check_every=0)},
+                                   metrics=False, routes={"/p/{pid:int}": ("pid", "products")})
+    with TestClient(guarded) as client:
+        assert client.get("/p/5").status_code == 200              # unwarmed: served
+        assert guarded.get_guard("products").stats().lookups == 0  # and not counted
+        f = lb.MemoryFilter(1000, 0.01)
+        f.update(["5"])
+        f.save(str(path))                                         # the warm-up, elsewhere
+        assert client.get("/p/5").status_code == 200
+        assert client.get("/p/6").status_code == 404              # now guarded
+        f.add("6")
+        f.save(str(path))
+        assert client.get("/p/6").status_code == 200              # the new file, no restart
+    assert seen == [5, 5, 6]

@@ -97,10 +97,66 @@ def test_control_an_unguarded_url_does_query():
     assert (r.status_code, queries) == (404, 1)
 
 
-def test_before_warm_up_rows_written_without_signals_are_unknown():
+def test_before_the_first_warm_up_urls_are_served_unguarded_and_it_is_logged(caplog):
+    # Issue 16: with no FILE yet every guarded URL answered 404, existing rows included.
     bulk([1])
-    r, queries = get(Client(), "/products/1/")
-    assert (r.status_code, queries) == (404, 0)  # why the warm-up exists
+    with caplog.at_level("WARNING", logger="ling_bloom.warmup"):
+        r, queries = get(Client(), "/products/1/")
+        assert (r.status_code, queries) == (200, 1)
+        r, queries = get(Client(), "/products/2/")
+        assert (r.status_code, queries) == (404, 1)
+    assert any("does not exist yet" in m and "unguarded" in m for m in caplog.messages)
+    s = lbd.get_guard("products").stats()
+    assert (s.lookups, s.not_found) == (0, 0)  # not evidence about the filter
+    assert lbd.get_filter("products").warmed is False
+
+
+def test_unwarmed_reject_is_the_old_behaviour_by_choice():
+    bulk([1])
+    with override_settings(LING_BLOOM=_products(UNWARMED="reject")):
+        r, queries = get(Client(), "/products/1/")
+        assert (r.status_code, queries) == (404, 0)
+
+
+def test_bad_unwarmed_setting_is_reported():
+    with override_settings(LING_BLOOM=_products(UNWARMED="maybe")):
+        with pytest.raises(ImproperlyConfigured, match="UNWARMED"):
+            lbd.get_filter("products")
+
+
+def test_a_running_process_reloads_file_when_the_warm_up_replaces_it(tmp_path):
+    # Issue 16: a row created while the server ran stayed 404 after bloom_warmup
+    # --incremental saved it; only a restart helped.  Here the warm-up runs in another
+    # process (as `manage.py bloom_warmup` would) while this one keeps serving.
+    import subprocess
+    import sys
+    import time
+
+    bulk(range(1, 11))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    with override_settings(LING_BLOOM=_products(CHECK_EVERY=0.2)):
+        c = Client()
+        assert get(c, "/products/5/")[0].status_code == 200
+        bulk([11])                                        # written without signals
+        assert get(c, "/products/11/")[0].status_code == 404   # not in the filter yet
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+                   LING_BLOOM_DJANGO_TMP=_TMP, DJANGO_SETTINGS_MODULE="django_project.settings")
+        code = ("import django; django.setup()\n"
+                "from django.db import connections\n"
+                "from django.conf import settings\n"
+                "settings.DATABASES['default']['NAME'] = settings.DATABASES['default']['TEST']['NAME']\n"
+                "from django.core.management import call_command\n"
+                "call_command('bloom_warmup', 'products', '--incremental', '--no-progress')\n")
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "1 new keys" in proc.stdout
+        deadline = time.monotonic() + 10        # a margin of seconds over CHECK_EVERY=0.2
+        while get(c, "/products/11/")[0].status_code != 200:
+            assert time.monotonic() < deadline, "the running process never reloaded FILE"
+            time.sleep(0.1)
+        assert lbd.get_filter("products").reloads >= 1
 
 
 def test_post_save_adds_new_rows():
@@ -114,6 +170,7 @@ def test_post_save_adds_new_rows():
 
 
 def test_a_false_positive_queries_once_and_is_counted():
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
     lbd.get_filter("products").add("777")  # in the filter, not in the table
     r, queries = get(Client(), "/products/777/")
     assert (r.status_code, queries) == (404, 1)
@@ -147,6 +204,14 @@ def _conf(**extra):
     return conf
 
 
+def _products(**extra):
+    """LING_BLOOM with these settings added to the "products" filter's."""
+    conf = dict(settings.LING_BLOOM)
+    conf["FILTERS"] = dict(conf["FILTERS"])
+    conf["FILTERS"]["products"] = dict(conf["FILTERS"]["products"], **extra)
+    return conf
+
+
 def reject_teapot(request, key, filter_name):
     from django.http import JsonResponse
 
@@ -154,6 +219,7 @@ def reject_teapot(request, key, filter_name):
 
 
 def test_reject_with_another_status_or_a_view():
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
     with override_settings(LING_BLOOM=_conf(REJECT=410)):
         r, queries = get(Client(), "/products/123/")
         assert (r.status_code, queries) == (410, 0)
@@ -255,3 +321,69 @@ def test_django_cache_adapter_async():
 
     asyncio.run(main())
     assert calls == ["1"]
+
+
+def _check_ids(conf):
+    from django.core import checks
+
+    with override_settings(LING_BLOOM=conf):
+        return [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("ling_bloom.")]
+
+
+def test_system_checks_pass_the_project_settings():
+    assert _check_ids(settings.LING_BLOOM) == []
+
+
+@pytest.mark.parametrize("route,expected", [
+    ({"URL_NAME": "product-detial", "KWARG": "pk", "FILTER": "products"}, "ling_bloom.E002"),
+    ({"URL_NAME": "by-sku", "KWARG": "sku", "FILTER": "skus"}, "ling_bloom.E002"),  # no namespace
+    ({"URL_NAME": "product-detail", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E003"),
+    ({"URL_NAME": "shop:by-sku", "KWARG": "slug", "FILTER": "skus"}, "ling_bloom.E003"),
+    ({"PATTERN": r"^/legacy/(?P<pk>\d+)/$", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E004"),
+    ({"URL_NAME": "product-detail", "KWARG": "pk", "FILTER": "nope"}, "ling_bloom.E001"),
+])
+def test_manage_py_check_reports_a_route_that_would_never_be_guarded(route, expected):
+    # Issue 16: a typo in KWARG or URL_NAME turned the guard off; `manage.py check` was silent.
+    found = _check_ids(_conf(ROUTES=[route]))
+    assert [i for i, _ in found] == [expected], found
+    out = io.StringIO()
+    with override_settings(LING_BLOOM=_conf(ROUTES=[route])):
+        from django.core.management.base import SystemCheckError
+
+        with pytest.raises(SystemCheckError, match=expected.replace(".", r"\.")):
+            call_command("check", stdout=out, stderr=out)
+
+
+def test_check_warns_of_a_file_in_a_missing_directory(tmp_path):
+    found = _check_ids(_products(FILE=str(tmp_path / "no-such-dir" / "p.bloom")))
+    assert [i for i, _ in found] == ["ling_bloom.W001"]
+
+
+def test_a_deleted_row_is_not_counted_as_a_false_positive():
+    # Issue 16: 1 delete + 1 lookup gave not_found=1 and a false-positive rate of 0.5.
+    p = Product.objects.create(sku="gone-1", name="gone")
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    c = Client()
+    assert get(c, "/products/999999/")[0].status_code == 404     # rejected
+    pk = p.pk
+    p.delete()                                                   # post_delete hook
+    r, queries = get(c, f"/products/{pk}/")
+    assert (r.status_code, queries) == (404, 1)                  # still in the filter
+    s = lbd.get_guard("products").stats()
+    assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 1, 0.0)
+
+
+def test_a_plain_str_route_keys_follow_the_model_field():
+    # Issue 16 (same thinking as FastAPI's): with <pk> (str converter) /plain/007/ must have
+    # the key "7", as get_object_or_404(pk="007") finds product 7; "abc" is the view's to answer.
+    bulk(range(1, 11))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    routes = [{"URL_NAME": "plain-product", "KWARG": "pk", "FILTER": "products"}]
+    with override_settings(LING_BLOOM=_conf(ROUTES=routes)):
+        c = Client()
+        r, queries = get(c, "/plain/007/")
+        assert (r.status_code, queries) == (200, 1)
+        r, queries = get(c, "/plain/99999/")
+        assert (r.status_code, queries) == (404, 0)
+        s = lbd.get_guard("products").stats()
+        assert (s.found, s.rejected) == (1, 1)

@@ -91,9 +91,11 @@ def test_example_runs(code, heading, line, tmp_path, request):
     _run([sys.executable, str(script)], tmp_path, env)
 
 
+# What a fresh `django-admin startproject` (Django 4.2+) puts at the top of settings.py:
+# pathlib, no `import os` -- the docs' block must work appended to it.
 BASE_SETTINGS = """\
-import os
-BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+from pathlib import Path
+BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "docs-example"
 DEBUG = False
 USE_TZ = True
@@ -102,7 +104,7 @@ INSTALLED_APPS = ["shop"]
 MIDDLEWARE = []
 ROOT_URLCONF = "urls"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
-                         "NAME": os.path.join(BASE_DIR, "db.sqlite3")}}
+                         "NAME": BASE_DIR / "db.sqlite3"}}
 """
 
 RUNNER = """\

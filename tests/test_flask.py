@@ -206,16 +206,186 @@ def test_warmup_cli_errors(db):
 
 
 def test_decorator_on_a_view_without_the_parameter(db):
+    # Issue 16: this was a 500 at request time; now the decorator refuses it at set-up.
     f = lb.MemoryFilter(100, 0.01)
     bloom = BloomGuard(filter=f, metrics=False)
     app = flask.Flask(__name__)
     app.config["TESTING"] = True
     bloom.init_app(app)
 
-    @app.get("/x/<other>")
-    @bloom.guard("item_id")
-    def x(other):
+    with pytest.raises(TypeError, match="no parameter 'item_id'.*other"):
+        @app.get("/x/<other>")
+        @bloom.guard("item_id")
+        def x(other):
+            return "ok"
+
+
+def test_a_misspelled_filter_name_is_a_set_up_error():
+    bloom = BloomGuard(filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+    with pytest.raises(ValueError, match="no ling_bloom filter named 'prodcts'.*products"):
+        @bloom.guard("pid", filter="prodcts")
+        def view(pid):
+            return "ok"
+    # filters that come from the app's config: checked at init_app
+    later = BloomGuard(metrics=False)
+
+    @later.guard("pid", filter="prodcts")
+    def view2(pid):
         return "ok"
 
-    with pytest.raises(TypeError, match="item_id"):
-        app.test_client().get("/x/1")
+    app = flask.Flask(__name__)
+    app.config["LING_BLOOM_FILTERS"] = {"products": lb.MemoryFilter(100, 0.01)}
+    with pytest.raises(ValueError, match="prodcts"):
+        later.init_app(app)
+
+
+@pytest.mark.parametrize("routes,match", [
+    ({"prodct": ("product_id", "products")}, "no endpoint 'prodct'"),
+    ({"product": ("id", "products")}, "has no parameter 'id'"),
+])
+def test_a_misconfigured_route_is_an_error_not_a_silent_unguarded_route(routes, match):
+    # Issue 16: a typo in LING_BLOOM_ROUTES turned the guard off without a word.
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES=routes)
+    bloom = BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+    @app.get("/products/<int:product_id>")
+    def product(product_id):
+        return "ok"
+
+    with pytest.raises(ValueError, match=match):
+        bloom.check(app)
+    with pytest.raises(ValueError, match=match):  # run by itself before the first request
+        app.test_client().get("/products/1")
+
+
+@pytest.mark.parametrize("routes,match", [
+    ({"product": ("product_id", "prodcts")}, "no ling_bloom filter named 'prodcts'"),
+    ({"product": "product_id"}, "expected"),
+])
+def test_a_route_with_a_bad_filter_or_shape_fails_at_init_app(routes, match):
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES=routes)
+    with pytest.raises(ValueError, match=match):
+        BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+
+def test_check_passes_a_correct_configuration():
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, LING_BLOOM_ROUTES={"product": ("product_id", "products")})
+    bloom = BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+    @app.get("/products/<int:product_id>")
+    def product(product_id):
+        return "ok"
+
+    bloom.check(app)
+    assert app.test_client().get("/products/1").status_code == 404
+
+
+APP_WITH_FILE = '''
+import os, sqlite3
+import flask
+import ling_bloom as lb
+from ling_bloom.contrib.flask import BloomGuard
+
+DB = os.environ["SHOP_DB"]
+app = flask.Flask(__name__)
+app.config.update(LING_BLOOM_FILES={"products": os.environ["SHOP_FILTER"]},
+                  LING_BLOOM_CHECK_EVERY=0.2)
+bloom = BloomGuard(app, filters={"products": lambda: lb.MemoryFilter(10_000, 0.001)},
+                   metrics=False)
+
+def one(sql, *args):
+    conn = sqlite3.connect(DB)
+    try:
+        return conn.execute(sql, args).fetchone()
+    finally:
+        conn.close()
+
+@app.get("/products/<int:product_id>")
+@bloom.guard("product_id", filter="products")
+def product(product_id):
+    row = one("SELECT id FROM product WHERE id = ?", product_id)
+    if row is None:
+        flask.abort(404)
+    return {"id": row[0]}
+
+@bloom.source("products")
+def product_ids():
+    conn = sqlite3.connect(DB)
+    try:
+        yield from conn.execute("SELECT id FROM product")
+    finally:
+        conn.close()
+'''
+
+
+def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_path, monkeypatch, caplog):
+    # Issue 16: `flask bloom-warmup products` filled a filter in its own process, which then
+    # exited; the running server still rejected product 7.  With LING_BLOOM_FILES the
+    # command saves the file and the running app reloads it.
+    import importlib
+    import os
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "shop_app.py").write_text(APP_WITH_FILE, encoding="utf-8")
+    monkeypatch.setenv("SHOP_DB", db.path)
+    monkeypatch.setenv("SHOP_FILTER", str(tmp_path / "products.bloom"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shop = importlib.import_module("shop_app")
+    client = shop.app.test_client()
+    with caplog.at_level("WARNING", logger="ling_bloom.warmup"):
+        assert client.get("/products/7").status_code == 200       # unwarmed: served
+        assert client.get("/products/99999").status_code == 404   # by the view
+    assert any("does not exist yet" in m for m in caplog.messages)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "flask", "--app", "shop_app", "bloom-warmup",
+                           "products", "--no-progress"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "saved to" in proc.stdout and "warning" not in proc.stderr
+    deadline = time.monotonic() + 10   # a margin of seconds over LING_BLOOM_CHECK_EVERY=0.2
+    while client.get("/products/99999").status_code != 404 or not bloom_warmed(shop):
+        assert time.monotonic() < deadline, "the running app never reloaded the file"
+        time.sleep(0.1)
+    db.queries.clear()
+    assert client.get("/products/7").status_code == 200
+    assert client.get("/products/99999").status_code == 404
+    assert shop.bloom.get_guard("products").stats().rejected >= 1
+
+
+def bloom_warmed(shop):
+    return shop.bloom.get_guard("products").filter.warmed
+
+
+def test_warm_up_of_an_in_memory_filter_without_a_file_warns(db):
+    app = make_app(db)[0]
+    result = app.test_cli_runner().invoke(args=["bloom-warmup", "products"])
+    assert result.exit_code == 0
+    assert "in-memory filter of this process" in result.output   # stderr is mixed in
+
+
+def test_a_plain_route_keys_follow_the_views_annotation(db):
+    # Issue 16 (Flask's side of the FastAPI finding): with <product_id> (string converter)
+    # and a view reading it as an int, /p/007 must have the key "7".
+    app = flask.Flask(__name__)
+    app.config["TESTING"] = True
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["7"])
+    bloom = BloomGuard(app, filters={"products": f}, metrics=False)
+    seen = []
+
+    @app.get("/p/<product_id>")
+    @bloom.guard("product_id", filter="products")
+    def p(product_id: int):
+        seen.append(product_id)
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/p/007").status_code == 200
+    assert client.get("/p/8").status_code == 404             # rejected before the view
+    assert client.get("/p/abc").status_code == 200           # not an int: the view's call
+    assert seen == ["007", "abc"]

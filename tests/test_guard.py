@@ -568,6 +568,36 @@ def test_prometheus_metrics(flt):
     assert v("ling_bloom_guard_lookups_total", {"guard": "products", "result": "rejected"}) == 1
 
 
+def test_two_live_guards_may_not_share_a_name_in_one_registry(flt):
+    # Issue 16: two guards whose loaders were lambdas were both "<lambda>" and their
+    # series were silently summed.
+    prometheus_client = pytest.importorskip("prometheus_client")
+    reg = prometheus_client.CollectorRegistry()
+    first = Guard(flt, None, lambda k: None, metrics=reg)
+    assert first.name.endswith("<lambda>")
+    with pytest.raises(ValueError, match="name="):
+        Guard(flt, None, lambda k: None, metrics=reg)
+    with pytest.raises(ValueError, match="already exports"):
+        Guard(flt, None, Loader({}), metrics=reg, name=first.name)
+    # explicit names, another registry, or no export: fine
+    users = Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    # the same explicit name on both: summed on purpose (Django's middleware + guard_for)
+    users2 = Guard(flt, None, lambda k: None, metrics=reg, name="users")
+    users.get("nope"); users2.get("nope")
+    assert reg.get_sample_value("ling_bloom_guard_lookups_total",
+                                {"guard": "users", "result": "rejected"}) == 2
+    Guard(flt, None, lambda k: None, metrics=prometheus_client.CollectorRegistry())
+    Guard(flt, None, lambda k: None, metrics=False)
+    # the name a decorated loader gives is checked too
+    g = Guard(flt, None, metrics=reg)
+    with pytest.raises(ValueError, match="already exports"):
+        g(lambda k: None)
+    # a guard that is gone frees its name
+    del first
+    import gc; gc.collect()
+    Guard(flt, None, lambda k: None, metrics=reg)
+
+
 def test_prometheus_default_registry_and_opt_out(flt):
     prometheus_client = pytest.importorskip("prometheus_client")
     g = Guard(flt, None, Loader({}), name="test_default_registry_guard")
@@ -677,3 +707,51 @@ def test_guard_over_a_shared_redis_filter(clean_redis):
         assert g2.get("2") == "two"
     finally:
         f1.close(); f2.close()
+
+
+def test_a_deleted_key_is_not_an_observed_false_positive():
+    # Issue 16: deleting a row was counted as a false positive (not_found=1, rate 0.5).
+    flt = lb.MemoryFilter(1000, 0.01)
+    flt.update(["1", "2"])
+    rows = {"1": "one", "2": "two"}
+    g = Guard(flt, MemoryCache(), rows.get, metrics=False, deleted_ttl=60, deleted_max=2)
+    assert g.get("1") == "one"
+    g.get("never-added")                        # rejected
+    del rows["1"]
+    g.invalidate("1")
+    g.deleted("1")
+    assert g.get("1") is None and g.get("1") is None   # loaded, then the null marker
+    s = g.stats()
+    assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 2, 0.0)
+    g.record(False, "1")                        # a framework middleware's outcome
+    assert g.stats().deleted == 3 and g.stats().not_found == 0
+    g.record(False, "2")                        # not deleted: a real false positive
+    assert g.stats().not_found == 1
+    # bounded: the oldest remembered key is dropped first
+    g.deleted("a"); g.deleted("b")
+    g.record(False, "1")
+    assert g.stats().not_found == 2
+
+
+def test_deleted_keys_expire(monkeypatch):
+    import ling_bloom.guard as guard_mod
+
+    now = [100.0]
+    monkeypatch.setattr(guard_mod.time, "monotonic", lambda: now[0])
+    flt = lb.MemoryFilter(1000, 0.01)
+    g = Guard(flt, None, metrics=False, deleted_ttl=10)
+    g.deleted("1")
+    g.record(False, "1")
+    now[0] = 111.0
+    g.record(False, "1")
+    s = g.stats()
+    assert (s.deleted, s.not_found) == (1, 1)
+
+
+def test_a_counting_filter_forgets_a_deleted_key():
+    flt = lb.CountingFilter(1000, 0.01)
+    flt.add("1")
+    g = Guard(flt, None, lambda k: None, metrics=False)
+    g.deleted("1")
+    assert "1" not in flt
+    assert g.get("1") is None and g.stats().rejected == 1 and g.stats().not_found == 0

@@ -53,3 +53,12 @@ def test_imported_from_the_expected_place():
         pytest.skip("LING_BLOOM_EXPECT_PREFIX not set and no source package beside tests/")
     assert here.is_relative_to(Path(prefix).resolve()), (here, prefix)
     assert not (ROOT / "ling_bloom").exists(), "the source package is beside the tests"
+
+
+def test_the_asgi_extra_installs_what_starlettes_testclient_imports():
+    # Issue 16: `pip install 'ling_bloom[asgi]'` then the README's ASGI example failed at
+    # `from starlette.testclient import TestClient` (httpx missing; Starlette does not require it).
+    reqs = metadata.requires("ling_bloom") or []
+    asgi = [r for r in reqs if re.search(r"extra\s*==\s*['\"]asgi['\"]", r)]
+    names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in asgi}
+    assert {"starlette", "httpx2", "httpx"} <= names, asgi

@@ -235,3 +235,34 @@ def test_sync_forever_until_stopped(db):
     sync_forever(f, fetch, interval=0, stop=stop, batch_size=1000)
     assert "late" in f
     assert passes == [2000, 2500, 2500]  # the position is kept between passes in memory
+
+
+def test_file_filter_reloads_a_replaced_file_and_keeps_the_old_one_on_a_bad_file(tmp_path, caplog):
+    from ling_bloom.warmup import FileFilter
+
+    now = [0.0]
+    path = tmp_path / "f.bloom"
+    ff = FileFilter(path, check_every=2.0, clock=lambda: now[0])
+    assert not ff.warmed and ff.test("anything")            # unwarmed="serve"
+    assert not FileFilter(path, unwarmed="reject").test("anything")
+    first = lb.MemoryFilter(1000, 0.01)
+    first.add("a")
+    first.save(str(path))
+    assert ff.filter is None                                # not checked before the interval
+    now[0] = 2.0
+    assert ff.warmed and ff.test("a") and not ff.test("b")
+    ff.add("local")                                         # e.g. a post_save hook
+    second = lb.MemoryFilter(1000, 0.01)
+    second.add("b")
+    second.save(str(path))
+    now[0] = 4.0
+    assert ff.test("b") and not ff.test("a")
+    assert ff.test("local")                                 # replayed into the new filter
+    assert ff.reloads == 2
+    path.write_bytes(b"not a filter at all")
+    now[0] = 6.0
+    with caplog.at_level("ERROR", logger="ling_bloom.warmup"):
+        assert ff.test("b")                                 # the old filter stays
+    assert any("reloading" in m and "keeping the current filter" in m for m in caplog.messages)
+    with pytest.raises(ValueError):
+        FileFilter(path, unwarmed="maybe")

@@ -18,6 +18,10 @@ routing, so no endpoint, dependency or query runs.  A guarded request that passe
 still answers 404 is counted as an observed false positive
 (``middleware.get_guard("products").stats()``, or the ``guards`` dict you pass in).
 
+A filter that running processes keep current from a saved file (the warm-up writes it):
+``filters={"products": ling_bloom.warmup.FileFilter(path, check_every=2.0)}`` -- reloaded
+when the file changes; before the file exists requests are served unguarded (logged).
+
 It is a pure ASGI middleware (no BaseHTTPMiddleware): streaming responses, websockets and
 lifespan events pass through untouched.
 """
@@ -42,20 +46,35 @@ _DEFAULT = "default"
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
 
+_INVALID = object()
+_AUTO_TYPES = (int, float)
+
+
 class BloomRoute:
     """A guarded path: ``BloomRoute("/products/{product_id:int}", "product_id",
-    filter="products", prefix="", methods=("GET", "HEAD"))`` (methods=None: all)."""
+    filter="products", prefix="", methods=("GET", "HEAD"), convert=None)`` (methods=None:
+    all).
+
+    The key is the value the app would look up: the path convertor's (``{id:int}``:
+    "007" -> 7 -> "7"), then ``convert`` (e.g. ``int``) when given.  For a plain ``{id}``
+    path the middleware takes ``convert`` from the app's own route of the same path when it
+    can: a FastAPI route's declared parameter type (or an endpoint function annotated with
+    that parameter), when it is int or float; otherwise pass ``convert=``.  A value that does not convert (``/products/abc`` for an int) is not
+    guarded: the app answers it as it would (FastAPI: 422)."""
 
     def __init__(self, path: str, param: str, filter: str = _DEFAULT, prefix: str = "",
-                 methods: Optional[Iterable[str]] = ("GET", "HEAD")):
+                 methods: Optional[Iterable[str]] = ("GET", "HEAD"),
+                 convert: Optional[Callable[[Any], Any]] = None):
         self.path = path
         self.param = param
         self.filter = filter
         self.prefix = prefix
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        self.regex, _, self.convertors = compile_path(path)
+        self.regex, self.path_format, self.convertors = compile_path(path)
         if param not in self.convertors:
             raise ValueError(f"the path {path!r} has no parameter {param!r}")
+        self.convert = convert
+        self._resolved = convert is not None
 
     def match(self, method: str, path: str) -> Optional[Any]:
         if self.methods is not None and method not in self.methods:
@@ -63,10 +82,46 @@ class BloomRoute:
         m = self.regex.match(path)
         if m is None:
             return None
-        return self.convertors[self.param].convert(m.group(self.param))
+        try:
+            value = self.convertors[self.param].convert(m.group(self.param))
+            return self.convert(value) if self.convert is not None else value
+        except (ValueError, TypeError, ArithmeticError):
+            return _INVALID
+
+    def resolve(self, app: Any) -> None:
+        """Take ``convert`` from the app's route of the same path (once)."""
+        if self._resolved:
+            return
+        self._resolved = True
+        if type(self.convertors[self.param]).__name__ != "StringConvertor":
+            return  # {id:int} etc. convert already
+        for r in getattr(getattr(app, "router", app), "routes", None) or ():
+            if getattr(r, "path_format", None) != self.path_format:
+                continue
+            t = _param_type(r, self.param)
+            if t in _AUTO_TYPES:
+                self.convert = t
+            return
 
     def __repr__(self) -> str:
         return f"BloomRoute({self.path!r}, {self.param!r}, filter={self.filter!r})"
+
+
+def _param_type(route: Any, param: str) -> Any:
+    dependant = getattr(route, "dependant", None)  # FastAPI's APIRoute
+    for field in getattr(dependant, "path_params", None) or ():
+        if getattr(field, "name", None) == param or getattr(field, "alias", None) == param:
+            info = getattr(field, "field_info", None)
+            return getattr(info, "annotation", None) or getattr(field, "type_", None)
+    endpoint = getattr(route, "endpoint", None)
+    if endpoint is None:
+        return None
+    try:
+        import typing
+
+        return typing.get_type_hints(endpoint).get(param)
+    except Exception:
+        return None
 
 
 RouteSpec = Union[str, Tuple[str, ...]]
@@ -162,13 +217,20 @@ class BloomGuardMiddleware:
             return
         method, path = scope.get("method", "GET"), _route_path(scope)
         for route in self.routes:
+            if not route._resolved and "app" in scope:
+                route.resolve(scope["app"])
             value = route.match(method, path)
             if value is None:
                 continue
+            if value is _INVALID:  # the app answers it (FastAPI: 422), unguarded
+                break
             key = as_key(value)
             if route.prefix:
                 key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
             guard = self.guards[route.filter]
+            flt = guard.filter
+            if getattr(flt, "warmed", True) is False and getattr(flt, "unwarmed", "") == "serve":
+                break  # a FileFilter before its first file (logged): unguarded, not counted
             if isinstance(guard, AsyncGuard):
                 passed = await guard.acheck(key)
             else:
@@ -177,11 +239,12 @@ class BloomGuardMiddleware:
                 response = await self._rejection(scope, key, route.filter)
                 await response(scope, receive, send)
                 return
-            await self._observed(guard, scope, receive, send)
+            await self._observed(guard, scope, receive, send, key)
             return
         await self.app(scope, receive, send)
 
-    async def _observed(self, guard: Union[Guard, AsyncGuard], scope: Scope, receive: Receive, send: Send) -> None:
+    async def _observed(self, guard: Union[Guard, AsyncGuard], scope: Scope, receive: Receive,
+                        send: Send, key: Any = None) -> None:
         status: List[int] = []
 
         async def send_status(message: Message) -> None:
@@ -195,4 +258,4 @@ class BloomGuardMiddleware:
             guard.record(None)
             raise
         code = status[0] if status else 500
-        guard.record(None if code >= 500 else code != 404)
+        guard.record(None if code >= 500 else code != 404, key)

@@ -11,8 +11,12 @@ settings.py::
                 # how the filter is made -- one of:
                 "CLASS": "MemoryFilter",                     # a ling_bloom class or dotted path
                 "OPTIONS": {"capacity": 1_000_000, "error_rate": 0.001},
-                "FILE": BASE_DIR / "products.bloom",         # loaded when present; the
-                                                             # warm-up command saves it
+                "FILE": BASE_DIR / "products.bloom",         # the warm-up command saves
+                                                             # it; running processes reload
+                                                             # it when it changes:
+                "CHECK_EVERY": 2.0,                          # seconds between stat()s
+                "UNWARMED": "serve",                         # no FILE yet: serve unguarded
+                                                             # (logged), or "reject"
                 # "FILTER": "myproject.bloom.products",      # or: a dotted path to a filter
                 #                                            # (or a function returning one)
                 # where its keys come from (warm-up command, post_save hook):
@@ -136,8 +140,25 @@ def get_filter(name: str) -> Any:
         with _lock:
             f = _filters.get(name)
             if f is None:
-                f = _filters[name] = build_filter(name)
+                f = _filters[name] = _live_filter(name)
     return f
+
+
+def _live_filter(name: str) -> Any:
+    # A FILE filter in a running process is a FileFilter: it reloads FILE (at most every
+    # CHECK_EVERY seconds) when bloom_warmup, in another process, replaces it; before the
+    # first warm-up it follows UNWARMED ("serve": every key passes, logged; "reject").
+    spec = filter_settings(name)
+    if "FILTER" not in spec and spec.get("FILE"):
+        from ling_bloom.warmup import FileFilter
+
+        unwarmed = spec.get("UNWARMED", "serve")
+        if unwarmed not in ("serve", "reject"):
+            raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['UNWARMED'] must be "
+                                       f"'serve' or 'reject', not {unwarmed!r}")
+        return FileFilter(spec["FILE"], check_every=float(spec.get("CHECK_EVERY", 2.0)),
+                          unwarmed=unwarmed)
+    return build_filter(name)
 
 
 def get_guard(name: str) -> Guard:
@@ -176,6 +197,31 @@ def _key(name: str, value: Any) -> Any:
     if prefix:
         return prefix + (k if isinstance(k, str) else bytes(k).decode("utf-8", "surrogateescape"))
     return k
+
+
+_NOT_A_VALUE = object()
+
+
+def _url_value(name: str, value: Any) -> Any:
+    """A URL kwarg as the model field would read it (``to_python``: "007" -> 7 for an
+    integer primary key), so that a plain ``<pk>`` (str converter) route has the key the
+    view would look up; _NOT_A_VALUE when the field refuses it (the view answers it)."""
+    if not isinstance(value, str):
+        return value  # a converter (<int:pk>) did it already
+    spec = filter_settings(name)
+    if "MODEL" not in spec:
+        return value
+    from django.core.exceptions import ValidationError
+
+    try:
+        model, field = _model(name)
+        f = model._meta.pk if field == "pk" else model._meta.get_field(field)
+    except Exception:
+        return value
+    try:
+        return f.to_python(value)
+    except ValidationError:
+        return _NOT_A_VALUE
 
 
 # ------------------------------------------------------------------------- cache
@@ -316,7 +362,7 @@ class BloomGuardMiddleware:
         passed = getattr(request, "_ling_bloom_passed", None)
         if passed is not None:
             status = response.status_code
-            passed.record(None if status >= 500 else status != 404)
+            passed[0].record(None if status >= 500 else status != 404, passed[1])
         return response
 
     def _route(self, request: Any, view_kwargs: Dict[str, Any]) -> Optional[Tuple[_Route, Any]]:
@@ -338,10 +384,15 @@ class BloomGuardMiddleware:
         if found is None:
             return None
         route, value = found
-        key = _key(route.filter, value)
         guard = get_guard(route.filter)
+        if getattr(guard.filter, "warmed", True) is False and guard.filter.unwarmed == "serve":
+            return None  # no FILE yet (logged once): unguarded, and not evidence for the stats
+        value = _url_value(route.filter, value)
+        if value is _NOT_A_VALUE:
+            return None  # not a value of the field: the view answers it, as without a guard
+        key = _key(route.filter, value)
         if guard.check(key):
-            request._ling_bloom_passed = guard
+            request._ling_bloom_passed = (guard, key)
             return None
         return self.reject(request, key, route.filter)
 
@@ -396,10 +447,13 @@ def model_fetch(name: str) -> Callable[[Any, int], List[Tuple[Any, Any]]]:
 
 def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> Callable[..., None]:
     """Connect a post_save hook: every saved row of ``model`` has its key added to filter
-    ``name`` (and any null marker a guard_for() guard cached for it dropped).  Defaults
+    ``name`` (and any null marker a guard_for() guard cached for it dropped); and a
+    post_delete hook: a deleted row's key is reported to the guards (``Guard.deleted``:
+    removed from a CountingFilter, else remembered, so its lookups are not counted as
+    false positives) and its cached value dropped.  Defaults
     come from the filter's MODEL / FIELD settings.  The app config calls it for every
     filter with a MODEL (unless SIGNALS is False)."""
-    from django.db.models.signals import post_save
+    from django.db.models.signals import post_delete, post_save
 
     if model is None or field is None:
         m, f = _model(name)
@@ -423,8 +477,24 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
                 g.invalidate(key)
             # AsyncGuard caches are dropped by its own add(); a sync signal cannot await
 
+    def on_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+        # a deleted row's later lookups are deletes, not false positives (Guard.deleted:
+        # removed from a CountingFilter, else remembered for a while)
+        value = instance.pk if field == "pk" else getattr(instance, str(field), None)
+        if value is None:
+            return
+        key = _key(name, value)
+        get_guard(name).deleted(key)
+        for g in list(_full_guards.get(name, ())):
+            if g.filter is not get_guard(name).filter or not hasattr(g.filter, "remove"):
+                g.deleted(key)
+            if isinstance(g, Guard):
+                g.invalidate(key)
+
     post_save.connect(on_save, sender=model, weak=False,
                       dispatch_uid=f"ling_bloom:{name}:{model._meta.label}:{field}")
+    post_delete.connect(on_delete, sender=model, weak=False,
+                        dispatch_uid=f"ling_bloom:{name}:{model._meta.label}:{field}:delete")
     return on_save
 
 

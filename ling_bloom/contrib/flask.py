@@ -14,17 +14,26 @@
 
 Instead of the decorator, endpoints can be guarded from the app's configuration:
 ``app.config["LING_BLOOM_ROUTES"] = {"product": ("product_id", "products")}`` (endpoint ->
-URL parameter, filter name).  ``LING_BLOOM_REJECT_STATUS`` (default 404) is the answer to
+URL parameter, filter name).  Mistakes are errors at set-up, never a guard silently off:
+``@bloom.guard`` raises TypeError for a parameter the view does not have and ValueError for
+an unknown filter name (when the filters are known; else at ``init_app``);
+``bloom.check(app)`` (run by itself before the first request; call it at the end of an app
+factory to fail at start-up) raises ValueError for a LING_BLOOM_ROUTES endpoint the app does
+not have or a URL parameter its rule does not have.  ``LING_BLOOM_REJECT_STATUS`` (default 404) is the answer to
 a rejected key.  A guarded request that passes the filter and still answers 404 is
 counted as an observed false positive (``bloom.get_guard("products").stats()``).
 
-``flask bloom-warmup NAME`` fills the filter from its source (``--save FILE`` writes it,
-for in-memory filters; ``--incremental --state FILE`` with a ``@bloom.fetcher(NAME)``
-reads only rows newer than the last run's).
+``flask bloom-warmup NAME`` fills the filter from its source and, for a filter in
+``files`` (LING_BLOOM_FILES), saves it there: running servers reload it within
+LING_BLOOM_CHECK_EVERY seconds.  An in-memory filter without a file lives in the
+command's own process, which exits: the command warns (``--save FILE`` writes it
+somewhere).  ``--incremental --state FILE`` with a ``@bloom.fetcher(NAME)`` reads only
+rows newer than the last run's (adding to the saved file).
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
@@ -39,7 +48,8 @@ except ImportError as exc:  # name the extra, not the first missing dependency
                       f"({exc})", name=exc.name) from exc
 
 from ling_bloom.guard import Guard, as_key
-from ling_bloom.warmup import FileState, sync, warmup
+import ling_bloom as lb
+from ling_bloom.warmup import FileFilter, FileState, sync, warmup
 
 __all__ = ["BloomGuard", "bloom_warmup_command"]
 
@@ -53,6 +63,13 @@ class BloomGuard:
     filters   {name: filter} (a filter, or a function returning one at first use)
     filter    a single filter, named "default"
     metrics   passed to each Guard (None: Prometheus' default registry when installed)
+    files     {name: path}: running processes serve filter ``name`` from this saved file
+              (also app.config["LING_BLOOM_FILES"]), reloaded at most every
+              ``check_every`` seconds (LING_BLOOM_CHECK_EVERY, 2.0) when
+              ``flask bloom-warmup NAME`` (another process) replaces it; until the file
+              exists, ``unwarmed`` (LING_BLOOM_UNWARMED): "serve" (default: requests pass
+              unguarded, logged once) or "reject".  The filter given in ``filters`` is then
+              only the empty filter the warm-up fills.
     guard_options  keywords for each Guard (also app.config["LING_BLOOM_GUARD_OPTIONS"]),
               e.g. {"on_filter_error": "closed"}; by default a failing filter backend lets
               requests through ("open", see ling_bloom.guard)
@@ -60,7 +77,9 @@ class BloomGuard:
 
     def __init__(self, app: Optional[Flask] = None, filters: Optional[Dict[str, Any]] = None,
                  *, filter: Any = None, metrics: Any = None,
-                 guard_options: Optional[Dict[str, Any]] = None):
+                 guard_options: Optional[Dict[str, Any]] = None,
+                 files: Optional[Dict[str, Any]] = None, check_every: Optional[float] = None,
+                 unwarmed: Optional[str] = None):
         self._filters: Dict[str, Any] = dict(filters or {})
         if filter is not None:
             self._filters[_DEFAULT] = filter
@@ -70,6 +89,12 @@ class BloomGuard:
         self.guard_options: Dict[str, Any] = dict(guard_options or {})
         self.sources: Dict[str, Callable[[], Iterable[Any]]] = {}
         self.fetchers: Dict[str, Callable[[Any, int], Any]] = {}
+        # (filter name, where) of every @guard, checked when the filters are known
+        self._wanted: list = []
+        self.files: Dict[str, Any] = dict(files or {})
+        self.check_every = check_every
+        self.unwarmed = unwarmed
+        self._checked: "set[int]" = set()
         if app is not None:
             self.init_app(app)
 
@@ -81,7 +106,21 @@ class BloomGuard:
             self.guard_options.setdefault(option, value)
         for name, f in (app.config.get("LING_BLOOM_FILTERS") or {}).items():
             self._filters.setdefault(name, f)
+        for name, path in (app.config.get("LING_BLOOM_FILES") or {}).items():
+            self.files.setdefault(name, path)
+        if self.check_every is None:
+            self.check_every = float(app.config.get("LING_BLOOM_CHECK_EVERY", 2.0))
+        if self.unwarmed is None:
+            self.unwarmed = app.config.get("LING_BLOOM_UNWARMED", "serve")
+        if self.unwarmed not in ("serve", "reject"):
+            raise ValueError(f"LING_BLOOM_UNWARMED must be 'serve' or 'reject', not {self.unwarmed!r}")
+        for name in self.files:
+            self._require_filter(name, "LING_BLOOM_FILES")
         app.extensions["ling_bloom"] = self
+        for name, where in self._wanted:
+            self._require_filter(name, where)
+        for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
+            self._check_route(app, endpoint, spec, registered_only=True)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         if "bloom-warmup" not in app.cli.commands:
@@ -108,7 +147,11 @@ class BloomGuard:
                     except KeyError:
                         raise KeyError(f"no ling_bloom filter named {name!r} (known: "
                                        f"{', '.join(sorted(self._filters)) or 'none'})") from None
-                    if callable(f) and not hasattr(f, "test"):
+                    if name in self.files:
+                        every = 2.0 if self.check_every is None else self.check_every
+                        f = FileFilter(self.files[name], check_every=every,
+                                       unwarmed=self.unwarmed or "serve")
+                    elif callable(f) and not hasattr(f, "test"):
                         f = self._filters[name] = f()
                     guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
                                                        **self.guard_options)
@@ -129,43 +172,136 @@ class BloomGuard:
             return fn
         return register
 
+    # -- set-up checks: a typo must not silently turn a guard off
+    def _require_filter(self, name: str, where: str) -> None:
+        if name not in self._filters:
+            raise ValueError(f"{where}: no ling_bloom filter named {name!r} (known: "
+                             f"{', '.join(sorted(self._filters)) or 'none'})")
+
+    def _check_route(self, app: Flask, endpoint: str, spec: Any, registered_only: bool) -> None:
+        where = f"LING_BLOOM_ROUTES[{endpoint!r}]"
+        if isinstance(spec, str) or not isinstance(spec, (tuple, list)) or not 1 <= len(spec) <= 3:
+            raise ValueError(f"{where}: expected (url_parameter, filter_name[, prefix]), not {spec!r}")
+        self._require_filter(spec[1] if len(spec) > 1 else _DEFAULT, where)
+        if endpoint not in app.view_functions:
+            if registered_only:
+                return  # the route may be added after init_app: checked by check()
+            raise ValueError(f"{where}: the app has no endpoint {endpoint!r} (endpoints: "
+                             f"{', '.join(sorted(app.view_functions))})")
+        for rule in app.url_map.iter_rules(endpoint):
+            if spec[0] not in rule.arguments:
+                raise ValueError(f"{where}: the URL rule {rule.rule!r} has no parameter "
+                                 f"{spec[0]!r} (it has: {', '.join(sorted(rule.arguments)) or 'none'})")
+
+    def check(self, app: Optional[Flask] = None) -> None:
+        """Check the configuration: every LING_BLOOM_ROUTES endpoint exists and has the URL
+        parameter, every filter name used is known.  Raises ValueError.  Runs by itself
+        before the app's first request (and in part at init_app and at each
+        ``@bloom.guard``); call it at the end of an app factory to fail at start-up."""
+        app = app or current_app
+        for name, where in self._wanted:
+            self._require_filter(name, where)
+        for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
+            self._check_route(app, endpoint, spec, registered_only=False)
+        self._checked.add(id(app))
+
     # -- the check
     def _reject(self) -> Any:
         abort(current_app.config.get("LING_BLOOM_REJECT_STATUS", 404))
 
-    def _check(self, name: str, value: Any, prefix: str) -> Guard:
+    def deleted(self, name: str, key: Any, prefix: str = "") -> None:
+        """Call when the row of ``key`` is deleted: lookups of it are then counted as
+        deletes, not false positives (``Guard.deleted``; a CountingFilter forgets it)."""
+        k = as_key(key)
+        if prefix:
+            k = prefix + (k if isinstance(k, str) else bytes(k).decode("utf-8", "surrogateescape"))
+        self.get_guard(name).deleted(k)
+
+    def warmup_filter(self, name: str, incremental: bool = False) -> Any:
+        """The filter ``flask bloom-warmup`` fills: for a name in ``files``, the saved file
+        (``incremental``, when it exists) or a new empty filter from ``filters``; else the
+        app's filter itself."""
+        if name not in self.files:
+            return self.get_filter(name)
+        import os
+
+        if incremental and os.path.exists(self.files[name]):
+            return lb.load(os.fspath(self.files[name]))
+        f = self._filters[name]
+        return f() if callable(f) and not hasattr(f, "test") else f
+
+    def _check(self, name: str, value: Any, prefix: str) -> Optional[Guard]:
         guard = self.get_guard(name)
+        flt = guard.filter
+        if isinstance(flt, FileFilter) and flt.unwarmed == "serve" and not flt.warmed:
+            return None  # no file yet (logged once): unguarded, not evidence for the stats
         key = as_key(value)
         if prefix:
             key = prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
         if not guard.check(key):
             self._reject()
+        g._ling_bloom_key = key
         return guard
 
     def guard(self, arg: str, filter: str = _DEFAULT, prefix: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A view decorator: the URL parameter ``arg`` is the key; a key that filter
         ``filter`` has never seen gets LING_BLOOM_REJECT_STATUS (404) before the view runs."""
         def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+            where = f"@bloom.guard({arg!r}, filter={filter!r}) on {getattr(view, '__qualname__', view)}"
+            try:
+                params = inspect.signature(view).parameters
+            except (TypeError, ValueError):  # pragma: no cover - builtins
+                params = None
+            if params is not None and arg not in params and not any(
+                    p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                raise TypeError(f"{where}: the view has no parameter {arg!r} (it has: "
+                                f"{', '.join(params) or 'none'})")
+            self._wanted.append((filter, where))
+            if self._filters:  # else checked at init_app / before the first request
+                self._require_filter(filter, where)
+            # A plain <id> (string converter) with a view annotated ``id: int``: the key is
+            # what the view reads, int("007") -> "7"; a value that does not convert is the
+            # view's to answer (unguarded).  <int:id> converts already.
+            try:
+                import typing
+
+                annotated = typing.get_type_hints(view).get(arg)
+            except Exception:
+                annotated = None
+            convert = annotated if annotated in (int, float) else None
+
             @functools.wraps(view)
             def guarded(*args: Any, **kwargs: Any) -> Any:
                 if arg not in kwargs:
                     raise TypeError(f"the view has no URL parameter {arg!r} to guard")
-                guard = self._check(filter, kwargs[arg], prefix)
+                value = kwargs[arg]
+                if convert is not None and isinstance(value, str):
+                    try:
+                        value = convert(value)
+                    except ValueError:
+                        return view(*args, **kwargs)
+                guard = self._check(filter, value, prefix)
+                if guard is None:
+                    return view(*args, **kwargs)
                 try:
                     rv = current_app.make_response(view(*args, **kwargs))
                 except HTTPException as e:
-                    guard.record(None if (e.code or 500) >= 500 else e.code != 404)
+                    guard.record(None if (e.code or 500) >= 500 else e.code != 404,
+                                 g.get("_ling_bloom_key"))
                     raise
                 except Exception:
                     guard.record(None)
                     raise
-                guard.record(None if rv.status_code >= 500 else rv.status_code != 404)
+                guard.record(None if rv.status_code >= 500 else rv.status_code != 404,
+                             g.get("_ling_bloom_key"))
                 return rv
             guarded.bloom_guarded = True  # type: ignore[attr-defined]
             return guarded
         return decorate
 
     def _before_request(self) -> Any:
+        if id(current_app._get_current_object()) not in self._checked:  # type: ignore[attr-defined]
+            self.check(current_app._get_current_object())  # type: ignore[attr-defined]
         routes: Dict[str, Tuple[Any, ...]] = current_app.config.get("LING_BLOOM_ROUTES") or {}
         if not routes or request.endpoint not in routes:
             return None
@@ -178,14 +314,16 @@ class BloomGuard:
         value = (request.view_args or {}).get(arg)
         if value is None:
             return None
-        g._ling_bloom_guard = self._check(name, value, prefix)
+        guard = self._check(name, value, prefix)
+        if guard is not None:
+            g._ling_bloom_guard = guard
         return None
 
     def _after_request(self, response: Any) -> Any:
         guard = g.pop("_ling_bloom_guard", None)
         if guard is not None:
             status = response.status_code
-            guard.record(None if status >= 500 else status != 404)
+            guard.record(None if status >= 500 else status != 404, g.get("_ling_bloom_key"))
         return response
 
 
@@ -214,9 +352,16 @@ def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Opt
         raise click.UsageError("--save takes one filter name")
     for name in todo:
         try:
-            flt = ext.get_filter(name)
+            flt = ext.warmup_filter(name, incremental)
         except KeyError as e:
             raise click.UsageError(str(e.args[0])) from None
+        target = save_path or ext.files.get(name)
+        if target is None and isinstance(flt, (lb.MemoryFilter, lb.CountingFilter,
+                                               lb.ScalableFilter)):
+            click.echo(f"warning: {name} is an in-memory filter of this process: a running "
+                       f"server does not see what this command adds (it exits). Give the "
+                       f"filter a file (LING_BLOOM_FILES / BloomGuard(files=...)), which running "
+                       f"servers reload, or use a Redis filter.", err=True)
         if incremental:
             if name not in ext.fetchers:
                 raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
@@ -233,6 +378,10 @@ def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Opt
                              progress=progress, stream=sys.stderr,
                              desc=name, summary=False)
             click.echo(f"{name}: {summary}")
-        if save_path:
-            flt.save(save_path)
-            click.echo(f"{name}: saved to {save_path}")
+        if target:
+            import os
+
+            flt.save(os.fspath(target))
+            click.echo(f"{name}: saved to {os.fspath(target)}"
+                       + (f" (running servers reload it within {ext.check_every:g} s)"
+                          if name in ext.files and not save_path else ""))

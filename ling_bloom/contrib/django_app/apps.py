@@ -8,5 +8,6 @@ class LingBloomConfig(AppConfig):
 
     def ready(self) -> None:
         from ling_bloom.contrib.django import connect_signals
+        from ling_bloom.contrib.django_app import checks  # noqa: F401  (registers them)
 
         connect_signals()

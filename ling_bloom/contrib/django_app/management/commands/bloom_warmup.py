@@ -84,6 +84,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{name}: saved to {os.fspath(path)}")
         # This process's own filter is now the filled one.
         with lbd._lock:
+            live = lbd._filters.get(name)
+            if hasattr(live, "swap"):  # a FileFilter: other processes reload FILE themselves
+                live.swap(flt)
+                return
             lbd._filters[name] = flt
             for g in [lbd._guards.get(name), *lbd._full_guards.get(name, ())]:
                 if g is not None:
