@@ -43,10 +43,9 @@ test-c: deps
 bench: build venv-bench
 	$(VPY) benchmarks/run.py
 
-# Debian packages, installed only when one is missing.
-deps:
-	@missing=""; \
-	for p in $(APT_PACKAGES); do \
+# Debian packages, installed only when one is missing: $(call apt_install,PACKAGES).
+apt_install = @missing=""; \
+	for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -54,6 +53,9 @@ deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+deps:
+	$(call apt_install,$(APT_PACKAGES))
 
 $(VENV)/.stamp-base: pyproject.toml setup.py | deps
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -107,11 +109,7 @@ SAN_ENV   := PYTHONPATH=$(CURDIR)/$(SAN_DIR)/lib PYTHONSAFEPATH=1 \
              ASAN_SYMBOLIZER_PATH=$(SAN_SYMBOLIZER) PYTHONMALLOC=malloc
 
 sanitize-deps: deps
-	@missing=""; for p in $(SAN_APT); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
+	$(call apt_install,$(SAN_APT))
 
 sanitize: sanitize-deps venv-test
 	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)/lib/ling_bloom
@@ -146,11 +144,7 @@ every-python: sdist
 # ---- fuzzing (fuzz/Makefile builds and runs the targets; findings go to build/fuzz) ----
 FUZZ_APT := clang libclang-rt-14-dev
 fuzz-deps: deps
-	@missing=""; for p in $(FUZZ_APT); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then echo "apt-get install:$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; fi
+	$(call apt_install,$(FUZZ_APT))
 
 fuzz: fuzz-deps
 	$(MAKE) -C fuzz run FUZZ_SECONDS=$${FUZZ_SECONDS:-60}

@@ -163,38 +163,9 @@ static PyObject *cf_copy(PyObject *self, PyObject *unused)
 
 /* ---- union and intersection ------------------------------------------- */
 
-/* Check that other is a CountingFilter of the same geometry and hash, and
- * enter both (0: the caller leaves both). */
-static int cf_check_like(CountingFilter *self, PyObject *other)
-{
-    lb_state *st = self->f.base.st;
-    if (!PyObject_TypeCheck(other, st->CountingFilter)) {
-        PyErr_Format(PyExc_TypeError, "expected a CountingFilter, not %.200s",
-                     Py_TYPE(other)->tp_name);
-        return -1;
-    }
-    CountingFilter *o = CF(other);
-    if (o->f.args.m != self->f.args.m || o->f.args.k != self->f.args.k ||
-        o->f.args.scheme != self->f.args.scheme) {
-        PyErr_Format(st->GeometryMismatchError,
-                     "filters differ: m=%llu k=%u hash=%s against m=%llu k=%u hash=%s",
-                     (unsigned long long)self->f.args.m, self->f.args.k,
-                     lb_hash_scheme_name(self->f.args.scheme), (unsigned long long)o->f.args.m,
-                     o->f.args.k, lb_hash_scheme_name(o->f.args.scheme));
-        return -1;
-    }
-    return lb_enter2(&self->f.base, &o->f.base);
-}
-
-static void cf_leave2(PyObject *a, PyObject *b)
-{
-    lb_leave(&CF(a)->f.base);
-    lb_leave(&CF(b)->f.base);
-}
-
 static PyObject *cf_combine(PyObject *self, PyObject *other, int is_union, int in_place)
 {
-    if (cf_check_like(CF(self), other) < 0)
+    if (lb_fixed_enter_like(&CF(self)->f, other, CF(self)->f.base.st->CountingFilter) < 0)
         return NULL;
     CountingFilter *r = CF(self);
     if (in_place)
@@ -206,7 +177,7 @@ static PyObject *cf_combine(PyObject *self, PyObject *other, int is_union, int i
     }
     if (r)
         lb_counters_merge(&r->c, &CF(other)->c, is_union);
-    cf_leave2(self, other);
+    lb_fixed_leave2(self, other);
     return (PyObject *)r;
 }
 

@@ -141,38 +141,9 @@ static PyObject *mf_copy(PyObject *self, PyObject *unused)
     return r;
 }
 
-/* Check that other is an open MemoryFilter of the same geometry and hash, and
- * enter both (0: the caller leaves both). */
-static int mf_check_like(MemoryFilter *self, PyObject *other)
-{
-    lb_state *st = self->f.base.st;
-    if (!PyObject_TypeCheck(other, st->MemoryFilter)) {
-        PyErr_Format(PyExc_TypeError, "expected a MemoryFilter, not %.200s",
-                     Py_TYPE(other)->tp_name);
-        return -1;
-    }
-    MemoryFilter *o = MF(other);
-    if (o->f.args.m != self->f.args.m || o->f.args.k != self->f.args.k ||
-        o->f.args.scheme != self->f.args.scheme) {
-        PyErr_Format(st->GeometryMismatchError,
-                     "filters differ: m=%llu k=%u hash=%s against m=%llu k=%u hash=%s",
-                     (unsigned long long)self->f.args.m, self->f.args.k,
-                     lb_hash_scheme_name(self->f.args.scheme), (unsigned long long)o->f.args.m,
-                     o->f.args.k, lb_hash_scheme_name(o->f.args.scheme));
-        return -1;
-    }
-    return lb_enter2(&self->f.base, &o->f.base);
-}
-
-static void mf_leave2(PyObject *a, PyObject *b)
-{
-    lb_leave(&MF(a)->f.base);
-    lb_leave(&MF(b)->f.base);
-}
-
 static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
 {
-    if (mf_check_like(MF(self), other) < 0)
+    if (lb_fixed_enter_like(&MF(self)->f, other, MF(self)->f.base.st->MemoryFilter) < 0)
         return NULL;
     MemoryFilter *r = mf_copy_of(MF(self));
     if (r) {
@@ -181,7 +152,7 @@ static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
         else
             lb_bits_and(&r->bits, &MF(other)->bits);
     }
-    mf_leave2(self, other);
+    lb_fixed_leave2(self, other);
     return (PyObject *)r;
 }
 
@@ -220,13 +191,13 @@ static PyObject *mf_nb_and(PyObject *a, PyObject *b)
 
 static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
 {
-    if (mf_check_like(MF(a), b) < 0)
+    if (lb_fixed_enter_like(&MF(a)->f, b, MF(a)->f.base.st->MemoryFilter) < 0)
         return NULL;
     if (is_union)
         lb_bits_or(&MF(a)->bits, &MF(b)->bits);
     else
         lb_bits_and(&MF(a)->bits, &MF(b)->bits);
-    mf_leave2(a, b);
+    lb_fixed_leave2(a, b);
     return Py_NewRef(a);
 }
 
@@ -255,7 +226,7 @@ static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
              memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
-    mf_leave2(self, other);
+    lb_fixed_leave2(self, other);
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 

@@ -1123,3 +1123,30 @@ PyObject *lb_fixed_repr(lb_fixed_filter *f, const char *extra)
                                 (unsigned long long)f->args.m, f->args.k,
                                 lb_hash_scheme_name(f->args.scheme), extra);
 }
+
+int lb_fixed_enter_like(lb_fixed_filter *self, PyObject *other, PyTypeObject *type)
+{
+    lb_state *st = self->base.st;
+    if (!PyObject_TypeCheck(other, type)) {
+        PyErr_Format(PyExc_TypeError, "expected a %s, not %.200s", self->kind->name,
+                     Py_TYPE(other)->tp_name);
+        return -1;
+    }
+    lb_fixed_filter *o = (lb_fixed_filter *)other;
+    if (o->args.m != self->args.m || o->args.k != self->args.k ||
+        o->args.scheme != self->args.scheme) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "filters differ: m=%llu k=%u hash=%s against m=%llu k=%u hash=%s",
+                     (unsigned long long)self->args.m, self->args.k,
+                     lb_hash_scheme_name(self->args.scheme), (unsigned long long)o->args.m,
+                     o->args.k, lb_hash_scheme_name(o->args.scheme));
+        return -1;
+    }
+    return lb_enter2(&self->base, &o->base);
+}
+
+void lb_fixed_leave2(PyObject *a, PyObject *b)
+{
+    lb_leave(&((lb_fixed_filter *)a)->base);
+    lb_leave(&((lb_fixed_filter *)b)->base);
+}

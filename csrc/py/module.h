@@ -290,6 +290,12 @@ PyObject *lb_fixed_to_bytes(lb_fixed_filter *f, int kind, const uint8_t *payload
 int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_header *h, int kind);
 int lb_fixed_read(lb_state *st, PyObject *data, Py_buffer *view, int kind, const char *type_name,
                   lb_fixed_args *args, const uint8_t **payload, size_t *len);
+/* For union, intersection and ==: check that other is a filter of type (the
+ * type of self's kind) with the same m, k and hash (TypeError /
+ * GeometryMismatchError), and enter both.  0: the caller leaves both with
+ * lb_fixed_leave2. */
+int lb_fixed_enter_like(lb_fixed_filter *self, PyObject *other, PyTypeObject *type);
+void lb_fixed_leave2(PyObject *a, PyObject *b);
 /* "<MemoryFilter m=... k=... hash=...>" style repr. */
 PyObject *lb_fixed_repr(lb_fixed_filter *f, const char *extra);
 
