@@ -6,7 +6,8 @@
  * scalable chain grown stage by stage) with the payload copied in, and a key
  * added and tested.  Each input is tried twice: as it is, and with its last 8
  * bytes replaced by the right checksum, so that the fuzzer gets past the
- * checksum to the header checks behind it.
+ * checksum to the header checks behind it (and once more with a live file's
+ * checksum, of the header alone).
  *
  * Oracles beyond the sanitizers (each a __builtin_trap, so a finding):
  *   - an accepted file is exactly what the writer writes: writing the parsed
@@ -48,7 +49,15 @@ static void fixed_filter(const uint8_t *data, size_t len, const lb_format_header
         memcpy(b.data, h->payload, h->payload_len);
         b.bits_set = lb_bits_popcount(&b);
         CHECK(b.bits_set <= b.m);
-        lb_format_write_fixed(out, h, b.data, (size_t)b.nbytes);
+        if (h->live) {
+            /* A live file (MemoryFilter.open): header and trailer as the
+             * mapping writes them, the payload as it is. */
+            CHECK(len == LB_FORMAT_FIXED_HEADER + b.nbytes + LB_FORMAT_TRAILER);
+            lb_format_write_live(out, out + len - LB_FORMAT_TRAILER, h);
+            memcpy(out + LB_FORMAT_FIXED_HEADER, b.data, (size_t)b.nbytes);
+        } else {
+            lb_format_write_fixed(out, h, b.data, (size_t)b.nbytes);
+        }
         CHECK(memcmp(out, data, len) == 0);
         (void)lb_bits_test(&b, &g, hp);
         lb_bits_add(&b, &g, hp);
@@ -154,6 +163,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         for (int i = 0; i < 8; i++)
             copy[len - LB_FORMAT_TRAILER + i] = (uint8_t)(sum >> (8 * i));
         one(copy, len);
+        if (len >= LB_FORMAT_FIXED_HEADER + LB_FORMAT_TRAILER) {
+            /* ... and the live file's checksum, of the header alone. */
+            sum = XXH3_64bits(copy, LB_FORMAT_FIXED_HEADER);
+            for (int i = 0; i < 8; i++)
+                copy[len - LB_FORMAT_TRAILER + i] = (uint8_t)(sum >> (8 * i));
+            one(copy, len);
+        }
         free(copy);
     }
     return 0;

@@ -15,6 +15,7 @@ lb_status lb_bits_init(lb_bits *b, uint64_t m)
     b->m = m;
     b->nbytes = (m + 7) / 8;
     b->bits_set = 0;
+    b->shared = 0;
     if (b->nbytes > SIZE_MAX)
         return LB_ERR_NOMEM;
     b->data = calloc((size_t)b->nbytes ? (size_t)b->nbytes : 1, 1);
@@ -60,6 +61,17 @@ static inline unsigned set_bit(uint8_t *d, uint64_t i)
     uint8_t old = d[i >> 3];
     d[i >> 3] = old | mask;
     return !(old & mask);
+}
+
+/* set_bit for an array other processes map and add to: the byte is read first
+ * (a set bit costs no write, so the line is not taken from the other cores), then
+ * ORed atomically, so that two processes setting bits of one byte both keep theirs. */
+static inline unsigned set_bit_shared(uint8_t *d, uint64_t i)
+{
+    uint8_t mask = (uint8_t)(0x80u >> (i & 7));
+    if (__atomic_load_n(&d[i >> 3], __ATOMIC_RELAXED) & mask)
+        return 0;
+    return !(__atomic_fetch_or(&d[i >> 3], mask, __ATOMIC_RELAXED) & mask);
 }
 
 static inline int get_bit(const uint8_t *d, uint64_t i)
@@ -110,9 +122,18 @@ static inline int test_pair(const uint8_t *d, const lb_geometry *g, uint32_t k, 
     return 1;
 }
 
+static inline unsigned add_pair_shared(uint8_t *d, const lb_geometry *g, uint32_t k,
+                                       lb_hash_pair h)
+{
+    unsigned fresh = 0;
+    FOR_EACH_INDEX(g, k, h, ix, { fresh += set_bit_shared(d, ix); });
+    return fresh;
+}
+
 int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
 {
-    unsigned fresh = add_pair(b->data, g, g->k, h);
+    unsigned fresh = b->shared ? add_pair_shared(b->data, g, g->k, h)
+                               : add_pair(b->data, g, g->k, h);
     b->bits_set += fresh;
     return fresh != 0;
 }
@@ -170,14 +191,25 @@ void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, siz
 {
     uint8_t *const d = b->data;
     uint64_t fresh_total = 0;
-    LB_BATCH_WALK(d, g, keys, n, 1, {
-        unsigned fresh = 0;
-        for (uint32_t i = 0; i < k_; i++)
-            fresh += set_bit(d, idx[i]);
-        fresh_total += fresh;
-        if (out)
-            out[key_no] = (uint8_t)(fresh != 0);
-    });
+    if (b->shared) {
+        LB_BATCH_WALK(d, g, keys, n, 1, {
+            unsigned fresh = 0;
+            for (uint32_t i = 0; i < k_; i++)
+                fresh += set_bit_shared(d, idx[i]);
+            fresh_total += fresh;
+            if (out)
+                out[key_no] = (uint8_t)(fresh != 0);
+        });
+    } else {
+        LB_BATCH_WALK(d, g, keys, n, 1, {
+            unsigned fresh = 0;
+            for (uint32_t i = 0; i < k_; i++)
+                fresh += set_bit(d, idx[i]);
+            fresh_total += fresh;
+            if (out)
+                out[key_no] = (uint8_t)(fresh != 0);
+        });
+    }
     b->bits_set += fresh_total;
 }
 
@@ -195,14 +227,24 @@ void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *ke
 
 void lb_bits_or(lb_bits *dst, const lb_bits *src)
 {
-    for (uint64_t i = 0; i < dst->nbytes; i++)
-        dst->data[i] |= src->data[i];
+    if (dst->shared)
+        for (uint64_t i = 0; i < dst->nbytes; i++) {
+            if (src->data[i])
+                __atomic_fetch_or(&dst->data[i], src->data[i], __ATOMIC_RELAXED);
+        }
+    else
+        for (uint64_t i = 0; i < dst->nbytes; i++)
+            dst->data[i] |= src->data[i];
     dst->bits_set = lb_bits_popcount(dst);
 }
 
 void lb_bits_and(lb_bits *dst, const lb_bits *src)
 {
-    for (uint64_t i = 0; i < dst->nbytes; i++)
-        dst->data[i] &= src->data[i];
+    if (dst->shared)
+        for (uint64_t i = 0; i < dst->nbytes; i++)
+            __atomic_fetch_and(&dst->data[i], src->data[i], __ATOMIC_RELAXED);
+    else
+        for (uint64_t i = 0; i < dst->nbytes; i++)
+            dst->data[i] &= src->data[i];
     dst->bits_set = lb_bits_popcount(dst);
 }

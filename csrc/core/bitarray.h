@@ -14,7 +14,10 @@ typedef struct {
     uint8_t *data;
     uint64_t m;        /* bits */
     uint64_t nbytes;   /* ceil(m / 8) */
-    uint64_t bits_set; /* kept up to date by every operation */
+    uint64_t bits_set; /* kept up to date by every operation (of this process: a
+                          shared array counts with lb_bits_popcount) */
+    int shared;        /* the bytes are mapped by other processes too: bits are set
+                          with atomic OR, so concurrent adds never lose a bit */
 } lb_bits;
 
 /* Allocates ceil(m/8) zeroed bytes; m must have passed lb_check_geometry. */
@@ -32,8 +35,13 @@ static inline int lb_bits_get(const lb_bits *b, uint64_t i)
 static inline int lb_bits_set(lb_bits *b, uint64_t i)
 {
     uint8_t mask = (uint8_t)(0x80u >> (i & 7));
-    uint8_t old = b->data[i >> 3];
-    b->data[i >> 3] = old | mask;
+    uint8_t old;
+    if (b->shared) {
+        old = __atomic_fetch_or(&b->data[i >> 3], mask, __ATOMIC_RELAXED);
+    } else {
+        old = b->data[i >> 3];
+        b->data[i >> 3] = old | mask;
+    }
     int flipped = !(old & mask);
     b->bits_set += (uint64_t)flipped;
     return flipped;
@@ -51,7 +59,8 @@ void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, siz
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                         uint8_t *out);
 
-/* dst |= src / dst &= src; same m required (the caller checks k and hash). */
+/* dst |= src / dst &= src; same m required (the caller checks k and hash).
+ * A shared dst gets src's bits with atomic OR (and AND). */
 void lb_bits_or(lb_bits *dst, const lb_bits *src);
 void lb_bits_and(lb_bits *dst, const lb_bits *src);
 

@@ -68,15 +68,26 @@ static void put_prefix(uint8_t *out, const lb_format_header *h)
     out[7] = (uint8_t)h->scheme;
 }
 
-void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
-                           size_t payload_len)
+static void put_fixed_header(uint8_t *out, const lb_format_header *h, uint32_t flags)
 {
     put_prefix(out, h);
     put_u64(out + 8, h->m);
     put_u32(out + 16, h->k);
-    put_u32(out + 20, h->has_capacity ? 1u : 0u);
+    put_u32(out + 20, flags | (h->has_capacity ? LB_FORMAT_FLAG_CAPACITY : 0u));
     put_u64(out + 24, h->has_capacity ? h->capacity : 0);
     put_f64(out + 32, h->has_capacity ? h->error_rate : 0.0);
+}
+
+void lb_format_write_live(uint8_t *header, uint8_t *trailer, const lb_format_header *h)
+{
+    put_fixed_header(header, h, LB_FORMAT_FLAG_LIVE);
+    put_u64(trailer, XXH3_64bits(header, LB_FORMAT_FIXED_HEADER));
+}
+
+void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
+                           size_t payload_len)
+{
+    put_fixed_header(out, h, 0);
     memcpy(out + LB_FORMAT_FIXED_HEADER, payload, payload_len);
     size_t body = LB_FORMAT_FIXED_HEADER + payload_len;
     put_u64(out + body, XXH3_64bits(out, body));
@@ -117,9 +128,12 @@ static lb_status parse_fixed(const uint8_t *data, lb_format_header *h, uint64_t 
     h->m = get_u64(data + 8);
     h->k = get_u32(data + 16);
     uint32_t flags = get_u32(data + 20);
-    if (flags > 1)
+    if (flags & ~(LB_FORMAT_FLAG_CAPACITY | LB_FORMAT_FLAG_LIVE))
         FAIL("unknown flags");
-    h->has_capacity = (int)flags;
+    if ((flags & LB_FORMAT_FLAG_LIVE) && h->kind != LB_KIND_MEMORY)
+        FAIL("the live flag on a filter other than a MemoryFilter");
+    h->has_capacity = (int)(flags & LB_FORMAT_FLAG_CAPACITY);
+    h->live = (flags & LB_FORMAT_FLAG_LIVE) != 0;
     h->capacity = get_u64(data + 24);
     h->error_rate = get_f64(data + 32);
     if (lb_check_geometry(h->m, h->k) != LB_OK)
@@ -295,7 +309,11 @@ lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, c
     if ((uint16_t)(data[4] | (data[5] << 8)) != LB_FORMAT_VERSION)
         FAIL("unsupported format version");
     size_t body = len - LB_FORMAT_TRAILER;
-    if (XXH3_64bits(data, body) != get_u64(data + body))
+    /* A live file's trailer covers its header only (the flag is checked
+     * again, with the rest of the header, by parse_fixed). */
+    int live = body >= LB_FORMAT_FIXED_HEADER && data[6] == LB_KIND_MEMORY &&
+               (get_u32(data + 20) & LB_FORMAT_FLAG_LIVE);
+    if (XXH3_64bits(data, live ? LB_FORMAT_FIXED_HEADER : body) != get_u64(data + body))
         FAIL("checksum mismatch (corrupted data)");
     if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
         FAIL("unknown filter kind");

@@ -9,6 +9,9 @@
  *   8  u64 m                  bits or cells
  *  16  u32 k
  *  20  u32 flags              bit 0: capacity and error_rate are set
+ *                             bit 1: live (memory only): a file that processes map
+ *                             and add to (MemoryFilter.open); its trailer covers the
+ *                             40 header bytes only, since the payload changes under it
  *  24  u64 capacity
  *  32  f64 error_rate
  *  40  payload                ceil(m/8) bytes of bits, or ceil(m/2) bytes of counters
@@ -22,7 +25,9 @@
  *  48  u64 count of each stage
  *      the bits of each stage, in order (each stage's m and k follow from the
  *      parameters, so a file cannot give a stage a geometry of its own)
- * last 8 bytes: u64 XXH3_64bits of everything before them.
+ * last 8 bytes: u64 XXH3_64bits of everything before them (of the header alone for
+ * a live file).  A reader older than the live flag refuses such a file
+ * ("unknown flags") rather than misread it.
  *
  * Reading checks the length against the header before anything is allocated,
  * so a hostile header can never ask for more memory than the file holds.  It
@@ -43,6 +48,9 @@
 
 typedef enum { LB_KIND_MEMORY = 1, LB_KIND_COUNTING = 2, LB_KIND_SCALABLE = 3 } lb_kind;
 
+#define LB_FORMAT_FLAG_CAPACITY 1u
+#define LB_FORMAT_FLAG_LIVE 2u
+
 typedef struct {
     lb_kind kind;
     lb_hash_scheme scheme;
@@ -50,6 +58,7 @@ typedef struct {
     uint64_t m;
     uint32_t k;
     int has_capacity;
+    int live;                     /* memory: the live flag (see above) */
     uint64_t capacity;
     double error_rate;
     /* scalable */
@@ -71,6 +80,11 @@ typedef struct {
  * exactly LB_FORMAT_FIXED_HEADER + payload_len + LB_FORMAT_TRAILER bytes. */
 void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
                            size_t payload_len);
+
+/* A live memory filter's file, all but its payload: the header (40 bytes,
+ * the live flag set whatever h->live says) into header, and the trailer that
+ * goes after the payload (the XXH3 of those 40 bytes) into trailer. */
+void lb_format_write_live(uint8_t *header, uint8_t *trailer, const lb_format_header *h);
 
 /* Scalable: out holds LB_FORMAT_SCALABLE_HEADER + 8 * nstages + sum of the
  * payloads + LB_FORMAT_TRAILER bytes. */

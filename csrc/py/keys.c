@@ -216,6 +216,10 @@ static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result
 {
     lb_base *b = (lb_base *)self;
     const lb_batch_ops *ops = b->batch;
+    if (add && b->read_only) {
+        lb_read_only_error(b);
+        return NULL;
+    }
     return lb_run_batch(b, keys, add ? ops->add : ops->test, kind,
                         ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
 }

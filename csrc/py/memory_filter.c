@@ -1,16 +1,24 @@
-/* memory_filter.c: MemoryFilter, a Bloom filter in one bit array. */
+/* memory_filter.c: MemoryFilter, a Bloom filter in one bit array: in this
+ * process's memory, or in a file that processes map and share (open()). */
 #include "keys.h"
 #include "module.h"
 
+#include <errno.h>
 #include <math.h>
 #include <structmember.h>
 
 #include "bitarray.h"
+#include "mapped.h"
 #include "params.h"
 
 typedef struct {
     lb_fixed_filter f;
     lb_bits bits;
+    /* A filter from open(): the mapped file, its path (str) and mode.  The
+     * bits are the file's payload; path is NULL for a filter in memory. */
+    lb_mapping map;
+    PyObject *path;
+    const char *mode;
 } MemoryFilter;
 
 #define MF(o) ((MemoryFilter *)(o))
@@ -27,6 +35,32 @@ static lb_status mf_init(lb_fixed_filter *f, uint64_t m)
 static void mf_release(lb_base *b)
 {
     lb_bits_free(&((MemoryFilter *)b)->bits);
+}
+
+/* Mapped filters: the storage is the file, given by open() after lb_fixed_new. */
+static lb_status mf_init_mapped(lb_fixed_filter *f, uint64_t m)
+{
+    MemoryFilter *self = (MemoryFilter *)f;
+    f->cells_used = &self->bits.bits_set;
+    memset(&self->bits, 0, sizeof(self->bits));
+    self->bits.m = m;
+    self->bits.nbytes = (m + 7) / 8;
+    return LB_OK;
+}
+
+static void mf_release_mapped(lb_base *b)
+{
+    MemoryFilter *self = (MemoryFilter *)b;
+    self->bits.data = NULL;
+    lb_map_close(&self->map);
+}
+
+/* Other processes add to the file: count its bits when the count is asked. */
+static void mf_recount(lb_fixed_filter *f)
+{
+    MemoryFilter *self = (MemoryFilter *)f;
+    if (self->bits.data)
+        self->bits.bits_set = lb_bits_popcount(&self->bits);
 }
 
 static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
@@ -46,6 +80,8 @@ static PyObject *mf_add(PyObject *self, PyObject *key)
     MemoryFilter *f = MF(self);
     lb_key k;
     lb_key_hold hold;
+    if (f->f.base.read_only)
+        return lb_read_only_error(&f->f.base), NULL;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
         return NULL;
     int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
@@ -95,13 +131,17 @@ static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 
 static const lb_batch_ops mf_batch = {mf_add_chunk, mf_test_chunk, 0};
 static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
-                                      &mf_batch};
+                                      &mf_batch, NULL};
+static const lb_fixed_kind mf_mapped_kind = {"MemoryFilter", "bits", 8, mf_init_mapped,
+                                             mf_release_mapped, &mf_batch, mf_recount};
 
 /* ---- whole filter ------------------------------------------------------- */
 
 static PyObject *mf_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
+    if (MF(self)->f.base.read_only)
+        return lb_read_only_error(&MF(self)->f.base), NULL;
     if (lb_enter(&MF(self)->f.base) < 0)
         return NULL;
     lb_bits_clear(&MF(self)->bits);
@@ -112,6 +152,8 @@ static PyObject *mf_reset(PyObject *self, PyObject *unused)
 static PyObject *mf_bits_set(PyObject *self, void *unused)
 {
     (void)unused;
+    if (MF(self)->path)
+        mf_recount(&MF(self)->f);
     return PyLong_FromUnsignedLongLong(MF(self)->bits.bits_set);
 }
 
@@ -127,7 +169,8 @@ static MemoryFilter *mf_copy_of(MemoryFilter *src)
     if (!dst)
         return NULL;
     memcpy(dst->bits.data, src->bits.data, (size_t)src->bits.nbytes);
-    dst->bits.bits_set = src->bits.bits_set;
+    /* A mapped source's count may be behind the other processes' adds. */
+    dst->bits.bits_set = src->path ? lb_bits_popcount(&dst->bits) : src->bits.bits_set;
     return dst;
 }
 
@@ -191,6 +234,8 @@ static PyObject *mf_nb_and(PyObject *a, PyObject *b)
 
 static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
 {
+    if (PyObject_TypeCheck(a, MF(a)->f.base.st->MemoryFilter) && MF(a)->f.base.read_only)
+        return lb_read_only_error(&MF(a)->f.base), NULL;
     if (lb_fixed_enter_like(&MF(a)->f, b, MF(a)->f.base.st->MemoryFilter) < 0)
         return NULL;
     if (is_union)
@@ -223,6 +268,10 @@ static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
     MemoryFilter *a = MF(self), *b = MF(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
+    if (a->path)
+        mf_recount(&a->f);
+    if (b->path)
+        mf_recount(&b->f);
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
              memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
@@ -327,16 +376,207 @@ done:
 static PyObject *mf_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
+    /* A mapped filter's bits are the file's pages, not this object's memory. */
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (MF(self)->bits.data ? (size_t)MF(self)->bits.nbytes : 0));
+                             (MF(self)->bits.data && !MF(self)->path ? (size_t)MF(self)->bits.nbytes
+                                                                     : 0));
 }
 
 static PyObject *mf_repr(PyObject *self)
 {
+    MemoryFilter *f = MF(self);
+    if (f->path && !f->f.base.closed) {
+        mf_recount(&f->f);
+        const char *tname = strrchr(Py_TYPE(f)->tp_name, '.');
+        tname = tname ? tname + 1 : Py_TYPE(f)->tp_name;
+        return PyUnicode_FromFormat("<%s m=%llu k=%u hash=%s bits_set=%llu mapped=%R mode=%s>",
+                                    tname, (unsigned long long)f->f.args.m, f->f.args.k,
+                                    lb_hash_scheme_name(f->f.args.scheme),
+                                    (unsigned long long)f->bits.bits_set, f->path, f->mode);
+    }
     char extra[64];
-    PyOS_snprintf(extra, sizeof(extra), "bits_set=%llu",
-                  (unsigned long long)MF(self)->bits.bits_set);
-    return lb_fixed_repr(&MF(self)->f, extra);
+    PyOS_snprintf(extra, sizeof(extra), "bits_set=%llu", (unsigned long long)f->bits.bits_set);
+    return lb_fixed_repr(&f->f, extra);
+}
+
+/* ---- a file mapped by several processes ---------------------------------- */
+
+static void mf_dealloc(PyObject *self)
+{
+    PyObject *path = MF(self)->path;
+    MF(self)->path = NULL;
+    lb_fixed_dealloc(self);
+    Py_XDECREF(path);
+}
+
+/* 0o666 minus the umask: the mode open() gives a new file. */
+static int new_file_mode(unsigned *out)
+{
+    PyObject *mod = PyImport_ImportModule("ling_bloom._io");
+    if (!mod)
+        return -1;
+    PyObject *r = PyObject_CallMethod(mod, "_umask", NULL);
+    Py_DECREF(mod);
+    if (!r)
+        return -1;
+    long mask = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (mask == -1 && PyErr_Occurred())
+        return -1;
+    *out = 0666u & ~(unsigned)mask;
+    return 0;
+}
+
+static PyObject *mf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"path", "mode", "capacity", "error_rate", "m", "k", "hash", NULL};
+    PyObject *path_obj, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = NULL;
+    const char *mode = "r";
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st || !PyArg_ParseTupleAndKeywords(args, kwargs, "O|sOO$OOO:open", kwlist, &path_obj,
+                                            &mode, &capacity, &error_rate, &m, &k, &hash))
+        return NULL;
+    int create = 0, exclusive = 0, writable = 0;
+    const char *mode_name;
+    if (strcmp(mode, "r") == 0)
+        mode_name = "r";
+    else if (strcmp(mode, "r+") == 0)
+        mode_name = "r+", writable = 1;
+    else if (strcmp(mode, "w") == 0)
+        mode_name = "w", writable = create = 1;
+    else if (strcmp(mode, "x") == 0)
+        mode_name = "x", writable = create = exclusive = 1;
+    else {
+        PyErr_Format(PyExc_ValueError, "mode must be 'r', 'r+', 'w' or 'x', not '%s'", mode);
+        return NULL;
+    }
+    lb_fixed_args a;
+    int absent = lb_fixed_args_from(st, capacity, error_rate, m, k, hash, "MemoryFilter.open", 1, &a);
+    if (absent < 0)
+        return NULL;
+    if (create && absent) {
+        PyErr_Format(PyExc_TypeError, "MemoryFilter.open(path, '%s') creates a file: give "
+                     "capacity (and error_rate) or m and k", mode_name);
+        return NULL;
+    }
+    PyObject *fs = NULL;
+    if (!PyUnicode_FSConverter(path_obj, &fs))
+        return NULL;
+    PyObject *path_str = PyUnicode_DecodeFSDefault(PyBytes_AS_STRING(fs));
+    if (!path_str) {
+        Py_DECREF(fs);
+        return NULL;
+    }
+    unsigned file_mode = 0;
+    if (create && new_file_mode(&file_mode) < 0)
+        goto fail;
+    lb_mapping map;
+    lb_status s;
+    int err = 0;
+    const char *why = NULL;
+    const char *cpath = PyBytes_AS_STRING(fs);
+    if (create) {
+        lb_format_header h;
+        memset(&h, 0, sizeof(h));
+        h.kind = LB_KIND_MEMORY;
+        h.scheme = a.scheme;
+        h.m = a.m;
+        h.k = a.k;
+        h.has_capacity = a.has_capacity;
+        h.capacity = a.capacity;
+        h.error_rate = a.error_rate;
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_create(cpath, &h, exclusive, file_mode, &map, &err);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        /* A sealed file is read whole (its checksum) before it is used. */
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_open(cpath, writable, &map, &err, &why);
+        Py_END_ALLOW_THREADS
+    }
+    if (s == LB_ERR_BACKEND) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        goto fail;
+    }
+    if (s == LB_ERR_FORMAT) {
+        PyErr_Format(st->CorruptFileError, "%R is not a MemoryFilter file: %s", path_str, why);
+        goto fail;
+    }
+    if (s != LB_OK) {
+        lb_raise(st, s, NULL);
+        goto fail;
+    }
+    lb_fixed_args fa;
+    memset(&fa, 0, sizeof(fa));
+    fa.m = map.h.m;
+    fa.k = map.h.k;
+    fa.scheme = map.h.scheme;
+    fa.has_capacity = map.h.has_capacity;
+    fa.capacity = map.h.capacity;
+    fa.error_rate = map.h.error_rate;
+    if (!create && (!absent || (hash && hash != Py_None)) &&
+        (a.scheme != fa.scheme || (!absent && (a.m != fa.m || a.k != fa.k)))) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "%R holds m=%llu k=%u hash=%s, not the filter asked for", path_str,
+                     (unsigned long long)fa.m, fa.k, lb_hash_scheme_name(fa.scheme));
+        lb_map_close(&map);
+        goto fail;
+    }
+    MemoryFilter *f = (MemoryFilter *)lb_fixed_new((PyTypeObject *)cls, &fa, &mf_mapped_kind);
+    if (!f) {
+        lb_map_close(&map);
+        goto fail;
+    }
+    f->map = map;
+    f->bits.data = map.base + LB_FORMAT_FIXED_HEADER;
+    f->bits.shared = writable;
+    f->bits.bits_set = lb_bits_popcount(&f->bits);
+    f->f.base.read_only = !writable;
+    f->path = path_str;
+    f->mode = mode_name;
+    Py_DECREF(fs);
+    return (PyObject *)f;
+fail:
+    Py_DECREF(fs);
+    Py_DECREF(path_str);
+    return NULL;
+}
+
+static PyObject *mf_flush(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    MemoryFilter *f = MF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    int err = 0;
+    lb_status s = LB_OK;
+    if (f->path) {
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_sync(&f->map, &err);
+        Py_END_ALLOW_THREADS
+    }
+    lb_leave(&f->f.base);
+    if (s != LB_OK) {
+        errno = err;
+        return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, f->path);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *mf_get_path(PyObject *self, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(MF(self)->path ? MF(self)->path : Py_None);
+}
+
+static PyObject *mf_get_mode(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (!MF(self)->path)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(MF(self)->mode);
 }
 
 static PyMethodDef mf_methods[] = {
@@ -370,6 +610,15 @@ static PyMethodDef mf_methods[] = {
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
+    {"open", (PyCFunction)(void (*)(void))mf_open, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "open(path, mode=\"r\", capacity=None, error_rate=0.01, *, m=None, k=None, hash=None) "
+     "-> MemoryFilter\n\nA filter whose bits are a file mapped into memory and shared with "
+     "every process that opens it: \"r\" read-only, \"r+\" read and add, \"w\" create (or "
+     "replace, by renaming a new file over path), \"x\" create a file that must not exist.  "
+     "Adds from several processes are atomic; the file stays loadable with load()."},
+    {"flush", mf_flush, METH_NOARGS,
+     "flush()\n\nWrite a mapped filter's changed pages to its file now (msync); nothing for "
+     "a filter in memory."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
     {"__sizeof__", mf_sizeof, METH_NOARGS, NULL},
@@ -386,6 +635,8 @@ static PyGetSetDef mf_getset[] = {
     {"nbytes", mf_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
     {"bits_set", mf_bits_set, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {"path", mf_get_path, NULL, "the mapped file (open()), or None for a filter in memory", NULL},
+    {"mode", mf_get_mode, NULL, "the mode the file was opened with, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -399,7 +650,7 @@ static PyType_Slot mf_slots[] = {
                 "MemoryFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
     {Py_tp_new, mf_new},
-    {Py_tp_dealloc, lb_fixed_dealloc},
+    {Py_tp_dealloc, mf_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, mf_methods},
     {Py_tp_getset, mf_getset},

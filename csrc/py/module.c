@@ -540,6 +540,14 @@ PyObject *lb_load(PyObject *cls, PyObject *path)
     return r;
 }
 
+int lb_read_only_error(lb_base *b)
+{
+    PyErr_Format(b->st->NotSupportedError,
+                 "%.100s is read-only (a file opened with mode \"r\"; open it with \"r+\" "
+                 "to add)", Py_TYPE(b)->tp_name);
+    return -1;
+}
+
 /* ---- len() and truth -------------------------------------------------- */
 
 static Py_ssize_t len_by(PyObject *self, const char *method)
@@ -1006,6 +1014,8 @@ PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
+    if (f->kind->recount)
+        f->kind->recount(f);
     double n = lb_estimate_count(f->args.m, f->args.k, *f->cells_used);
     lb_leave(&f->base);
     if (!isfinite(n)) /* every cell in use: no upper bound; say m */
@@ -1019,6 +1029,8 @@ PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
+    if (f->kind->recount)
+        f->kind->recount(f);
     double fill = (double)*f->cells_used / (double)f->args.m;
     lb_leave(&f->base);
     return PyFloat_FromDouble(fill);
@@ -1030,6 +1042,8 @@ PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
+    if (f->kind->recount)
+        f->kind->recount(f);
     double fill = (double)*f->cells_used / (double)f->args.m;
     lb_leave(&f->base);
     return PyFloat_FromDouble(pow(fill, (double)f->args.k));

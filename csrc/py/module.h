@@ -114,6 +114,8 @@ typedef struct lb_base_s {
     int reads_during_batch;
     int closed;       /* close() was called: entering raises ClosedError */
     int released;     /* the storage is freed (closed and users == 0) */
+    int read_only;    /* storage that must not change (a file mapped with mode "r"):
+                         add, update, add_many, reset raise NotSupportedError */
     void (*release)(struct lb_base_s *self);  /* frees the storage; set by close() */
     /* In a forked child, when another thread of the parent was in a GIL-free
      * section on this filter: replace what it owned (may be NULL).  -1 with
@@ -126,6 +128,9 @@ typedef struct lb_base_s {
     size_t chunk;     /* keys per chunk; 0: LB_CHUNK */
     PyObject *weakrefs;
 } lb_base;
+
+/* NotSupportedError for a change to a read-only filter; returns -1. */
+int lb_read_only_error(lb_base *b);
 
 /* Initialise the base in tp_new (allocates the lock). */
 int lb_base_init(lb_base *b, PyTypeObject *type);
@@ -254,6 +259,9 @@ typedef struct lb_fixed_kind_s {
     lb_status (*init)(lb_fixed_filter *f, uint64_t m);
     void (*release)(lb_base *b);
     const lb_batch_ops *batch;
+    /* Storage other processes change (a mapped file): bring *cells_used up to
+     * date before it is read (NULL: this process's count is exact). */
+    void (*recount)(lb_fixed_filter *f);
 } lb_fixed_kind;
 
 /* A new, empty filter of a fixed type (type may be a subclass); NULL with an
