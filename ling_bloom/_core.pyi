@@ -234,6 +234,34 @@ class MemoryFilter(_Fixed):
     @classmethod
     def from_bitmap(cls, data: Buffer, m: int, k: int, hash: Optional[str] = ...) -> Self:
         """A filter over raw bits; a shorter bitmap is padded with zeros, as Redis does."""
+    @classmethod
+    def open(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        mode: str = ...,
+        capacity: Optional[float] = ...,
+        error_rate: Optional[float] = ...,
+        *,
+        m: Optional[int] = ...,
+        k: Optional[int] = ...,
+        hash: Optional[str] = ...,
+    ) -> Self:
+        """A filter whose bits are a file mapped by every process that opens it.
+
+        mode: "r" (read-only: changes raise NotSupportedError), "r+" (read and add), "w"
+        (create: a new file renamed over path), "x" (create; FileExistsError if path
+        exists).  "w" and "x" need capacity (and error_rate) or m and k; with "r"/"r+",
+        a geometry given must be the file's (GeometryMismatchError).  Adds from several
+        processes are atomic.  The file loads with load() and uploads with
+        RedisFilter.load()."""
+    def flush(self) -> None:
+        """Write a mapped filter's changed pages to its file now (msync)."""
+    @property
+    def path(self) -> Optional[str]:
+        """The mapped file (open()), or None for a filter in memory."""
+    @property
+    def mode(self) -> Optional[str]:
+        """The mode open() was given, or None for a filter in memory."""
     def __sizeof__(self) -> int: ...
 
 class CountingFilter(_Fixed):

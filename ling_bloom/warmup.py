@@ -24,6 +24,7 @@ from itertools import islice
 from typing import (
     Any,
     Callable,
+    Dict,
     Iterable,
     Iterator,
     List,
@@ -35,6 +36,7 @@ from typing import (
     Union,
 )
 
+from ._core import ClosedError
 from .guard import as_key
 
 __all__ = [
@@ -404,13 +406,20 @@ class FileFilter:
     default) answers True to every test -- requests are served unguarded, with correct
     answers, until the first warm-up -- and ``"reject"`` answers False (every key unknown).
     ``warmed`` says which state it is in; ``filter`` is the current filter or None.
+
+    ``mapped=True``: a MemoryFilter file is opened with ``MemoryFilter.open(path, "r")``
+    instead of being read into this process's memory, so every worker process of a server
+    shares one copy of its bits (the page cache) and a reload maps the new file; other
+    kinds are loaded as usual.  The mapping is read-only: keys added in this process
+    (``add``/``update``) are kept beside it (the newest 100,000, as bytes) and answered
+    from there until a warm-up's file holds them.
     """
 
     _REPLAY_MAX = 100_000
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], check_every: float = 2.0,
                  unwarmed: str = "serve", *, clock: Callable[[], float] = time.monotonic,
-                 logger: Any = None):
+                 logger: Any = None, mapped: bool = False):
         if unwarmed not in ("serve", "reject"):
             raise ValueError(f"unwarmed must be 'serve' or 'reject', not {unwarmed!r}")
         if check_every < 0:
@@ -427,6 +436,8 @@ class FileFilter:
         self._identity: Any = None
         self._next_check = float("-inf")
         self._added: List[Any] = []
+        self.mapped = bool(mapped)
+        self._recent: Dict[bytes, None] = {}  # mapped: the keys of _added, as bytes
         self._warned_unwarmed = False
         self.reloads = 0
         self.refresh(force=True)
@@ -459,12 +470,24 @@ class FileFilter:
             identity = (st.st_ino, st.st_mtime_ns, st.st_size)
             if identity == self._identity:
                 return False
+            if (self.mapped and self._identity is not None and st.st_ino == self._identity[0]
+                    and st.st_size != self._identity[2]
+                    and getattr(self._filter, "path", None) is not None):
+                # The mapped file was rewritten in place, not replaced by a rename: its
+                # old pages may be gone (reading them would fault), so drop the mapping.
+                self._log.error("ling_bloom: %s was rewritten in place (replace it by "
+                                "renaming a new file over it): dropping its mapping",
+                                self.path)
+                self._filter.close()
+                self._filter = None
             try:
                 from . import load
 
-                new = load(self.path)
-                if self._added:
-                    new.update(self._added)
+                new = self._open_mapped() if self.mapped else None
+                if new is None:
+                    new = load(self.path)
+                    if self._added:
+                        new.update(self._added)
             except Exception as e:  # a bad file must not take the server down
                 self._log.error("ling_bloom: reloading %s failed (%s: %s): keeping the %s",
                                 self.path, type(e).__name__, e,
@@ -472,10 +495,22 @@ class FileFilter:
                 self._identity = identity  # not retried until the file changes again
                 return False
             self._identity = identity
-            self._filter = new
+            old, self._filter = self._filter, new
             self.reloads += 1
+            if old is not None and getattr(old, "path", None) is not None:
+                old.close()  # unmap: requests that hold it finish on the filter they have
             self._log.info("ling_bloom: loaded %s", self.path)
             return True
+
+    def _open_mapped(self) -> Any:
+        """The file mapped read-only when it holds a MemoryFilter; None for other kinds."""
+        from ._core import MemoryFilter
+
+        with open(self.path, "rb") as fh:
+            head = fh.read(8)
+        if head[:4] != b"LBLM" or head[6:7] != b"\x01":
+            return None
+        return MemoryFilter.open(self.path, "r")
 
     @property
     def filter(self) -> Any:
@@ -503,19 +538,39 @@ class FileFilter:
         f = self.filter
         if f is None:
             return self.unwarmed == "serve"
-        return bool(f.test(key))
+        try:
+            if f.test(key):
+                return True
+        except ClosedError:  # a reload unmapped it since: ask the new one
+            f = self._filter
+            if f is not None and f.test(key):
+                return True
+        return bool(self._recent) and _key_bytes(key) in self._recent
 
     __contains__ = test
 
     def _remember(self, keys: List[Any]) -> None:
         self._added.extend(keys)
+        if self.mapped:
+            for k in keys:
+                self._recent[_key_bytes(k)] = None
         if len(self._added) > self._REPLAY_MAX:
-            del self._added[: len(self._added) - self._REPLAY_MAX]
+            drop = self._added[: len(self._added) - self._REPLAY_MAX]
+            del self._added[: len(drop)]
+            if self.mapped:
+                for k in drop:
+                    self._recent.pop(_key_bytes(k), None)
+
+    def _writable(self, f: Any) -> bool:
+        return f is not None and getattr(f, "mode", None) != "r"
 
     def add(self, key: Any) -> Any:
+        was_new = not self.test(key) if self.mapped else None
         with self._lock:
             self._remember([key])
             f = self._filter
+        if self.mapped:
+            return was_new
         return f.add(key) if f is not None else False
 
     def update(self, keys: Iterable[Any]) -> Any:
@@ -523,6 +578,8 @@ class FileFilter:
         with self._lock:
             self._remember(keys)
             f = self._filter
+        if self.mapped and not self._writable(f):
+            return None
         return f.update(keys) if f is not None else None
 
     def __getattr__(self, name: str) -> Any:  # error_rate, capacity, save ...
@@ -535,4 +592,12 @@ class FileFilter:
 
     def __repr__(self) -> str:
         return (f"FileFilter({self.path!r}, check_every={self.check_every}, "
+                f"{'mapped, ' if self.mapped else ''}"
                 f"{'warmed' if self._filter is not None else 'unwarmed: ' + self.unwarmed})")
+
+
+def _key_bytes(key: Any) -> bytes:
+    """A key as the filters hash it: str as UTF-8, any buffer as its bytes."""
+    if isinstance(key, str):
+        return key.encode("utf-8", "surrogatepass")
+    return bytes(memoryview(key))

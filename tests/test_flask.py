@@ -292,7 +292,8 @@ from ling_bloom.contrib.flask import BloomGuard
 DB = os.environ["SHOP_DB"]
 app = flask.Flask(__name__)
 app.config.update(LING_BLOOM_FILES={"products": os.environ["SHOP_FILTER"]},
-                  LING_BLOOM_CHECK_EVERY=0.2)
+                  LING_BLOOM_CHECK_EVERY=0.2,
+                  LING_BLOOM_MAPPED=os.environ.get("SHOP_MAPPED") == "1")
 bloom = BloomGuard(app, filters={"products": lambda: lb.MemoryFilter(10_000, 0.001)},
                    metrics=False)
 
@@ -321,7 +322,9 @@ def product_ids():
 '''
 
 
-def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("mapped", [False, True])
+def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_path, monkeypatch, caplog,
+                                                                      mapped):
     # Issue 16: `flask bloom-warmup products` filled a filter in its own process, which then
     # exited; the running server still rejected product 7.  With LING_BLOOM_FILES the
     # command saves the file and the running app reloads it.
@@ -334,7 +337,9 @@ def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_pat
     (tmp_path / "shop_app.py").write_text(APP_WITH_FILE, encoding="utf-8")
     monkeypatch.setenv("SHOP_DB", db.path)
     monkeypatch.setenv("SHOP_FILTER", str(tmp_path / "products.bloom"))
+    monkeypatch.setenv("SHOP_MAPPED", "1" if mapped else "0")
     monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("shop_app", None)
     shop = importlib.import_module("shop_app")
     client = shop.app.test_client()
     with caplog.at_level("WARNING", logger="ling_bloom.warmup"):
@@ -355,6 +360,9 @@ def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_pat
     assert client.get("/products/7").status_code == 200
     assert client.get("/products/99999").status_code == 404
     assert shop.bloom.get_guard("products").stats().rejected >= 1
+    live = shop.bloom.get_guard("products").filter.filter
+    # LING_BLOOM_MAPPED: the worker maps the saved file instead of reading it in.
+    assert getattr(live, "path", None) == (str(tmp_path / "products.bloom") if mapped else None)
 
 
 def bloom_warmed(shop):

@@ -266,3 +266,42 @@ def test_file_filter_reloads_a_replaced_file_and_keeps_the_old_one_on_a_bad_file
     assert any("reloading" in m and "keeping the current filter" in m for m in caplog.messages)
     with pytest.raises(ValueError):
         FileFilter(path, unwarmed="maybe")
+
+
+def test_file_filter_mapped_shares_the_file_and_remaps_on_replace(tmp_path, caplog):
+    from ling_bloom.warmup import FileFilter
+
+    now = [0.0]
+    path = tmp_path / "f.bloom"
+    first = lb.MemoryFilter(1000, 0.01)
+    first.add("a")
+    first.save(str(path))
+    ff = FileFilter(path, check_every=2.0, clock=lambda: now[0], mapped=True)
+    assert ff.filter.path == str(path) and ff.filter.mode == "r"   # mapped, not read in
+    assert ff.test("a") and not ff.test("b")
+    assert ff.add("local") is True and ff.add("local") is False   # kept beside the mapping
+    ff.update(["local2"])
+    assert ff.test("local") and ff.test(b"local2") and ff.filter.bits_set == first.bits_set
+    held = ff.filter
+    second = lb.MemoryFilter(1000, 0.01)
+    second.add("b")
+    second.save(str(path))                                  # atomic: a rename
+    now[0] = 2.0
+    assert ff.test("b") and not ff.test("a") and ff.test("local")
+    assert ff.reloads == 2 and held.closed                  # the old mapping is let go
+    # A file of another kind is loaded as usual.
+    c = lb.CountingFilter(1000, 0.01)
+    c.add("c")
+    c.save(str(path))
+    now[0] = 4.0
+    assert ff.test("c") and type(ff.filter) is lb.CountingFilter
+    # Rewritten in place (never do this to a mapped file): the mapping is dropped, no crash.
+    m = lb.MemoryFilter(1000, 0.01)
+    m.save(str(path))
+    now[0] = 6.0
+    assert ff.filter.path == str(path)
+    with caplog.at_level("ERROR", logger="ling_bloom.warmup"):
+        path.write_bytes(b"LBLM")
+        now[0] = 8.0
+        assert ff.test("anything")                          # unwarmed="serve" again
+    assert any("rewritten in place" in msg for msg in caplog.messages)

@@ -10,10 +10,15 @@ One code path for every variant (ling_bloom.guard.Guard), configured by environm
                                 front of the null-caching cache
                   guard-redis   the same with a RedisFilter (one bitmap in Redis for every
                                 worker; filled by run.py before the server starts)
+                  guard-file    a saved filter file (BENCH_FILTER_FILE, written by run.py)
+                                that each worker loads itself (warmup.FileFilter): one
+                                copy of the bits per worker, as after a reload
+                  guard-mapped  the same file mapped by each worker (FileFilter(mapped=True),
+                                MemoryFilter.open): one copy for all workers
   BENCH_WORKLOAD  cheap         the product row by primary key
                   heavy         the product row with an unindexed aggregate over its reviews
                                 (see queries.py): every lookup, found or not, scans
-  BENCH_PG_DSN, BENCH_REDIS_URL, BENCH_FILTER_KEY, BENCH_ERROR_RATE
+  BENCH_PG_DSN, BENCH_REDIS_URL, BENCH_FILTER_KEY, BENCH_ERROR_RATE, BENCH_FILTER_FILE
 
 404 for an id that is not a product (rejected by the filter or not found), 200 and JSON
 otherwise.
@@ -38,7 +43,7 @@ REDIS_URL = os.environ["BENCH_REDIS_URL"]
 FILTER_KEY = os.environ.get("BENCH_FILTER_KEY", "bench:products:bloom")
 ERROR_RATE = float(os.environ.get("BENCH_ERROR_RATE", "0.001"))
 WORKLOAD = os.environ.get("BENCH_WORKLOAD", "cheap")
-VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis")
+VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis", "guard-file", "guard-mapped")
 if VARIANT not in VARIANTS:
     raise SystemExit(f"BENCH_VARIANT must be one of {VARIANTS}, not {VARIANT!r}")
 if WORKLOAD not in WORKLOADS:
@@ -74,9 +79,36 @@ class PassAll:
         return False
 
 
+class PerWorker:
+    """warmup.FileFilter made in each worker at its first request, not in the gunicorn
+    master (--preload): what each worker holds is then its own, as after a reload."""
+
+    def __init__(self, mapped: bool):
+        self.mapped = mapped
+        self.pid = None
+        self.filter = None
+
+    def _get(self):
+        if self.pid != os.getpid():
+            from ling_bloom.warmup import FileFilter
+
+            self.filter = FileFilter(os.environ["BENCH_FILTER_FILE"], check_every=2.0,
+                                     mapped=self.mapped)
+            self.pid = os.getpid()
+        return self.filter
+
+    def test(self, key) -> bool:
+        return self._get().test(key)
+
+    def add(self, key) -> bool:
+        return self._get().add(key)
+
+
 def make_filter():
     if VARIANT in ("none", "nullcache"):
         return PassAll()
+    if VARIANT in ("guard-file", "guard-mapped"):
+        return PerWorker(mapped=VARIANT == "guard-mapped")
     if VARIANT == "guard-redis":
         # the geometry stored beside the bitmap by run.py is adopted
         return lb._core.RedisFilter(FILTER_KEY, url=REDIS_URL)

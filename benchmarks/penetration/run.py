@@ -19,8 +19,13 @@ and variant:
   nullcache     "not found" cached as a null marker for 60 s
   guard-memory  ling_bloom.guard.Guard with a MemoryFilter of every product id
   guard-redis   the same with a RedisFilter (one bitmap in Redis shared by all workers)
+  guard-file    a saved filter file (--filter-capacity keys) each worker loads itself
+  guard-mapped  the same file mapped by every worker (MemoryFilter.open via
+                FileFilter(mapped=True)): one copy of the bits for all workers
 
-and reports requests/s, latency percentiles, database transactions (pg_stat_database
+and reports requests/s, memory per worker (Pss and private memory, from
+/proc/PID/smaps_rollup of each gunicorn worker after the load), latency percentiles,
+database transactions (pg_stat_database
 xact_commit: the app runs each query in its own transaction), the database's CPU and
 Redis commands.  The table goes to benchmarks/results/penetration.md (and .json).
 
@@ -55,7 +60,7 @@ from queries import CREATE_REVIEWS, FILL_REVIEWS, LOOKUP, WORKLOADS  # noqa: E40
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis")
+VARIANTS = ("none", "nullcache", "guard-memory", "guard-redis", "guard-file", "guard-mapped")
 # the heavy workload's reviews table: one lookup scans it all, about 8-10 ms of one core
 # of the 2-core EPYC the results were made on (about 110 ns a row)
 REVIEWS_DEFAULT = 80_000
@@ -288,7 +293,7 @@ class App:
                  args: argparse.Namespace, base: str):
         self.port = free_port()
         env = dict(os.environ, BENCH_VARIANT=variant, BENCH_WORKLOAD=workload,
-                   BENCH_PG_DSN=pg.dsn,
+                   BENCH_PG_DSN=pg.dsn, BENCH_FILTER_FILE=os.path.join(base, "products.bloom"),
                    BENCH_REDIS_URL=rd.url, BENCH_ERROR_RATE=str(args.error_rate),
                    PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.log_path = os.path.join(base, f"gunicorn-{workload}-{variant}.log")
@@ -317,6 +322,32 @@ class App:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+    def worker_memory(self) -> Dict[str, float]:
+        """Mean Rss, Pss and private memory (MiB) of the gunicorn workers (the master's
+        children), from /proc/PID/smaps_rollup."""
+        pids = []
+        for task in glob.glob(f"/proc/{self.proc.pid}/task/*/children"):
+            with open(task) as f:
+                pids += [int(p) for p in f.read().split()]
+        rows = []
+        for pid in pids:
+            kb: Dict[str, int] = {}
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as f:
+                    for line in f:
+                        name, _, rest = line.partition(":")
+                        if rest.strip().endswith("kB"):
+                            kb[name] = int(rest.split()[0])
+            except OSError:
+                continue
+            rows.append((kb.get("Rss", 0), kb.get("Pss", 0),
+                         kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)))
+        if not rows:
+            return {"workers": 0, "rss_mib": 0.0, "pss_mib": 0.0, "private_mib": 0.0}
+        mean = [sum(r[i] for r in rows) / len(rows) / 1024 for i in range(3)]
+        return {"workers": len(rows), "rss_mib": mean[0], "pss_mib": mean[1],
+                "private_mib": mean[2]}
 
 
 # --------------------------------------------------------------------- load
@@ -348,12 +379,33 @@ def fill_redis_filter(pg: Postgres, rd: Redis, rows: int, error_rate: float) -> 
     return time.perf_counter() - t0
 
 
+def write_filter_file(pg: Postgres, path: str, capacity: int, error_rate: float) -> float:
+    """The saved filter the guard-file and guard-mapped workers read: every product id,
+    in a MemoryFilter sized for ``capacity`` keys (room to grow, or a large filter)."""
+    import psycopg
+
+    import ling_bloom as lb
+    from ling_bloom.warmup import warmup
+
+    t0 = time.perf_counter()
+    f = lb.MemoryFilter(capacity, error_rate)
+    with psycopg.connect(pg.dsn) as conn, conn.cursor(name="ids") as cur:
+        cur.itersize = 50_000
+        cur.execute("SELECT id FROM products")
+        warmup(f, cur, batch_size=50_000, progress=False)
+    f.save(path)
+    return time.perf_counter() - t0
+
+
 def measure(workload: str, variant: str, pg: Postgres, rd: Redis, args: argparse.Namespace,
             base: str, seed: int) -> Dict[str, Any]:
     rd.client.flushall()
     fill_seconds = None
     if variant == "guard-redis":
         fill_seconds = fill_redis_filter(pg, rd, args.rows, args.error_rate)
+    if variant in ("guard-file", "guard-mapped"):
+        fill_seconds = write_filter_file(pg, os.path.join(base, "products.bloom"),
+                                         args.filter_capacity or 2 * args.rows, args.error_rate)
     tag = f"{workload}/{variant}"
     log(f"{tag}: starting gunicorn ({args.workers} workers x {args.threads} threads)")
     app = App(workload, variant, pg, rd, args, base)
@@ -363,6 +415,7 @@ def measure(workload: str, variant: str, pg: Postgres, rd: Redis, args: argparse
         log(f"{tag}: wrk for {args.duration}s")
         w = run_wrk(app.port, args, args.duration, seed)
         wall = time.monotonic() - t0
+        memory = app.worker_memory()
     finally:
         app.stop()  # closes the workers' connections: their backends exit and flush stats
     time.sleep(1.0)
@@ -384,6 +437,8 @@ def measure(workload: str, variant: str, pg: Postgres, rd: Redis, args: argparse
         "errors": sum(w[k] for k in ("connect_errors", "read_errors", "write_errors",
                                      "timeouts")),
         "filter_fill_seconds": fill_seconds,
+        "worker_rss_mib": memory["rss_mib"], "worker_pss_mib": memory["pss_mib"],
+        "worker_private_mib": memory["private_mib"],
     }
     res["db_per_req"] = res["db_queries"] / req if req else 0.0
     res["redis_per_req"] = res["redis_cmds"] / req if req else 0.0
@@ -399,6 +454,8 @@ LABELS = {
     "nullcache": "null-value caching (60 s)",
     "guard-memory": "guard + MemoryFilter",
     "guard-redis": "guard + RedisFilter",
+    "guard-file": "guard + saved file, loaded per worker",
+    "guard-mapped": "guard + saved file, mapped (one copy)",
 }
 WORKLOAD_LABELS = {
     "cheap": "cheap: a primary-key lookup, so the Python app is the bottleneck",
@@ -409,10 +466,11 @@ WORKLOAD_LABELS = {
 
 def table(results: List[Dict[str, Any]]) -> str:
     lines = [
-        "| workload | variant | requests/s | vs none | p50 ms | p90 ms | p99 ms | DB queries | "
+        "| workload | variant | requests/s | vs none | memory per worker: Pss / private MiB | "
+        "p50 ms | p90 ms | p99 ms | DB queries | "
         "DB queries / request | DB CPU (% of a core) | Redis commands / request | "
         "200 / 404 / other | socket errors |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     seen = set()
     for r in results:
@@ -424,6 +482,7 @@ def table(results: List[Dict[str, Any]]) -> str:
         seen.add(wl)
         lines.append(
             f"| {label} | {LABELS[r['variant']]} | {r['rps']:,.0f} | {vs} | "
+            f"{r.get('worker_pss_mib', 0):.1f} / {r.get('worker_private_mib', 0):.1f} | "
             f"{r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} | "
             f"{r['db_queries']:,} | {r['db_per_req']:.3f} | {r['db_cpu_pct']:.0f}% | "
             f"{r['redis_per_req']:.2f} | {r['s200']:,} / {r['s404']:,} / {r['sother']:,} | "
@@ -437,7 +496,8 @@ def summary(results: List[Dict[str, Any]]) -> str:
     for wl in WORKLOADS:
         rows = {r["variant"]: r for r in results if r["workload"] == wl}
         none = rows.get("none")
-        guards = [rows[v] for v in ("guard-memory", "guard-redis") if v in rows]
+        guards = [rows[v] for v in ("guard-memory", "guard-redis", "guard-file", "guard-mapped")
+                  if v in rows]
         if not none or not guards:
             continue
         best = max(guards, key=lambda r: r["rps"])
@@ -563,6 +623,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--connections", type=int, default=32, help="wrk connections")
     ap.add_argument("--wrk-threads", type=int, default=1, help="wrk threads")
     ap.add_argument("--error-rate", type=float, default=0.001, help="the filters' rate")
+    ap.add_argument("--filter-capacity", type=int, default=0,
+                    help="capacity of the guard-file/guard-mapped filter (default 2 x rows; "
+                         "a large one shows what mapping saves per worker)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"comma-separated subset of {','.join(WORKLOADS)}")
     ap.add_argument("--variants", default=",".join(VARIANTS),

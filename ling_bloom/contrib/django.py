@@ -17,6 +17,8 @@ settings.py::
                 "CHECK_EVERY": 2.0,                          # seconds between stat()s
                 "UNWARMED": "serve",                         # no FILE yet: serve unguarded
                                                              # (logged), or "reject"
+                "MAPPED": False,                             # True: every worker maps FILE
+                                                             # (one copy of the bits for all)
                 # "FILTER": "myproject.bloom.products",      # or: a dotted path to a filter
                 #                                            # (or a function returning one)
                 # where its keys come from (warm-up command, post_save hook):
@@ -157,7 +159,7 @@ def _live_filter(name: str) -> Any:
             raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['UNWARMED'] must be "
                                        f"'serve' or 'reject', not {unwarmed!r}")
         return FileFilter(spec["FILE"], check_every=float(spec.get("CHECK_EVERY", 2.0)),
-                          unwarmed=unwarmed)
+                          unwarmed=unwarmed, mapped=bool(spec.get("MAPPED", False)))
     return build_filter(name)
 
 

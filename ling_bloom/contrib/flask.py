@@ -69,7 +69,9 @@ class BloomGuard:
               ``flask bloom-warmup NAME`` (another process) replaces it; until the file
               exists, ``unwarmed`` (LING_BLOOM_UNWARMED): "serve" (default: requests pass
               unguarded, logged once) or "reject".  The filter given in ``filters`` is then
-              only the empty filter the warm-up fills.
+              only the empty filter the warm-up fills.  LING_BLOOM_MAPPED = True: each
+              worker maps a MemoryFilter file (MemoryFilter.open) instead of reading it,
+              so all workers share one copy of its bits.
     guard_options  keywords for each Guard (also app.config["LING_BLOOM_GUARD_OPTIONS"]),
               e.g. {"on_filter_error": "closed"}; by default a failing filter backend lets
               requests through ("open", see ling_bloom.guard)
@@ -94,6 +96,7 @@ class BloomGuard:
         self.files: Dict[str, Any] = dict(files or {})
         self.check_every = check_every
         self.unwarmed = unwarmed
+        self.mapped = False  # LING_BLOOM_MAPPED
         self._checked: "set[int]" = set()
         if app is not None:
             self.init_app(app)
@@ -112,6 +115,7 @@ class BloomGuard:
             self.check_every = float(app.config.get("LING_BLOOM_CHECK_EVERY", 2.0))
         if self.unwarmed is None:
             self.unwarmed = app.config.get("LING_BLOOM_UNWARMED", "serve")
+        self.mapped = bool(app.config.get("LING_BLOOM_MAPPED", self.mapped))
         if self.unwarmed not in ("serve", "reject"):
             raise ValueError(f"LING_BLOOM_UNWARMED must be 'serve' or 'reject', not {self.unwarmed!r}")
         for name in self.files:
@@ -150,7 +154,8 @@ class BloomGuard:
                     if name in self.files:
                         every = 2.0 if self.check_every is None else self.check_every
                         f = FileFilter(self.files[name], check_every=every,
-                                       unwarmed=self.unwarmed or "serve")
+                                       unwarmed=self.unwarmed or "serve",
+                                       mapped=self.mapped)
                     elif callable(f) and not hasattr(f, "test"):
                         f = self._filters[name] = f()
                     guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
