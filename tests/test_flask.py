@@ -397,3 +397,35 @@ def test_a_plain_route_keys_follow_the_views_annotation(db):
     assert client.get("/p/8").status_code == 404             # rejected before the view
     assert client.get("/p/abc").status_code == 200           # not an int: the view's call
     assert seen == ["007", "abc"]
+
+
+def test_configured_routes_keys_follow_the_views_annotation(db):
+    # Issue 16: routes given in LING_BLOOM_ROUTES (not decorated) convert the key as the
+    # view's annotation does, as @bloom.guard does: /c/007 has the key "7".
+    app = flask.Flask(__name__)
+    app.config["TESTING"] = True
+    app.config["LING_BLOOM_ROUTES"] = {"c": ("product_id", "products"),
+                                       "f": ("price", "prices")}
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["7"])
+    prices = lb.MemoryFilter(1000, 0.01)
+    prices.update(["2.5"])
+    seen = []
+
+    @app.get("/c/<product_id>")
+    def c(product_id: int):
+        seen.append(product_id)
+        return "ok"
+
+    def price_view(price: float):
+        return "ok"
+
+    app.add_url_rule("/f/<price>", endpoint="f", view_func=price_view)
+    BloomGuard(app, filters={"products": f, "prices": prices}, metrics=False)
+    client = app.test_client()
+    assert client.get("/c/007").status_code == 200           # key "7", as the view reads it
+    assert client.get("/c/8").status_code == 404             # rejected before the view
+    assert client.get("/c/abc").status_code == 200           # not an int: the view's call
+    assert seen == ["007", "abc"]
+    assert client.get("/f/2.50").status_code == 200          # float("2.50") -> "2.5"
+    assert client.get("/f/3").status_code == 404

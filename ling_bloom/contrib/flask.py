@@ -264,16 +264,7 @@ class BloomGuard:
             self._wanted.append((filter, where))
             if self._filters:  # else checked at init_app / before the first request
                 self._require_filter(filter, where)
-            # A plain <id> (string converter) with a view annotated ``id: int``: the key is
-            # what the view reads, int("007") -> "7"; a value that does not convert is the
-            # view's to answer (unguarded).  <int:id> converts already.
-            try:
-                import typing
-
-                annotated = typing.get_type_hints(view).get(arg)
-            except Exception:
-                annotated = None
-            convert = annotated if annotated in (int, float) else None
+            convert = _annotated_converter(view, arg)
 
             @functools.wraps(view)
             def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -319,6 +310,12 @@ class BloomGuard:
         value = (request.view_args or {}).get(arg)
         if value is None:
             return None
+        convert = _annotated_converter(view, arg)
+        if convert is not None and isinstance(value, str):
+            try:
+                value = convert(value)
+            except ValueError:
+                return None  # the view's to answer, unguarded (as @bloom.guard does)
         guard = self._check(name, value, prefix)
         if guard is not None:
             g._ling_bloom_guard = guard
@@ -330,6 +327,21 @@ class BloomGuard:
             status = response.status_code
             guard.record(None if status >= 500 else status != 404, g.get("_ling_bloom_key"))
         return response
+
+
+def _annotated_converter(view: Any, arg: str) -> Optional[Callable[[str], Any]]:
+    """int or float when the view reads ``arg`` with that annotation, else None.
+
+    A plain <id> (string converter) with a view annotated ``id: int``: the key is what the
+    view reads, int("007") -> "7"; a value that does not convert is the view's to answer
+    (unguarded).  <int:id> converts already (the value is no str then)."""
+    try:
+        import typing
+
+        annotated = typing.get_type_hints(view).get(arg)
+    except Exception:
+        return None
+    return annotated if annotated in (int, float) else None
 
 
 @click.command("bloom-warmup")
