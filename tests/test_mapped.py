@@ -175,10 +175,23 @@ def test_bad_arguments_and_files(path, tmp_path):
 
 
 def test_live_flag_only_for_memory_filters(tmp_path):
+    import xxhash
+
     raw = bytearray(lb.CountingFilter(100).to_bytes())
-    raw[20] |= 2
-    with pytest.raises(CorruptFileError):
-        lb.CountingFilter.from_bytes(bytes(raw))
+    raw[20] |= 2                                   # the live flag on a CountingFilter ...
+    for covered in (len(raw) - 8, 40):             # ... with either checksum forged right
+        raw[-8:] = xxhash.xxh3_64_intdigest(bytes(raw[:covered])).to_bytes(8, "little")
+        with pytest.raises(CorruptFileError):
+            lb.CountingFilter.from_bytes(bytes(raw))
+    # and a MemoryFilter's live file with a payload checksum is refused: the trailer of a
+    # live file covers its header only.
+    heap = bytearray(lb.MemoryFilter(100).to_bytes())
+    heap[20] |= 2
+    heap[-8:] = xxhash.xxh3_64_intdigest(bytes(heap[:-8])).to_bytes(8, "little")
+    with pytest.raises(CorruptFileError, match="checksum"):
+        lb.MemoryFilter.from_bytes(bytes(heap))
+    heap[-8:] = xxhash.xxh3_64_intdigest(bytes(heap[:40])).to_bytes(8, "little")
+    assert lb.MemoryFilter.from_bytes(bytes(heap)) == lb.MemoryFilter(100)
 
 
 def test_closed_pickle_copy_and_repr(path):

@@ -8,7 +8,7 @@ BASE_DIR = os.environ.get("LING_BLOOM_DJANGO_TMP") or tempfile.mkdtemp(prefix="l
 
 SECRET_KEY = "ling_bloom-tests-only"
 DEBUG = False
-ALLOWED_HOSTS = ["testserver", "localhost"]
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
@@ -41,6 +41,9 @@ LING_BLOOM = {
             "FILE": os.path.join(BASE_DIR, "products.bloom"),
             "MODEL": "shop.Product",
             "FIELD": "pk",
+            # tests/test_live_servers.py runs this project under gunicorn with these
+            "CHECK_EVERY": float(os.environ.get("LING_BLOOM_TEST_CHECK_EVERY", "2.0")),
+            "MAPPED": os.environ.get("LING_BLOOM_TEST_MAPPED") == "1",
         },
         "skus": {
             "CLASS": "MemoryFilter",
@@ -50,6 +53,7 @@ LING_BLOOM = {
             "PREFIX": "sku:",
         },
     },
+    "REJECT": int(os.environ.get("LING_BLOOM_TEST_REJECT", "404")),
     "ROUTES": [
         {"URL_NAME": "product-detail", "KWARG": "pk", "FILTER": "products"},
         {"URL_NAME": "shop:by-sku", "KWARG": "sku", "FILTER": "skus"},
