@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 HOST = "127.0.0.1"
 
@@ -485,3 +485,36 @@ class SilentListener:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SentinelServer(RedisServer):
+    """A redis-server in Sentinel mode on 127.0.0.1:<free port>, monitoring one service.
+
+    Its configuration file (which Sentinel rewrites as it learns) is made in its own
+    directory: ``sentinel monitor SERVICE 127.0.0.1 PRIMARY_PORT 1`` with the given
+    down-after and failover timeouts."""
+
+    def __init__(self, service: str, primary_port: int, down_after_ms: int = 1000,
+                 failover_timeout_ms: int = 3000, **kwargs) -> None:
+        super().__init__(unix_socket=False, **kwargs)
+        self.service = service
+        self.primary_port = primary_port
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.conf = os.path.join(self.dir, "sentinel.conf")
+
+    def _argv(self) -> List[str]:
+        with open(self.conf, "w") as f:
+            f.write(f"port {self.port}\nbind {HOST}\ndir {self.dir}\nlogfile {self._log}\n"
+                    f"daemonize no\nprotected-mode yes\n"
+                    f"sentinel monitor {self.service} {HOST} {self.primary_port} 1\n"
+                    f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                    f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
+                    f"sentinel parallel-syncs {self.service} 1\n")
+        return [self.executable, self.conf, "--sentinel"] + self.extra_args
+
+    def primary(self) -> Tuple[str, int]:
+        """What this sentinel says the primary is now."""
+        with self.client() as c:
+            host, port = c.command("SENTINEL", "get-master-addr-by-name", self.service)
+        return host.decode(), int(port)

@@ -63,6 +63,15 @@ def test_script_runs(code, tmp_path, request):
         server = request.getfixturevalue("redis_server_factory")(server_args(certs), tls=True)
         env["REDIS_TLS_URL"] = server.url
         env["REDIS_TLS_CA"] = certs["ca"]
+    if "REDIS_SENTINEL_URL" in code:  # a primary (with RedisBloom) and a sentinel
+        from redis_server import SentinelServer
+
+        module = request.getfixturevalue("redisbloom_module")
+        primary = request.getfixturevalue("redis_server_factory")(["--loadmodule", module])
+        sentinel = SentinelServer("mymaster", primary.port)
+        sentinel.start()
+        request.addfinalizer(sentinel.stop)
+        env["REDIS_SENTINEL_URL"] = f"redis+sentinel://{sentinel.host}:{sentinel.port}/mymaster"
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,

@@ -1,6 +1,7 @@
 /* redis_conn.c: see redis_conn.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_conn.h"
+#include "redis_sentinel.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
 
@@ -80,6 +81,10 @@ void lb_redis_config_free(lb_redis_config *cfg)
     free(cfg->tls_ca_path);
     free(cfg->tls_certfile);
     free(cfg->tls_keyfile);
+    free(cfg->sentinels);
+    free(cfg->sentinel_service);
+    free(cfg->sentinel_username);
+    free(cfg->sentinel_password);
     lb_redis_config_init(cfg);
 }
 
@@ -223,16 +228,22 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                        "invalid Redis URL: expected redis://host[:port][/db], "
                        "unix:///path/to/socket or rediss://");
     size_t slen = (size_t)(sep - url);
-    int is_unix = 0;
+    int is_unix = 0, is_sentinel = 0;
     if (slen == 5 && strncasecmp(url, "redis", 5) == 0) {
         is_unix = 0;
     } else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
         is_unix = 1;
     } else if (slen == 6 && strncasecmp(url, "rediss", 6) == 0) {
         cfg->tls = 1;
+    } else if (slen == 14 && strncasecmp(url, "redis+sentinel", 14) == 0) {
+        is_sentinel = 1;
+    } else if (slen == 15 && strncasecmp(url, "rediss+sentinel", 15) == 0) {
+        is_sentinel = 1;
+        cfg->tls = 1; /* to the data nodes; the sentinels are asked over plain TCP */
     } else {
         return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
-                       "unsupported URL scheme '%.*s://' (expected redis://, unix:// or rediss://)",
+                       "unsupported URL scheme '%.*s://' (expected redis://, unix://, rediss:// "
+                       "or redis+sentinel://)",
                        (int)(slen > 32 ? 32 : slen), url);
     }
 
@@ -271,7 +282,40 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
         hostpart = at + 1;
     }
 
-    if (is_unix) {
+    if (is_sentinel) {
+        char why[160];
+        int pl = lb_sentinel_parse_list(hostpart, (size_t)(netend - hostpart), &cfg->sentinels,
+                                        why, sizeof why);
+        if (pl == -2)
+            goto nomem;
+        if (pl != 0)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "invalid redis+sentinel:// URL: %s", why);
+        /* The path: /service_name[/db]. */
+        const char *svc = path ? path + 1 : NULL;
+        const char *svc_end = svc ? memchr(svc, '/', (size_t)(end - svc)) : NULL;
+        if (!svc || (svc_end ? svc_end : end) == svc)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "a redis+sentinel:// URL names the service: "
+                           "redis+sentinel://host:port[,host:port...]/service_name[/db]");
+        if (take_decoded(&cfg->sentinel_service, svc, (size_t)((svc_end ? svc_end : end) - svc),
+                         &bad)) {
+            if (!bad)
+                goto nomem;
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "bad percent-escape in the service name of the URL");
+        }
+        if (svc_end && end - svc_end > 1) {
+            long db;
+            if (parse_uint(svc_end + 1, (size_t)(end - svc_end - 1), INT_MAX, &db))
+                return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                               "invalid database '%.*s' in the URL path (expected "
+                               "/service_name/N)",
+                               (int)(end - svc_end - 1 > 32 ? 32 : end - svc_end - 1),
+                               svc_end + 1);
+            cfg->db = (int)db;
+        }
+    } else if (is_unix) {
         if (hostpart != netend)
             return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
                            "a unix:// URL must not name a host ('%.*s'); write unix:///path/to/socket",
@@ -390,6 +434,13 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                     cfg->password = val[0] ? val : NULL;
                     if (val[0])
                         val = NULL;
+                } else if (strcmp(name, "sentinel_password") == 0 ||
+                           strcmp(name, "sentinel_username") == 0) {
+                    char **f = name[9] == 'p' ? &cfg->sentinel_password : &cfg->sentinel_username;
+                    free(*f);
+                    *f = val[0] ? val : NULL;
+                    if (val[0])
+                        val = NULL;
                 } else if (strcmp(name, "username") == 0) {
                     free(cfg->username);
                     cfg->username = val[0] ? val : NULL;
@@ -444,7 +495,7 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                                  "unknown URL option '%.32s' (known: db, username, password, "
                                  "socket_timeout, socket_connect_timeout, ssl_cert_reqs, "
                                  "ssl_check_hostname, ssl_ca_certs, ssl_ca_path, ssl_certfile, "
-                                 "ssl_keyfile)",
+                                 "ssl_keyfile, sentinel_username, sentinel_password)",
                                  name);
                 }
                 free(name);
@@ -780,6 +831,10 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
         lb_redis_config_set(&r->cfg.tls_ca_path, cfg->tls_ca_path) ||
         lb_redis_config_set(&r->cfg.tls_certfile, cfg->tls_certfile) ||
         lb_redis_config_set(&r->cfg.tls_keyfile, cfg->tls_keyfile) ||
+        lb_redis_config_set(&r->cfg.sentinels, cfg->sentinels) ||
+        lb_redis_config_set(&r->cfg.sentinel_service, cfg->sentinel_service) ||
+        lb_redis_config_set(&r->cfg.sentinel_username, cfg->sentinel_username) ||
+        lb_redis_config_set(&r->cfg.sentinel_password, cfg->sentinel_password) ||
         !(r->rbuf = malloc(LB_RBUF_SIZE))) {
         lb_redis_free(r);
         return NULL;
@@ -1344,7 +1399,74 @@ static lb_redis_status handshake_check(lb_redis *r, lb_reply **hr, int auth, int
     return LB_REDIS_OK;
 }
 
+static lb_redis_status connect_once(lb_redis *r);
+
+/* Sentinel: after the handshake, ROLE must say "master" (the sentinels may
+ * name a primary that a failover has just demoted). */
+static lb_redis_status check_role(lb_redis *r)
+{
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_cmd(&b, 1);
+    lb_redis_batch_arg_str(&b, "ROLE");
+    lb_reply *rr[1];
+    size_t received;
+    r->max_elements = 64 * 1024; /* a master lists its replicas */
+    r->max_bytes = (size_t)LB_REDIS_REPLY_SLACK + 64 * 1024;
+    lb_redis_status st = b.failed ? LB_REDIS_ERR_NOMEM : roundtrip(r, b.buf, b.len, 1, rr, &received);
+    lb_redis_batch_free(&b);
+    if (st != LB_REDIS_OK)
+        return st;
+    char w[160];
+    where(r, w, sizeof w);
+    int m = lb_sentinel_role_is_master(rr[0]);
+    if (m < 0)
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: Redis at %s answered ROLE with something "
+                                  "other than a role; connection dropped", w);
+    if (m == 0)
+        return lb_redis_set_error(r, LB_REDIS_ERR_CONNECT,
+                                  "the sentinels named %s as the primary of '%s', but it is "
+                                  "not a master (a failover in progress?)",
+                                  w, r->cfg.sentinel_service);
+    return LB_REDIS_OK;
+}
+
+/* Connect; through the sentinels when the config names a service: ask them,
+ * connect to the primary they name, check its ROLE; a few tries, 200 ms apart,
+ * while a failover leaves them naming a server that is gone or not a master. */
 static lb_redis_status do_connect(lb_redis *r)
+{
+    if (!r->cfg.sentinel_service || r->cfg.unix_path)
+        return connect_once(r);
+    lb_redis_status st = LB_REDIS_ERR_CONNECT;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        if (attempt) {
+            struct timespec pause = {0, 200 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        char *host = NULL, err[512];
+        int port = 0;
+        st = lb_sentinel_find_primary(&r->cfg, &host, &port, err, sizeof err);
+        if (st != LB_REDIS_OK)
+            return lb_redis_set_error(r, st, "%s", err);
+        free(r->cfg.host);
+        r->cfg.host = host;
+        r->cfg.port = port;
+        st = connect_once(r);
+        if (st == LB_REDIS_OK) {
+            st = check_role(r);
+            if (st == LB_REDIS_OK)
+                return st;
+            drop(r);
+        }
+        if (st != LB_REDIS_ERR_CONNECT)
+            return st;
+    }
+    return st;
+}
+
+static lb_redis_status connect_once(lb_redis *r)
 {
     char w[160];
     const int ct = r->cfg.connect_timeout_ms;
@@ -1531,6 +1653,19 @@ static void set_bounds(lb_redis *r, const lb_redis_batch *b)
     }
 }
 
+/* Sentinel: a reply of the last round trip says the server is no longer the
+ * primary (-READONLY from a replica, -MASTERDOWN). */
+static int demoted(lb_redis *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const lb_reply *x = r->replies[i];
+        if (x->type == LB_REPLY_ERROR && x->str &&
+            (strncmp(x->str, "READONLY", 8) == 0 || strncmp(x->str, "MASTERDOWN", 10) == 0))
+            return 1;
+    }
+    return 0;
+}
+
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies)
 {
     clear_error(r);
@@ -1576,6 +1711,26 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
         size_t received = 0;
         set_bounds(r, b);
         st = roundtrip(r, b->buf, b->len, b->ncmds, r->replies, &received);
+        if (st == LB_REDIS_OK && r->cfg.sentinel_service && demoted(r, b->ncmds)) {
+            /* A primary that a failover demoted refuses writes (-READONLY): this
+             * connection must go, so that the next one asks the sentinels.  The
+             * writes were refused, not done: an idempotent batch is sent again. */
+            drop(r);
+            if ((flags & LB_REDIS_IDEMPOTENT) && attempt < 2)
+                continue;
+            if (flags & LB_REDIS_KEPT_CONN) {
+                /* The caller resends on a new connection itself, after its own
+                 * checks (RedisFilter's meta key), as for a stale connection. */
+                r->stale = 1;
+                char w[160];
+                where(r, w, sizeof w);
+                return lb_redis_set_error(r, LB_REDIS_ERR_IO,
+                                          "Redis at %s is no longer the primary of '%s' "
+                                          "(READONLY): connection dropped",
+                                          w, r->cfg.sentinel_service);
+            }
+            break;
+        }
         if (st == LB_REDIS_OK)
             break;
         drop(r);

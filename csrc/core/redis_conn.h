@@ -79,6 +79,13 @@ typedef struct {
     char *tls_keyfile;       /* its key (PEM); NULL: in tls_certfile */
     int tls_cert_reqs;       /* 0 "required" (default), 1 "optional", 2 "none" (verify nothing) */
     int tls_check_hostname;  /* 0 default (on), 1 on, 2 off; never with cert_reqs "none" */
+    /* Sentinel (redis+sentinel://, see redis_sentinel.h): when sentinel_service is set,
+     * each new connection asks the sentinels for the primary of that service (host and
+     * port above are then the primary last found) and checks it with ROLE. */
+    char *sentinels;         /* "host:port,host:port" (plain TCP) */
+    char *sentinel_service;  /* the name the sentinels monitor */
+    char *sentinel_username; /* AUTH for the sentinels (the URL's user and password are */
+    char *sentinel_password; /*  the data nodes') */
 } lb_redis_config;
 
 #define LB_REDIS_CERT_REQUIRED 0

@@ -212,6 +212,14 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
         PyErr_SetString(PyExc_ValueError, "ssl_keyfile needs ssl_certfile (the client certificate)");
         return -1;
     }
+    if (cfg->sentinel_service &&
+        ((kw->host && kw->host != Py_None) || (kw->port && kw->port != Py_None) ||
+         (kw->unix_socket_path && kw->unix_socket_path != Py_None))) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_TypeError, "a redis+sentinel:// URL finds the primary through "
+                                         "the sentinels: give no host, port or unix_socket_path");
+        return -1;
+    }
     if (kw->host && kw->host != Py_None && cfg->unix_path && kw->unix_socket_path == NULL) {
         /* an explicit host wins over a unix:// URL */
         lb_redis_config_set(&cfg->unix_path, NULL);
@@ -639,6 +647,13 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
     if (lb_enter(&f->base) < 0)
         return NULL;
     const lb_redis_config *c = lb_redis_get_config(f->conn);
+    if (c->sentinel_service) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not resolve redis+sentinel:// URLs yet: use "
+                        "RedisFilter / RedisBloomFilter (blocking), or the primary's address");
+        return NULL;
+    }
     static const char *const reqs[] = {"required", "optional", "none"};
     PyObject *d = PyDict_New();
     if (d && (put(d, "host", PyUnicode_FromString(c->host ? c->host : "localhost")) < 0 ||
