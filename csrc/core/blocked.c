@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* XXH3 inlined into the batch loops (the same function lb_hash_xxh3 calls). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define LB_HAVE_AVX2_CODE 1
 #include <immintrin.h>
@@ -40,6 +44,14 @@ const uint32_t LB_BLOCKED_SALT[LB_MAX_K] LB_ALIGN64 = {
     0xa0dc7873u, 0xbdc01f11u, 0x08abc8e5u, 0x8b2d97cbu,
     0x73d851e5u, 0xd8b2cff9u, 0x0d1a4b57u, 0x05513427u,
 };
+
+/* lb_hash_xxh3, inlined: (low 64, high 64 | 1) of XXH3_128bits. */
+static inline lb_hash_pair hash_key(const void *data, size_t len)
+{
+    XXH128_hash_t h = XXH3_128bits(data, len);
+    lb_hash_pair p = {h.low64, h.high64 | 1};
+    return p;
+}
 
 static inline uint32_t round_word(lb_hash_pair h, uint32_t j)
 {
@@ -225,7 +237,7 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
         uint64_t *br_[LB_BLOCKED_AHEAD];                                                 \
         size_t ahead_ = (N) < LB_BLOCKED_AHEAD ? (N) : LB_BLOCKED_AHEAD;                 \
         for (size_t j_ = 0; j_ < ahead_; j_++) {                                         \
-            hr_[j_] = lb_hash_xxh3((KEYS)[j_].data, (KEYS)[j_].len);                     \
+            hr_[j_] = hash_key((KEYS)[j_].data, (KEYS)[j_].len);                     \
             br_[j_] = block_of((B), hr_[j_]);                                            \
             if (WRITE)                                                                   \
                 LB_PREFETCH_W(br_[j_]);                                                  \
@@ -240,7 +252,7 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
             BODY                                                                         \
             const size_t next_ = j_ + LB_BLOCKED_AHEAD;                                  \
             if (next_ < (N)) {                                                           \
-                hr_[r_] = lb_hash_xxh3((KEYS)[next_].data, (KEYS)[next_].len);           \
+                hr_[r_] = hash_key((KEYS)[next_].data, (KEYS)[next_].len);           \
                 br_[r_] = block_of((B), hr_[r_]);                                        \
                 if (WRITE)                                                               \
                     LB_PREFETCH_W(br_[r_]);                                              \
