@@ -194,18 +194,48 @@ LB_AVX2 static inline int test_avx2(const uint64_t *blk, uint32_t rounds, lb_has
     return _mm256_testc_si256(lo, want_lo) & _mm256_testc_si256(hi, want_hi);
 }
 
-LB_AVX2 static int add_one_avx2(lb_blocked *b, lb_hash_pair h)
+LB_AVX2 static inline int add_one_avx2(lb_blocked *b, lb_hash_pair h)
 {
     unsigned fresh = add_avx2(block_of(b, h), b->rounds, h);
     b->bits_set += fresh;
     return fresh != 0;
 }
 
-LB_AVX2 static int test_one_avx2(const lb_blocked *b, lb_hash_pair h)
+LB_AVX2 static inline int test_one_avx2(const lb_blocked *b, lb_hash_pair h)
 {
     return test_avx2(block_of(b, h), b->rounds, h);
 }
 #endif
+
+#if LB_HAVE_AVX2_CODE
+LB_AVX2 static int add_key_avx2(lb_blocked *b, const void *data, size_t len)
+{
+    return add_one_avx2(b, hash_key(data, len));
+}
+
+LB_AVX2 static int test_key_avx2(const lb_blocked *b, const void *data, size_t len)
+{
+    return test_one_avx2(b, hash_key(data, len));
+}
+#endif
+
+int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return add_key_avx2(b, data, len);
+#endif
+    return lb_blocked_add(b, hash_key(data, len));
+}
+
+int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return test_key_avx2(b, data, len);
+#endif
+    return lb_blocked_test(b, hash_key(data, len));
+}
 
 int lb_blocked_add(lb_blocked *b, lb_hash_pair h)
 {

@@ -66,6 +66,10 @@ uint64_t lb_blocked_popcount(const lb_blocked *b);
 int lb_blocked_add(lb_blocked *b, lb_hash_pair h);
 int lb_blocked_test(const lb_blocked *b, lb_hash_pair h);
 
+/* The same for one key's bytes, hashed here (one call from the binding). */
+int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len);
+int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len);
+
 /* Batches: hash each key, prefetch the block of keys a few places ahead,
  * then probe.  out (may be NULL for add) gets 1/0 per key. */
 void lb_blocked_add_batch(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out);

@@ -151,7 +151,7 @@ static PyObject *bf_add(PyObject *self, PyObject *key)
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
         return NULL;
-    int r = lb_blocked_add(&f->bits, lb_hash_xxh3(k.data, k.len));
+    int r = lb_blocked_add_key(&f->bits, k.data, k.len);
     lb_key_leave(&f->f.base, &hold);
     return Py_NewRef(r ? Py_True : Py_False);
 }
@@ -163,7 +163,7 @@ static int bf_contains(PyObject *self, PyObject *key)
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
         return -1;
-    int r = lb_blocked_test(&f->bits, lb_hash_xxh3(k.data, k.len));
+    int r = lb_blocked_test_key(&f->bits, k.data, k.len);
     lb_key_leave(&f->f.base, &hold);
     return r;
 }
