@@ -174,6 +174,24 @@ def test_ideal_rate_edges():
         rate(512, 12, 1)
 
 
+def test_theory_and_sizing_at_the_extremes_answer_at_once():
+    rate = BlockedFilter.ideal_false_positive_rate
+    # far more keys than bits: a rate of 1, computed without walking 10**18 loads
+    assert rate(512 * 3, 8, 10**18) == 1.0
+    assert rate(lb.MAX_BITS, 64, 2**64 - 1) == 1.0
+    assert rate(512 * 1000, 8, 10**7) == 1.0
+    with pytest.raises(lb.InvalidCapacityError, match="2\\*\\*48"):
+        BlockedFilter.geometry(10**15, 0.01)
+    with pytest.raises(lb.InvalidFalsePositiveRateError):
+        BlockedFilter.geometry(1, 1e-300)
+    with pytest.raises(lb.InvalidCapacityError):
+        BlockedFilter.geometry(0, 0.01)
+    with pytest.raises(lb.InvalidFalsePositiveRateError):
+        BlockedFilter.geometry(10, 1.5)
+    with pytest.raises(TypeError):
+        BlockedFilter.geometry(10, None)
+
+
 def test_capacity_one_is_one_block():
     f = BlockedFilter(1)
     assert (f.m, f.k, f.nbytes) == (512, 8, 64)
@@ -190,6 +208,7 @@ def test_capacity_one_is_one_block():
     ({"capacity": 2**62}, lb.InvalidCapacityError),                # past 2**48 bits
     ({"capacity": 100, "error_rate": 0}, lb.InvalidFalsePositiveRateError),
     ({"capacity": 100, "error_rate": 1.0}, lb.InvalidFalsePositiveRateError),
+    ({"capacity": 1, "error_rate": 1e-300}, lb.InvalidFalsePositiveRateError),  # > 64 bits/key
     ({"m": 0, "k": 8}, lb.InvalidCapacityError),
     ({"m": 513, "k": 8}, lb.InvalidCapacityError),                 # not whole blocks
     ({"m": 2**48 + 512, "k": 8}, lb.InvalidCapacityError),         # past the limit
@@ -422,3 +441,22 @@ def test_forged_length_is_refused_before_allocating():
     forged = _reseal(f.to_bytes(), lambda b: struct.pack_into("<Q", b, 8, 1000))
     with pytest.raises(lb.CorruptFileError, match="m or k out of range"):
         BlockedFilter.from_bytes(forged)
+
+
+def test_a_filter_of_several_mib_is_mapped_for_huge_pages_and_works_the_same():
+    """From 4 MiB on the blocks are mapped (2 MiB aligned, huge pages asked for) instead of
+    calloc'd: every operation behaves the same, and the memory goes back on close."""
+    f = BlockedFilter(5_000_000, 0.01)
+    assert f.nbytes >= 4 << 20
+    ks = keys(20_000)
+    f.update(ks)
+    g = f.copy()
+    assert all(g.test_many(ks)) and g == f
+    h = BlockedFilter.from_bytes(f.to_bytes())
+    assert h == f and (f | h) == f and (f & h) == f
+    assert words_of(BlockedFilter(m=f.m, k=f.k) | f)[:64] == words_of(f)[:64]
+    f.reset()
+    assert f.bits_set == 0 and not any(f.test_many(ks[:100]))
+    for x in (f, g, h):
+        x.close()
+    assert g.closed

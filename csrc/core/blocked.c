@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 /* XXH3 inlined into the batch loops (the same function lb_hash_xxh3 calls). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -16,6 +20,12 @@
 #else
 #define LB_HAVE_AVX2_CODE 0
 #endif
+
+/* Filters of at least this many bytes are mapped for transparent huge pages. */
+#ifndef LB_BLOCKED_HUGE_MIN
+#define LB_BLOCKED_HUGE_MIN ((size_t)4 << 20)
+#endif
+#define LB_BLOCKED_HUGE_ALIGN ((size_t)2 << 20)
 
 /* How many keys ahead a batch hashes and prefetches: one line per key. */
 #ifndef LB_BLOCKED_AHEAD
@@ -378,9 +388,30 @@ lb_status lb_blocked_init(lb_blocked *b, uint64_t m, uint32_t k)
         b->raw = NULL;
         return LB_ERR_NOMEM;
     }
+    const size_t bytes = (size_t)b->nblocks * 64;
+    b->raw_len = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* A filter of several MiB is probed at random, one block per key: with 4 KiB
+     * pages nearly every probe also misses the TLB.  Map it aligned to 2 MiB and
+     * ask for transparent huge pages (where the system gives them on request);
+     * the pages are zero and come as they are touched. */
+    if (bytes >= LB_BLOCKED_HUGE_MIN && bytes <= SIZE_MAX - LB_BLOCKED_HUGE_ALIGN) {
+        size_t len = bytes + LB_BLOCKED_HUGE_ALIGN;
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            uintptr_t start = ((uintptr_t)p + LB_BLOCKED_HUGE_ALIGN - 1) &
+                              ~(uintptr_t)(LB_BLOCKED_HUGE_ALIGN - 1);
+            (void)madvise((void *)start, bytes, MADV_HUGEPAGE); /* advice only */
+            b->raw = p;
+            b->raw_len = len;
+            b->words = (uint64_t *)start;
+            return LB_OK;
+        }
+    }
+#endif
     /* calloc: large arrays come as zero pages, touched only when used; the
      * extra 64 bytes let the words start on a cache line. */
-    b->raw = calloc((size_t)b->nblocks * 64 + 64, 1);
+    b->raw = calloc(bytes + 64, 1);
     if (!b->raw)
         return LB_ERR_NOMEM;
     b->words = (uint64_t *)(((uintptr_t)b->raw + 63) & ~(uintptr_t)63);
@@ -389,7 +420,14 @@ lb_status lb_blocked_init(lb_blocked *b, uint64_t m, uint32_t k)
 
 void lb_blocked_free(lb_blocked *b)
 {
-    free(b->raw);
+#if defined(__linux__)
+    if (b->raw_len) {
+        munmap(b->raw, b->raw_len);
+        b->raw_len = 0;
+    }
+    else
+#endif
+        free(b->raw);
     b->raw = NULL;
     b->words = NULL;
 }
@@ -531,15 +569,33 @@ static double blocked_fpr(uint64_t nblocks, uint32_t r, uint64_t n, const double
         lo = 0.0;
     if (hi > nd)
         hi = nd;
-    const double lp = log(pb), lq = log1p(-pb), lfn = lgamma(nd + 1.0);
-    double sum = 0.0;
+    /* Past 51,200 bits thrown into a lane, (63/64)^throws underflows: every lane is
+     * full in double precision.  A window that starts there (a huge n for the blocks)
+     * is a rate of 1, and is never walked (it could be wider than a double counts). */
+    if (lo * (double)r > 64.0 * 800.0)
+        return 1.0;
+    /* The Binomial weights by their ratio, pmf(L + 1) / pmf(L) = (n - L) / (L + 1) * pb /
+     * (1 - pb), from the window's first L, then normalised over the window (which holds
+     * all but a negligible part of the mass): no lgamma(n) of a huge n, whose rounding
+     * would swamp the differences taken. */
+    const double odds = log(pb) - log1p(-pb);
+    double logw = 0.0, top = -INFINITY;
     for (double L = lo; L <= hi; L += 1.0) {
-        double logpmf = lfn - lgamma(L + 1.0) - lgamma(nd - L + 1.0) + L * lp + (nd - L) * lq;
+        if (logw > top)
+            top = logw;
+        logw += log((nd - L) / (L + 1.0)) + odds;
+    }
+    double sum = 0.0, mass = 0.0;
+    logw = 0.0;
+    for (double L = lo; L <= hi; L += 1.0) {
+        double w = exp(logw - top);
         double q = lane_prob(c, logx, r, (double)r * L);
         double q2 = q * q, q4 = q2 * q2;
-        sum += exp(logpmf) * q4 * q4;
+        sum += w * q4 * q4;
+        mass += w;
+        logw += log((nd - L) / (L + 1.0)) + odds;
     }
-    return sum;
+    return sum / mass;
 }
 
 static void theory_tables(uint32_t r, double *c, double *logx)

@@ -45,6 +45,7 @@ extern const uint32_t LB_BLOCKED_SALT[LB_MAX_K];
 typedef struct {
     uint64_t *words;   /* 8 * nblocks lanes, 64-byte aligned */
     void *raw;         /* what was allocated (words is inside it) */
+    size_t raw_len;    /* its length when it was mapped (huge pages); 0: malloc'd */
     uint64_t nblocks;
     uint32_t rounds;   /* k / 8 */
     uint64_t bits_set; /* kept up to date by every operation */

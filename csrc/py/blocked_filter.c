@@ -64,6 +64,20 @@ static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
     return -1;
 }
 
+/* The error of a capacity and rate that no blocked filter holds: the rate, when even
+ * one key cannot be held at it (it needs more than 64 bits per key); else the size. */
+static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
+{
+    uint64_t m, k;
+    if (s == LB_ERR_RANGE && lb_blocked_size(1, p, &m, &k) == LB_ERR_RANGE)
+        return PyErr_Format(st->InvalidFalsePositiveRateError,
+                            "error_rate %R is below what a blocked filter reaches "
+                            "(at most 64 bits per key)", rate);
+    return lb_raise(st, s, s == LB_ERR_RANGE ? "no blocked filter of at most 2**48 bits "
+                                               "holds that many keys at that rate"
+                                             : NULL);
+}
+
 static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixed_args *out)
 {
     static char *kwlist[] = {"capacity", "error_rate", "m", "k", NULL};
@@ -123,8 +137,11 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
     uint64_t m, k;
     lb_status s = lb_blocked_size(out->capacity, out->error_rate, &m, &k);
     if (s != LB_OK) {
-        lb_raise(st, s, s == LB_ERR_RANGE
-                            ? "the filter would be too large (more than 2**48 bits)" : NULL);
+        PyObject *rate = error_rate ? Py_NewRef(error_rate) : PyFloat_FromDouble(0.01);
+        if (rate) {
+            bf_size_error(st, s, out->error_rate, rate);
+            Py_DECREF(rate);
+        }
         return -1;
     }
     out->m = m;
@@ -423,10 +440,10 @@ static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t na
     if (p == -1.0 && PyErr_Occurred())
         return NULL;
     lb_status r = lb_blocked_size(n, p, &m, &k);
+    if (r == LB_ERR_CAPACITY)
+        return lb_raise(s, r, "n must be greater than zero");
     if (r != LB_OK)
-        return lb_raise(s, r, r == LB_ERR_RANGE ? "no blocked filter of at most 2**48 bits "
-                                                  "holds n keys at rate p"
-                                                : NULL);
+        return bf_size_error(s, r, p, args[1]);
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
