@@ -2,7 +2,7 @@
  *
  * What from_bytes() / load() do with a file, minus Python: lb_format_length on
  * the head (load() reads no further than it says), lb_format_read, then the
- * filter built from the header as the bindings build it (bits, counters, or a
+ * filter built from the header as the bindings build it (bits, counters, blocks, or a
  * scalable chain grown stage by stage) with the payload copied in, and a key
  * added and tested.  Each input is tried twice: as it is, and with its last 8
  * bytes replaced by the right checksum, so that the fuzzer gets past the
@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "bitarray.h"
+#include "blocked.h"
 #include "counters.h"
 #include "format.h"
 #include "scalable.h"
@@ -63,6 +64,23 @@ static void fixed_filter(const uint8_t *data, size_t len, const lb_format_header
         lb_bits_add(&b, &g, hp);
         CHECK(lb_bits_test(&b, &g, hp));
         lb_bits_free(&b);
+    } else if (h->kind == LB_KIND_BLOCKED) {
+        lb_blocked b;
+        CHECK(lb_blocked_init(&b, h->m, h->k) == LB_OK);
+        CHECK(b.nblocks * 64 == h->payload_len);
+        lb_blocked_import(&b, h->payload);
+        CHECK(b.bits_set <= h->m);
+        uint8_t *tmp = NULL;
+        const uint8_t *bytes = lb_blocked_bytes(&b, &tmp);
+        CHECK(bytes);
+        lb_format_write_fixed(out, h, bytes, h->payload_len);
+        free(tmp);
+        CHECK(memcmp(out, data, len) == 0);
+        (void)lb_blocked_test(&b, hp);
+        lb_blocked_add(&b, hp);
+        CHECK(lb_blocked_test(&b, hp));
+        (void)lb_blocked_current_fpr(&b);
+        lb_blocked_free(&b);
     } else {
         lb_counters c;
         CHECK(lb_counters_init(&c, h->m) == LB_OK);

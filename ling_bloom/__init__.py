@@ -1,9 +1,11 @@
 """ling_bloom: Bloom filters for Python with a C core.
 
-Five filters share one interface (add, test / ``in``, add_many, update, test_many,
+Six filters share one interface (add, test / ``in``, add_many, update, test_many,
 reset, close, context manager):
 
 - MemoryFilter: a bit array.
+- BlockedFilter: a split-block bit array: one 64-byte block (cache line) per key; the
+  fastest, sized for its own false-positive rate.
 - CountingFilter: 4-bit saturating counters; can remove keys.
 - ScalableFilter: a chain of bit arrays that grows (Almeida et al. 2007).
 - RedisFilter: a Redis bitmap, hashing on the client (added by the Redis issue).
@@ -26,6 +28,7 @@ from ._core import (
     FORMAT_VERSION,
     MAX_BITS,
     MAX_K,
+    BlockedFilter,
     BloomError,
     ClosedError,
     CorruptFileError,
@@ -126,14 +129,15 @@ def __getattr__(name: str) -> object:
     return value
 
 
-_KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter]]" = {
+_KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
     1: MemoryFilter,
     2: CountingFilter,
     3: ScalableFilter,
+    4: BlockedFilter,
 }
 
 
-def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
+def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter:
     """Rebuild whichever filter to_bytes() saved in data.
 
     CorruptFileError (a BloomError and a ValueError) when data is not a saved filter.
@@ -149,7 +153,7 @@ def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter:
 
 def load(
     path: "str | os.PathLike[str] | BinaryIO",
-) -> MemoryFilter | CountingFilter | ScalableFilter:
+) -> MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter:
     """Read a filter saved with save(path), whatever its type.
 
     path may be a binary file object (io.BytesIO, open(..., "rb")): the filter is read
@@ -171,6 +175,7 @@ __all__ = [
     "sync",
     "warmup",
     "Batcher",
+    "BlockedFilter",
     "BloomError",
     "ClosedError",
     "CorruptFileError",

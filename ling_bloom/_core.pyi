@@ -264,6 +264,52 @@ class MemoryFilter(_Fixed):
         """The mode open() was given, or None for a filter in memory."""
     def __sizeof__(self) -> int: ...
 
+class BlockedFilter(_Fixed):
+    """A split-block Bloom filter: each key sets k bits in one 64-byte block (one cache
+    line), k/8 in each of the block's eight 64-bit lanes.  Sized with its own rate (higher
+    than a standard filter's at equal memory): error_rate holds at capacity.  Keys are
+    hashed with XXH3-128 (the same on every machine and process)."""
+
+    def __new__(
+        cls,
+        capacity: float = ...,
+        error_rate: float = ...,
+        *,
+        m: int = ...,
+        k: int = ...,
+    ) -> Self:
+        """capacity and error_rate, or m (a positive multiple of 512, at most MAX_BITS) and
+        k (a multiple of 8 in 8..64); InvalidCapacityError otherwise."""
+    @property
+    def hash(self) -> str:
+        """"xxh3-block": XXH3-128 of the key and the split-block walk (csrc/core/blocked.h)."""
+    @property
+    def bits_set(self) -> int:
+        """Number of bits set."""
+    def union(self, other: BlockedFilter, /) -> Self:
+        """A new filter with the keys of both (same m and k)."""
+    def intersection(self, other: BlockedFilter, /) -> Self:
+        """A new filter with the bits both have set."""
+    def __or__(self, other: BlockedFilter, /) -> Self: ...
+    def __and__(self, other: BlockedFilter, /) -> Self: ...
+    def __ior__(self, other: BlockedFilter, /) -> Self: ...
+    def __iand__(self, other: BlockedFilter, /) -> Self: ...
+    def current_error_rate(self) -> float:
+        """The rate now, from each block's lanes: the mean over blocks of the product over
+        lanes of (bits set / 64) ** (k / 8)."""
+    @classmethod
+    def geometry(cls, n: int, p: float, /) -> Tuple[int, int]:
+        """(m, k) of BlockedFilter(n, p): the fewest blocks whose ideal rate after n keys is
+        at most p, over k = 8..64 (least memory, then the smallest k)."""
+    @classmethod
+    def ideal_false_positive_rate(cls, m: int, k: int, n: int, /) -> float:
+        """The expected rate after n distinct keys with ideal hashing (each block's load
+        Binomial(n, 512/m); the eight lanes independent)."""
+    @classmethod
+    def _simd(cls, name: Optional[str] = ..., /) -> str:
+        """The implementation in use ("avx2" or "portable"); name switches it process-wide."""
+    def __sizeof__(self) -> int: ...
+
 class CountingFilter(_Fixed):
     """A Bloom filter of m 4-bit saturating counters that can remove keys."""
 

@@ -374,21 +374,28 @@ def fpr_over_filters(
     independent uniform indices per key (``ideal_rate``); ``stderr`` comes from the spread of
     the filters' own counts, so ``z()`` of a few means the hashing behaves as ideal.  The
     geometry is ``geometry(n, p)`` when p is given (what ``MemoryFilter(n, p)`` builds), or
-    m and k.  kind: "memory" or "counting".  Keys are distinct str per filter and seed.
+    m and k.  kind: "memory", "counting" or "blocked" (BlockedFilter: its own geometry,
+    ``BlockedFilter.geometry(n, p)``, and its own ideal rate,
+    ``BlockedFilter.ideal_false_positive_rate``).  Keys are distinct str per filter and seed.
     """
-    cls = {"memory": lb.MemoryFilter, "counting": lb.CountingFilter}.get(kind)
+    cls = {"memory": lb.MemoryFilter, "counting": lb.CountingFilter,
+           "blocked": lb.BlockedFilter}.get(kind)
     if cls is None:
-        raise ValueError(f"kind must be 'memory' or 'counting', not {kind!r}")
+        raise ValueError(f"kind must be 'memory', 'counting' or 'blocked', not {kind!r}")
+    blocked = cls is lb.BlockedFilter
+    if blocked and hash != "xxh3-mix":
+        raise ValueError("a blocked filter has one hash (XXH3-128, the split-block walk)")
     if (m is None) != (k is None):
         raise ValueError("give both m and k, or neither")
     if m is None:
-        m, k = lb.geometry(n, 0.01 if p is None else p, hash=hash)
+        p_ = 0.01 if p is None else p
+        m, k = lb.BlockedFilter.geometry(n, p_) if blocked else lb.geometry(n, p_, hash=hash)
     assert k is not None
     if n < 1 or filters < 2 or probes < 1:
         raise ValueError("n and probes must be at least 1, filters at least 2")
     counts = []
     for i in range(filters):
-        f = cls(m=m, k=k, hash=hash)
+        f = cls(m=m, k=k) if blocked else cls(m=m, k=k, hash=hash)
         tag = f"{seed}:{i}:"
         f.update([f"{tag}a{j}" for j in range(n)])
         counts.append(sum(f.test_many([f"{tag}z{j}" for j in range(probes)])))
@@ -396,9 +403,10 @@ def fpr_over_filters(
     mean = total / filters
     var = sum((c - mean) ** 2 for c in counts) / (filters - 1)
     return ManyFilters(
-        filter_type=cls.__name__, hash=hash, n=n, m=m, k=k, filters=filters, probes=probes,
+        filter_type=cls.__name__, hash="xxh3-block" if blocked else hash, n=n, m=m, k=k, filters=filters, probes=probes,
         false_positives=total, measured_rate=total / (filters * probes),
-        ideal_rate=ideal_false_positive_rate(m, k, n),
+        ideal_rate=(lb.BlockedFilter.ideal_false_positive_rate(m, k, n) if blocked
+                    else ideal_false_positive_rate(m, k, n)),
         stderr=math.sqrt(var / filters) / probes)
 
 

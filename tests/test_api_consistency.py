@@ -12,7 +12,7 @@ import ling_bloom as lb
 from ling_bloom.__main__ import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAVED = [lb.MemoryFilter, lb.CountingFilter, lb.ScalableFilter]
+SAVED = [lb.MemoryFilter, lb.CountingFilter, lb.ScalableFilter, lb.BlockedFilter]
 
 
 def _new(cls):

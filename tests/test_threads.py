@@ -18,6 +18,8 @@ def make(kind: str):
         return lb.MemoryFilter(N_THREADS * PER_THREAD, 0.01)
     if kind == "counting":
         return lb.CountingFilter(N_THREADS * PER_THREAD, 0.01)
+    if kind == "blocked":
+        return lb.BlockedFilter(N_THREADS * PER_THREAD, 0.01)
     return lb.ScalableFilter(5_000, 0.01)  # grows while the threads run
 
 
@@ -50,7 +52,7 @@ def run_all(targets):
         raise errors[0]
 
 
-@pytest.mark.parametrize("kind", ["memory", "counting", "scalable"])
+@pytest.mark.parametrize("kind", ["memory", "counting", "scalable", "blocked"])
 def test_concurrent_add_and_test(kind):
     f = make(kind)
     barrier = threading.Barrier(N_THREADS)
@@ -84,7 +86,7 @@ def test_concurrent_add_and_test(kind):
         assert abs(f.approximate_count() - len(everything)) < 0.05 * len(everything)
 
 
-@pytest.mark.parametrize("kind", ["memory", "counting", "scalable"])
+@pytest.mark.parametrize("kind", ["memory", "counting", "scalable", "blocked"])
 def test_close_while_others_work(kind):
     f = make(kind)
     preload = [f"pre:{i}" for i in range(20_000)]

@@ -64,7 +64,8 @@ def test_stub_declares_every_public_name_of_the_module():
 
 
 @pytest.mark.parametrize(
-    "name", ["MemoryFilter", "CountingFilter", "ScalableFilter", "RedisFilter", "RedisBloomFilter"]
+    "name", ["MemoryFilter", "BlockedFilter", "CountingFilter", "ScalableFilter", "RedisFilter",
+             "RedisBloomFilter"]
 )
 def test_stub_class_matches_the_type(name):
     classes = _stub_classes()
@@ -98,14 +99,16 @@ def test_filters_satisfy_the_protocols_at_run_time():
     mf = lb.MemoryFilter(100)
     cf = lb.CountingFilter(100)
     sf = lb.ScalableFilter(100)
-    for f in (mf, cf, sf):
+    bf = lb.BlockedFilter(100)
+    for f in (mf, cf, sf, bf):
         assert isinstance(f, lb.Filter)
         assert isinstance(f, lb.Batcher)
     assert isinstance(cf, lb.Remover)
     assert not isinstance(mf, lb.Remover)
     assert not isinstance(sf, lb.Remover)
+    assert not isinstance(bf, lb.Remover)
     assert not isinstance(object(), lb.Filter)
-    for f in (mf, cf, sf):
+    for f in (mf, cf, sf, bf):
         f.close()
 
 

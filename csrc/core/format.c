@@ -6,6 +6,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "blocked.h"
 #include "params.h"
 #include "scalable.h"
 
@@ -136,7 +137,11 @@ static lb_status parse_fixed(const uint8_t *data, lb_format_header *h, uint64_t 
     h->live = (flags & LB_FORMAT_FLAG_LIVE) != 0;
     h->capacity = get_u64(data + 24);
     h->error_rate = get_f64(data + 32);
-    if (lb_check_geometry(h->m, h->k) != LB_OK)
+    const int blocked = h->kind == LB_KIND_BLOCKED;
+    if (blocked && h->scheme != LB_HASH_XXH3_MIX)
+        FAIL("a blocked filter's hash byte must be 2");
+    if ((blocked ? lb_blocked_check_geometry(h->m, h->k) : lb_check_geometry(h->m, h->k)) !=
+        LB_OK)
         FAIL("m or k out of range");
     if (!h->has_capacity) {
         /* The writer leaves both fields zero when there is no capacity. */
@@ -147,11 +152,13 @@ static lb_status parse_fixed(const uint8_t *data, lb_format_header *h, uint64_t 
             FAIL("bad capacity or error rate");
         /* ... and m, k are what the constructor derives from them. */
         uint64_t m, k;
-        if (lb_size(h->capacity, h->error_rate, h->scheme, LB_FIXED_SLACK, &m, &k) != LB_OK || m != h->m ||
-            k != h->k)
+        lb_status sized = blocked ? lb_blocked_size(h->capacity, h->error_rate, &m, &k)
+                                  : lb_size(h->capacity, h->error_rate, h->scheme,
+                                            LB_FIXED_SLACK, &m, &k);
+        if (sized != LB_OK || m != h->m || k != h->k)
             FAIL("m and k do not follow from capacity and error rate");
     }
-    *payload_len = h->kind == LB_KIND_MEMORY ? (h->m + 7) / 8 : (h->m + 1) / 2;
+    *payload_len = h->kind == LB_KIND_COUNTING ? (h->m + 1) / 2 : (h->m + 7) / 8;
     return LB_OK;
 }
 
@@ -276,7 +283,7 @@ lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, con
         FAIL("not a ling_bloom filter (bad magic)");
     if ((uint16_t)(data[4] | (data[5] << 8)) != LB_FORMAT_VERSION)
         FAIL("unsupported format version");
-    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
+    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_LAST)
         FAIL("unknown filter kind");
     h.kind = (lb_kind)data[6];
     if (data[7] >= LB_HASH_SCHEME_COUNT)
@@ -315,7 +322,7 @@ lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, c
                (get_u32(data + 20) & LB_FORMAT_FLAG_LIVE);
     if (XXH3_64bits(data, live ? LB_FORMAT_FIXED_HEADER : body) != get_u64(data + body))
         FAIL("checksum mismatch (corrupted data)");
-    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_SCALABLE)
+    if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_LAST)
         FAIL("unknown filter kind");
     if (data[7] >= LB_HASH_SCHEME_COUNT)
         FAIL("unknown hash scheme (written by a newer ling_bloom?)");

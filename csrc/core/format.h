@@ -3,9 +3,10 @@
  * Little endian throughout.
  *   0  "LBLM"                 magic
  *   4  u16 version            1
- *   6  u8  kind               1 memory, 2 counting, 3 scalable
+ *   6  u8  kind               1 memory, 2 counting, 3 scalable, 4 blocked
  *   7  u8  hash scheme        0 xxh3 (the 0.1 walk), 1 ling-base, 2 xxh3-mix
- * memory, counting:
+ *                             (blocked: always 2; its walk is blocked.h's)
+ * memory, counting, blocked:
  *   8  u64 m                  bits or cells
  *  16  u32 k
  *  20  u32 flags              bit 0: capacity and error_rate are set
@@ -14,7 +15,8 @@
  *                             40 header bytes only, since the payload changes under it
  *  24  u64 capacity
  *  32  f64 error_rate
- *  40  payload                ceil(m/8) bytes of bits, or ceil(m/2) bytes of counters
+ *  40  payload                ceil(m/8) bytes of bits, or ceil(m/2) bytes of counters,
+ *                             or (blocked) m/8 bytes: the 8 * m/512 lanes as u64
  * scalable:
  *   8  u64 initial_capacity
  *  16  f64 error_rate
@@ -46,7 +48,13 @@
 /* As many stages as a chain can have (LB_SCALABLE_MAX_STAGES). */
 #define LB_FORMAT_MAX_STAGES 4096
 
-typedef enum { LB_KIND_MEMORY = 1, LB_KIND_COUNTING = 2, LB_KIND_SCALABLE = 3 } lb_kind;
+typedef enum {
+    LB_KIND_MEMORY = 1,
+    LB_KIND_COUNTING = 2,
+    LB_KIND_SCALABLE = 3,
+    LB_KIND_BLOCKED = 4
+} lb_kind;
+#define LB_KIND_LAST LB_KIND_BLOCKED
 
 #define LB_FORMAT_FLAG_CAPACITY 1u
 #define LB_FORMAT_FLAG_LIVE 2u
@@ -76,7 +84,7 @@ typedef struct {
 #define LB_FORMAT_SCALABLE_HEADER 48
 #define LB_FORMAT_TRAILER 8
 
-/* Memory and counting: header, payload, trailer, written to out, which holds
+/* Memory, counting and blocked: header, payload, trailer, written to out, which holds
  * exactly LB_FORMAT_FIXED_HEADER + payload_len + LB_FORMAT_TRAILER bytes. */
 void lb_format_write_fixed(uint8_t *out, const lb_format_header *h, const uint8_t *payload,
                            size_t payload_len);

@@ -849,7 +849,8 @@ static int module_exec(PyObject *module)
         add_type(module, &st->CountingFilter, lb_counting_filter_type(module)) < 0 ||
         add_type(module, &st->ScalableFilter, lb_scalable_filter_type(module)) < 0 ||
         add_type(module, &st->RedisFilter, lb_redis_filter_type(module)) < 0 ||
-        add_type(module, &st->RedisBloomFilter, lb_redisbloom_filter_type(module)) < 0)
+        add_type(module, &st->RedisBloomFilter, lb_redisbloom_filter_type(module)) < 0 ||
+        add_type(module, &st->BlockedFilter, lb_blocked_filter_type(module)) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "MAX_K", LB_MAX_K) < 0 ||
         PyModule_AddObject(module, "MAX_BITS", PyLong_FromUnsignedLongLong(LB_MAX_BITS)) < 0 ||
@@ -1079,6 +1080,8 @@ static const char *kind_name(int kind)
         return "CountingFilter";
     case LB_KIND_SCALABLE:
         return "ScalableFilter";
+    case LB_KIND_BLOCKED:
+        return "BlockedFilter";
     }
     return "?";
 }

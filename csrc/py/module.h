@@ -25,6 +25,7 @@ typedef struct {
     PyTypeObject *ScalableFilter;
     PyTypeObject *RedisFilter;
     PyTypeObject *RedisBloomFilter;
+    PyTypeObject *BlockedFilter;
     PyObject *BloomError;
     PyObject *ClosedError;
     PyObject *InvalidCapacityError;
@@ -330,5 +331,6 @@ PyTypeObject *lb_counting_filter_type(PyObject *module);
 PyTypeObject *lb_scalable_filter_type(PyObject *module);
 PyTypeObject *lb_redis_filter_type(PyObject *module);
 PyTypeObject *lb_redisbloom_filter_type(PyObject *module);
+PyTypeObject *lb_blocked_filter_type(PyObject *module);
 
 #endif

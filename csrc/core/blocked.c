@@ -1,0 +1,675 @@
+/* blocked.c: see blocked.h. */
+#include "blocked.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+/* XXH3 inlined into the batch loops (the same function lb_hash_xxh3 calls). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define LB_HAVE_AVX2_CODE 1
+#include <immintrin.h>
+#define LB_AVX2 __attribute__((target("avx2,popcnt")))
+#else
+#define LB_HAVE_AVX2_CODE 0
+#endif
+
+/* Filters of at least this many bytes are mapped for transparent huge pages. */
+#ifndef LB_BLOCKED_HUGE_MIN
+#define LB_BLOCKED_HUGE_MIN ((size_t)4 << 20)
+#endif
+#define LB_BLOCKED_HUGE_ALIGN ((size_t)2 << 20)
+
+/* How many keys ahead a batch hashes and prefetches: one line per key. */
+#ifndef LB_BLOCKED_AHEAD
+#define LB_BLOCKED_AHEAD 16
+#endif
+
+#define LB_ALIGN64 __attribute__((aligned(64)))
+
+const uint32_t LB_BLOCKED_SALT[LB_MAX_K] LB_ALIGN64 = {
+    /* round 0: the Parquet / Impala split-block multipliers */
+    0x47b6137bu, 0x44974d91u, 0x8824ad5bu, 0xa2b7289du,
+    0x705495c7u, 0x2df1424bu, 0x9efc4947u, 0x5c6bfb31u,
+    /* rounds 1..7: SplitMix64 from 0x6c696e672d626c6b ("ling-blk"), high 32 bits, | 1 */
+    0x612cb08fu, 0x7849f019u, 0x290f90e3u, 0x71553995u,
+    0x49fcdd13u, 0xfc6395b3u, 0xc372f77fu, 0x71e1726fu,
+    0x8b44adf3u, 0x2c6025efu, 0x80ec0101u, 0x7b444717u,
+    0x1c73ad81u, 0xf5060e89u, 0xf7815919u, 0xc0fdb137u,
+    0xb60b53c5u, 0x5138a095u, 0xc59cb4bbu, 0x0b9fb033u,
+    0xfbfc0e91u, 0xb8cf50c1u, 0xde96fc6du, 0xfb61f79bu,
+    0xd981dfdbu, 0x421c078fu, 0x7b6f6815u, 0x448549ddu,
+    0xfb5f70dbu, 0xefd6e0cfu, 0xf7a9808bu, 0x4631a155u,
+    0x654884abu, 0x355cb61fu, 0x537617adu, 0x136cd14fu,
+    0xb84712e3u, 0xa8ad11fdu, 0x2d1c4121u, 0xcaaa0797u,
+    0x9c560e7du, 0xda57fecbu, 0x648080cdu, 0x602bdb5fu,
+    0x87bf1e89u, 0x5013a53fu, 0x1c5e3277u, 0x053ea787u,
+    0xa0dc7873u, 0xbdc01f11u, 0x08abc8e5u, 0x8b2d97cbu,
+    0x73d851e5u, 0xd8b2cff9u, 0x0d1a4b57u, 0x05513427u,
+};
+
+/* lb_hash_xxh3, inlined: (low 64, high 64 | 1) of XXH3_128bits. */
+static inline lb_hash_pair hash_key(const void *data, size_t len)
+{
+    XXH128_hash_t h = XXH3_128bits(data, len);
+    lb_hash_pair p = {h.low64, h.high64 | 1};
+    return p;
+}
+
+static inline uint32_t round_word(lb_hash_pair h, uint32_t j)
+{
+    if (j == 0)
+        return (uint32_t)h.h1;
+    if (j == 1)
+        return (uint32_t)(h.h2 >> 32);
+    return (uint32_t)(lb_mix64(h.h2 + (uint64_t)j * UINT64_C(0x9e3779b97f4a7c15)) >> 32);
+}
+
+static inline uint64_t *block_of(const lb_blocked *b, lb_hash_pair h)
+{
+    return b->words + 8 * lb_fastrange(h.h1, b->nblocks);
+}
+
+/* ---- implementation choice ----------------------------------------------- */
+
+static int cpu_has_avx2(void)
+{
+#if LB_HAVE_AVX2_CODE
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+#else
+    return 0;
+#endif
+}
+
+/* -1: not chosen yet; then 0 (portable) or 1 (AVX2). */
+static int use_avx2 = -1;
+
+static inline int avx2_on(void)
+{
+    if (LB_UNLIKELY(use_avx2 < 0))
+        use_avx2 = cpu_has_avx2();
+    return use_avx2;
+}
+
+lb_status lb_blocked_set_impl(int which)
+{
+    switch (which) {
+    case LB_BLOCKED_IMPL_AUTO:
+        use_avx2 = cpu_has_avx2();
+        return LB_OK;
+    case LB_BLOCKED_IMPL_PORTABLE:
+        use_avx2 = 0;
+        return LB_OK;
+    case LB_BLOCKED_IMPL_AVX2:
+        if (!cpu_has_avx2())
+            return LB_ERR_ARG;
+        use_avx2 = 1;
+        return LB_OK;
+    }
+    return LB_ERR_ARG;
+}
+
+const char *lb_blocked_impl_name(void)
+{
+    return avx2_on() ? "avx2" : "portable";
+}
+
+/* ---- portable probes ------------------------------------------------------ */
+
+static inline unsigned add_portable(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    unsigned fresh = 0;
+    for (uint32_t j = 0; j < rounds; j++) {
+        const uint32_t y = round_word(h, j);
+        const uint32_t *s = LB_BLOCKED_SALT + 8 * j;
+        for (int i = 0; i < 8; i++) {
+            uint64_t bit = UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26);
+            fresh += !(blk[i] & bit);
+            blk[i] |= bit;
+        }
+    }
+    return fresh;
+}
+
+static inline int test_portable(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    uint64_t miss = 0;
+    for (uint32_t j = 0; j < rounds; j++) {
+        const uint32_t y = round_word(h, j);
+        const uint32_t *s = LB_BLOCKED_SALT + 8 * j;
+        for (int i = 0; i < 8; i++)
+            miss |= ~blk[i] & (UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26));
+    }
+    return miss == 0;
+}
+
+/* ---- AVX2 probes ------------------------------------------------------------ */
+
+#if LB_HAVE_AVX2_CODE
+/* The bits of round j for lanes 0-3 (lo) and 4-7 (hi). */
+#define AVX2_ROUND_BITS(h, j, lo, hi)                                                      \
+    do {                                                                                   \
+        __m256i y_ = _mm256_set1_epi32((int)round_word((h), (j)));                          \
+        __m256i s_ = _mm256_load_si256((const __m256i *)(LB_BLOCKED_SALT + 8 * (j)));      \
+        __m256i p_ = _mm256_srli_epi32(_mm256_mullo_epi32(y_, s_), 26);                    \
+        const __m256i one_ = _mm256_set1_epi64x(1);                                        \
+        (lo) = _mm256_sllv_epi64(one_, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(p_))); \
+        (hi) = _mm256_sllv_epi64(one_, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(p_, 1))); \
+    } while (0)
+
+LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    __m256i lo = _mm256_load_si256((const __m256i *)blk);
+    __m256i hi = _mm256_load_si256((const __m256i *)(blk + 4));
+    const __m256i zero = _mm256_setzero_si256();
+    unsigned fresh = 0;
+    for (uint32_t j = 0; j < rounds; j++) {
+        __m256i blo, bhi;
+        AVX2_ROUND_BITS(h, j, blo, bhi);
+        /* a lane whose bit was 0 gets a fresh bit (rounds apply in order, so
+         * a bit set twice by one key counts once) */
+        int zl = _mm256_movemask_pd(_mm256_castsi256_pd(
+            _mm256_cmpeq_epi64(_mm256_and_si256(lo, blo), zero)));
+        int zh = _mm256_movemask_pd(_mm256_castsi256_pd(
+            _mm256_cmpeq_epi64(_mm256_and_si256(hi, bhi), zero)));
+        fresh += (unsigned)__builtin_popcount((unsigned)(zl | (zh << 4)));
+        lo = _mm256_or_si256(lo, blo);
+        hi = _mm256_or_si256(hi, bhi);
+    }
+    _mm256_store_si256((__m256i *)blk, lo);
+    _mm256_store_si256((__m256i *)(blk + 4), hi);
+    return fresh;
+}
+
+LB_AVX2 static inline int test_avx2(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    __m256i lo = _mm256_load_si256((const __m256i *)blk);
+    __m256i hi = _mm256_load_si256((const __m256i *)(blk + 4));
+    __m256i want_lo = _mm256_setzero_si256(), want_hi = _mm256_setzero_si256();
+    for (uint32_t j = 0; j < rounds; j++) {
+        __m256i blo, bhi;
+        AVX2_ROUND_BITS(h, j, blo, bhi);
+        want_lo = _mm256_or_si256(want_lo, blo);
+        want_hi = _mm256_or_si256(want_hi, bhi);
+    }
+    /* testc: 1 when (~have & want) == 0 */
+    return _mm256_testc_si256(lo, want_lo) & _mm256_testc_si256(hi, want_hi);
+}
+
+LB_AVX2 static inline int add_one_avx2(lb_blocked *b, lb_hash_pair h)
+{
+    unsigned fresh = add_avx2(block_of(b, h), b->rounds, h);
+    b->bits_set += fresh;
+    return fresh != 0;
+}
+
+LB_AVX2 static inline int test_one_avx2(const lb_blocked *b, lb_hash_pair h)
+{
+    return test_avx2(block_of(b, h), b->rounds, h);
+}
+#endif
+
+#if LB_HAVE_AVX2_CODE
+LB_AVX2 static int add_key_avx2(lb_blocked *b, const void *data, size_t len)
+{
+    return add_one_avx2(b, hash_key(data, len));
+}
+
+LB_AVX2 static int test_key_avx2(const lb_blocked *b, const void *data, size_t len)
+{
+    return test_one_avx2(b, hash_key(data, len));
+}
+#endif
+
+int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return add_key_avx2(b, data, len);
+#endif
+    return lb_blocked_add(b, hash_key(data, len));
+}
+
+int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return test_key_avx2(b, data, len);
+#endif
+    return lb_blocked_test(b, hash_key(data, len));
+}
+
+int lb_blocked_add(lb_blocked *b, lb_hash_pair h)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return add_one_avx2(b, h);
+#endif
+    unsigned fresh = add_portable(block_of(b, h), b->rounds, h);
+    b->bits_set += fresh;
+    return fresh != 0;
+}
+
+int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
+{
+#if LB_HAVE_AVX2_CODE
+    if (LB_LIKELY(avx2_on()))
+        return test_one_avx2(b, h);
+#endif
+    return test_portable(block_of(b, h), b->rounds, h);
+}
+
+/* ---- batches ------------------------------------------------------------------ */
+
+/* A ring of the next LB_BLOCKED_AHEAD keys' hashes and blocks: each key is
+ * hashed (and its block prefetched) that many keys before it is probed. */
+#define BLOCKED_BATCH(B, KEYS, N, WRITE, BODY)                                           \
+    do {                                                                                 \
+        lb_hash_pair hr_[LB_BLOCKED_AHEAD];                                              \
+        uint64_t *br_[LB_BLOCKED_AHEAD];                                                 \
+        size_t ahead_ = (N) < LB_BLOCKED_AHEAD ? (N) : LB_BLOCKED_AHEAD;                 \
+        for (size_t j_ = 0; j_ < ahead_; j_++) {                                         \
+            hr_[j_] = hash_key((KEYS)[j_].data, (KEYS)[j_].len);                     \
+            br_[j_] = block_of((B), hr_[j_]);                                            \
+            if (WRITE)                                                                   \
+                LB_PREFETCH_W(br_[j_]);                                                  \
+            else                                                                         \
+                LB_PREFETCH_R(br_[j_]);                                                  \
+        }                                                                                \
+        for (size_t j_ = 0; j_ < (N); j_++) {                                            \
+            const size_t r_ = j_ % LB_BLOCKED_AHEAD;                                     \
+            const lb_hash_pair h = hr_[r_];                                              \
+            uint64_t *const blk = br_[r_];                                               \
+            const size_t key_no = j_;                                                    \
+            BODY                                                                         \
+            const size_t next_ = j_ + LB_BLOCKED_AHEAD;                                  \
+            if (next_ < (N)) {                                                           \
+                hr_[r_] = hash_key((KEYS)[next_].data, (KEYS)[next_].len);           \
+                br_[r_] = block_of((B), hr_[r_]);                                        \
+                if (WRITE)                                                               \
+                    LB_PREFETCH_W(br_[r_]);                                              \
+                else                                                                     \
+                    LB_PREFETCH_R(br_[r_]);                                              \
+            }                                                                            \
+        }                                                                                \
+    } while (0)
+
+static void add_batch_portable(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+{
+    const uint32_t rounds = b->rounds;
+    uint64_t fresh_total = 0;
+    BLOCKED_BATCH(b, keys, n, 1, {
+        unsigned fresh = add_portable(blk, rounds, h);
+        fresh_total += fresh;
+        if (out)
+            out[key_no] = (uint8_t)(fresh != 0);
+    });
+    b->bits_set += fresh_total;
+}
+
+static void test_batch_portable(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+{
+    const uint32_t rounds = b->rounds;
+    BLOCKED_BATCH(b, keys, n, 0, { out[key_no] = (uint8_t)test_portable(blk, rounds, h); });
+}
+
+#if LB_HAVE_AVX2_CODE
+LB_AVX2 static void add_batch_avx2(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+{
+    const uint32_t rounds = b->rounds;
+    uint64_t fresh_total = 0;
+    BLOCKED_BATCH(b, keys, n, 1, {
+        unsigned fresh = add_avx2(blk, rounds, h);
+        fresh_total += fresh;
+        if (out)
+            out[key_no] = (uint8_t)(fresh != 0);
+    });
+    b->bits_set += fresh_total;
+}
+
+LB_AVX2 static void test_batch_avx2(const lb_blocked *b, const lb_key *keys, size_t n,
+                                    uint8_t *out)
+{
+    const uint32_t rounds = b->rounds;
+    BLOCKED_BATCH(b, keys, n, 0, { out[key_no] = (uint8_t)test_avx2(blk, rounds, h); });
+}
+#endif
+
+void lb_blocked_add_batch(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+{
+#if LB_HAVE_AVX2_CODE
+    if (avx2_on()) {
+        add_batch_avx2(b, keys, n, out);
+        return;
+    }
+#endif
+    add_batch_portable(b, keys, n, out);
+}
+
+void lb_blocked_test_batch(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+{
+#if LB_HAVE_AVX2_CODE
+    if (avx2_on()) {
+        test_batch_avx2(b, keys, n, out);
+        return;
+    }
+#endif
+    test_batch_portable(b, keys, n, out);
+}
+
+/* ---- storage ------------------------------------------------------------------ */
+
+lb_status lb_blocked_check_geometry(uint64_t m, uint64_t k)
+{
+    if (m == 0 || m % LB_BLOCKED_BLOCK_BITS)
+        return LB_ERR_CAPACITY;
+    if (m > LB_MAX_BITS)
+        return LB_ERR_RANGE;
+    if (k == 0 || k > LB_MAX_K || k % LB_BLOCKED_LANES)
+        return LB_ERR_ARG;
+    return LB_OK;
+}
+
+lb_status lb_blocked_init(lb_blocked *b, uint64_t m, uint32_t k)
+{
+    b->nblocks = m / LB_BLOCKED_BLOCK_BITS;
+    b->rounds = k / LB_BLOCKED_LANES;
+    b->bits_set = 0;
+    b->words = NULL;
+    if (b->nblocks > (SIZE_MAX - 64) / 64) {
+        b->raw = NULL;
+        return LB_ERR_NOMEM;
+    }
+    const size_t bytes = (size_t)b->nblocks * 64;
+    b->raw_len = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* A filter of several MiB is probed at random, one block per key: with 4 KiB
+     * pages nearly every probe also misses the TLB.  Map it aligned to 2 MiB and
+     * ask for transparent huge pages (where the system gives them on request);
+     * the pages are zero and come as they are touched. */
+    if (bytes >= LB_BLOCKED_HUGE_MIN && bytes <= SIZE_MAX - LB_BLOCKED_HUGE_ALIGN) {
+        size_t len = bytes + LB_BLOCKED_HUGE_ALIGN;
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            uintptr_t start = ((uintptr_t)p + LB_BLOCKED_HUGE_ALIGN - 1) &
+                              ~(uintptr_t)(LB_BLOCKED_HUGE_ALIGN - 1);
+            (void)madvise((void *)start, bytes, MADV_HUGEPAGE); /* advice only */
+            b->raw = p;
+            b->raw_len = len;
+            b->words = (uint64_t *)start;
+            return LB_OK;
+        }
+    }
+#endif
+    /* calloc: large arrays come as zero pages, touched only when used; the
+     * extra 64 bytes let the words start on a cache line. */
+    b->raw = calloc(bytes + 64, 1);
+    if (!b->raw)
+        return LB_ERR_NOMEM;
+    b->words = (uint64_t *)(((uintptr_t)b->raw + 63) & ~(uintptr_t)63);
+    return LB_OK;
+}
+
+void lb_blocked_free(lb_blocked *b)
+{
+#if defined(__linux__)
+    if (b->raw_len) {
+        munmap(b->raw, b->raw_len);
+        b->raw_len = 0;
+    }
+    else
+#endif
+        free(b->raw);
+    b->raw = NULL;
+    b->words = NULL;
+}
+
+void lb_blocked_clear(lb_blocked *b)
+{
+    memset(b->words, 0, (size_t)b->nblocks * 64);
+    b->bits_set = 0;
+}
+
+uint64_t lb_blocked_popcount(const lb_blocked *b)
+{
+    uint64_t total = 0;
+    const size_t n = (size_t)b->nblocks * 8;
+    for (size_t i = 0; i < n; i++)
+        total += (uint64_t)__builtin_popcountll(b->words[i]);
+    return total;
+}
+
+void lb_blocked_or(lb_blocked *dst, const lb_blocked *src)
+{
+    const size_t n = (size_t)dst->nblocks * 8;
+    for (size_t i = 0; i < n; i++)
+        dst->words[i] |= src->words[i];
+    dst->bits_set = lb_blocked_popcount(dst);
+}
+
+void lb_blocked_and(lb_blocked *dst, const lb_blocked *src)
+{
+    const size_t n = (size_t)dst->nblocks * 8;
+    for (size_t i = 0; i < n; i++)
+        dst->words[i] &= src->words[i];
+    dst->bits_set = lb_blocked_popcount(dst);
+}
+
+void lb_blocked_export(const lb_blocked *b, uint8_t *out)
+{
+    const size_t n = (size_t)b->nblocks * 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out, b->words, n * 8);
+#else
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < 8; j++)
+            out[8 * i + j] = (uint8_t)(b->words[i] >> (8 * j));
+#endif
+}
+
+void lb_blocked_import(lb_blocked *b, const uint8_t *in)
+{
+    const size_t n = (size_t)b->nblocks * 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(b->words, in, n * 8);
+#else
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = (w << 8) | in[8 * i + j];
+        b->words[i] = w;
+    }
+#endif
+    b->bits_set = lb_blocked_popcount(b);
+}
+
+const uint8_t *lb_blocked_bytes(const lb_blocked *b, uint8_t **to_free)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    *to_free = NULL;
+    return (const uint8_t *)b->words;
+#else
+    *to_free = malloc((size_t)b->nblocks * 64);
+    if (*to_free)
+        lb_blocked_export(b, *to_free);
+    return *to_free;
+#endif
+}
+
+double lb_blocked_current_fpr(const lb_blocked *b)
+{
+    double sum = 0.0;
+    const double scale = 1.0 / 281474976710656.0; /* 64^-8 */
+    for (uint64_t blk = 0; blk < b->nblocks; blk++) {
+        const uint64_t *w = b->words + 8 * blk;
+        uint64_t prod = 1;
+        for (int i = 0; i < 8 && prod; i++)
+            prod *= (uint64_t)__builtin_popcountll(w[i]);
+        if (prod)
+            sum += pow((double)prod * scale, (double)b->rounds);
+    }
+    return sum / (double)b->nblocks;
+}
+
+/* ---- theory and sizing ---------------------------------------------------------- */
+
+/* The coefficients of P(a new key's bits in one lane are all set | T bits
+ * thrown into the lane) = sum_{j=0..r} c[j] (1 - j/64)^T: the key's r bits
+ * cover D distinct cells with probability P(D), and D given cells are all hit
+ * by T uniform throws with probability sum_j (-1)^j C(D, j) (1 - j/64)^T. */
+static void lane_coefficients(uint32_t r, double *c)
+{
+    double P[LB_BLOCKED_MAX_ROUNDS + 1] = {1.0};
+    for (uint32_t t = 0; t < r; t++) {
+        for (uint32_t d = t + 1; d >= 1; d--)
+            P[d] = P[d] * ((double)d / 64.0) + P[d - 1] * ((64.0 - (double)(d - 1)) / 64.0);
+        P[0] = 0.0;
+    }
+    for (uint32_t j = 0; j <= r; j++)
+        c[j] = 0.0;
+    for (uint32_t d = 1; d <= r; d++) {
+        double binom = 1.0; /* C(d, j) */
+        for (uint32_t j = 0; j <= d; j++) {
+            c[j] += P[d] * ((j & 1) ? -binom : binom);
+            binom = binom * (double)(d - j) / (double)(j + 1);
+        }
+    }
+}
+
+static double lane_prob(const double *c, const double *logx, uint32_t r, double throws)
+{
+    double s = c[0];
+    for (uint32_t j = 1; j <= r; j++)
+        s += c[j] * exp(throws * logx[j]);
+    return s < 0.0 ? 0.0 : s > 1.0 ? 1.0 : s;
+}
+
+static double blocked_fpr(uint64_t nblocks, uint32_t r, uint64_t n, const double *c,
+                          const double *logx)
+{
+    if (n == 0)
+        return 0.0;
+    const double nd = (double)n;
+    if (nblocks == 1) {
+        double q = lane_prob(c, logx, r, (double)r * nd);
+        return pow(q, 8.0);
+    }
+    const double pb = 1.0 / (double)nblocks;
+    const double mu = nd * pb, sd = sqrt(nd * pb * (1.0 - pb));
+    double lo = floor(mu - 12.0 * sd - 10.0), hi = ceil(mu + 12.0 * sd + 30.0);
+    if (lo < 0.0)
+        lo = 0.0;
+    if (hi > nd)
+        hi = nd;
+    /* Past 51,200 bits thrown into a lane, (63/64)^throws underflows: every lane is
+     * full in double precision.  A window that starts there (a huge n for the blocks)
+     * is a rate of 1, and is never walked (it could be wider than a double counts). */
+    if (lo * (double)r > 64.0 * 800.0)
+        return 1.0;
+    /* The Binomial weights by their ratio, pmf(L + 1) / pmf(L) = (n - L) / (L + 1) * pb /
+     * (1 - pb), from the window's first L, then normalised over the window (which holds
+     * all but a negligible part of the mass): no lgamma(n) of a huge n, whose rounding
+     * would swamp the differences taken. */
+    const double odds = log(pb) - log1p(-pb);
+    double logw = 0.0, top = -INFINITY;
+    for (double L = lo; L <= hi; L += 1.0) {
+        if (logw > top)
+            top = logw;
+        logw += log((nd - L) / (L + 1.0)) + odds;
+    }
+    double sum = 0.0, mass = 0.0;
+    logw = 0.0;
+    for (double L = lo; L <= hi; L += 1.0) {
+        double w = exp(logw - top);
+        double q = lane_prob(c, logx, r, (double)r * L);
+        double q2 = q * q, q4 = q2 * q2;
+        sum += w * q4 * q4;
+        mass += w;
+        logw += log((nd - L) / (L + 1.0)) + odds;
+    }
+    return sum / mass;
+}
+
+static void theory_tables(uint32_t r, double *c, double *logx)
+{
+    lane_coefficients(r, c);
+    for (uint32_t j = 0; j <= r; j++)
+        logx[j] = log1p(-(double)j / 64.0);
+}
+
+double lb_blocked_fpr(uint64_t m, uint32_t k, uint64_t n)
+{
+    uint32_t r = k / LB_BLOCKED_LANES;
+    if (m < LB_BLOCKED_BLOCK_BITS || r < 1 || r > LB_BLOCKED_MAX_ROUNDS)
+        return NAN;
+    double c[LB_BLOCKED_MAX_ROUNDS + 1], logx[LB_BLOCKED_MAX_ROUNDS + 1];
+    theory_tables(r, c, logx);
+    return blocked_fpr(m / LB_BLOCKED_BLOCK_BITS, r, n, c, logx);
+}
+
+/* The fewest blocks (<= LB_BLOCKED_MAX_BLOCKS) with rate <= p at r rounds, or 0. */
+static uint64_t fewest_blocks(uint64_t n, double p, uint32_t r, uint64_t guess)
+{
+    double c[LB_BLOCKED_MAX_ROUNDS + 1], logx[LB_BLOCKED_MAX_ROUNDS + 1];
+    theory_tables(r, c, logx);
+    uint64_t lo = 0, hi = guess < 1 ? 1 : guess; /* rate(lo) > p (lo = 0: none) */
+    if (hi > LB_BLOCKED_MAX_BLOCKS)
+        hi = LB_BLOCKED_MAX_BLOCKS;
+    while (blocked_fpr(hi, r, n, c, logx) > p) {
+        if (hi >= LB_BLOCKED_MAX_BLOCKS)
+            return 0;
+        lo = hi;
+        hi = hi * 2 > LB_BLOCKED_MAX_BLOCKS ? LB_BLOCKED_MAX_BLOCKS : hi * 2;
+    }
+    if (lo == 0) {
+        /* the guess holds: halve down to a failing size, then bisect */
+        while (hi > 1 && blocked_fpr(hi / 2, r, n, c, logx) <= p)
+            hi /= 2;
+        lo = hi / 2;
+    }
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (mid > 0 && blocked_fpr(mid, r, n, c, logx) <= p)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}
+
+lb_status lb_blocked_size(uint64_t n, double p, uint64_t *m_out, uint64_t *k_out)
+{
+    if (n == 0)
+        return LB_ERR_CAPACITY;
+    if (!(p > 0.0 && p < 1.0))
+        return LB_ERR_FPR;
+    /* a standard filter's m, as a first guess (a blocked one needs more) */
+    double guess = ceil((double)n * -log(p) / 0.48045301391820144 / LB_BLOCKED_BLOCK_BITS);
+    uint64_t g = guess < 1.0 ? 1 : guess > (double)LB_BLOCKED_MAX_BLOCKS
+                                       ? LB_BLOCKED_MAX_BLOCKS
+                                       : (uint64_t)guess;
+    uint64_t best = 0;
+    uint32_t best_r = 0;
+    for (uint32_t r = 1; r <= LB_BLOCKED_MAX_ROUNDS; r++) {
+        uint64_t blocks = fewest_blocks(n, p, r, best ? best : g);
+        if (blocks && (!best || blocks < best)) {
+            best = blocks;
+            best_r = r;
+        }
+        else if (best && (!blocks || blocks > best))
+            break; /* memory grows with r past the optimum */
+    }
+    if (!best)
+        return LB_ERR_RANGE;
+    *m_out = best * LB_BLOCKED_BLOCK_BITS;
+    *k_out = (uint64_t)best_r * LB_BLOCKED_LANES;
+    return LB_OK;
+}

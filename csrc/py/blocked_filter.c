@@ -1,0 +1,595 @@
+/* blocked_filter.c: BlockedFilter, a split-block Bloom filter (csrc/core/blocked.h):
+ * one 64-byte block per key. */
+#include "keys.h"
+#include "module.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <structmember.h>
+
+#include "blocked.h"
+#include "params.h"
+
+typedef struct {
+    lb_fixed_filter f;
+    lb_blocked bits;
+} BlockedFilter;
+
+#define BF(o) ((BlockedFilter *)(o))
+
+/* What the hash property says: XXH3-128 of the key, the split-block walk. */
+#define BLOCKED_HASH_NAME "xxh3-block"
+
+static const lb_fixed_kind bf_kind;
+
+static lb_status bf_init(lb_fixed_filter *f, uint64_t m)
+{
+    BlockedFilter *self = (BlockedFilter *)f;
+    f->cells_used = &self->bits.bits_set;
+    return lb_blocked_init(&self->bits, m, f->args.k);
+}
+
+static void bf_release(lb_base *b)
+{
+    lb_blocked_free(&((BlockedFilter *)b)->bits);
+}
+
+static BlockedFilter *bf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+{
+    return (BlockedFilter *)lb_fixed_new(type, a, &bf_kind);
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+static int none_given(PyObject *obj, const char *what)
+{
+    if (obj != Py_None)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "BlockedFilter: %s must be a number, not None", what);
+    return -1;
+}
+
+static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
+{
+    if (s == LB_ERR_CAPACITY)
+        PyErr_Format(st->InvalidCapacityError,
+                     "m must be a positive multiple of 512 (whole 64-byte blocks), not %llu",
+                     (unsigned long long)m);
+    else if (s == LB_ERR_ARG)
+        PyErr_Format(st->InvalidCapacityError,
+                     "k must be a multiple of 8 in 8..64 (one bit per lane and round), not %llu",
+                     (unsigned long long)k);
+    else
+        lb_raise(st, s, NULL);
+    return -1;
+}
+
+/* The error of a capacity and rate that no blocked filter holds: the rate, when even
+ * one key cannot be held at it (it needs more than 64 bits per key); else the size. */
+static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
+{
+    uint64_t m, k;
+    if (s == LB_ERR_RANGE && lb_blocked_size(1, p, &m, &k) == LB_ERR_RANGE)
+        return PyErr_Format(st->InvalidFalsePositiveRateError,
+                            "error_rate %R is below what a blocked filter reaches "
+                            "(at most 64 bits per key)", rate);
+    return lb_raise(st, s, s == LB_ERR_RANGE ? "no blocked filter of at most 2**48 bits "
+                                               "holds that many keys at that rate"
+                                             : NULL);
+}
+
+static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixed_args *out)
+{
+    static char *kwlist[] = {"capacity", "error_rate", "m", "k", NULL};
+    PyObject *capacity = NULL, *error_rate = NULL, *mo = NULL, *ko = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO$OO:BlockedFilter", kwlist, &capacity,
+                                     &error_rate, &mo, &ko))
+        return -1;
+    memset(out, 0, sizeof(*out));
+    out->scheme = LB_HASH_XXH3_MIX; /* the key hash; the walk is the blocked one */
+    if (none_given(capacity, "capacity") < 0 || none_given(error_rate, "error_rate") < 0 ||
+        none_given(mo, "m") < 0 || none_given(ko, "k") < 0)
+        return -1;
+    if ((mo || ko) && (capacity || error_rate)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "BlockedFilter takes capacity and error_rate, or m and k, not both");
+        return -1;
+    }
+    if (mo || ko) {
+        uint64_t m, k;
+        if (!mo || !ko) {
+            PyErr_SetString(PyExc_TypeError, "BlockedFilter needs both m and k");
+            return -1;
+        }
+        if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
+            lb_parse_u64(ko, "k", st->InvalidCapacityError, &k) < 0)
+            return -1;
+        lb_status s = lb_blocked_check_geometry(m, k);
+        if (s != LB_OK)
+            return bf_geometry_error(st, s, m, k);
+        out->m = m;
+        out->k = (uint32_t)k;
+        return 0;
+    }
+    if (!capacity) {
+        PyErr_SetString(PyExc_TypeError,
+                        "BlockedFilter needs capacity (and error_rate), or m and k");
+        return -1;
+    }
+    if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &out->capacity) < 0)
+        return -1;
+    if (out->capacity == 0) {
+        lb_raise(st, LB_ERR_CAPACITY, NULL);
+        return -1;
+    }
+    out->error_rate = 0.01;
+    if (error_rate) {
+        double p = PyFloat_AsDouble(error_rate);
+        if (p == -1.0 && PyErr_Occurred())
+            return -1;
+        if (!(p > 0.0 && p < 1.0)) {
+            PyErr_Format(st->InvalidFalsePositiveRateError,
+                         "false-positive rate must be in (0, 1), not %R", error_rate);
+            return -1;
+        }
+        out->error_rate = p;
+    }
+    uint64_t m, k;
+    lb_status s = lb_blocked_size(out->capacity, out->error_rate, &m, &k);
+    if (s != LB_OK) {
+        PyObject *rate = error_rate ? Py_NewRef(error_rate) : PyFloat_FromDouble(0.01);
+        if (rate) {
+            bf_size_error(st, s, out->error_rate, rate);
+            Py_DECREF(rate);
+        }
+        return -1;
+    }
+    out->m = m;
+    out->k = (uint32_t)k;
+    out->has_capacity = 1;
+    return 0;
+}
+
+static PyObject *bf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    lb_state *st = lb_state_from_type(type);
+    lb_fixed_args a;
+    if (!st || bf_parse_args(st, args, kwargs, &a) < 0)
+        return NULL;
+    return (PyObject *)bf_new_from(type, &a);
+}
+
+/* ---- single keys ------------------------------------------------------- */
+
+static PyObject *bf_add(PyObject *self, PyObject *key)
+{
+    BlockedFilter *f = BF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
+        return NULL;
+    int r = lb_blocked_add_key(&f->bits, k.data, k.len);
+    lb_key_leave(&f->f.base, &hold);
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+static int bf_contains(PyObject *self, PyObject *key)
+{
+    BlockedFilter *f = BF(self);
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
+        return -1;
+    int r = lb_blocked_test_key(&f->bits, k.data, k.len);
+    lb_key_leave(&f->f.base, &hold);
+    return r;
+}
+
+static PyObject *bf_test(PyObject *self, PyObject *key)
+{
+    int r = bf_contains(self, key);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+static lb_status bf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                              size_t *done)
+{
+    lb_blocked_add_batch(&((BlockedFilter *)b)->bits, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static lb_status bf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+                               size_t *done)
+{
+    lb_blocked_test_batch(&((BlockedFilter *)b)->bits, keys, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static const lb_batch_ops bf_batch = {bf_add_chunk, bf_test_chunk, 0};
+static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
+                                      &bf_batch};
+
+/* ---- whole filter ------------------------------------------------------- */
+
+static PyObject *bf_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&BF(self)->f.base) < 0)
+        return NULL;
+    lb_blocked_clear(&BF(self)->bits);
+    lb_leave(&BF(self)->f.base);
+    Py_RETURN_NONE;
+}
+
+static PyObject *bf_bits_set(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(BF(self)->bits.bits_set);
+}
+
+static PyObject *bf_nbytes(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(BF(self)->f.args.m / 8);
+}
+
+static PyObject *bf_hash(PyObject *self, void *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(BLOCKED_HASH_NAME);
+}
+
+static PyObject *bf_current_error_rate(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    BlockedFilter *f = BF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    double r = lb_blocked_current_fpr(&f->bits);
+    lb_leave(&f->f.base);
+    return PyFloat_FromDouble(r);
+}
+
+static BlockedFilter *bf_copy_of(BlockedFilter *src)
+{
+    BlockedFilter *dst = bf_new_from(Py_TYPE(src), &src->f.args);
+    if (!dst)
+        return NULL;
+    memcpy(dst->bits.words, src->bits.words, (size_t)src->bits.nblocks * 64);
+    dst->bits.bits_set = src->bits.bits_set;
+    return dst;
+}
+
+static PyObject *bf_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (lb_enter(&BF(self)->f.base) < 0)
+        return NULL;
+    PyObject *r = (PyObject *)bf_copy_of(BF(self));
+    lb_leave(&BF(self)->f.base);
+    return r;
+}
+
+static PyObject *bf_combine(PyObject *self, PyObject *other, int is_union)
+{
+    if (lb_fixed_enter_like(&BF(self)->f, other, BF(self)->f.base.st->BlockedFilter) < 0)
+        return NULL;
+    BlockedFilter *r = bf_copy_of(BF(self));
+    if (r) {
+        if (is_union)
+            lb_blocked_or(&r->bits, &BF(other)->bits);
+        else
+            lb_blocked_and(&r->bits, &BF(other)->bits);
+    }
+    lb_fixed_leave2(self, other);
+    return (PyObject *)r;
+}
+
+static PyObject *bf_union(PyObject *self, PyObject *other)
+{
+    return bf_combine(self, other, 1);
+}
+
+static PyObject *bf_intersection(PyObject *self, PyObject *other)
+{
+    return bf_combine(self, other, 0);
+}
+
+/* a | b and a & b: NotImplemented unless both are BlockedFilters. */
+static PyObject *bf_binary(PyObject *a, PyObject *b, int is_union)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyObject_TypeCheck(a, st->BlockedFilter) || !PyObject_TypeCheck(b, st->BlockedFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    return bf_combine(a, b, is_union);
+}
+
+static PyObject *bf_nb_or(PyObject *a, PyObject *b)
+{
+    return bf_binary(a, b, 1);
+}
+
+static PyObject *bf_nb_and(PyObject *a, PyObject *b)
+{
+    return bf_binary(a, b, 0);
+}
+
+static PyObject *bf_inplace(PyObject *a, PyObject *b, int is_union)
+{
+    if (lb_fixed_enter_like(&BF(a)->f, b, BF(a)->f.base.st->BlockedFilter) < 0)
+        return NULL;
+    if (is_union)
+        lb_blocked_or(&BF(a)->bits, &BF(b)->bits);
+    else
+        lb_blocked_and(&BF(a)->bits, &BF(b)->bits);
+    lb_fixed_leave2(a, b);
+    return Py_NewRef(a);
+}
+
+static PyObject *bf_nb_ior(PyObject *a, PyObject *b)
+{
+    return bf_inplace(a, b, 1);
+}
+
+static PyObject *bf_nb_iand(PyObject *a, PyObject *b)
+{
+    return bf_inplace(a, b, 0);
+}
+
+static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
+{
+    lb_state *st = BF(self)->f.base.st;
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->BlockedFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    /* As MemoryFilter: a filter equals itself without its storage; a closed
+     * filter against another raises ClosedError. */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
+    BlockedFilter *a = BF(self), *b = BF(other);
+    if (lb_enter2(&a->f.base, &b->f.base) < 0)
+        return NULL;
+    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
+             a->bits.bits_set == b->bits.bits_set &&
+             memcmp(a->bits.words, b->bits.words, (size_t)a->bits.nblocks * 64) == 0;
+    lb_fixed_leave2(self, other);
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+/* ---- bytes -------------------------------------------------------------- */
+
+static PyObject *bf_to_bytes(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    BlockedFilter *f = BF(self);
+    if (lb_enter(&f->f.base) < 0)
+        return NULL;
+    uint8_t *tmp = NULL;
+    const uint8_t *payload = lb_blocked_bytes(&f->bits, &tmp);
+    PyObject *r = payload ? lb_fixed_to_bytes(&f->f, LB_KIND_BLOCKED, payload,
+                                              (size_t)f->bits.nblocks * 64)
+                          : PyErr_NoMemory();
+    free(tmp);
+    lb_leave(&f->f.base);
+    return r;
+}
+
+static PyObject *bf_from_bytes(PyObject *cls, PyObject *data)
+{
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    Py_buffer view;
+    lb_fixed_args a;
+    const uint8_t *payload;
+    size_t len;
+    if (lb_fixed_read(st, data, &view, LB_KIND_BLOCKED, "BlockedFilter", &a, &payload, &len) < 0)
+        return NULL;
+    BlockedFilter *f = bf_new_from((PyTypeObject *)cls, &a);
+    if (f)
+        lb_blocked_import(&f->bits, payload);
+    PyBuffer_Release(&view);
+    return (PyObject *)f;
+}
+
+static PyObject *bf_sizeof(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
+                             (BF(self)->bits.raw ? (size_t)BF(self)->bits.nblocks * 64 + 64 : 0));
+}
+
+static PyObject *bf_repr(PyObject *self)
+{
+    BlockedFilter *f = BF(self);
+    const char *tname = strrchr(Py_TYPE(self)->tp_name, '.');
+    tname = tname ? tname + 1 : Py_TYPE(self)->tp_name;
+    if (f->f.base.closed)
+        return PyUnicode_FromFormat("<%s m=%llu k=%u closed>", tname,
+                                    (unsigned long long)f->f.args.m, f->f.args.k);
+    return PyUnicode_FromFormat("<%s m=%llu k=%u blocks=%llu bits_set=%llu>", tname,
+                                (unsigned long long)f->f.args.m, f->f.args.k,
+                                (unsigned long long)f->bits.nblocks,
+                                (unsigned long long)f->bits.bits_set);
+}
+
+/* ---- the theory, as static methods --------------------------------------- */
+
+static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "geometry() takes 2 arguments (n, p), %zd given",
+                            nargs);
+    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
+    if (!s)
+        return NULL;
+    uint64_t n, m, k;
+    if (lb_parse_u64(args[0], "n", s->InvalidCapacityError, &n) < 0)
+        return NULL;
+    double p = PyFloat_AsDouble(args[1]);
+    if (p == -1.0 && PyErr_Occurred())
+        return NULL;
+    lb_status r = lb_blocked_size(n, p, &m, &k);
+    if (r == LB_ERR_CAPACITY)
+        return lb_raise(s, r, "n must be greater than zero");
+    if (r != LB_OK)
+        return bf_size_error(s, r, p, args[1]);
+    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+}
+
+static PyObject *bf_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError,
+                            "ideal_false_positive_rate() takes 3 arguments (m, k, n), %zd given",
+                            nargs);
+    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
+    if (!s)
+        return NULL;
+    uint64_t m, k, n;
+    if (lb_parse_u64(args[0], "m", s->InvalidCapacityError, &m) < 0 ||
+        lb_parse_u64(args[1], "k", s->InvalidCapacityError, &k) < 0 ||
+        lb_parse_u64(args[2], "n", s->InvalidCapacityError, &n) < 0)
+        return NULL;
+    lb_status r = lb_blocked_check_geometry(m, k);
+    if (r != LB_OK) {
+        bf_geometry_error(s, r, m, k);
+        return NULL;
+    }
+    return PyFloat_FromDouble(lb_blocked_fpr(m, (uint32_t)k, n));
+}
+
+static PyObject *bf_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)cls;
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "_simd() takes at most 1 argument");
+    if (nargs == 1 && args[0] != Py_None) {
+        const char *name = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8(args[0]) : NULL;
+        if (!name) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "_simd() takes a str or None");
+            return NULL;
+        }
+        int which = strcmp(name, "auto") == 0       ? LB_BLOCKED_IMPL_AUTO
+                    : strcmp(name, "portable") == 0 ? LB_BLOCKED_IMPL_PORTABLE
+                    : strcmp(name, "avx2") == 0     ? LB_BLOCKED_IMPL_AVX2
+                                                    : -1;
+        if (which < 0 || lb_blocked_set_impl(which) != LB_OK)
+            return PyErr_Format(PyExc_ValueError, "implementation %R is not available here",
+                                args[0]);
+    }
+    return PyUnicode_FromString(lb_blocked_impl_name());
+}
+
+static PyMethodDef bf_methods[] = {
+    {"add", bf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", bf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+    LB_BATCH_METHOD_DEFS,
+    {"reset", bf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
+    {"__enter__", lb_enter_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
+    {"approximate_count", lb_fixed_approximate_count, METH_NOARGS,
+     "approximate_count() -> int\n\nThe number of distinct keys added, estimated from the "
+     "number of set bits (Swamidass and Baldi: each key sets each bit with probability k/m "
+     "in this layout too)."},
+    {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
+    {"current_error_rate", bf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\nThe false-positive rate now, from each block's lanes: "
+     "the mean over blocks of the product over lanes of (bits set / 64) ** (k / 8)."},
+    {"union", bf_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
+    {"intersection", bf_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
+    {"copy", bf_copy, METH_NOARGS, "copy() -> BlockedFilter"},
+    {"__copy__", bf_copy, METH_NOARGS, NULL},
+    {"to_bytes", bf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
+                                           "format (versioned header, checksum)."},
+    {"from_bytes", bf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> BlockedFilter"},
+    {"save", lb_save, METH_O,
+     "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
+     "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
+    {"load", lb_load, METH_O | METH_CLASS, "load(path) -> BlockedFilter"},
+    {"geometry", (PyCFunction)(void (*)(void))bf_geometry, METH_FASTCALL | METH_CLASS,
+     "geometry(n, p) -> (m, k)\n\nThe m and k BlockedFilter(n, p) gets: the fewest 512-bit "
+     "blocks whose expected rate after n keys (ideal_false_positive_rate) is at most p, "
+     "over k = 8, 16, ..., 64 (least memory; then the smallest k)."},
+    {"ideal_false_positive_rate", (PyCFunction)(void (*)(void))bf_ideal_rate,
+     METH_FASTCALL | METH_CLASS,
+     "ideal_false_positive_rate(m, k, n) -> float\n\nThe expected false-positive rate of a "
+     "blocked filter of m bits and k bits per key after n distinct keys, with ideal hashing: "
+     "the mean over each block's load (Binomial(n, 512/m)) of the chance that a new key's "
+     "k/8 bits in each of the 8 lanes are all set (Putze et al.)."},
+    {"_simd", (PyCFunction)(void (*)(void))bf_simd, METH_FASTCALL | METH_CLASS,
+     "_simd(name=None) -> str\n\nThe implementation in use (\"avx2\" or \"portable\"); "
+     "name (\"auto\", \"portable\", \"avx2\") switches every BlockedFilter of the process "
+     "(for tests and benchmarks)."},
+    {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
+    {"__reduce__", lb_reduce, METH_NOARGS, NULL},
+    {"__sizeof__", bf_sizeof, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef bf_getset[] = {
+    {"m", lb_fixed_get_m, NULL, "number of bits: 512 per block", LB_FIXED_ARGS},
+    {"k", lb_fixed_get_k, NULL, "bits per key: 8 per round, one in each lane", LB_FIXED_ARGS},
+    {"hash", bf_hash, NULL, "\"xxh3-block\": XXH3-128 of the key and the split-block walk",
+     NULL},
+    {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
+    {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
+    {"nbytes", bf_nbytes, NULL, "bytes of bits: m / 8", NULL},
+    {"bits_set", bf_bits_set, NULL, "number of bits set", NULL},
+    {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef bf_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot bf_slots[] = {
+    {Py_tp_doc, "BlockedFilter(capacity, error_rate=0.01)\n"
+                "BlockedFilter(*, m, k)\n\n"
+                "A split-block Bloom filter: each key sets k bits in one 64-byte block "
+                "(one cache line), k/8 in each of its eight 64-bit lanes.  Sized for its "
+                "own, higher, rate at equal memory: the error_rate holds at capacity."},
+    {Py_tp_new, bf_new},
+    {Py_tp_dealloc, lb_fixed_dealloc},
+    {Py_tp_traverse, lb_fixed_traverse},
+    {Py_tp_methods, bf_methods},
+    {Py_tp_getset, bf_getset},
+    {Py_tp_members, bf_members},
+    {Py_tp_repr, bf_repr},
+    {Py_tp_richcompare, bf_richcompare},
+    {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_sq_contains, bf_contains},
+    {Py_sq_length, lb_len_approximate},
+    {Py_nb_bool, lb_bool_true},
+    {Py_nb_or, bf_nb_or},
+    {Py_nb_and, bf_nb_and},
+    {Py_nb_inplace_or, bf_nb_ior},
+    {Py_nb_inplace_and, bf_nb_iand},
+    {0, NULL},
+};
+
+static PyType_Spec bf_spec = {
+    .name = "ling_bloom.BlockedFilter",
+    .basicsize = sizeof(BlockedFilter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = bf_slots,
+};
+
+PyTypeObject *lb_blocked_filter_type(PyObject *module)
+{
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &bf_spec, NULL);
+}
