@@ -314,6 +314,8 @@ def test_a_demoted_primary_readonly_sends_the_filter_back_to_the_sentinels(redis
     try:
         f = lb.RedisFilter.from_url(fake.url, "ro:bits", 10_000, 0.01)
         f.update(["one"])
+        with a.client() as c:
+            assert c.command("WAIT", 1, 5000) == 1      # "one" is on the replica too
         asked = fake.asked
         with b.client() as c:
             c.command("REPLICAOF", "NO", "ONE")
