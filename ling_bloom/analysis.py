@@ -64,6 +64,7 @@ FILTER_KINDS: Dict[str, type] = {
     "memory": lb.MemoryFilter,
     "counting": lb.CountingFilter,
     "scalable": lb.ScalableFilter,
+    "blocked": lb.BlockedFilter,
 }
 
 Key = Union[str, bytes]
@@ -291,7 +292,8 @@ def theoretical_rate(f: Any, keys_added: Optional[int] = None) -> float:
 
     Fixed filters: the exact expected rate of m bits and k independent uniform indices after
     n keys (:func:`ling_bloom.ideal_false_positive_rate`), n = keys_added (or, without it, the
-    filter's own approximate_count()).  For large m it equals (1 - e^(-kn/m))^k; for small m
+    filter's own approximate_count(); a BlockedFilter's is that of its blocks,
+    ``BlockedFilter.ideal_false_positive_rate``).  For large m it equals (1 - e^(-kn/m))^k; for small m
     that formula undershoots (it ignores a key's repeated indices).  Scalable filters:
     1 - prod(1 - rate of each stage), each stage with its own m, k and count.  NaN when f
     exposes neither geometry nor stages.
@@ -306,6 +308,8 @@ def theoretical_rate(f: Any, keys_added: Optional[int] = None) -> float:
     k = getattr(f, "k", None)
     if isinstance(m, int) and isinstance(k, int):
         n = keys_added if keys_added is not None else f.approximate_count()
+        if isinstance(f, lb.BlockedFilter):  # one 512-bit block per key: its own theory
+            return lb.BlockedFilter.ideal_false_positive_rate(m, k, n)
         return ideal_false_positive_rate(m, k, n)
     return math.nan
 
@@ -447,6 +451,15 @@ def _make_filter(kind: FilterSpec, n: int, p: Optional[float], m: Optional[int],
     else:
         raise TypeError(f"filter type must be a name, a class or a factory, not {kind!r}")
     name = cls.__name__
+    if cls is lb.BlockedFilter:
+        # one hashing scheme of its own ("xxh3-block"): the hash argument does not apply
+        if hash not in ("xxh3-mix", "xxh3-block"):
+            raise ValueError(f"a BlockedFilter hashes with xxh3-block only, not {hash!r}")
+        if m is not None or k is not None:
+            if m is None or k is None:
+                raise ValueError("give both m and k, or neither")
+            return cls(m=m, k=k, **kwargs), name
+        return cls(n, 0.01 if p is None else p, **kwargs), name
     if cls is lb.ScalableFilter:
         if m is not None or k is not None:
             raise ValueError("a ScalableFilter is sized by n and p, not m and k")

@@ -245,3 +245,17 @@ def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch):
     exp = analysis.run_experiment("memory", 1000, 0.01, checkpoints=1)
     with pytest.raises(ImportError, match=r"ling_bloom\[plot\]"):
         analysis.plot_fpr(exp)
+
+
+def test_blocked_experiment_uses_the_blocked_theory():
+    # A BlockedFilter's expected rate is that of its blocks, above the flat array's at the
+    # same m and k: the experiment compares the measurement with the blocked theory.
+    exp = analysis.run_experiment("blocked", 20_000, 0.01, seed=3)
+    last = exp.rows[-1]
+    f = lb.BlockedFilter(20_000, 0.01)
+    assert last.theoretical_rate == pytest.approx(
+        lb.BlockedFilter.ideal_false_positive_rate(f.m, f.k, 20_000))
+    assert last.theoretical_rate > lb.ideal_false_positive_rate(f.m, f.k, 20_000)
+    assert 0.5 < last.measured_rate / last.theoretical_rate < 1.5
+    with pytest.raises(ValueError, match="xxh3-block"):
+        analysis.run_experiment("blocked", 1000, 0.01, hash="xxh3")
