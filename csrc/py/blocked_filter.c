@@ -212,8 +212,12 @@ static lb_status bf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static const lb_batch_ops bf_batch = {bf_add_chunk, bf_test_chunk, 0};
+static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
+static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
-                                      &bf_batch};
+                                      &bf_batch, NULL,
+                                      offsetof(lb_state, BlockedFilter), bf_copy_kind,
+                                      bf_merge};
 
 /* ---- whole filter ------------------------------------------------------- */
 
@@ -267,84 +271,17 @@ static BlockedFilter *bf_copy_of(BlockedFilter *src)
     return dst;
 }
 
-static PyObject *bf_copy(PyObject *self, PyObject *unused)
+static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src)
 {
-    (void)unused;
-    if (lb_enter(&BF(self)->f.base) < 0)
-        return NULL;
-    PyObject *r = (PyObject *)bf_copy_of(BF(self));
-    lb_leave(&BF(self)->f.base);
-    return r;
+    return (lb_fixed_filter *)bf_copy_of((BlockedFilter *)src);
 }
 
-static PyObject *bf_combine(PyObject *self, PyObject *other, int is_union)
+static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
-    if (lb_fixed_enter_like(&BF(self)->f, other, BF(self)->f.base.st->BlockedFilter) < 0)
-        return NULL;
-    BlockedFilter *r = bf_copy_of(BF(self));
-    if (r) {
-        if (is_union)
-            lb_blocked_or(&r->bits, &BF(other)->bits);
-        else
-            lb_blocked_and(&r->bits, &BF(other)->bits);
-    }
-    lb_fixed_leave2(self, other);
-    return (PyObject *)r;
-}
-
-static PyObject *bf_union(PyObject *self, PyObject *other)
-{
-    return bf_combine(self, other, 1);
-}
-
-static PyObject *bf_intersection(PyObject *self, PyObject *other)
-{
-    return bf_combine(self, other, 0);
-}
-
-/* a | b and a & b: NotImplemented unless both are BlockedFilters. */
-static PyObject *bf_binary(PyObject *a, PyObject *b, int is_union)
-{
-    lb_state *st = lb_state_from_type(Py_TYPE(a));
-    if (!st) {
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if (!PyObject_TypeCheck(a, st->BlockedFilter) || !PyObject_TypeCheck(b, st->BlockedFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    return bf_combine(a, b, is_union);
-}
-
-static PyObject *bf_nb_or(PyObject *a, PyObject *b)
-{
-    return bf_binary(a, b, 1);
-}
-
-static PyObject *bf_nb_and(PyObject *a, PyObject *b)
-{
-    return bf_binary(a, b, 0);
-}
-
-static PyObject *bf_inplace(PyObject *a, PyObject *b, int is_union)
-{
-    if (lb_fixed_enter_like(&BF(a)->f, b, BF(a)->f.base.st->BlockedFilter) < 0)
-        return NULL;
     if (is_union)
-        lb_blocked_or(&BF(a)->bits, &BF(b)->bits);
+        lb_blocked_or(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
     else
-        lb_blocked_and(&BF(a)->bits, &BF(b)->bits);
-    lb_fixed_leave2(a, b);
-    return Py_NewRef(a);
-}
-
-static PyObject *bf_nb_ior(PyObject *a, PyObject *b)
-{
-    return bf_inplace(a, b, 1);
-}
-
-static PyObject *bf_nb_iand(PyObject *a, PyObject *b)
-{
-    return bf_inplace(a, b, 0);
+        lb_blocked_and(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
 }
 
 static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
@@ -508,10 +445,10 @@ static PyMethodDef bf_methods[] = {
     {"current_error_rate", bf_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe false-positive rate now, from each block's lanes: "
      "the mean over blocks of the product over lanes of (bits set / 64) ** (k / 8)."},
-    {"union", bf_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
-    {"intersection", bf_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
-    {"copy", bf_copy, METH_NOARGS, "copy() -> BlockedFilter"},
-    {"__copy__", bf_copy, METH_NOARGS, NULL},
+    {"union", lb_fixed_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
+    {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
+    {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> BlockedFilter"},
+    {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
     {"to_bytes", bf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
                                            "format (versioned header, checksum)."},
     {"from_bytes", bf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> BlockedFilter"},
@@ -575,10 +512,10 @@ static PyType_Slot bf_slots[] = {
     {Py_sq_contains, bf_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
-    {Py_nb_or, bf_nb_or},
-    {Py_nb_and, bf_nb_and},
-    {Py_nb_inplace_or, bf_nb_ior},
-    {Py_nb_inplace_and, bf_nb_iand},
+    {Py_nb_or, lb_fixed_nb_or},
+    {Py_nb_and, lb_fixed_nb_and},
+    {Py_nb_inplace_or, lb_fixed_nb_ior},
+    {Py_nb_inplace_and, lb_fixed_nb_iand},
     {0, NULL},
 };
 

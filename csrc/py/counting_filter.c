@@ -127,8 +127,12 @@ static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static const lb_batch_ops cf_batch = {cf_add_chunk, cf_test_chunk, 0};
+static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f);
+static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,
-                                      &cf_batch};
+                                      &cf_batch, NULL,
+                                      offsetof(lb_state, CountingFilter), cf_copy_kind,
+                                      cf_merge};
 
 static PyObject *cf_reset(PyObject *self, PyObject *unused)
 {
@@ -146,82 +150,21 @@ static PyObject *cf_nbytes(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong((CF(self)->c.m + 1) / 2);
 }
 
-static PyObject *cf_copy(PyObject *self, PyObject *unused)
+static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f)
 {
-    (void)unused;
-    CountingFilter *src = CF(self);
-    if (lb_enter(&src->f.base) < 0)
-        return NULL;
+    CountingFilter *src = (CountingFilter *)f;
     CountingFilter *dst = (CountingFilter *)lb_fixed_new(Py_TYPE(src), &src->f.args, &cf_kind);
     if (dst) {
         memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
         dst->c.nonzero = src->c.nonzero;
     }
-    lb_leave(&src->f.base);
-    return (PyObject *)dst;
+    return (lb_fixed_filter *)dst;
 }
 
-/* ---- union and intersection ------------------------------------------- */
-
-static PyObject *cf_combine(PyObject *self, PyObject *other, int is_union, int in_place)
+/* Union: the saturating sum of the counters; intersection: their minimum. */
+static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
-    if (lb_fixed_enter_like(&CF(self)->f, other, CF(self)->f.base.st->CountingFilter) < 0)
-        return NULL;
-    CountingFilter *r = CF(self);
-    if (in_place)
-        Py_INCREF(r);
-    else {
-        r = (CountingFilter *)lb_fixed_new(Py_TYPE(self), &CF(self)->f.args, &cf_kind);
-        if (r)
-            memcpy(r->c.data, CF(self)->c.data, (size_t)CF(self)->c.nbytes);
-    }
-    if (r)
-        lb_counters_merge(&r->c, &CF(other)->c, is_union);
-    lb_fixed_leave2(self, other);
-    return (PyObject *)r;
-}
-
-static PyObject *cf_union(PyObject *self, PyObject *other)
-{
-    return cf_combine(self, other, 1, 0);
-}
-
-static PyObject *cf_intersection(PyObject *self, PyObject *other)
-{
-    return cf_combine(self, other, 0, 0);
-}
-
-/* a | b and a & b: NotImplemented unless both are CountingFilters. */
-static PyObject *cf_binary(PyObject *a, PyObject *b, int is_union, int in_place)
-{
-    lb_state *st = lb_state_from_type(Py_TYPE(a));
-    if (!st) {
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if (!PyObject_TypeCheck(a, st->CountingFilter) || !PyObject_TypeCheck(b, st->CountingFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    return cf_combine(a, b, is_union, in_place);
-}
-
-static PyObject *cf_nb_or(PyObject *a, PyObject *b)
-{
-    return cf_binary(a, b, 1, 0);
-}
-
-static PyObject *cf_nb_and(PyObject *a, PyObject *b)
-{
-    return cf_binary(a, b, 0, 0);
-}
-
-static PyObject *cf_nb_ior(PyObject *a, PyObject *b)
-{
-    return cf_binary(a, b, 1, 1);
-}
-
-static PyObject *cf_nb_iand(PyObject *a, PyObject *b)
-{
-    return cf_binary(a, b, 0, 1);
+    lb_counters_merge(&((CountingFilter *)dst)->c, &((const CountingFilter *)src)->c, is_union);
 }
 
 static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
@@ -304,16 +247,16 @@ static PyMethodDef cf_methods[] = {
     {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nCells above 0 / m."},
     {"current_error_rate", lb_fixed_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nfill_ratio() ** k."},
-    {"union", cf_union, METH_O,
+    {"union", lb_fixed_union, METH_O,
      "union(other) -> CountingFilter (also a | b, a |= b)\n\nThe saturating sum of the "
      "counters: the filter that had every add of both (same m, k and hash), so remove() "
      "stays sound; a key in both counts twice."},
-    {"intersection", cf_intersection, METH_O,
+    {"intersection", lb_fixed_intersection, METH_O,
      "intersection(other) -> CountingFilter (also a & b, a &= b)\n\nThe smaller of each "
      "pair of counters: every key of both tests present, and removing one of them keeps "
      "the others present."},
-    {"copy", cf_copy, METH_NOARGS, "copy() -> CountingFilter"},
-    {"__copy__", cf_copy, METH_NOARGS, NULL},
+    {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> CountingFilter"},
+    {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
     {"to_bytes", cf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
     {"save", lb_save, METH_O,
@@ -358,10 +301,10 @@ static PyType_Slot cf_slots[] = {
     {Py_sq_contains, cf_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
-    {Py_nb_or, cf_nb_or},
-    {Py_nb_and, cf_nb_and},
-    {Py_nb_inplace_or, cf_nb_ior},
-    {Py_nb_inplace_and, cf_nb_iand},
+    {Py_nb_or, lb_fixed_nb_or},
+    {Py_nb_and, lb_fixed_nb_and},
+    {Py_nb_inplace_or, lb_fixed_nb_ior},
+    {Py_nb_inplace_and, lb_fixed_nb_iand},
     {0, NULL},
 };
 

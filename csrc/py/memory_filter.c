@@ -130,10 +130,16 @@ static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static const lb_batch_ops mf_batch = {mf_add_chunk, mf_test_chunk, 0};
+static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src);
+static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
-                                      &mf_batch, NULL};
+                                      &mf_batch, NULL, offsetof(lb_state, MemoryFilter),
+                                      mf_copy_kind, mf_merge};
+/* A mapped filter's union or copy is a filter in memory (mf_copy_of). */
 static const lb_fixed_kind mf_mapped_kind = {"MemoryFilter", "bits", 8, mf_init_mapped,
-                                             mf_release_mapped, &mf_batch, mf_recount};
+                                             mf_release_mapped, &mf_batch, mf_recount,
+                                             offsetof(lb_state, MemoryFilter), mf_copy_kind,
+                                             mf_merge};
 
 /* ---- whole filter ------------------------------------------------------- */
 
@@ -174,86 +180,17 @@ static MemoryFilter *mf_copy_of(MemoryFilter *src)
     return dst;
 }
 
-static PyObject *mf_copy(PyObject *self, PyObject *unused)
+static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src)
 {
-    (void)unused;
-    if (lb_enter(&MF(self)->f.base) < 0)
-        return NULL;
-    PyObject *r = (PyObject *)mf_copy_of(MF(self));
-    lb_leave(&MF(self)->f.base);
-    return r;
+    return (lb_fixed_filter *)mf_copy_of((MemoryFilter *)src);
 }
 
-static PyObject *mf_combine(PyObject *self, PyObject *other, int is_union)
+static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
-    if (lb_fixed_enter_like(&MF(self)->f, other, MF(self)->f.base.st->MemoryFilter) < 0)
-        return NULL;
-    MemoryFilter *r = mf_copy_of(MF(self));
-    if (r) {
-        if (is_union)
-            lb_bits_or(&r->bits, &MF(other)->bits);
-        else
-            lb_bits_and(&r->bits, &MF(other)->bits);
-    }
-    lb_fixed_leave2(self, other);
-    return (PyObject *)r;
-}
-
-static PyObject *mf_union(PyObject *self, PyObject *other)
-{
-    return mf_combine(self, other, 1);
-}
-
-static PyObject *mf_intersection(PyObject *self, PyObject *other)
-{
-    return mf_combine(self, other, 0);
-}
-
-/* a | b and a & b: NotImplemented unless both are MemoryFilters. */
-static PyObject *mf_binary(PyObject *a, PyObject *b, int is_union)
-{
-    lb_state *st = lb_state_from_type(Py_TYPE(a));
-    if (!st) {
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if (!PyObject_TypeCheck(a, st->MemoryFilter) || !PyObject_TypeCheck(b, st->MemoryFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    return mf_combine(a, b, is_union);
-}
-
-static PyObject *mf_nb_or(PyObject *a, PyObject *b)
-{
-    return mf_binary(a, b, 1);
-}
-
-static PyObject *mf_nb_and(PyObject *a, PyObject *b)
-{
-    return mf_binary(a, b, 0);
-}
-
-static PyObject *mf_inplace(PyObject *a, PyObject *b, int is_union)
-{
-    if (PyObject_TypeCheck(a, MF(a)->f.base.st->MemoryFilter) && MF(a)->f.base.read_only)
-        return lb_read_only_error(&MF(a)->f.base), NULL;
-    if (lb_fixed_enter_like(&MF(a)->f, b, MF(a)->f.base.st->MemoryFilter) < 0)
-        return NULL;
     if (is_union)
-        lb_bits_or(&MF(a)->bits, &MF(b)->bits);
+        lb_bits_or(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
     else
-        lb_bits_and(&MF(a)->bits, &MF(b)->bits);
-    lb_fixed_leave2(a, b);
-    return Py_NewRef(a);
-}
-
-static PyObject *mf_nb_ior(PyObject *a, PyObject *b)
-{
-    return mf_inplace(a, b, 1);
-}
-
-static PyObject *mf_nb_iand(PyObject *a, PyObject *b)
-{
-    return mf_inplace(a, b, 0);
+        lb_bits_and(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
 }
 
 static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
@@ -593,10 +530,10 @@ static PyMethodDef mf_methods[] = {
     {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
     {"current_error_rate", lb_fixed_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe false-positive rate now: fill_ratio() ** k."},
-    {"union", mf_union, METH_O, "union(other) -> MemoryFilter (also a | b)"},
-    {"intersection", mf_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
-    {"copy", mf_copy, METH_NOARGS, "copy() -> MemoryFilter"},
-    {"__copy__", mf_copy, METH_NOARGS, NULL},
+    {"union", lb_fixed_union, METH_O, "union(other) -> MemoryFilter (also a | b)"},
+    {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
+    {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> MemoryFilter"},
+    {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
     {"to_bytes", mf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
                                            "format (versioned header, checksum)."},
     {"from_bytes", mf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> MemoryFilter"},
@@ -661,10 +598,10 @@ static PyType_Slot mf_slots[] = {
     {Py_sq_contains, mf_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
-    {Py_nb_or, mf_nb_or},
-    {Py_nb_and, mf_nb_and},
-    {Py_nb_inplace_or, mf_nb_ior},
-    {Py_nb_inplace_and, mf_nb_iand},
+    {Py_nb_or, lb_fixed_nb_or},
+    {Py_nb_and, lb_fixed_nb_and},
+    {Py_nb_inplace_or, lb_fixed_nb_ior},
+    {Py_nb_inplace_and, lb_fixed_nb_iand},
     {0, NULL},
 };
 

@@ -1167,3 +1167,86 @@ void lb_fixed_leave2(PyObject *a, PyObject *b)
     lb_leave(&((lb_fixed_filter *)a)->base);
     lb_leave(&((lb_fixed_filter *)b)->base);
 }
+
+/* ---- copy, union, intersection of the fixed types ------------------------ */
+
+static PyTypeObject *kind_type(lb_state *st, const lb_fixed_kind *k)
+{
+    return *(PyTypeObject **)((char *)st + k->type_slot);
+}
+
+PyObject *lb_fixed_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    PyObject *r = (PyObject *)f->kind->copy(f);
+    lb_leave(&f->base);
+    return r;
+}
+
+static PyObject *fixed_combine(PyObject *self, PyObject *other, int is_union, int in_place)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (in_place && f->base.read_only)
+        return lb_read_only_error(&f->base), NULL;
+    if (lb_fixed_enter_like(f, other, kind_type(f->base.st, f->kind)) < 0)
+        return NULL;
+    lb_fixed_filter *r = f;
+    if (in_place)
+        Py_INCREF(r);
+    else
+        r = f->kind->copy(f);
+    if (r)
+        f->kind->merge(r, (lb_fixed_filter *)other, is_union);
+    lb_fixed_leave2(self, other);
+    return (PyObject *)r;
+}
+
+PyObject *lb_fixed_union(PyObject *self, PyObject *other)
+{
+    return fixed_combine(self, other, 1, 0);
+}
+
+PyObject *lb_fixed_intersection(PyObject *self, PyObject *other)
+{
+    return fixed_combine(self, other, 0, 0);
+}
+
+/* a | b and friends: the slot of a's type or of b's (reflected); NotImplemented
+ * unless a is a fixed filter and b is of the same type. */
+static PyObject *fixed_binary(PyObject *a, PyObject *b, int is_union, int in_place)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyObject_TypeCheck(a, st->MemoryFilter) && !PyObject_TypeCheck(a, st->CountingFilter) &&
+        !PyObject_TypeCheck(a, st->BlockedFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (!PyObject_TypeCheck(b, kind_type(st, ((lb_fixed_filter *)a)->kind)))
+        Py_RETURN_NOTIMPLEMENTED;
+    return fixed_combine(a, b, is_union, in_place);
+}
+
+PyObject *lb_fixed_nb_or(PyObject *a, PyObject *b)
+{
+    return fixed_binary(a, b, 1, 0);
+}
+
+PyObject *lb_fixed_nb_and(PyObject *a, PyObject *b)
+{
+    return fixed_binary(a, b, 0, 0);
+}
+
+PyObject *lb_fixed_nb_ior(PyObject *a, PyObject *b)
+{
+    return fixed_binary(a, b, 1, 1);
+}
+
+PyObject *lb_fixed_nb_iand(PyObject *a, PyObject *b)
+{
+    return fixed_binary(a, b, 0, 1);
+}

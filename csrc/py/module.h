@@ -263,7 +263,25 @@ typedef struct lb_fixed_kind_s {
     /* Storage other processes change (a mapped file): bring *cells_used up to
      * date before it is read (NULL: this process's count is exact). */
     void (*recount)(lb_fixed_filter *f);
+    /* Union and intersection (lb_fixed_union, ...): the offset in lb_state of the
+     * type both sides must be, a new filter with src's contents (src entered), and
+     * dst |= src / dst &= src (OR and AND of bits; saturating sum and minimum of
+     * counters). */
+    size_t type_slot;
+    lb_fixed_filter *(*copy)(lb_fixed_filter *src);
+    void (*merge)(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 } lb_fixed_kind;
+
+/* What the fixed types share for copy(), union(), intersection(), |, &, |= and &=
+ * (through their kind's copy and merge).  The binary operators answer
+ * NotImplemented unless both sides are of the kind's type. */
+PyObject *lb_fixed_copy(PyObject *self, PyObject *unused);
+PyObject *lb_fixed_union(PyObject *self, PyObject *other);
+PyObject *lb_fixed_intersection(PyObject *self, PyObject *other);
+PyObject *lb_fixed_nb_or(PyObject *a, PyObject *b);
+PyObject *lb_fixed_nb_and(PyObject *a, PyObject *b);
+PyObject *lb_fixed_nb_ior(PyObject *a, PyObject *b);
+PyObject *lb_fixed_nb_iand(PyObject *a, PyObject *b);
 
 /* A new, empty filter of a fixed type (type may be a subclass); NULL with an
  * exception (MemoryError saying how many bytes it asked for). */
