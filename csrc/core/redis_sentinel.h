@@ -11,7 +11,7 @@
  *
  * Protocol (the reply checks) and the walk over the sentinels are here; the
  * sockets are lb_redis connections like any other (plain TCP to the sentinels,
- * each probe bounded by the connect timeout, or 5 s when none is set). */
+ * each probe bounded by the connect timeout, else the operation timeout, else 5 s). */
 #ifndef LB_REDIS_SENTINEL_H
 #define LB_REDIS_SENTINEL_H
 
