@@ -518,3 +518,177 @@ class SentinelServer(RedisServer):
         with self.client() as c:
             host, port = c.command("SENTINEL", "get-master-addr-by-name", self.service)
         return host.decode(), int(port)
+
+
+class ClusterNode(RedisServer):
+    """One redis-server with --cluster-enabled yes; its cluster bus on a free port of its
+    own (--cluster-port, Redis 7), its node identity in its directory (nodes.conf), so
+    that restart() brings the same node back (empty: no data is kept)."""
+
+    def __init__(self, node_timeout_ms: int = 1000, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.node_timeout_ms = node_timeout_ms
+        self.bus_port = 0
+
+    def _argv(self) -> List[str]:
+        if not self.bus_port:
+            self.bus_port = free_port()
+        return super()._argv() + [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", os.path.join(self.dir, "nodes.conf"),
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-port", str(self.bus_port),
+            # a replica syncs at once (not after the 5 s diskless delay), and may take over
+            # however long ago it last heard its primary (a test kills primaries early)
+            "--repl-diskless-sync-delay", "0",
+            "--cluster-replica-validity-factor", "0",
+        ]
+
+    def info(self) -> dict:
+        """CLUSTER INFO as a dict of str."""
+        with self.client() as c:
+            text = c.command("CLUSTER", "INFO").decode()
+        return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
+
+    def role(self) -> str:
+        with self.client() as c:
+            return c.command("ROLE")[0].decode()
+
+    def node_id(self) -> str:
+        with self.client() as c:
+            return c.command("CLUSTER", "MYID").decode()
+
+
+class RedisClusterServers:
+    """A real Redis Cluster on 127.0.0.1: `primaries` primaries with `replicas` replicas
+    each, created with ``redis-cli --cluster create`` (which assigns the slots evenly and
+    pairs each replica with a primary), every node on free ports, stopped afterwards.
+
+        with RedisClusterServers(3, 1, extra_args=["--loadmodule", so]) as cl:
+            cl.url                  # "redis+cluster://127.0.0.1:p1,127.0.0.1:p2,..."
+            cl.node_for_slot(s)     # the node that serves slot s now
+            cl.wait_ok()            # until every live node says cluster_state:ok
+    """
+
+    def __init__(self, primaries: int = 3, replicas: int = 1, extra_args: Sequence[str] = (),
+                 node_timeout_ms: int = 1000) -> None:
+        self.nodes = [ClusterNode(node_timeout_ms=node_timeout_ms, extra_args=extra_args)
+                      for _ in range(primaries * (1 + replicas))]
+        self.primaries = primaries
+        self.replicas = replicas
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"{HOST}:{n.port}" for n in self.nodes[:3])
+
+    def start(self) -> "RedisClusterServers":
+        try:
+            for n in self.nodes:
+                n.start()
+            cli = shutil.which("redis-cli")
+            if not cli:
+                raise RedisServerNotInstalled("redis-cli is not installed (Debian: redis-tools)")
+            argv = [cli, "--cluster", "create", *[f"{HOST}:{n.port}" for n in self.nodes],
+                    "--cluster-replicas", str(self.replicas), "--cluster-yes"]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            if out.returncode != 0 or "[OK] All 16384 slots covered" not in out.stdout:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+            self.wait_ok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def live(self) -> List[ClusterNode]:
+        return [n for n in self.nodes if n.running]
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every live node says cluster_state:ok, knows every node, the live nodes
+        agree on who serves each slot, and every replica is in sync (a failover or a
+        migration has settled)."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                infos = [n.info() for n in self.live()]
+                maps = [self._slot_owners(n) for n in self.live()]
+                if (all(i.get("cluster_state") == "ok" for i in infos)
+                        and all(m == maps[0] for m in maps)
+                        and all(self._synced(n) for n in self.live())
+                        and all(int(i.get("cluster_known_nodes", 0)) == len(self.nodes)
+                                for i in infos)):
+                    return
+                last = repr(infos[:1])
+            except (OSError, RedisReplyError) as e:
+                last = repr(e)
+            time.sleep(0.05)
+        raise RuntimeError(f"the cluster did not settle within {timeout} s: {last}")
+
+    @staticmethod
+    def _synced(node: ClusterNode) -> bool:
+        """A primary, or a replica whose link to its primary is up."""
+        with node.client() as c:
+            text = c.command("INFO", "replication").decode()
+        return "role:master" in text or "master_link_status:up" in text
+
+    @staticmethod
+    def _slot_owners(node: ClusterNode) -> list:
+        with node.client() as c:
+            slots = c.command("CLUSTER", "SLOTS")
+        return sorted((int(r[0]), int(r[1]), int(r[2][1])) for r in slots)
+
+    def node_for_slot(self, slot: int) -> ClusterNode:
+        """The node that serves slot now (as the first live node sees it)."""
+        for lo, hi, port in self._slot_owners(self.live()[0]):
+            if lo <= slot <= hi:
+                return next(n for n in self.nodes if n.port == port)
+        raise KeyError(slot)
+
+    def replica_of(self, primary: ClusterNode) -> ClusterNode:
+        """A live replica of primary (ROLE names its primary's port)."""
+        for n in self.live():
+            if n is primary:
+                continue
+            with n.client() as c:
+                role = c.command("ROLE")
+            if role[0] == b"slave" and int(role[2]) == primary.port:
+                return n
+        raise KeyError(primary.port)
+
+    # -- moving a slot, the way redis-cli --cluster reshard does, one step at a time
+    def begin_migration(self, slot: int, src: ClusterNode, dst: ClusterNode) -> None:
+        """dst IMPORTING, src MIGRATING: src answers -ASK for the slot's keys it no longer
+        holds."""
+        with dst.client() as c:
+            c.command("CLUSTER", "SETSLOT", slot, "IMPORTING", src.node_id())
+        with src.client() as c:
+            c.command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst.node_id())
+
+    def move_keys(self, slot: int, src: ClusterNode, dst: ClusterNode,
+                  keys: Optional[Sequence[bytes]] = None) -> List[bytes]:
+        """MIGRATE keys (default: every key of the slot that src holds) to dst."""
+        with src.client() as c:
+            if keys is None:
+                keys = c.command("CLUSTER", "GETKEYSINSLOT", slot, 100000)
+            if keys:
+                c.command("MIGRATE", HOST, dst.port, "", 0, 5000, "KEYS", *keys)
+        return list(keys)
+
+    def end_migration(self, slot: int, dst: ClusterNode) -> None:
+        """Every primary learns that dst serves slot (the others answer -MOVED)."""
+        dst_id = dst.node_id()
+        for n in self.live():
+            if n.role() == "master":
+                with n.client() as c:
+                    c.command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        self.wait_ok()
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def __enter__(self) -> "RedisClusterServers":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -806,6 +806,7 @@ def test_reply_shapes_in_c():
              os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
              os.path.join(core, "redisbloom.c"), os.path.join(core, "redis_conn.c"),
              os.path.join(core, "redis_tls.c"), os.path.join(core, "redis_sentinel.c"),
+             os.path.join(core, "redis_cluster.c"),
              os.path.join(core, "redis_memory.c"),
              *flags.stdout.split(), "-lm"], capture_output=True, text=True)
         assert build.returncode == 0, build.stderr

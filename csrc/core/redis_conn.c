@@ -1,6 +1,7 @@
 /* redis_conn.c: see redis_conn.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_conn.h"
+#include "redis_cluster.h"
 #include "redis_sentinel.h"
 #include "redis_reply.h"
 #include "redis_tls.h"
@@ -85,6 +86,7 @@ void lb_redis_config_free(lb_redis_config *cfg)
     free(cfg->sentinel_service);
     free(cfg->sentinel_username);
     free(cfg->sentinel_password);
+    free(cfg->cluster_nodes);
     lb_redis_config_init(cfg);
 }
 
@@ -228,7 +230,7 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                        "invalid Redis URL: expected redis://host[:port][/db], "
                        "unix:///path/to/socket or rediss://");
     size_t slen = (size_t)(sep - url);
-    int is_unix = 0, is_sentinel = 0;
+    int is_unix = 0, is_sentinel = 0, is_cluster = 0;
     if (slen == 5 && strncasecmp(url, "redis", 5) == 0) {
         is_unix = 0;
     } else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
@@ -240,10 +242,15 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
     } else if (slen == 15 && strncasecmp(url, "rediss+sentinel", 15) == 0) {
         is_sentinel = 1;
         cfg->tls = 1; /* to the data nodes; the sentinels are asked over plain TCP */
+    } else if (slen == 13 && strncasecmp(url, "redis+cluster", 13) == 0) {
+        is_cluster = 1;
+    } else if (slen == 14 && strncasecmp(url, "rediss+cluster", 14) == 0) {
+        is_cluster = 1;
+        cfg->tls = 1;
     } else {
         return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
-                       "unsupported URL scheme '%.*s://' (expected redis://, unix://, rediss:// "
-                       "or redis+sentinel://)",
+                       "unsupported URL scheme '%.*s://' (expected redis://, unix://, rediss://, "
+                       "redis+sentinel:// or redis+cluster://)",
                        (int)(slen > 32 ? 32 : slen), url);
     }
 
@@ -282,7 +289,32 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
         hostpart = at + 1;
     }
 
-    if (is_sentinel) {
+    if (is_cluster) {
+        char why[160];
+        int pl = lb_redis_parse_host_list(hostpart, (size_t)(netend - hostpart), 6379,
+                                          "cluster node", &cfg->cluster_nodes, why, sizeof why);
+        if (pl == -2)
+            goto nomem;
+        if (pl != 0)
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "invalid redis+cluster:// URL: %s", why);
+        /* The first seed is also host:port (for messages before the map is read). */
+        const char *first = cfg->cluster_nodes;
+        const char *comma = strchr(first, ',');
+        size_t flen = comma ? (size_t)(comma - first) : strlen(first);
+        const char *colon = NULL;
+        for (const char *c = first; c < first + flen; c++)
+            if (*c == ':')
+                colon = c;
+        if (!(cfg->host = dup_bytes(first, (size_t)(colon - first))))
+            goto nomem;
+        cfg->port = atoi(colon + 1);
+        if (path && end - path > 1 && !(end - path == 2 && path[1] == '0'))
+            return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                           "a Redis Cluster has only database 0: redis+cluster://host:port"
+                           "[,host:port...][/0], not '%.*s'",
+                           (int)(end - path > 32 ? 32 : end - path), path);
+    } else if (is_sentinel) {
         char why[160];
         int pl = lb_sentinel_parse_list(hostpart, (size_t)(netend - hostpart), &cfg->sentinels,
                                         why, sizeof why);
@@ -441,6 +473,26 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                     *f = val[0] ? val : NULL;
                     if (val[0])
                         val = NULL;
+                } else if (strcmp(name, "cluster_retry_timeout") == 0) {
+                    int ms;
+                    if (parse_seconds_ms(val, &ms))
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option cluster_retry_timeout='%.32s' "
+                                     "(expected seconds > 0)",
+                                     val);
+                    else
+                        cfg->cluster_retry_ms = ms;
+                } else if (strcmp(name, "read_from_replicas") == 0) {
+                    if (!strcasecmp(val, "true") || !strcasecmp(val, "yes") || !strcmp(val, "1"))
+                        cfg->cluster_replica_reads = 1;
+                    else if (!strcasecmp(val, "false") || !strcasecmp(val, "no") ||
+                             !strcmp(val, "0"))
+                        cfg->cluster_replica_reads = 0;
+                    else
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option read_from_replicas='%.32s' (expected "
+                                     "true or false)",
+                                     val);
                 } else if (strcmp(name, "username") == 0) {
                     free(cfg->username);
                     cfg->username = val[0] ? val : NULL;
@@ -495,7 +547,8 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                                  "unknown URL option '%.32s' (known: db, username, password, "
                                  "socket_timeout, socket_connect_timeout, ssl_cert_reqs, "
                                  "ssl_check_hostname, ssl_ca_certs, ssl_ca_path, ssl_certfile, "
-                                 "ssl_keyfile, sentinel_username, sentinel_password)",
+                                 "ssl_keyfile, sentinel_username, sentinel_password, "
+                                 "read_from_replicas, cluster_retry_timeout)",
                                  name);
                 }
                 free(name);
@@ -508,6 +561,13 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
             p = amp + 1;
         }
     }
+    if (is_cluster && cfg->db != 0)
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                       "a Redis Cluster has only database 0 (db=%d in the URL)", cfg->db);
+    if (!is_cluster && (cfg->cluster_replica_reads || cfg->cluster_retry_ms))
+        return url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                       "read_from_replicas and cluster_retry_timeout are options of "
+                       "redis+cluster:// URLs");
     return LB_REDIS_OK;
 
 decode_fail_user:
@@ -522,6 +582,60 @@ decode_fail_pass:
                    "bad percent-escape in the password of the Redis URL");
 nomem:
     return url_err(cfg, LB_REDIS_ERR_NOMEM, err, errlen, "out of memory parsing the Redis URL");
+}
+
+int lb_redis_parse_host_list(const char *s, size_t n, int default_port, const char *what,
+                             char **out, char *why, size_t whylen)
+{
+    /* Each entry grows by at most ":65535". */
+    size_t entries = 1;
+    for (size_t i = 0; i < n; i++)
+        entries += s[i] == ',';
+    char *buf = malloc(n + entries * 7 + 1);
+    if (!buf)
+        return -2;
+    size_t len = 0;
+    const char *p = s, *end = s + n;
+    while (p <= end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        const char *colon = memchr(p, ':', (size_t)(e - p));
+        const char *hend = colon ? colon : e;
+        if (hend == p) {
+            snprintf(why, whylen, "an empty %s address (expected host:port,host:port)", what);
+            goto bad;
+        }
+        for (const char *c = p; c < hend; c++)
+            if (*c == '[' || *c == ']' || *c == '%' || *c == '\\' || *c == '/' || *c == '@') {
+                snprintf(why, whylen, "invalid character '%c' in %s host '%.*s'", *c, what,
+                         (int)(hend - p > 64 ? 64 : hend - p), p);
+                goto bad;
+            }
+        long port = default_port;
+        if (colon) {
+            port = 0;
+            if (colon + 1 == e || e - colon > 6)
+                port = -1;
+            for (const char *c = colon + 1; c < e && port >= 0; c++)
+                port = (*c >= '0' && *c <= '9') ? port * 10 + (*c - '0') : -1;
+            if (port < 1 || port > 65535) {
+                snprintf(why, whylen, "invalid %s port '%.*s' (expected 1..65535)", what,
+                         (int)(e - colon - 1 > 16 ? 16 : e - colon - 1), colon + 1);
+                goto bad;
+            }
+        }
+        len += (size_t)snprintf(buf + len, (size_t)(hend - p) + 16, "%s%.*s:%ld",
+                                len ? "," : "", (int)(hend - p), p, port);
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    free(*out);
+    *out = buf;
+    return 0;
+bad:
+    free(buf);
+    return -1;
 }
 
 /* ----------------------------------------------------------------- arena */
@@ -625,6 +739,7 @@ struct lb_redis {
     int ext_failed;       /* the request's reply stream broke: the connection must go */
     int ext_hs_done;      /* the handshake of the open connection was answered */
     int ext_auth, ext_sel;/* its commands' indexes (-1: not sent) */
+    lb_cluster *cluster;  /* a cluster connection (redis_cluster.c), else NULL */
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -650,12 +765,34 @@ const char *lb_redis_errstr(const lb_redis *r) { return r->errstr; }
 lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->status; }
 long lb_redis_err_index(const lb_redis *r) { return r->err_index; }
 int lb_redis_last_stale(const lb_redis *r) { return r->stale; }
-unsigned long lb_redis_connect_count(const lb_redis *r) { return r->connects; }
-unsigned long lb_redis_roundtrip_count(const lb_redis *r) { return r->roundtrips; }
-void lb_redis_set_timeout(lb_redis *r, int timeout_ms) { r->cfg.timeout_ms = timeout_ms < 0 ? 0 : timeout_ms; }
+unsigned long lb_redis_connect_count(const lb_redis *r)
+{
+    return r->cluster ? lb_cluster_connect_count(r->cluster) : r->connects;
+}
+unsigned long lb_redis_roundtrip_count(const lb_redis *r)
+{
+    return r->cluster ? lb_cluster_roundtrip_count(r->cluster) : r->roundtrips;
+}
+void lb_redis_set_timeout(lb_redis *r, int timeout_ms)
+{
+    r->cfg.timeout_ms = timeout_ms < 0 ? 0 : timeout_ms;
+    if (r->cluster)
+        lb_cluster_set_timeout(r->cluster, r->cfg.timeout_ms);
+}
+
+lb_redis_status lb_redis_take_error(lb_redis *r, const lb_redis *from)
+{
+    r->status = from->status;
+    r->err_index = from->err_index;
+    r->stale = from->stale;
+    memcpy(r->errstr, from->errstr, sizeof r->errstr);
+    return r->status;
+}
 
 int lb_redis_is_connected(const lb_redis *r)
 {
+    if (r->cluster)
+        return lb_cluster_is_connected(r->cluster);
     if (r->ext)
         return r->ext_open && r->pid == getpid();
     return r->ctx != NULL && r->pid == getpid();
@@ -823,6 +960,8 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
     r->cfg.tls = cfg->tls;
     r->cfg.tls_cert_reqs = cfg->tls_cert_reqs;
     r->cfg.tls_check_hostname = cfg->tls_check_hostname;
+    r->cfg.cluster_replica_reads = cfg->cluster_replica_reads;
+    r->cfg.cluster_retry_ms = cfg->cluster_retry_ms;
     if (lb_redis_config_set(&r->cfg.host, cfg->host) ||
         lb_redis_config_set(&r->cfg.unix_path, cfg->unix_path) ||
         lb_redis_config_set(&r->cfg.username, cfg->username) ||
@@ -835,7 +974,9 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
         lb_redis_config_set(&r->cfg.sentinel_service, cfg->sentinel_service) ||
         lb_redis_config_set(&r->cfg.sentinel_username, cfg->sentinel_username) ||
         lb_redis_config_set(&r->cfg.sentinel_password, cfg->sentinel_password) ||
-        !(r->rbuf = malloc(LB_RBUF_SIZE))) {
+        lb_redis_config_set(&r->cfg.cluster_nodes, cfg->cluster_nodes) ||
+        !(r->rbuf = malloc(LB_RBUF_SIZE)) ||
+        (r->cfg.cluster_nodes && !(r->cluster = lb_cluster_new(&r->cfg)))) {
         lb_redis_free(r);
         return NULL;
     }
@@ -866,6 +1007,8 @@ static void drop(lb_redis *r)
 void lb_redis_disconnect(lb_redis *r)
 {
     drop(r);
+    if (r->cluster)
+        lb_cluster_disconnect(r->cluster);
     r->ext_open = 0; /* an outside transport must close its connection too */
 }
 
@@ -874,6 +1017,7 @@ void lb_redis_free(lb_redis *r)
     if (!r)
         return;
     drop(r);
+    lb_cluster_free(r->cluster);
     arena_free(&r->arena);
     free(r->replies);
     free(r->rbuf);
@@ -889,6 +1033,8 @@ lb_redis *lb_redis_new_like(const lb_redis *r)
 
 void lb_redis_abandon(lb_redis *r)
 {
+    if (r && r->cluster)
+        lb_cluster_abandon(r->cluster);
     if (r && r->fd >= 0 && r->pid != getpid())
         close(r->fd);
 }
@@ -1162,6 +1308,13 @@ void lb_redis_batch_clear(lb_redis_batch *b)
     b->max_set = 0;
     b->max_bytes = 0;
     b->bytes_set = 0;
+    b->cmd_argc = 0;
+    b->cmd_key = 0;
+    b->has_slot = 0;
+    b->multi_slot = 0;
+    b->slot = 0;
+    b->multi_cmd = 0;
+    b->key_off = b->key_len = 0;
 }
 
 void lb_redis_batch_expect_bytes(lb_redis_batch *b, size_t n)
@@ -1232,7 +1385,49 @@ void lb_redis_batch_cmd(lb_redis_batch *b, int argc)
     *p++ = '\n';
     b->len = (size_t)(p - b->buf);
     b->args_left = argc;
+    b->cmd_argc = argc;
     b->ncmds++;
+}
+
+/* Which argument of a command is its first key (for the slot of a batch):
+ * 1 for most, 2 for BITOP (BITOP op destkey key...), OBJECT and MEMORY
+ * (OBJECT ENCODING key), 0 for the keyless ones. */
+static int key_index(const char *name, size_t len)
+{
+    static const char *const keyless[] = {"INFO", "PING", "ROLE", "WAIT", "CLUSTER", "ECHO",
+                                          "TIME", "DBSIZE", "ASKING", "READONLY", "SELECT",
+                                          "AUTH", "HELLO", "COMMAND", "CONFIG", NULL};
+    for (const char *const *n = keyless; *n; n++)
+        if (strlen(*n) == len && strncasecmp(*n, name, len) == 0)
+            return 0;
+    if ((len == 5 && strncasecmp(name, "BITOP", 5) == 0) ||
+        (len == 6 && strncasecmp(name, "OBJECT", 6) == 0) ||
+        (len == 6 && strncasecmp(name, "MEMORY", 6) == 0))
+        return 2;
+    return 1;
+}
+
+/* The argument just written at buf[off..off+len) is argument i of its command. */
+static void track_slot(lb_redis_batch *b, long i, size_t off, size_t len)
+{
+    if (i == 0) {
+        b->cmd_key = key_index(b->buf + off, len);
+        return;
+    }
+    if (i != b->cmd_key)
+        return;
+    if (b->has_slot && len == b->key_len && memcmp(b->buf + b->key_off, b->buf + off, len) == 0)
+        return; /* the same key as the last one */
+    unsigned slot = lb_cluster_key_slot(b->buf + off, len);
+    if (!b->has_slot) {
+        b->has_slot = 1;
+        b->slot = slot;
+    } else if (slot != b->slot && !b->multi_slot) {
+        b->multi_slot = 1;
+        b->multi_cmd = b->ncmds - 1;
+    }
+    b->key_off = off;
+    b->key_len = len;
 }
 
 void lb_redis_batch_arg(lb_redis_batch *b, const void *data, size_t len)
@@ -1252,11 +1447,72 @@ void lb_redis_batch_arg(lb_redis_batch *b, const void *data, size_t len)
     *p++ = '\n';
     if (len)
         memcpy(p, data, len);
+    long i = b->cmd_argc - b->args_left;
+    if (i <= 2)
+        track_slot(b, i, (size_t)(p - b->buf), len);
     p += len;
     *p++ = '\r';
     *p++ = '\n';
     b->len = (size_t)(p - b->buf);
     b->args_left--;
+}
+
+/* Parse "<c>N\r\n" at buf[*pos..len): N, or -1. */
+static long long resp_header(const char *buf, size_t len, size_t *pos, char c)
+{
+    size_t p = *pos;
+    if (p >= len || buf[p] != c)
+        return -1;
+    long long v = 0;
+    size_t digits = 0;
+    for (p++; p < len && buf[p] >= '0' && buf[p] <= '9' && digits < 18; p++, digits++)
+        v = v * 10 + (buf[p] - '0');
+    if (!digits || p + 1 >= len || buf[p] != '\r' || buf[p + 1] != '\n')
+        return -1;
+    *pos = p + 2;
+    return v;
+}
+
+/* Skip one command at buf[*pos..len); 0, or -1 when it is not well formed. */
+static int skip_command(const char *buf, size_t len, size_t *pos)
+{
+    long long argc = resp_header(buf, len, pos, '*');
+    if (argc < 1)
+        return -1;
+    for (long long a = 0; a < argc; a++) {
+        long long n = resp_header(buf, len, pos, '$');
+        if (n < 0 || (size_t)n > len - *pos || len - *pos - (size_t)n < 2)
+            return -1;
+        *pos += (size_t)n + 2;
+    }
+    return 0;
+}
+
+int lb_redis_batch_offsets(const lb_redis_batch *b, size_t *off)
+{
+    size_t pos = 0;
+    for (size_t c = 0; c < b->ncmds; c++) {
+        off[c] = pos;
+        if (skip_command(b->buf, b->len, &pos))
+            return -1;
+    }
+    off[b->ncmds] = pos;
+    return pos == b->len ? 0 : -1;
+}
+
+void lb_redis_batch_raw(lb_redis_batch *b, const char *cmd, size_t len)
+{
+    if (b->failed)
+        return;
+    if (b->args_left != 0) {
+        b->failed = LB_REDIS_ERR_ARG;
+        return;
+    }
+    if (batch_reserve(b, len))
+        return;
+    memcpy(b->buf + b->len, cmd, len);
+    b->len += len;
+    b->ncmds++;
 }
 
 void lb_redis_batch_arg_str(lb_redis_batch *b, const char *s)
@@ -1605,6 +1861,8 @@ lb_redis_status lb_redis_connect(lb_redis *r)
 {
     int fresh;
     clear_error(r);
+    if (r->cluster)
+        return lb_cluster_connect(r->cluster, r);
     return ensure_connected(r, &fresh);
 }
 
@@ -1612,12 +1870,12 @@ lb_redis_status lb_redis_connect(lb_redis *r)
 
 /* Unless flags has LB_REDIS_RAW_ERRORS, the first error reply of n makes
  * the status: WRONGTYPE or REPLY, with the server's text and its index. */
-static lb_redis_status reply_errors(lb_redis *r, size_t n, int flags)
+lb_redis_status lb_redis_check_replies(lb_redis *r, lb_reply **rs, size_t n, int flags)
 {
     if (flags & LB_REDIS_RAW_ERRORS)
         return LB_REDIS_OK;
     for (size_t i = 0; i < n; i++) {
-        const lb_reply *x = r->replies[i];
+        const lb_reply *x = rs[i];
         if (x->type == LB_REPLY_ERROR) {
             r->err_index = (long)i;
             int wt = x->len >= 9 && memcmp(x->str, "WRONGTYPE", 9) == 0;
@@ -1626,6 +1884,11 @@ static lb_redis_status reply_errors(lb_redis *r, size_t n, int flags)
         }
     }
     return LB_REDIS_OK;
+}
+
+static lb_redis_status reply_errors(lb_redis *r, size_t n, int flags)
+{
+    return lb_redis_check_replies(r, r->replies, n, flags);
 }
 
 /* Room for n top-level replies. */
@@ -1685,6 +1948,8 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
         return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
                                   "this connection is carried by an outside transport "
                                   "(lb_redis_wire_*): it has no socket of its own");
+    if (r->cluster)
+        return lb_cluster_exec(r->cluster, r, b, flags, replies);
     if (replies_reserve(r, b->ncmds) != LB_REDIS_OK)
         return r->status;
 

@@ -86,6 +86,11 @@ typedef struct {
     char *sentinel_service;  /* the name the sentinels monitor */
     char *sentinel_username; /* AUTH for the sentinels (the URL's user and password are */
     char *sentinel_password; /*  the data nodes') */
+    /* Redis Cluster (redis+cluster://, see redis_cluster.h): when cluster_nodes is set,
+     * the connection routes each batch to the node that serves its keys' slot. */
+    char *cluster_nodes;     /* seed nodes "host:port,host:port" */
+    int cluster_replica_reads; /* 1: batches sent with LB_REDIS_READ_REPLICA go to a replica */
+    int cluster_retry_ms;    /* retry budget for a cluster in transition; 0: the default */
 } lb_redis_config;
 
 #define LB_REDIS_CERT_REQUIRED 0
@@ -114,6 +119,13 @@ lb_redis_status lb_redis_config_set(char **field, const char *value);
  * err (err may be NULL) and leaves cfg initialised and empty. */
 lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url,
                                          char *err, size_t errlen);
+
+/* Parse "host[:port],host[:port]..." (n bytes) into *out (malloc'd, replacing
+ * it), normalised as "host:port,..." (default_port when left out; no IPv6
+ * literals).  what names an entry in messages ("sentinel").  0; -1 with a
+ * reason in why; -2 out of memory. */
+int lb_redis_parse_host_list(const char *s, size_t n, int default_port, const char *what,
+                             char **out, char *why, size_t whylen);
 
 /* -------------------------------------------------------------- connection */
 
@@ -193,6 +205,16 @@ typedef struct {
     int max_set;         /* 0: nobody asked, the default bound applies */
     size_t max_bytes;    /* see lb_redis_batch_expect_bytes */
     int bytes_set;       /* 0: no byte bound */
+    /* The Redis Cluster slot of the batch's keys (see redis_cluster.h), kept as
+     * commands are appended: a command's first key is its argument 1 (2 for
+     * BITOP, OBJECT, MEMORY), unless the command is keyless (INFO, PING, ...). */
+    long cmd_argc;       /* arguments of the command being appended */
+    long cmd_key;        /* ... the index of its key, 0: none */
+    int has_slot;        /* a keyed command was appended */
+    int multi_slot;      /* two keys in different slots */
+    unsigned slot;       /* the slot of the first key */
+    size_t multi_cmd;    /* multi_slot: the first command in another slot */
+    size_t key_off, key_len; /* the last key (its bytes in buf) */
 } lb_redis_batch;
 
 /* The most array elements one reply of this batch may hold, nested arrays'
@@ -228,6 +250,12 @@ void lb_redis_batch_arg(lb_redis_batch *b, const void *data, size_t len);
 void lb_redis_batch_arg_str(lb_redis_batch *b, const char *s);
 void lb_redis_batch_arg_u64(lb_redis_batch *b, uint64_t v);
 void lb_redis_batch_arg_i64(lb_redis_batch *b, int64_t v);
+/* Append one command already encoded (RESP array of bulk strings), as
+ * lb_redis_batch_command_at gives: a sub-batch of another batch's commands. */
+void lb_redis_batch_raw(lb_redis_batch *b, const char *cmd, size_t len);
+/* Where each command of b starts: off[i] for i < b->ncmds, and off[ncmds] =
+ * b->len (off has ncmds + 1 entries).  0, or -1 when b is not well formed. */
+int lb_redis_batch_offsets(const lb_redis_batch *b, size_t *off);
 /* A whole command from an argv array (lens may be NULL for C strings). */
 void lb_redis_batch_argv(lb_redis_batch *b, int argc, const char *const *argv, const size_t *lens);
 
@@ -261,6 +289,8 @@ typedef struct lb_reply {
                                    checked its meta key on it): if exec must discard it
                                    (unexpected input pending), send nothing and return
                                    LB_REDIS_ERR_IO with lb_redis_last_stale() = 1 */
+#define LB_REDIS_READ_REPLICA 8 /* the batch only reads: a cluster connection whose config
+                                   asks for replica reads may send it to a replica */
 
 /* Send the batch in one round trip and read its b->ncmds replies in order.
  *
@@ -287,6 +317,13 @@ typedef struct lb_reply {
  * An empty batch returns LB_REDIS_OK without connecting. */
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
                               lb_reply ***replies);
+
+/* For redis_cluster.c, which runs a cluster connection's batches on one
+ * lb_redis per node: take over the status, text and staleness of another
+ * connection's last call (returns the status); turn error replies into a
+ * status as lb_redis_exec does (unless flags has LB_REDIS_RAW_ERRORS). */
+lb_redis_status lb_redis_take_error(lb_redis *r, const lb_redis *from);
+lb_redis_status lb_redis_check_replies(lb_redis *r, lb_reply **rs, size_t n, int flags);
 
 /* Convenience for one command (tests, handshakes): builds a batch and runs
  * it; *reply valid until the next call. */

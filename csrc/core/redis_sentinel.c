@@ -8,55 +8,7 @@
 
 int lb_sentinel_parse_list(const char *s, size_t n, char **out, char *why, size_t whylen)
 {
-    /* Each entry grows by at most ":26379". */
-    size_t entries = 1;
-    for (size_t i = 0; i < n; i++)
-        entries += s[i] == ',';
-    char *buf = malloc(n + entries * 7 + 1);
-    if (!buf)
-        return -2;
-    size_t len = 0;
-    const char *p = s, *end = s + n;
-    while (p <= end) {
-        const char *comma = memchr(p, ',', (size_t)(end - p));
-        const char *e = comma ? comma : end;
-        const char *colon = memchr(p, ':', (size_t)(e - p));
-        const char *hend = colon ? colon : e;
-        if (hend == p) {
-            snprintf(why, whylen, "an empty sentinel address (expected host:port,host:port)");
-            goto bad;
-        }
-        for (const char *c = p; c < hend; c++)
-            if (*c == '[' || *c == ']' || *c == '%' || *c == '\\' || *c == '/' || *c == '@') {
-                snprintf(why, whylen, "invalid character '%c' in sentinel host '%.*s'", *c,
-                         (int)(hend - p > 64 ? 64 : hend - p), p);
-                goto bad;
-            }
-        long port = LB_SENTINEL_DEFAULT_PORT;
-        if (colon) {
-            port = 0;
-            if (colon + 1 == e || e - colon > 6)
-                port = -1;
-            for (const char *c = colon + 1; c < e && port >= 0; c++)
-                port = (*c >= '0' && *c <= '9') ? port * 10 + (*c - '0') : -1;
-            if (port < 1 || port > 65535) {
-                snprintf(why, whylen, "invalid sentinel port '%.*s' (expected 1..65535)",
-                         (int)(e - colon - 1 > 16 ? 16 : e - colon - 1), colon + 1);
-                goto bad;
-            }
-        }
-        len += (size_t)snprintf(buf + len, (size_t)(hend - p) + 16, "%s%.*s:%ld",
-                                len ? "," : "", (int)(hend - p), p, port);
-        if (!comma)
-            break;
-        p = comma + 1;
-    }
-    free(*out);
-    *out = buf;
-    return 0;
-bad:
-    free(buf);
-    return -1;
+    return lb_redis_parse_host_list(s, n, LB_SENTINEL_DEFAULT_PORT, "sentinel", out, why, whylen);
 }
 
 int lb_sentinel_addr_reply(const lb_reply *x, char *host, size_t hostlen, int *port)

@@ -220,6 +220,16 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
                                          "the sentinels: give no host, port or unix_socket_path");
         return -1;
     }
+    if (cfg->cluster_nodes &&
+        ((kw->host && kw->host != Py_None) || (kw->port && kw->port != Py_None) ||
+         (kw->unix_socket_path && kw->unix_socket_path != Py_None) ||
+         (kw->db && kw->db != Py_None && cfg->db != 0))) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_TypeError, "a redis+cluster:// URL names its seed nodes and "
+                                         "database 0: give no host, port, unix_socket_path "
+                                         "or db");
+        return -1;
+    }
     if (kw->host && kw->host != Py_None && cfg->unix_path && kw->unix_socket_path == NULL) {
         /* an explicit host wins over a unix:// URL */
         lb_redis_config_set(&cfg->unix_path, NULL);
@@ -652,6 +662,13 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
         PyErr_SetString(f->base.st->NotSupportedError,
                         "the asyncio filters do not resolve redis+sentinel:// URLs yet: use "
                         "RedisFilter / RedisBloomFilter (blocking), or the primary's address");
+        return NULL;
+    }
+    if (c->cluster_nodes) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not route to a Redis Cluster yet: use "
+                        "RedisFilter / RedisBloomFilter (blocking) with the redis+cluster:// URL");
         return NULL;
     }
     static const char *const reqs[] = {"required", "optional", "none"};

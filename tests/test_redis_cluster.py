@@ -1,0 +1,286 @@
+"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half).
+
+One cluster for the module: 3 primaries with one replica each, every node on free ports
+of 127.0.0.1 with the RedisBloom module loaded, created by ``redis-cli --cluster create``
+(tests/redis_server.py, RedisClusterServers), stopped afterwards.  A node timeout of 1 s
+makes a killed primary's replica take over within a few seconds.
+
+The slot of a key is computed here as the cluster does (CRC16/XMODEM, which is
+binascii.crc_hqx with 0, of the hash tag or the key), so that each test can put its
+filter on the node it wants.  What the client did on the wire is read from the servers:
+INFO errorstats counts the -MOVED and -ASK replies a node sent.
+"""
+from __future__ import annotations
+
+import binascii
+import threading
+import time
+
+import pytest
+
+import ling_bloom as lb
+from redis_server import HOST, ClusterNode, RedisClusterServers, exit_code_in_forked_child
+
+
+def key_slot(key: bytes) -> int:
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return binascii.crc_hqx(key, 0) % 16384
+
+
+@pytest.fixture(scope="module")
+def cluster(redisbloom_module):
+    with RedisClusterServers(3, 1, extra_args=["--loadmodule", redisbloom_module]) as cl:
+        yield cl
+
+
+def url(cluster, **opts) -> str:
+    q = {"socket_timeout": 5, "socket_connect_timeout": 1, **opts}
+    return cluster.url + "?" + "&".join(f"{k}={v}" for k, v in q.items())
+
+
+def tag_on(cluster, node: ClusterNode, prefix: str) -> str:
+    """A hash tag "{prefix:N}" whose slot node serves."""
+    owners = cluster._slot_owners(cluster.live()[0])
+    for i in range(100000):
+        tag = f"{prefix}:{i}"
+        s = key_slot(tag.encode())
+        if any(lo <= s <= hi and port == node.port for lo, hi, port in owners):
+            return "{" + tag + "}"
+    raise AssertionError("no tag found")
+
+
+def primaries(cluster):
+    return [n for n in cluster.live() if n.role() == "master"]
+
+
+def errorstat(node: ClusterNode, name: str) -> int:
+    with node.client() as c:
+        text = c.command("INFO", "errorstats").decode()
+    for line in text.split("\r\n"):
+        if line.startswith(f"errorstat_{name}:count="):
+            return int(line.split("=", 1)[1])
+    return 0
+
+
+def exists(node: ClusterNode, key: str) -> bool:
+    with node.client() as c:
+        return c.command("EXISTS", key) == 1
+
+
+def test_cluster_urls_are_checked():
+    for bad, msg in [
+        ("redis+cluster://", "empty cluster node"),
+        ("redis+cluster://h:0", "cluster node port"),
+        ("redis+cluster://h:1,,h:2", "empty cluster node"),
+        ("redis+cluster://h:1/2", "database 0"),
+        ("redis+cluster://h:1?db=3", "database 0"),
+        ("redis+cluster://h:1?read_from_replicas=maybe", "read_from_replicas"),
+        ("redis+cluster://h:1?cluster_retry_timeout=-1", "cluster_retry_timeout"),
+        ("redis://h:1?read_from_replicas=true", "redis\\+cluster://"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            lb.RedisFilter.from_url(bad, "k", 100, 0.01)
+    for kw in ({"host": "h"}, {"port": 1}, {"db": 2}):
+        with pytest.raises(TypeError, match="cluster"):
+            lb.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
+
+
+def test_a_server_that_is_no_cluster_node(redis_server):
+    u = f"redis+cluster://{HOST}:{redis_server.port}"
+    with pytest.raises(lb.RedisResponseError, match="cluster"):
+        lb.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
+
+
+def test_every_operation_on_every_primary(cluster):
+    keys = [f"user:{i}" for i in range(2000)]
+    others = [f"other:{i}" for i in range(2000)]
+    for node in primaries(cluster):
+        tag = tag_on(cluster, node, "ops")
+        bits_key, bf_key = f"{tag}:bits", f"{tag}:bf"
+        with lb.RedisFilter.from_url(url(cluster), bits_key, 5000, 0.01) as f:
+            assert f.add("first") is True and f.add("first") is False and "first" in f
+            f.update(keys)
+            assert all(f.test_many(keys)) and f.add_many(["first", "new"]) == [False, True]
+            # Bit for bit the filter a MemoryFilter of the same geometry builds.
+            mem = lb.MemoryFilter(m=f.m, k=f.k, hash=f.hash)
+            mem.update(["first", "new", *keys])
+            assert f.snapshot() == mem and f.bits_set() == mem.bits_set
+            assert sum(f.test_many(others)) == sum(mem.test_many(others))
+            for name in f.key_names():
+                assert exists(node, name.decode())   # on the node that serves the tag
+            f.reset()
+            assert not any(f.test_many(keys)) and f.bits_set() == 0
+            f.load(mem)
+            assert all(f.test_many(keys))
+        with lb.RedisBloomFilter.from_url(url(cluster), bf_key, 5000, 0.01) as bf:
+            assert bf.add("first") is True and bf.add("first") is False and "first" in bf
+            bf.update(keys)
+            assert all(bf.test_many(keys)) and bf.card() == 2001
+            assert bf.info().capacity == 5000
+            dump = bf.dump()
+            bf.reset()
+            assert not any(bf.test_many(keys))
+            bf.restore(dump, replace=True)
+            assert all(bf.test_many(keys))
+            assert exists(node, bf_key)
+        # Keyless and single-key calls of other shapes route too.
+        assert lb.RedisFilter.open(url(cluster), bits_key).m == mem.m
+
+
+def test_moved_after_a_slot_migration(cluster):
+    src = primaries(cluster)[0]
+    dst = primaries(cluster)[1]
+    tag = tag_on(cluster, src, "moved")
+    slot = key_slot(tag.encode())
+    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 5000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 5000, 0.01)
+    before = [f"before:{i}" for i in range(500)]
+    f.update(before)
+    bf.update(before)
+    moved = errorstat(src, "MOVED")
+    cluster.begin_migration(slot, src, dst)
+    cluster.move_keys(slot, src, dst)
+    cluster.end_migration(slot, dst)
+    # The filters' connections still think src serves the slot: -MOVED, map read again.
+    after = [f"after:{i}" for i in range(500)]
+    f.update(after)
+    bf.update(after)
+    assert all(f.test_many(before + after)) and all(bf.test_many(before + after))
+    assert errorstat(src, "MOVED") > moved
+    assert exists(dst, f"{tag}:bits") and exists(dst, f"{tag}:bf")
+    with src.client() as c:
+        assert c.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    f.close()
+    bf.close()
+
+
+def test_ask_while_a_slot_migrates(cluster):
+    src = primaries(cluster)[1]
+    dst = primaries(cluster)[2]
+    tag = tag_on(cluster, src, "ask")
+    slot = key_slot(tag.encode())
+    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 5000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 5000, 0.01)
+    before = [f"before:{i}" for i in range(500)]
+    f.update(before)
+    bf.update(before)
+    asked = errorstat(src, "ASK")
+    cluster.begin_migration(slot, src, dst)
+    try:
+        # Half way: the bitmap and the RedisBloom key are on dst, the meta key still on src.
+        cluster.move_keys(slot, src, dst, [f"{tag}:bits".encode(), f"{tag}:bf".encode()])
+        assert all(f.test_many(before)) and all(bf.test_many(before))   # -ASK, then dst
+        during = [f"during:{i}" for i in range(500)]
+        f.update(during)
+        bf.update(during)
+        assert errorstat(src, "ASK") > asked
+        cluster.move_keys(slot, src, dst)                 # the rest (the meta key)
+    finally:
+        cluster.end_migration(slot, dst)
+    assert all(f.test_many(before + during)) and all(bf.test_many(before + during))
+    assert all(exists(dst, name.decode()) for name in f.key_names())   # bits and meta
+    f.close()
+    bf.close()
+
+
+def test_a_hung_node_times_out_and_is_not_retried(cluster):
+    node = primaries(cluster)[0]
+    tag = tag_on(cluster, node, "hung")
+    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), f"{tag}:bits", 1000, 0.01)
+    f.add("a")
+    node.pause()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(lb.RedisTimeoutError, match=str(node.port)):
+            f.add("b")
+        assert time.monotonic() - t0 < 5  # a margin of seconds: the timeout, no retries
+    finally:
+        node.resume()
+    assert f.add("c") is True and "a" in f
+    cluster.wait_ok()
+    f.close()
+
+
+def test_a_forked_child_opens_its_own_connections(cluster):
+    node = primaries(cluster)[2]
+    tag = tag_on(cluster, node, "fork")
+    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
+    f.add("parent")
+
+    def child():
+        return f.add("child") and "parent" in f
+
+    assert exit_code_in_forked_child(child) == 0
+    assert "child" in f and f.add("again")
+    f.close()
+
+
+def test_the_asyncio_filters_refuse_a_cluster_url(cluster):
+    import asyncio
+
+    async def main():
+        with pytest.raises(lb.NotSupportedError, match="Cluster"):
+            f = lb.AsyncRedisFilter.from_url(cluster.url, "k", 100, 0.01)
+            await f.add("a")
+
+    asyncio.run(main())
+
+
+def test_a_primary_killed_mid_batch(cluster):
+    """A writer adds batches while the primary of its slot is killed.  The cluster
+    promotes the replica; the writer's next calls go there.  What "acknowledged" means:
+    an update() that returned.  Redis replicates asynchronously; the filter does not wait
+    for the replica, so the test makes the writer wait (WAIT on the primary's replication
+    offset would need the same connection); it checks instead that every batch acknowledged
+    before the kill AND seen on the replica survives, and that writing resumes."""
+    victim = primaries(cluster)[0]
+    replica = cluster.replica_of(victim)
+    tag = tag_on(cluster, victim, "kill")
+    f = lb.RedisFilter.from_url(url(cluster, cluster_retry_timeout=20), f"{tag}:bits",
+                                100_000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(url(cluster, cluster_retry_timeout=20), f"{tag}:bf",
+                                      100_000, 0.01)
+    acked, errors, stop = [], [], threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            batch = [f"w{i}:{j}" for j in range(200)]
+            i += 1
+            try:
+                f.update(batch)
+                bf.update(batch)
+                acked.append(batch)
+            except (lb.RedisConnectionError, lb.RedisTimeoutError) as e:
+                errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        while len(acked) < 5:
+            time.sleep(0.01)
+        victim.kill()
+        deadline = time.monotonic() + 30
+        while replica.role() != "master":
+            assert time.monotonic() < deadline, "the replica was never promoted"
+            time.sleep(0.1)
+        n = len(acked)
+        while len(acked) < n + 5:                       # writing resumed on the new primary
+            assert time.monotonic() < deadline, f"no write after the failover: {errors[-1:]}"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(60)
+    keys = [k for batch in acked[-5:] for k in batch]
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))
+    assert len(errors) <= 2, errors      # at most the batch cut by the kill, for each filter
+    assert exists(replica, f"{tag}:bits")
+    victim.restart()                                    # comes back as a replica
+    cluster.wait_ok()
+    assert victim.role() == "slave"
+    f.close()
+    bf.close()
