@@ -425,6 +425,8 @@ class RedisFilter(_Filter):
         ssl_keyfile: Optional[str] = ...,
         ssl_cert_reqs: Union[str, int, None] = ...,
         ssl_check_hostname: bool = ...,
+        wait_replicas: Optional[int] = ...,
+        wait_timeout: Optional[float] = ...,
     ) -> Self: ...
     @classmethod
     def from_url(
@@ -503,6 +505,8 @@ class RedisBloomFilter(_Filter):
         ssl_keyfile: Optional[str] = ...,
         ssl_cert_reqs: Union[str, int, None] = ...,
         ssl_check_hostname: bool = ...,
+        wait_replicas: Optional[int] = ...,
+        wait_timeout: Optional[float] = ...,
     ) -> Self: ...
     @classmethod
     def from_url(

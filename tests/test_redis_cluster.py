@@ -232,18 +232,19 @@ def test_the_asyncio_filters_refuse_a_cluster_url(cluster):
 
 def test_a_primary_killed_mid_batch(cluster):
     """A writer adds batches while the primary of its slot is killed.  The cluster
-    promotes the replica; the writer's next calls go there.  What "acknowledged" means:
-    an update() that returned.  Redis replicates asynchronously; the filter does not wait
-    for the replica, so the test makes the writer wait (WAIT on the primary's replication
-    offset would need the same connection); it checks instead that every batch acknowledged
-    before the kill AND seen on the replica survives, and that writing resumes."""
+    promotes the replica; the writer's next calls go there.
+
+    What "acknowledged" means: an update() that returned.  Redis replicates
+    asynchronously, so a write the primary answered just before it died may not have
+    reached the replica.  With wait_replicas=1 the filters send WAIT 1 after every write
+    batch, on the same connection, and return only once the replica has it: then nothing
+    acknowledged is lost, which is what this test checks, for every batch."""
     victim = primaries(cluster)[0]
     replica = cluster.replica_of(victim)
     tag = tag_on(cluster, victim, "kill")
-    f = lb.RedisFilter.from_url(url(cluster, cluster_retry_timeout=20), f"{tag}:bits",
-                                100_000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(url(cluster, cluster_retry_timeout=20), f"{tag}:bf",
-                                      100_000, 0.01)
+    u = url(cluster, cluster_retry_timeout=20, wait_replicas=1, wait_timeout=2)
+    f = lb.RedisFilter.from_url(u, f"{tag}:bits", 100_000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", 100_000, 0.01)
     acked, errors, stop = [], [], threading.Event()
 
     def writer():
@@ -268,19 +269,103 @@ def test_a_primary_killed_mid_batch(cluster):
         while replica.role() != "master":
             assert time.monotonic() < deadline, "the replica was never promoted"
             time.sleep(0.1)
+        # The new primary has no replica until the old one comes back as its replica:
+        # until then every write fails its WAIT (RedisTimeoutError), as it should.
         n = len(acked)
-        while len(acked) < n + 5:                       # writing resumed on the new primary
+        while not any(isinstance(e, lb.RedisTimeoutError) for e in errors):
+            assert time.monotonic() < deadline, f"no WAIT timeout: {errors}"
+            time.sleep(0.05)
+        assert len(acked) == n
+        victim.restart()
+        while len(acked) < n + 5:                       # writing resumed, replicated again
             assert time.monotonic() < deadline, f"no write after the failover: {errors[-1:]}"
             time.sleep(0.05)
     finally:
         stop.set()
         t.join(60)
-    keys = [k for batch in acked[-5:] for k in batch]
-    assert all(f.test_many(keys)) and all(bf.test_many(keys))
-    assert len(errors) <= 2, errors      # at most the batch cut by the kill, for each filter
-    assert exists(replica, f"{tag}:bits")
-    victim.restart()                                    # comes back as a replica
+    keys = [k for batch in acked for k in batch]
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))   # every acknowledged key
+    assert all(isinstance(e, (lb.RedisConnectionError, lb.RedisTimeoutError)) for e in errors)
     cluster.wait_ok()
     assert victim.role() == "slave"
     f.close()
     bf.close()
+
+
+def test_reads_from_replicas_when_asked(cluster):
+    node = primaries(cluster)[1]
+    replica = cluster.replica_of(node)
+    tag = tag_on(cluster, node, "ro")
+
+    def reads(srv, name):
+        with srv.client() as c:
+            text = c.command("INFO", "commandstats").decode()
+        for line in text.split("\r\n"):
+            if line.startswith(f"cmdstat_{name}:calls="):
+                return int(line.split("=")[1].split(",")[0])
+        return 0
+
+    u = url(cluster, read_from_replicas="true", wait_replicas=1)
+    f = lb.RedisFilter.from_url(u, f"{tag}:bits", 1000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", 1000, 0.01)
+    keys = [f"k{i}" for i in range(100)]
+    f.update(keys)          # writes go to the primary, and wait for the replica
+    bf.update(keys)
+    before = reads(replica, "bitfield_ro"), reads(replica, "bf.mexists")
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))
+    assert reads(replica, "bitfield_ro") > before[0] and reads(replica, "bf.mexists") > before[1]
+    assert reads(node, "bitfield_ro") == 0
+    # Without the option, reads stay on the primary.
+    g = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
+    n = reads(replica, "bitfield_ro")
+    assert all(g.test_many(keys)) and reads(replica, "bitfield_ro") == n
+    for x in (f, bf, g):
+        x.close()
+
+
+def test_wait_replicas_on_one_server(bf_server_factory):
+    """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
+    acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
+    primary = bf_server_factory()
+    alone = f"{primary.url}?wait_replicas=1&wait_timeout=0.2"
+    f = lb.RedisFilter.from_url(alone, "w:bits", 1000, 0.01)
+    with pytest.raises(lb.RedisTimeoutError, match="only 0 of the 1 replicas"):
+        f.add("a")
+    assert "a" in f                         # done on the primary, not known to be replicated
+    bf = lb.RedisBloomFilter.from_url(alone, "w:bf", 1000, 0.01)
+    with pytest.raises(lb.RedisTimeoutError, match="wait_replicas"):
+        bf.update(["a", "b"])
+    replica = bf_server_factory(["--replicaof", HOST, str(primary.port)])
+    deadline = time.monotonic() + 20
+    while True:     # the primary counts the replica once it is online and acknowledged
+        with primary.client() as c:
+            info = c.command("INFO", "replication")
+        if b"state=online" in info and b"lag=0" in info:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    f.close()
+    bf.close()
+    synced = f"{primary.url}?wait_replicas=1&wait_timeout=3"   # a first sync may take a moment
+    f = lb.RedisFilter.from_url(synced, "w:bits", 1000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(synced, "w:bf", 1000, 0.01)
+    assert f.add("b") is True and bf.add("c") is True   # now acknowledged by the replica
+    with replica.client() as c:
+        assert c.command("EXISTS", "w:bits") == 1 and c.command("BF.EXISTS", "w:bf", "c") == 1
+    for x in (f, bf):
+        x.close()
+    with pytest.raises(ValueError, match="wait_timeout"):
+        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=1, wait_timeout=5,
+                       socket_timeout=1)
+    with pytest.raises(ValueError, match="wait_replicas"):
+        lb.RedisFilter.from_url(primary.url + "?wait_replicas=x", "k", 100, 0.01)
+    with pytest.raises(ValueError, match="wait_replicas"):
+        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=-1)
+
+    import asyncio
+
+    async def main():
+        with pytest.raises(lb.NotSupportedError, match="WAIT"):
+            await lb.AsyncRedisFilter.from_url(alone, "k", 100, 0.01).add("a")
+
+    asyncio.run(main())

@@ -467,14 +467,15 @@ static lb_redis_status ensure_meta(lb_redis_bitmap *bm)
  * been claimed meanwhile by a filter of another geometry.  The same holds
  * for a connection that exec discards because a late reply was pending on
  * it (LB_REDIS_KEPT_CONN). */
-static lb_redis_status bm_exec(lb_redis_bitmap *bm, lb_reply ***rs)
+static lb_redis_status bm_exec(lb_redis_bitmap *bm, int kind, lb_reply ***rs)
 {
     batch_bounds(bm);
-    lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
+    const int flags = LB_REDIS_KEPT_CONN | kind;
+    lb_redis_status st = lb_redis_exec(bm->conn, &bm->batch, flags, rs);
     if (st == LB_REDIS_ERR_IO && lb_redis_last_stale(bm->conn)) {
         st = ensure_meta(bm);
         if (st == LB_REDIS_OK)
-            st = lb_redis_exec(bm->conn, &bm->batch, LB_REDIS_KEPT_CONN, rs);
+            st = lb_redis_exec(bm->conn, &bm->batch, flags, rs);
     }
     return st;
 }
@@ -571,7 +572,12 @@ static size_t emit(lb_redis_bitmap *bm, int write, uint64_t part, const uint64_t
     const char *n = name_of(bm, part, &len);
     if (bm->mode == LB_RB_BITFIELD) {
         lb_redis_batch_cmd(b, 2 + (int)cnt * (write ? 4 : 3));
-        lb_redis_batch_arg(b, "BITFIELD", 8);
+        /* BITFIELD_RO (Redis 6.2) for reads that a cluster replica may serve: a
+         * replica redirects BITFIELD, a write command, to its primary */
+        if (!write && lb_redis_get_config(bm->conn)->cluster_replica_reads)
+            lb_redis_batch_arg(b, "BITFIELD_RO", 11);
+        else
+            lb_redis_batch_arg(b, "BITFIELD", 8);
         lb_redis_batch_arg(b, n, len);
         for (uint32_t i = 0; i < cnt; i++) {
             lb_redis_batch_arg(b, write ? "SET" : "GET", 3);
@@ -748,7 +754,7 @@ static lb_redis_status run_keys(lb_redis_bitmap *bm, const lb_key *keys, size_t 
         if (st != LB_REDIS_OK)
             return st;
         lb_reply **rs;
-        st = bm_exec(bm, &rs);
+        st = bm_exec(bm, write ? LB_REDIS_WRITE : LB_REDIS_READ_REPLICA, &rs);
         st = check_chunk(bm, st, rs, ncmd, cn, write, out ? out + start : NULL);
         if (st != LB_REDIS_OK)
             return st;
@@ -806,7 +812,7 @@ lb_redis_status lb_redis_bitmap_reset(lb_redis_bitmap *bm)
         return st;
     build_reset(bm);
     lb_reply **rs;
-    st = bm_exec(bm, &rs);
+    st = bm_exec(bm, LB_REDIS_WRITE, &rs);
     return check_reset(bm, st, rs);
 }
 
@@ -1069,7 +1075,7 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 names[nw++] = "SET NX of the meta key";
             }
             lb_reply **rs;
-            st = bm_exec(bm, &rs);
+            st = bm_exec(bm, LB_REDIS_WRITE, &rs);
             if (st == LB_REDIS_OK)
                 st = check_replies(bm, rs, wants, names, nw);
             if (st == LB_REDIS_ERR_WRONGTYPE && lb_redis_err_index(bm->conn) == bitop) {
@@ -1088,7 +1094,7 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
         lb_redis_batch_clear(b);
         size_t ne = add_expires(bm, 0);
         lb_reply **rs;
-        st = bm_exec(bm, &rs);
+        st = bm_exec(bm, LB_REDIS_WRITE, &rs);
         for (size_t c = 0; st == LB_REDIS_OK && c < ne; c++)
             if (!lb_reply_is_bit(rs[c]))
                 st = bad_reply(bm, "PEXPIRE");
@@ -1147,7 +1153,7 @@ lb_redis_status lb_redis_bitmap_snapshot(lb_redis_bitmap *bm, uint8_t *out, size
             }
         }
         lb_reply **rs;
-        st = bm_exec(bm, &rs);
+        st = bm_exec(bm, LB_REDIS_READ_REPLICA, &rs);
         if (st == LB_REDIS_ERR_WRONGTYPE) {
             long e = lb_redis_err_index(bm->conn);
             return name_wrongtype(bm, e >= 0 && (size_t)e < ncmd ? bm->cmds[e].part : 0);
@@ -1189,7 +1195,7 @@ lb_redis_status lb_redis_bitmap_bitcount(lb_redis_bitmap *bm, uint64_t *count)
         lb_redis_batch_arg_u64(b, pbytes - 1);
     }
     lb_reply **rs;
-    st = bm_exec(bm, &rs);
+    st = bm_exec(bm, LB_REDIS_READ_REPLICA, &rs);
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return name_wrongtype(bm, (uint64_t)lb_redis_err_index(bm->conn));
     if (st != LB_REDIS_OK)

@@ -305,6 +305,8 @@ lb_cluster *lb_cluster_new(const lb_redis_config *cfg)
     t->tls = cfg->tls;
     t->tls_cert_reqs = cfg->tls_cert_reqs;
     t->tls_check_hostname = cfg->tls_check_hostname;
+    t->wait_replicas = cfg->wait_replicas;
+    t->wait_timeout_ms = cfg->wait_timeout_ms;
     c->retry_ms = cfg->cluster_retry_ms > 0 ? cfg->cluster_retry_ms : LB_CLUSTER_DEFAULT_RETRY_MS;
     c->replica_reads = cfg->cluster_replica_reads;
     for (int s = 0; s < LB_CLUSTER_SLOTS; s++)

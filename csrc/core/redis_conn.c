@@ -473,6 +473,22 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                     *f = val[0] ? val : NULL;
                     if (val[0])
                         val = NULL;
+                } else if (strcmp(name, "wait_replicas") == 0) {
+                    long n;
+                    if (parse_uint(val, strlen(val), 1000, &n))
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option wait_replicas='%.32s' (expected 0..1000)",
+                                     val);
+                    else
+                        cfg->wait_replicas = (int)n;
+                } else if (strcmp(name, "wait_timeout") == 0) {
+                    int ms;
+                    if (parse_seconds_ms(val, &ms))
+                        st = url_err(cfg, LB_REDIS_ERR_URL, err, errlen,
+                                     "invalid URL option wait_timeout='%.32s' (expected seconds > 0)",
+                                     val);
+                    else
+                        cfg->wait_timeout_ms = ms;
                 } else if (strcmp(name, "cluster_retry_timeout") == 0) {
                     int ms;
                     if (parse_seconds_ms(val, &ms))
@@ -548,7 +564,8 @@ lb_redis_status lb_redis_config_from_url(lb_redis_config *cfg, const char *url, 
                                  "socket_timeout, socket_connect_timeout, ssl_cert_reqs, "
                                  "ssl_check_hostname, ssl_ca_certs, ssl_ca_path, ssl_certfile, "
                                  "ssl_keyfile, sentinel_username, sentinel_password, "
-                                 "read_from_replicas, cluster_retry_timeout)",
+                                 "read_from_replicas, cluster_retry_timeout, wait_replicas, "
+                                 "wait_timeout)",
                                  name);
                 }
                 free(name);
@@ -740,6 +757,7 @@ struct lb_redis {
     int ext_hs_done;      /* the handshake of the open connection was answered */
     int ext_auth, ext_sel;/* its commands' indexes (-1: not sent) */
     lb_cluster *cluster;  /* a cluster connection (redis_cluster.c), else NULL */
+    lb_redis_batch waitb; /* a write batch followed by WAIT (cfg.wait_replicas) */
     char errstr[LB_ERRSTR_SIZE];
 };
 
@@ -962,6 +980,8 @@ lb_redis *lb_redis_new(const lb_redis_config *cfg)
     r->cfg.tls_check_hostname = cfg->tls_check_hostname;
     r->cfg.cluster_replica_reads = cfg->cluster_replica_reads;
     r->cfg.cluster_retry_ms = cfg->cluster_retry_ms;
+    r->cfg.wait_replicas = cfg->wait_replicas < 0 ? 0 : cfg->wait_replicas;
+    r->cfg.wait_timeout_ms = cfg->wait_timeout_ms > 0 ? cfg->wait_timeout_ms : LB_REDIS_WAIT_DEFAULT_MS;
     if (lb_redis_config_set(&r->cfg.host, cfg->host) ||
         lb_redis_config_set(&r->cfg.unix_path, cfg->unix_path) ||
         lb_redis_config_set(&r->cfg.username, cfg->username) ||
@@ -1018,6 +1038,7 @@ void lb_redis_free(lb_redis *r)
         return;
     drop(r);
     lb_cluster_free(r->cluster);
+    lb_redis_batch_free(&r->waitb);
     arena_free(&r->arena);
     free(r->replies);
     free(r->rbuf);
@@ -1950,6 +1971,27 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
                                   "(lb_redis_wire_*): it has no socket of its own");
     if (r->cluster)
         return lb_cluster_exec(r->cluster, r, b, flags, replies);
+    const size_t nuser = b->ncmds; /* the caller's commands; WAIT may follow them */
+    if ((flags & LB_REDIS_WRITE) && r->cfg.wait_replicas > 0) {
+        lb_redis_batch *w = &r->waitb;
+        lb_redis_batch_clear(w);
+        if (batch_reserve(w, b->len + 64) == 0) {
+            memcpy(w->buf, b->buf, b->len);
+            w->len = b->len;
+            w->ncmds = b->ncmds;
+        }
+        w->max_elements = b->max_elements;
+        w->max_set = b->max_set;
+        w->max_bytes = b->max_bytes;
+        w->bytes_set = b->bytes_set;
+        lb_redis_batch_cmd(w, 3);
+        lb_redis_batch_arg(w, "WAIT", 4);
+        lb_redis_batch_arg_u64(w, (uint64_t)r->cfg.wait_replicas);
+        lb_redis_batch_arg_u64(w, (uint64_t)r->cfg.wait_timeout_ms);
+        if (w->failed)
+            return lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory building a Redis batch");
+        b = w;
+    }
     if (replies_reserve(r, b->ncmds) != LB_REDIS_OK)
         return r->status;
 
@@ -2008,7 +2050,30 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
 
     if (replies)
         *replies = r->replies;
-    return reply_errors(r, b->ncmds, flags);
+    if (nuser != b->ncmds) { /* WAIT's answer: how many replicas have the writes */
+        const lb_reply *x = r->replies[nuser];
+        st = reply_errors(r, nuser, flags);
+        if (st != LB_REDIS_OK)
+            return st;
+        char w[160];
+        where(r, w, sizeof w);
+        if (x->type == LB_REPLY_ERROR)
+            return lb_redis_set_error(r, LB_REDIS_ERR_REPLY, "WAIT refused by Redis at %s: %s", w,
+                                      x->str);
+        if (x->type != LB_REPLY_INTEGER || x->integer < 0) {
+            drop(r);
+            return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
+                                      "protocol error: Redis at %s answered WAIT with something "
+                                      "other than a count; connection dropped", w);
+        }
+        if (x->integer < r->cfg.wait_replicas)
+            return lb_redis_set_error(r, LB_REDIS_ERR_TIMEOUT,
+                                      "the writes are done on Redis at %s, but only %lld of the "
+                                      "%d replicas asked for (wait_replicas) acknowledged them "
+                                      "within %d ms: they may be lost if that primary fails now",
+                                      w, x->integer, r->cfg.wait_replicas, r->cfg.wait_timeout_ms);
+    }
+    return reply_errors(r, nuser, flags);
 }
 
 /* The sans-IO side (see redis_conn.h, "wire") ------------------------------ */

@@ -91,7 +91,15 @@ typedef struct {
     char *cluster_nodes;     /* seed nodes "host:port,host:port" */
     int cluster_replica_reads; /* 1: batches sent with LB_REDIS_READ_REPLICA go to a replica */
     int cluster_retry_ms;    /* retry budget for a cluster in transition; 0: the default */
+    /* Replication: a batch sent with LB_REDIS_WRITE is followed, in the same pipeline, by
+     * WAIT wait_replicas wait_timeout_ms; fewer replicas acknowledging in time make the
+     * call fail with LB_REDIS_ERR_TIMEOUT (the writes are done on the primary, but not
+     * known to be on that many replicas). */
+    int wait_replicas;       /* 0: no WAIT */
+    int wait_timeout_ms;     /* > 0 when wait_replicas is set (0: LB_REDIS_WAIT_DEFAULT_MS) */
 } lb_redis_config;
+
+#define LB_REDIS_WAIT_DEFAULT_MS 1000
 
 #define LB_REDIS_CERT_REQUIRED 0
 #define LB_REDIS_CERT_OPTIONAL 1
@@ -291,6 +299,7 @@ typedef struct lb_reply {
                                    LB_REDIS_ERR_IO with lb_redis_last_stale() = 1 */
 #define LB_REDIS_READ_REPLICA 8 /* the batch only reads: a cluster connection whose config
                                    asks for replica reads may send it to a replica */
+#define LB_REDIS_WRITE 16       /* the batch writes: with wait_replicas, WAIT follows it */
 
 /* Send the batch in one round trip and read its b->ncmds replies in order.
  *

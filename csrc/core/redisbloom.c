@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A round trip that only reads: safe to repeat, and a cluster replica may serve it
+ * (read_from_replicas). */
+#define BF_READ (LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS | LB_REDIS_READ_REPLICA)
+
 #define BF_RESTORE_TMP_TTL_MS 600000          /* temp key of restore: 10 minutes */
 #define BF_RESTORE_ROUND_BYTES ((size_t)8 << 20) /* chunk bytes per restore round trip */
 #define BF_REPLY_TEXT_MAX 512
@@ -387,7 +391,7 @@ lb_redis_status lb_bf_reserve(lb_redisbloom *bf, int *created)
     /* Safe to repeat: a lost first attempt that did create it makes the
      * retry answer "item exists". */
     lb_redis_status st =
-        lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+        lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS | LB_REDIS_WRITE, &rs);
     if (st != LB_REDIS_OK)
         return st;
     const lb_reply *x = rs[0];
@@ -665,7 +669,8 @@ static lb_redis_status add_chunk(lb_redisbloom *bf, const lb_key *keys, size_t n
         lb_reply **rs;
         /* KEPT_CONN: a connection discarded for a pending late reply is
          * replaced by one that is reserved again (the loop) */
-        st = lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_RAW_ERRORS | LB_REDIS_KEPT_CONN, &rs);
+        st = lb_redis_exec(bf->conn, &bf->batch,
+                           LB_REDIS_RAW_ERRORS | LB_REDIS_WRITE | LB_REDIS_KEPT_CONN, &rs);
         if (st == LB_REDIS_ERR_IO && (was_open || lb_redis_last_stale(bf->conn)) && attempt == 0)
             continue; /* stale connection (server restarted?): reserve again, send again */
         if (st != LB_REDIS_OK)
@@ -752,7 +757,7 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
     lb_redis_batch_clear(b);
     build_items(bf, "BF.EXISTS", "BF.MEXISTS", keys, n);
     lb_redis_status st =
-        lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+        lb_redis_exec(bf->conn, b, BF_READ, &rs);
     if (st != LB_REDIS_OK)
         return st;
     int ask_type;
@@ -761,7 +766,7 @@ static lb_redis_status test_chunk(lb_redisbloom *bf, const lb_key *keys, size_t 
         return st;
     lb_redis_batch_clear(b);
     build_type(bf, b);
-    st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    st = lb_redis_exec(bf->conn, b, BF_READ, &rs);
     if (st != LB_REDIS_OK)
         return st;
     return check_type_reply(bf, rs[0], TYPE_WHY);
@@ -811,7 +816,8 @@ lb_redis_status lb_bf_reset(lb_redisbloom *bf)
     clear_call(bf);
     build_reset(bf);
     lb_redis_status st =
-        lb_redis_exec(bf->conn, &bf->batch, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+        lb_redis_exec(bf->conn, &bf->batch,
+                      LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS | LB_REDIS_WRITE, &rs);
     if (st != LB_REDIS_OK)
         return st;
     return reset_replies(bf, rs);
@@ -979,7 +985,7 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
     arg_key(bf);
     lb_redis_batch_expect_elements(b, BF_INFO_MAX_ELEMENTS);
     lb_redis_batch_expect_bytes(b, 4096);
-    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, BF_READ, &rs);
     if (st != LB_REDIS_OK)
         return st;
     st = typed_reply(bf, rs, "BF.INFO");
@@ -1003,7 +1009,7 @@ lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
     arg_key(bf);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
-    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, BF_READ, &rs);
     if (st != LB_REDIS_OK)
         return st;
     const lb_reply *x = rs[0];
@@ -1065,7 +1071,7 @@ static lb_redis_status scandump(lb_redisbloom *bf, long long iter, uint64_t max_
     lb_redis_batch_expect_elements(b, 2); /* [next iterator, chunk] */
     if (max_chunk)
         lb_redis_batch_expect_bytes(b, max_chunk > SIZE_MAX ? SIZE_MAX : (size_t)max_chunk);
-    lb_redis_status st = lb_redis_exec(bf->conn, b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
+    lb_redis_status st = lb_redis_exec(bf->conn, b, BF_READ, &rs);
     if (st != LB_REDIS_OK)
         return st;
     const lb_reply *x = rs[iter == 0 ? 1 : 0];
@@ -1291,7 +1297,7 @@ lb_redis_status lb_bf_restore(lb_redisbloom *bf, const lb_bf_chunk *chunks, size
         }
         lb_reply **rs;
         sent_any = 1;
-        st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS, &rs);
+        st = lb_redis_exec(bf->conn, b, LB_REDIS_RAW_ERRORS | LB_REDIS_WRITE, &rs);
         if (st != LB_REDIS_OK)
             break;
         for (size_t c = 0; c < b->ncmds && st == LB_REDIS_OK; c++) {

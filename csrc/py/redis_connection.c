@@ -196,7 +196,10 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
         set_str(&cfg->tls_certfile, kw->ssl_certfile, "ssl_certfile") < 0 ||
         set_str(&cfg->tls_keyfile, kw->ssl_keyfile, "ssl_keyfile") < 0 ||
         set_cert_reqs(&cfg->tls_cert_reqs, kw->ssl_cert_reqs) < 0 ||
-        set_bool(&cfg->tls_check_hostname, kw->ssl_check_hostname, 1, 2) < 0) {
+        set_bool(&cfg->tls_check_hostname, kw->ssl_check_hostname, 1, 2) < 0 ||
+        set_int(&cfg->wait_replicas, kw->wait_replicas, "wait_replicas", 0, 1000) < 0 ||
+        (kw->wait_timeout && kw->wait_timeout != Py_None &&
+         set_timeout(&cfg->wait_timeout_ms, kw->wait_timeout, "wait_timeout", 0, 1) < 0)) {
         lb_redis_config_free(cfg);
         return -1;
     }
@@ -218,6 +221,15 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
         lb_redis_config_free(cfg);
         PyErr_SetString(PyExc_TypeError, "a redis+sentinel:// URL finds the primary through "
                                          "the sentinels: give no host, port or unix_socket_path");
+        return -1;
+    }
+    if (cfg->wait_replicas > 0 && cfg->timeout_ms > 0 &&
+        (cfg->wait_timeout_ms > 0 ? cfg->wait_timeout_ms : LB_REDIS_WAIT_DEFAULT_MS) >=
+            cfg->timeout_ms) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_ValueError,
+                        "wait_timeout (default 1 s) must be shorter than socket_timeout: the "
+                        "server answers WAIT only when it is over");
         return -1;
     }
     if (cfg->cluster_nodes &&
@@ -662,6 +674,13 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
         PyErr_SetString(f->base.st->NotSupportedError,
                         "the asyncio filters do not resolve redis+sentinel:// URLs yet: use "
                         "RedisFilter / RedisBloomFilter (blocking), or the primary's address");
+        return NULL;
+    }
+    if (c->wait_replicas > 0) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not send WAIT yet: wait_replicas is for "
+                        "RedisFilter / RedisBloomFilter (blocking)");
         return NULL;
     }
     if (c->cluster_nodes) {

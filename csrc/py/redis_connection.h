@@ -16,20 +16,22 @@ typedef struct {
     /* TLS, redis-py's names */
     PyObject *ssl, *ssl_ca_certs, *ssl_ca_path, *ssl_certfile, *ssl_keyfile, *ssl_cert_reqs,
         *ssl_check_hostname;
+    /* replication: WAIT after each write (see lb_redis_config) */
+    PyObject *wait_replicas, *wait_timeout;
 } lb_conn_kw;
 
 /* For a kwlist: the names in the order of lb_conn_kw's fields. */
 #define LB_CONN_KWNAMES                                                                       \
     "url", "host", "port", "db", "username", "password", "unix_socket_path", "socket_timeout", \
         "socket_connect_timeout", "ssl", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile",        \
-        "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname"
+        "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname", "wait_replicas", "wait_timeout"
 /* ...and the matching PyArg format units and addresses. */
-#define LB_CONN_KWFORMAT "OOOOOOOOOOOOOOOO"
+#define LB_CONN_KWFORMAT "OOOOOOOOOOOOOOOOOO"
 #define LB_CONN_KWADDR(kw)                                                            \
     &(kw).url, &(kw).host, &(kw).port, &(kw).db, &(kw).username, &(kw).password,      \
         &(kw).unix_socket_path, &(kw).socket_timeout, &(kw).socket_connect_timeout, &(kw).ssl,  \
         &(kw).ssl_ca_certs, &(kw).ssl_ca_path, &(kw).ssl_certfile, &(kw).ssl_keyfile,            \
-        &(kw).ssl_cert_reqs, &(kw).ssl_check_hostname
+        &(kw).ssl_cert_reqs, &(kw).ssl_check_hostname, &(kw).wait_replicas, &(kw).wait_timeout
 
 /* Operation and connect timeouts when none is given (seconds); None means
  * no timeout at all. */
