@@ -2,6 +2,8 @@
 
 Only the client's settings are read; ling_bloom opens its own connection (hiredis), so it
 needs redis-py for nothing else.  TLS clients (SSLConnection) hand over their ssl_* settings.
+A ``redis.cluster.RedisCluster`` hands over its nodes as a redis+cluster:// URL (the nodes it
+knows, startup nodes first), its replica-read choice and its connection settings.
 """
 from __future__ import annotations
 
@@ -34,8 +36,40 @@ def _uses_tls(pool: Any, settings: Dict[str, Any]) -> bool:
     return "SSLConnection" in names or bool(settings.get("ssl"))
 
 
+def _cluster_kwargs(client: Any, manager: Any) -> Dict[str, Any]:
+    nodes = []
+    for node in [*getattr(manager, "startup_nodes", {}).values(), *client.get_nodes()]:
+        addr = f"{node.host}:{node.port}"
+        if addr not in nodes:
+            nodes.append(addr)
+    if not nodes:
+        raise ValueError("the RedisCluster client knows no node")
+    url = "redis+cluster://" + ",".join(nodes)
+    strategy = getattr(client, "load_balancing_strategy", None)
+    if getattr(client, "read_from_replicas", False) or strategy is not None:
+        url += "?read_from_replicas=true"
+    settings = dict(getattr(manager, "connection_kwargs", {}) or {})
+    out: Dict[str, Any] = {"url": url}
+    for theirs, ours in _NAMES.items():
+        value = settings.get(theirs)
+        if value is not None and ours not in ("host", "port", "db", "unix_socket_path"):
+            out[ours] = value
+    if settings.get("ssl") or "SSL" in str(settings.get("connection_class", "")):
+        out["ssl"] = True
+        for name in _TLS_NAMES:
+            if settings.get(name) is not None:
+                out[name] = settings[name]
+    if "socket_timeout" not in out:
+        out["socket_timeout"] = None
+    return out
+
+
 def connection_kwargs(client: Any) -> Dict[str, Any]:
-    """RedisFilter keywords from a redis.Redis (or anything with a connection_pool)."""
+    """RedisFilter keywords from a redis.Redis (or anything with a connection_pool), or a
+    redis.cluster.RedisCluster."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None and callable(getattr(client, "get_nodes", None)):
+        return _cluster_kwargs(client, manager)
     pool = getattr(client, "connection_pool", None)
     settings = getattr(pool, "connection_kwargs", None)
     if not isinstance(settings, dict):

@@ -369,3 +369,30 @@ def test_wait_replicas_on_one_server(bf_server_factory):
             await lb.AsyncRedisFilter.from_url(alone, "k", 100, 0.01).add("a")
 
     asyncio.run(main())
+
+
+def test_from_redis_takes_a_redis_py_cluster_client(cluster):
+    pytest.importorskip("redis")
+    from redis.cluster import RedisCluster
+
+    rc = RedisCluster(host=HOST, port=cluster.nodes[0].port, socket_timeout=5)
+    try:
+        tag = tag_on(cluster, primaries(cluster)[2], "rp")
+        with lb.RedisFilter.from_redis(rc, f"{tag}:bits", 1000, 0.01) as f:
+            f.update(["a", "b"])
+            assert f.test_many(["a", "b", "zz"])[:2] == [True, True]
+        with lb.RedisBloomFilter.from_redis(rc, f"{tag}:bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True
+        # redis-py reads what the filters wrote, through its own slot map
+        assert rc.exists(f"{tag}:bits") == 1 and rc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
+        try:
+            from redis.cluster import LoadBalancingStrategy
+            replicas = {"load_balancing_strategy": LoadBalancingStrategy.ROUND_ROBIN_REPLICAS}
+        except ImportError:   # redis-py before 5.3
+            replicas = {"read_from_replicas": True}
+        ro = RedisCluster(host=HOST, port=cluster.nodes[0].port, **replicas)
+        from ling_bloom._redis_client import connection_kwargs
+        assert connection_kwargs(ro)["url"].endswith("?read_from_replicas=true")
+        ro.close()
+    finally:
+        rc.close()
