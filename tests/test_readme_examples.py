@@ -3,7 +3,8 @@
 A block marked ```python file=NAME is a file of the Django example: it must stand, to the
 letter, in docs/integrations.md, whose test builds the project around it and runs it.  Every
 other block runs as a script in a fresh interpreter (REDIS_URL points at a private
-redis-server for the Redis example, REDIS_TLS_URL and REDIS_TLS_CA at a TLS one).
+redis-server for the Redis example, REDIS_TLS_URL and REDIS_TLS_CA at a TLS one,
+REDIS_SENTINEL_URL at a sentinel, REDIS_CLUSTER_URL at a real cluster).
 """
 from __future__ import annotations
 
@@ -72,6 +73,13 @@ def test_script_runs(code, tmp_path, request):
         sentinel.start()
         request.addfinalizer(sentinel.stop)
         env["REDIS_SENTINEL_URL"] = f"redis+sentinel://{sentinel.host}:{sentinel.port}/mymaster"
+    if "REDIS_CLUSTER_URL" in code:  # 3 primaries with a replica each, RedisBloom loaded
+        from redis_server import RedisClusterServers
+
+        module = request.getfixturevalue("redisbloom_module")
+        cluster = RedisClusterServers(3, 1, extra_args=["--loadmodule", module]).start()
+        request.addfinalizer(cluster.stop)
+        env["REDIS_CLUSTER_URL"] = cluster.url
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
