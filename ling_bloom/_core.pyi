@@ -409,6 +409,7 @@ class RedisFilter(_Filter):
         chunk_size: Optional[int] = ...,
         adopt: bool = ...,
         max_bytes: Optional[int] = ...,
+        shards: Optional[int] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,
@@ -455,6 +456,9 @@ class RedisFilter(_Filter):
     def error_rate(self) -> Optional[float]: ...
     @property
     def ttl(self) -> Optional[float]: ...
+    @property
+    def shards(self) -> int:
+        """Bitmaps the filter is spread over, each under its own hash tag (1: one bitmap)."""
     @property
     def nparts(self) -> int:
         """Redis strings the bitmap spans (2**32 bits each)."""

@@ -172,6 +172,12 @@ class _AsyncRedis:
             raise ValueError("max_connections must be an int >= 1")
         self._args, self._kwargs = args, kwargs
         first = self._sync(*args, **kwargs)  # checks every argument; sends nothing
+        if getattr(first, "shards", 1) != 1:
+            from ._core import NotSupportedError
+
+            first.close()
+            raise NotSupportedError("the asyncio filters do not carry a sharded filter yet: "
+                                    "use RedisFilter(..., shards=N) (blocking)")
         self._cfg = first._wire_config()
         self._where = _where(self._cfg)
         self._chunk = int(self._cfg["chunk_size"])

@@ -326,7 +326,7 @@ def test_reads_from_replicas_when_asked(cluster):
 def test_wait_replicas_on_one_server(bf_server_factory):
     """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
     acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
-    primary = bf_server_factory()
+    primary = bf_server_factory(["--repl-diskless-sync-delay", "0"])  # a replica syncs at once
     alone = f"{primary.url}?wait_replicas=1&wait_timeout=0.2"
     f = lb.RedisFilter.from_url(alone, "w:bits", 1000, 0.01)
     with pytest.raises(lb.RedisTimeoutError, match="only 0 of the 1 replicas"):
@@ -396,3 +396,85 @@ def test_from_redis_takes_a_redis_py_cluster_client(cluster):
         ro.close()
     finally:
         rc.close()
+
+
+def test_a_sharded_filter_spreads_over_the_primaries(cluster):
+    keys = [f"user:{i}" for i in range(20_000)]
+    with lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=6) as f:
+        assert f.shards == 6 and f.m % 6 == 0 and f.capacity == 20_000
+        assert f.add_many(["a", "a"]) == [True, False]
+        f.update(keys)
+        assert all(f.test_many(keys)) and "a" in f
+        negatives = [f"other:{i}" for i in range(20_000)]
+        assert sum(f.test_many(negatives)) / len(negatives) <= 0.013   # the rate holds
+        names = [n.decode() for n in f.key_names()]
+        assert names[0] == "{sh:users}:shards" and "{sh:users:5}:meta" in names
+        holders = set()
+        for name in names[1:]:
+            node = cluster.node_for_slot(key_slot(name.encode()))
+            assert exists(node, name)
+            holders.add(node.port)
+        assert len(holders) == 3                        # every primary holds shards
+        assert abs(f.approximate_count() - 20_001) < 1000
+        # Another process opens it the same way, from the record.
+        with lb.RedisFilter.open(url(cluster), "sh:users") as g:
+            assert g.shards == 6 and g.m == f.m and all(g.test_many(keys[:100]))
+        with pytest.raises(lb.GeometryMismatchError, match="shards=6"):
+            lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=4).add("x")
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            f.snapshot()
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            f.load(lb.MemoryFilter(m=f.m, k=f.k))
+        f.reset()
+        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+    # A key with braces gets hashed tags; a shard key held by someone else is refused.
+    with lb.RedisFilter.from_url(url(cluster), "{x}y", 1000, 0.01, shards=2) as f:
+        tagged = [n.decode() for n in f.key_names()]
+        assert all(len(n.split("}")[0]) == 1 + 16 + 2 for n in tagged[1:])
+        shard1 = tagged[1].replace(":meta", "")
+        node = cluster.node_for_slot(key_slot(shard1.encode()))
+        with node.client() as c:
+            c.command("SET", shard1, "not a filter")
+        with pytest.raises(lb.KeyNotOwnedError):
+            f.update([f"k{i}" for i in range(50)])
+
+
+def test_sharded_filter_arguments():
+    for bad, exc in [(0, ValueError), (1025, ValueError), (True, TypeError), ("2", TypeError)]:
+        with pytest.raises(exc, match="shards"):
+            lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=bad)
+    with pytest.raises(lb.NotSupportedError, match="ttl"):
+        lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2, ttl=10)
+    f = lb.RedisFilter("k", m=1000, k=3, url="redis://127.0.0.1:1", shards=3)
+    assert f.shards == 3 and f.m == 1002 and f.nbytes == 3 * 42
+    assert "shards=3" in repr(f)
+    with pytest.raises(lb.NotSupportedError, match="sharded"):
+        lb.AsyncRedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+
+
+def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
+    # Without a cluster the shards share the server: the same filter, other connections.
+    with lb.RedisFilter.from_url(redis_server.url, "sh:one", 1000, 0.01, shards=3) as f:
+        f.update(["a", "b", "c"])
+        assert f.test_many(["a", "b", "c"]) == [True, True, True]
+    # A node that hangs: the batch raises the timeout (naming the node); the shards on the
+    # other nodes did their part; after it resumes everything answers.
+    node = primaries(cluster)[1]
+    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), "sh:hung", 3000, 0.01,
+                                shards=6)
+    keys = [f"k{i}" for i in range(300)]
+    f.update(keys)
+    node.pause()
+    try:
+        with pytest.raises(lb.RedisTimeoutError, match=str(node.port)):
+            f.update([f"late{i}" for i in range(300)])
+    finally:
+        node.resume()
+    cluster.wait_ok()
+    assert all(f.test_many(keys))
+
+    def child():
+        return f.add("from the child") and all(f.test_many(keys[:10]))
+
+    assert exit_code_in_forked_child(child) == 0 and "from the child" in f
+    f.close()

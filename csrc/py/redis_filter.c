@@ -7,11 +7,15 @@
 
 #include "params.h"
 #include "redis_bitmap.h"
+#include "redis_sharded.h"
 
 typedef struct {
     lb_redis_filter r;      /* base, connection, key, ttl, chunk */
-    lb_fixed_args args;
-    lb_redis_bitmap *bm;
+    lb_fixed_args args;     /* sharded: m is the shards' total */
+    lb_redis_bitmap *bm;    /* one bitmap, or NULL when sharded */
+    lb_redis_sharded *sh;   /* shards > 1: the shards (redis_sharded.h) */
+    uint32_t shards;        /* 1, or the number of shards */
+    lb_geometry shard_g;    /* sharded: each shard's geometry */
     lb_rb_mode mode;
     lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
@@ -23,6 +27,8 @@ static void rf_release(lb_base *b)
     RedisFilter *f = (RedisFilter *)b;
     lb_redis_bitmap_free(f->bm);
     f->bm = NULL;
+    lb_redis_sharded_free(f->sh);
+    f->sh = NULL;
     lb_redis_filter_release(&f->r);
 }
 
@@ -36,26 +42,47 @@ static void rf_raise_backend(lb_base *b)
     rf_raise(&RF(b)->r, RF(b)->last);
 }
 
+/* The bitmap (or the shards) on f->r.conn, with f's geometry and settings. */
+static lb_redis_status rf_backend_new(RedisFilter *f)
+{
+    const char *key = PyBytes_AS_STRING(f->r.key_bytes);
+    size_t keylen = (size_t)PyBytes_GET_SIZE(f->r.key_bytes);
+    lb_redis_status rs;
+    if (f->shards > 1) {
+        rs = lb_redis_sharded_new(f->r.conn, key, keylen, &f->shard_g, f->shards, &f->sh);
+        if (rs == LB_REDIS_OK) {
+            lb_redis_sharded_set_mode(f->sh, f->mode);
+            lb_redis_sharded_set_chunk_keys(f->sh, f->r.chunk);
+        }
+        return rs;
+    }
+    lb_geometry g;
+    lb_geometry_init(&g, f->args.m, f->args.k, f->args.scheme);
+    rs = lb_redis_bitmap_new(f->r.conn, key, keylen, &g, (int64_t)ceil(f->r.ttl * 1000.0),
+                             &f->bm);
+    if (rs == LB_REDIS_OK) {
+        lb_redis_bitmap_set_mode(f->bm, f->mode);
+        lb_redis_bitmap_set_chunk_keys(f->bm, f->r.chunk);
+    }
+    return rs;
+}
+
 /* In a forked child, when another thread of the parent was in a round trip:
  * a new connection and bitmap object; the old ones are abandoned, not freed. */
 static int rf_after_fork(lb_base *b)
 {
     RedisFilter *f = RF(b);
     f->bm = NULL; /* abandoned with the connection it used */
+    lb_redis_sharded_abandon(f->sh);
+    f->sh = NULL; /* ... and the shards' own */
     if (lb_redis_filter_renew(&f->r) < 0)
         return -1;
-    lb_geometry g;
-    lb_geometry_init(&g, f->args.m, f->args.k, f->args.scheme);
-    lb_redis_status rs = lb_redis_bitmap_new(
-        f->r.conn, PyBytes_AS_STRING(f->r.key_bytes), (size_t)PyBytes_GET_SIZE(f->r.key_bytes),
-        &g, (int64_t)ceil(f->r.ttl * 1000.0), &f->bm);
+    lb_redis_status rs = rf_backend_new(f);
     if (rs != LB_REDIS_OK) {
         rf_raise(&f->r, rs);
         lb_redis_filter_release(&f->r);
         return -1;
     }
-    lb_redis_bitmap_set_mode(f->bm, f->mode);
-    lb_redis_bitmap_set_chunk_keys(f->bm, f->r.chunk);
     return 0;
 }
 
@@ -64,12 +91,16 @@ static int rf_after_fork(lb_base *b)
 static lb_redis_status rf_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                    uint8_t *out)
 {
+    if (RF(r)->sh)
+        return lb_redis_sharded_add(RF(r)->sh, keys, n, out);
     return lb_redis_bitmap_add(RF(r)->bm, keys, n, out);
 }
 
 static lb_redis_status rf_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                     uint8_t *out)
 {
+    if (RF(r)->sh)
+        return lb_redis_sharded_test(RF(r)->sh, keys, n, out);
     return lb_redis_bitmap_test(RF(r)->bm, keys, n, out);
 }
 
@@ -118,18 +149,18 @@ static const lb_redis_ops rf_ops = {
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "m", "k", "hash", "ttl", "mode",
-                             "chunk_size", "adopt", "max_bytes", LB_CONN_KWNAMES, NULL};
+                             "chunk_size", "adopt", "max_bytes", "shards", LB_CONN_KWNAMES, NULL};
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
     PyObject *key, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
-                   *max_bytes = Py_None;
+                   *max_bytes = Py_None, *shards_obj = Py_None;
     int adopt_bitmap = 0;
     lb_conn_kw kw = {0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|OO$OOOOOOpO" LB_CONN_KWFORMAT ":RedisFilter", kwlist, &key,
+                                     "O|OO$OOOOOOpOO" LB_CONN_KWFORMAT ":RedisFilter", kwlist, &key,
                                      &capacity, &error_rate, &m, &k, &hash, &ttl, &mode, &chunk,
-                                     &adopt_bitmap, &max_bytes, LB_CONN_KWADDR(kw)))
+                                     &adopt_bitmap, &max_bytes, &shards_obj, LB_CONN_KWADDR(kw)))
         return NULL;
     if (adopt_bitmap && (!m || m == Py_None || !k || k == Py_None || hash == Py_None)) {
         PyErr_SetString(PyExc_TypeError,
@@ -138,6 +169,25 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
 
+    uint32_t shards = 1;
+    if (shards_obj != Py_None) {
+        long v = PyLong_Check(shards_obj) && !PyBool_Check(shards_obj) ? PyLong_AsLong(shards_obj)
+                                                                       : -2;
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < 1 || v > LB_RS_MAX_SHARDS) {
+            PyErr_Format(v == -2 ? PyExc_TypeError : PyExc_ValueError,
+                         "shards must be an int in 1..%d, not %R", LB_RS_MAX_SHARDS, shards_obj);
+            return NULL;
+        }
+        shards = (uint32_t)v;
+    }
+    if (shards > 1 && (adopt_bitmap || (ttl != Py_None))) {
+        PyErr_SetString(st->NotSupportedError,
+                        adopt_bitmap ? "adopt=True takes over one bitmap: not with shards"
+                                     : "ttl is not supported with shards (yet)");
+        return NULL;
+    }
     PyObject *key_bytes = lb_redis_key_bytes(st, key);
     if (!key_bytes)
         return NULL;
@@ -178,6 +228,11 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_BEGIN_ALLOW_THREADS
         rs = lb_redis_bitmap_read_meta(conn, PyBytes_AS_STRING(key_bytes),
                                        (size_t)PyBytes_GET_SIZE(key_bytes), &g);
+        if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
+            rs = lb_redis_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
+                                              (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g);
+        else
+            shards = 1;
         Py_END_ALLOW_THREADS
         if (rs == LB_REDIS_ERR_NOTFOUND) {
             /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
@@ -197,8 +252,29 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         a.m = g.m;
         a.k = g.k;
         a.scheme = g.scheme;
+        if (shards > 1) {
+            self->shard_g = g;
+            a.m = g.m * shards;
+        }
+    } else if (shards > 1) {
+        /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
+         * of them keeps the rate too.  m= and k= split m evenly. */
+        uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
+        if (a.has_capacity) {
+            double per = (double)a.capacity / shards;
+            uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
+            if (lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks) != LB_OK ||
+                ks < 1 || ks > LB_MAX_K) {
+                PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
+                goto fail;
+            }
+        }
+        lb_geometry_init(&self->shard_g, ms, (uint32_t)ks, a.scheme);
+        a.m = ms * shards;
+        a.k = (uint32_t)ks;
     }
     self->args = a;
+    self->shards = shards;
     lb_geometry g;
     lb_geometry_init(&g, a.m, a.k, a.scheme);
     /* The limit guards the geometry asked for (a typo in capacity), not one read
@@ -208,18 +284,15 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         (adopt != 1 &&
          lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
         goto fail;
-    lb_redis_status rs = lb_redis_bitmap_new(conn, PyBytes_AS_STRING(key_bytes),
-                                             (size_t)PyBytes_GET_SIZE(key_bytes), &g,
-                                             (int64_t)ceil(ttl_s * 1000.0), &self->bm);
+    self->mode = rb_mode;
+    lb_redis_status rs = rf_backend_new(self);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(st, rs, conn, key);
         goto fail;
     }
-    lb_redis_bitmap_set_mode(self->bm, rb_mode);
-    self->mode = rb_mode;
     self->r.base.after_fork = rf_after_fork;
-    lb_redis_bitmap_set_chunk_keys(self->bm, chunk_keys);
-    lb_redis_bitmap_set_adopt(self->bm, adopt_bitmap);
+    if (self->bm)
+        lb_redis_bitmap_set_adopt(self->bm, adopt_bitmap);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
@@ -229,13 +302,32 @@ fail:
     return NULL;
 }
 
+/* Set bits, over the shards when sharded. */
+static lb_redis_status rf_bitcount(RedisFilter *f, uint64_t *count)
+{
+    return f->sh ? lb_redis_sharded_bitcount(f->sh, count)
+                 : lb_redis_bitmap_bitcount(f->bm, count);
+}
+
+/* load() and snapshot() copy one bit array: not a sharded filter's. */
+static int rf_refuse_sharded(RedisFilter *f, const char *what)
+{
+    if (!f->sh)
+        return 0;
+    PyErr_Format(f->r.base.st->NotSupportedError,
+                 "%s: a sharded filter's bits are spread over %u bitmaps of their own "
+                 "geometry, not one array of m bits", what, (unsigned)f->shards);
+    return -1;
+}
+
 /* Run expr on the bitmap with the GIL released; raise on failure. */
 #define RF_CALL(f, expr) LB_REDIS_CALL(&(f)->r, (expr))
 
 static PyObject *rf_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    RF_CALL(RF(self), lb_redis_bitmap_reset(RF(self)->bm));
+    RedisFilter *f = RF(self);
+    RF_CALL(f, f->sh ? lb_redis_sharded_reset(f->sh) : lb_redis_bitmap_reset(f->bm));
     Py_RETURN_NONE;
 }
 
@@ -243,7 +335,7 @@ static PyObject *rf_bits_set(PyObject *self, PyObject *unused)
 {
     (void)unused;
     uint64_t count = 0;
-    RF_CALL(RF(self), lb_redis_bitmap_bitcount(RF(self)->bm, &count));
+    RF_CALL(RF(self), rf_bitcount(RF(self), &count));
     return PyLong_FromUnsignedLongLong(count);
 }
 
@@ -252,7 +344,7 @@ static PyObject *rf_approximate_count(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     uint64_t count = 0;
     (void)unused;
-    RF_CALL(f, lb_redis_bitmap_bitcount(f->bm, &count));
+    RF_CALL(f, rf_bitcount(f, &count));
     double n = lb_estimate_count(f->args.m, f->args.k, count);
     if (!isfinite(n))
         return PyLong_FromUnsignedLongLong(f->args.m);
@@ -264,7 +356,7 @@ static PyObject *rf_fill_ratio(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     uint64_t count = 0;
     (void)unused;
-    RF_CALL(f, lb_redis_bitmap_bitcount(f->bm, &count));
+    RF_CALL(f, rf_bitcount(f, &count));
     return PyFloat_FromDouble((double)count / (double)f->args.m);
 }
 
@@ -273,7 +365,7 @@ static PyObject *rf_current_error_rate(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     uint64_t count = 0;
     (void)unused;
-    RF_CALL(f, lb_redis_bitmap_bitcount(f->bm, &count));
+    RF_CALL(f, rf_bitcount(f, &count));
     return PyFloat_FromDouble(pow((double)count / (double)f->args.m, (double)f->args.k));
 }
 
@@ -301,7 +393,7 @@ static int rf_check_memory_filter(RedisFilter *f, PyObject *mf)
 static PyObject *rf_load(PyObject *self, PyObject *mf)
 {
     RedisFilter *f = RF(self);
-    if (rf_check_memory_filter(f, mf) < 0)
+    if (rf_refuse_sharded(f, "load()") < 0 || rf_check_memory_filter(f, mf) < 0)
         return NULL;
     /* The MemoryFilter's own bits: its type's to_bitmap, not what a subclass
      * (or anything else Python code can replace) would answer, and then only
@@ -342,6 +434,8 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisFilter *f = RF(self);
+    if (rf_refuse_sharded(f, "snapshot()") < 0)
+        return NULL;
     size_t nbytes = (size_t)((f->args.m + 7) / 8);
     if (nbytes > PY_SSIZE_T_MAX)
         return PyErr_NoMemory();
@@ -411,17 +505,29 @@ static PyObject *rf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 
 /* ---- properties --------------------------------------------------------- */
 
+static PyObject *rf_get_shards(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(RF(self)->shards);
+}
+
 static PyObject *rf_get_nparts(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong((RF(self)->args.m + LB_RB_PART_BITS - 1) /
-                                       LB_RB_PART_BITS);
+    RedisFilter *f = RF(self);
+    if (f->sh)
+        return PyLong_FromUnsignedLongLong((f->shard_g.m + LB_RB_PART_BITS - 1) /
+                                           LB_RB_PART_BITS * f->shards);
+    return PyLong_FromUnsignedLongLong((f->args.m + LB_RB_PART_BITS - 1) / LB_RB_PART_BITS);
 }
 
 static PyObject *rf_get_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong((RF(self)->args.m + 7) / 8);
+    RedisFilter *f = RF(self);
+    if (f->sh)
+        return PyLong_FromUnsignedLongLong((f->shard_g.m + 7) / 8 * f->shards);
+    return PyLong_FromUnsignedLongLong((f->args.m + 7) / 8);
 }
 
 static PyObject *rf_key_names(PyObject *self, PyObject *unused)
@@ -430,21 +536,33 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     if (lb_enter(&f->r.base) < 0)
         return NULL;
-    uint64_t n = lb_redis_bitmap_nparts(f->bm);
     PyObject *list = PyList_New(0);
-    for (uint64_t p = 0; list && p <= n; p++) {
-        uint64_t which = p == n ? UINT64_MAX : p;
-        size_t len = lb_redis_bitmap_key_name(f->bm, which, NULL, 0);
+    if (list && f->sh) { /* the record first, then each shard's names */
+        size_t len = lb_redis_sharded_record_name(f->sh, NULL, 0);
         PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
-        if (!name) {
+        if (name)
+            lb_redis_sharded_record_name(f->sh, PyBytes_AS_STRING(name), len + 1);
+        if (!name || PyList_Append(list, name) < 0)
             Py_CLEAR(list);
-            break;
+        Py_XDECREF(name);
+    }
+    for (uint32_t s = 0; list && s < (f->sh ? f->shards : 1); s++) {
+        lb_redis_bitmap *bm = f->sh ? lb_redis_sharded_shard(f->sh, s) : f->bm;
+        uint64_t n = lb_redis_bitmap_nparts(bm);
+        for (uint64_t p = 0; list && p <= n; p++) {
+            uint64_t which = p == n ? UINT64_MAX : p;
+            size_t len = lb_redis_bitmap_key_name(bm, which, NULL, 0);
+            PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+            if (!name) {
+                Py_CLEAR(list);
+                break;
+            }
+            lb_redis_bitmap_key_name(bm, which, PyBytes_AS_STRING(name), len + 1);
+            int rc = PyList_Append(list, name);
+            Py_DECREF(name);
+            if (rc < 0)
+                Py_CLEAR(list);
         }
-        lb_redis_bitmap_key_name(f->bm, which, PyBytes_AS_STRING(name), len + 1);
-        int rc = PyList_Append(list, name);
-        Py_DECREF(name);
-        if (rc < 0)
-            Py_CLEAR(list);
     }
     lb_leave(&f->r.base);
     return list;
@@ -455,6 +573,9 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
                                      uint8_t *out)
 {
+    if (RF(r)->sh)
+        return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
+                                  "the asyncio filters do not carry a sharded filter (yet)");
     return lb_redis_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out);
 }
 
@@ -471,6 +592,12 @@ static lb_redis_status rf_wire_done(lb_redis_filter *r)
 static PyObject *rf_repr(PyObject *self)
 {
     RedisFilter *f = RF(self);
+    if (f->sh)
+        return PyUnicode_FromFormat("<RedisFilter key=%R shards=%u m=%llu k=%u hash=%s%s>",
+                                    f->r.key, (unsigned)f->shards,
+                                    (unsigned long long)f->args.m, f->args.k,
+                                    lb_hash_scheme_name(f->args.scheme),
+                                    f->r.base.closed ? " closed" : "");
     return PyUnicode_FromFormat("<RedisFilter key=%R m=%llu k=%u hash=%s%s>", f->r.key,
                                 (unsigned long long)f->args.m, f->args.k,
                                 lb_hash_scheme_name(f->args.scheme),
@@ -530,6 +657,7 @@ static PyGetSetDef rf_getset[] = {
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None",
      (void *)offsetof(RedisFilter, args)},
     {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
+    {"shards", rf_get_shards, NULL, "bitmaps the filter is spread over (1: not sharded)", NULL},
     {"nparts", rf_get_nparts, NULL, "Redis strings the bitmap spans (2**32 bits each)", NULL},
     {"nbytes", rf_get_nbytes, NULL, "bytes of bitmap: ceil(m / 8)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},

@@ -1,0 +1,473 @@
+/* redis_sharded.c: see redis_sharded.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "redis_sharded.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis_reply.h"
+
+struct lb_redis_sharded {
+    uint32_t n;                /* shards */
+    lb_geometry g;             /* each shard's */
+    lb_redis **conn;           /* conn[0] the caller's; the others owned */
+    lb_redis_bitmap **bm;
+    lb_redis_status *st;       /* per shard, of the last operation */
+    uint64_t *count;           /* per shard: keys of the batch, then bitcounts */
+    char *tag;                 /* T (see the header) */
+    size_t taglen;
+    char *record;              /* "{T}:shards" */
+    size_t recordlen;
+    int record_ok;             /* the record was claimed or found ours */
+    unsigned long record_conn; /* conn[0]'s connect count then */
+    /* a batch, grouped by shard */
+    size_t cap;
+    size_t *pos;               /* key j is at pos[j] of the grouped arrays */
+    lb_key *gk;
+    uint8_t *gout;
+    size_t *off;               /* shard i's keys: [off[i], off[i + 1]) */
+};
+
+uint32_t lb_redis_sharded_pick(lb_hash_pair h, uint32_t shards)
+{
+    return (uint32_t)lb_fastrange(lb_mix64(h.h1 + h.h2 * UINT64_C(0x9E3779B97F4A7C15)), shards);
+}
+
+uint32_t lb_redis_sharded_count(const lb_redis_sharded *sh) { return sh->n; }
+lb_redis_bitmap *lb_redis_sharded_shard(const lb_redis_sharded *sh, uint32_t i) { return sh->bm[i]; }
+
+size_t lb_redis_sharded_record_name(const lb_redis_sharded *sh, char *buf, size_t cap)
+{
+    if (buf && cap) {
+        size_t c = sh->recordlen < cap - 1 ? sh->recordlen : cap - 1;
+        memcpy(buf, sh->record, c);
+        buf[c] = '\0';
+    }
+    return sh->recordlen;
+}
+
+/* T: the key itself, or the hex of its hash when a brace would break the tag. */
+static char *make_tag(const void *key, size_t keylen, size_t *len)
+{
+    if (!memchr(key, '{', keylen) && !memchr(key, '}', keylen)) {
+        char *t = malloc(keylen + 1);
+        if (t) {
+            memcpy(t, key, keylen);
+            t[keylen] = '\0';
+            *len = keylen;
+        }
+        return t;
+    }
+    char *t = malloc(17);
+    if (t) {
+        snprintf(t, 17, "%016" PRIx64, lb_hash_xxh3(key, keylen).h1);
+        *len = 16;
+    }
+    return t;
+}
+
+static int record_format(const lb_geometry *g, uint32_t shards, char *buf, size_t cap)
+{
+    return snprintf(buf, cap, "ling_bloom:v=1;shards=%" PRIu32 ";m=%" PRIu64 ";k=%" PRIu32
+                              ";hash=%s",
+                    shards, g->m, g->k, lb_hash_scheme_name(g->scheme));
+}
+
+/* 0 and the fields from a record's text, or -1 when it is not one. */
+static int record_parse(const char *s, size_t len, uint32_t *shards, lb_geometry *g)
+{
+    char buf[200], hash[32];
+    unsigned long long sh, m;
+    unsigned k;
+    int end = 0;
+    if (len >= sizeof buf)
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "ling_bloom:v=1;shards=%llu;m=%llu;k=%u;hash=%31[a-z0-9-]%n", &sh, &m, &k,
+               hash, &end) != 4 ||
+        (size_t)end != len)
+        return -1;
+    int scheme = lb_hash_scheme_parse(hash);
+    if (sh < 2 || sh > LB_RS_MAX_SHARDS || m < 1 || m > LB_MAX_BITS || k < 1 || k > LB_MAX_K ||
+        scheme < 0)
+        return -1;
+    *shards = (uint32_t)sh;
+    lb_geometry_init(g, m, k, (lb_hash_scheme)scheme);
+    return 0;
+}
+
+static void shard_name(const char *tag, size_t taglen, uint32_t i, char *buf, size_t cap,
+                       size_t *len)
+{
+    *len = (size_t)snprintf(buf, cap, "{%.*s:%" PRIu32 "}", (int)taglen, tag, i);
+}
+
+lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t keylen,
+                                     const lb_geometry *g, uint32_t shards,
+                                     lb_redis_sharded **out)
+{
+    *out = NULL;
+    if (shards < 2 || shards > LB_RS_MAX_SHARDS)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "shards must be in 2..%d, not %" PRIu32,
+                                  LB_RS_MAX_SHARDS, shards);
+    if (keylen == 0)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_ARG, "the Redis key must not be empty");
+    lb_redis_sharded *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    sh->n = shards;
+    sh->g = *g;
+    sh->conn = calloc(shards, sizeof *sh->conn);
+    sh->bm = calloc(shards, sizeof *sh->bm);
+    sh->st = calloc(shards, sizeof *sh->st);
+    sh->count = calloc(shards, sizeof *sh->count);
+    sh->off = calloc(shards + 1, sizeof *sh->off);
+    sh->tag = make_tag(key, keylen, &sh->taglen);
+    if (!sh->conn || !sh->bm || !sh->st || !sh->count || !sh->off || !sh->tag)
+        goto nomem;
+    sh->recordlen = sh->taglen + 9;
+    if (!(sh->record = malloc(sh->recordlen + 1)))
+        goto nomem;
+    snprintf(sh->record, sh->recordlen + 1, "{%s}:shards", sh->tag);
+    size_t cap = sh->taglen + 32;
+    char *name = malloc(cap);
+    if (!name)
+        goto nomem;
+    for (uint32_t i = 0; i < shards; i++) {
+        sh->conn[i] = i == 0 ? conn : lb_redis_new_like(conn);
+        if (!sh->conn[i]) {
+            free(name);
+            goto nomem;
+        }
+        size_t len;
+        shard_name(sh->tag, sh->taglen, i, name, cap, &len);
+        lb_redis_status st = lb_redis_bitmap_new(sh->conn[i], name, len, g, 0, &sh->bm[i]);
+        if (st != LB_REDIS_OK) {
+            if (i)
+                lb_redis_take_error(conn, sh->conn[i]);
+            free(name);
+            lb_redis_sharded_free(sh);
+            return st;
+        }
+    }
+    free(name);
+    *out = sh;
+    return LB_REDIS_OK;
+nomem:
+    lb_redis_sharded_free(sh);
+    return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+}
+
+void lb_redis_sharded_free(lb_redis_sharded *sh)
+{
+    if (!sh)
+        return;
+    for (uint32_t i = 0; i < sh->n; i++) {
+        if (sh->bm)
+            lb_redis_bitmap_free(sh->bm[i]);
+        if (sh->conn && i > 0)
+            lb_redis_free(sh->conn[i]);
+    }
+    free(sh->conn);
+    free(sh->bm);
+    free(sh->st);
+    free(sh->count);
+    free(sh->off);
+    free(sh->tag);
+    free(sh->record);
+    free(sh->pos);
+    free(sh->gk);
+    free(sh->gout);
+    free(sh);
+}
+
+void lb_redis_sharded_abandon(lb_redis_sharded *sh)
+{
+    for (uint32_t i = 1; sh && i < sh->n; i++)
+        lb_redis_abandon(sh->conn[i]);
+}
+
+void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode)
+{
+    for (uint32_t i = 0; i < sh->n; i++)
+        lb_redis_bitmap_set_mode(sh->bm[i], mode);
+}
+
+void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys)
+{
+    for (uint32_t i = 0; i < sh->n; i++)
+        lb_redis_bitmap_set_chunk_keys(sh->bm[i], chunk_keys);
+}
+
+/* ------------------------------------------------------------- the record */
+
+static lb_redis_status record_reply(lb_redis *conn, const char *name, const lb_reply *x,
+                                    const lb_geometry *want_g, uint32_t want_n, uint32_t *shards,
+                                    lb_geometry *g)
+{
+    char shown[120];
+    lb_redis_show(name, strlen(name), shown, sizeof shown);
+    if (x->type == LB_REPLY_NIL)
+        return LB_REDIS_ERR_NOTFOUND;
+    if (x->type != LB_REPLY_STRING || record_parse(x->str, x->len, shards, g))
+        return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
+                                  "the key '%s' holds no sharded-filter record this version "
+                                  "reads",
+                                  shown);
+    if (want_g && (*shards != want_n || g->m != want_g->m || g->k != want_g->k ||
+                   g->scheme != want_g->scheme))
+        return lb_redis_set_error(
+            conn, LB_REDIS_ERR_MISMATCH,
+            "the sharded filter at '%s' has shards=%" PRIu32 " m=%" PRIu64 " k=%" PRIu32
+            " hash=%s per shard; this one shards=%" PRIu32 " m=%" PRIu64 " k=%" PRIu32 " hash=%s",
+            shown, *shards, g->m, g->k, lb_hash_scheme_name(g->scheme), want_n, want_g->m,
+            want_g->k, lb_hash_scheme_name(want_g->scheme));
+    return LB_REDIS_OK;
+}
+
+/* Claim the record (SET NX) and compare what is there, before the first
+ * command and after conn[0] reconnected. */
+static lb_redis_status ensure_record(lb_redis_sharded *sh)
+{
+    lb_redis *c = sh->conn[0];
+    if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
+        return LB_REDIS_OK;
+    char val[200];
+    int vlen = record_format(&sh->g, sh->n, val, sizeof val);
+    lb_redis_batch b;
+    lb_reply **rs;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_cmd(&b, 4);
+    lb_redis_batch_arg(&b, "SET", 3);
+    lb_redis_batch_arg(&b, sh->record, sh->recordlen);
+    lb_redis_batch_arg(&b, val, (size_t)vlen);
+    lb_redis_batch_arg(&b, "NX", 2);
+    lb_redis_batch_cmd(&b, 2);
+    lb_redis_batch_arg(&b, "GET", 3);
+    lb_redis_batch_arg(&b, sh->record, sh->recordlen);
+    lb_redis_batch_expect_elements(&b, 0);
+    lb_redis_batch_expect_bytes(&b, 256);
+    lb_redis_status st = lb_redis_exec(c, &b, LB_REDIS_IDEMPOTENT | LB_REDIS_WRITE, &rs);
+    lb_redis_batch_free(&b);
+    if (st == LB_REDIS_ERR_WRONGTYPE) {
+        char shown[120];
+        lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
+        return lb_redis_set_error(c, st, "%s (key '%s')", lb_redis_errstr(c), shown);
+    }
+    if (st != LB_REDIS_OK)
+        return st;
+    uint32_t n;
+    lb_geometry g;
+    st = record_reply(c, sh->record, rs[1], &sh->g, sh->n, &n, &g);
+    if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between the SET and the GET */
+        return lb_redis_set_error(c, LB_REDIS_ERR_IO, "the record '%s' vanished; try again",
+                                  sh->record);
+    if (st == LB_REDIS_OK) {
+        sh->record_ok = 1;
+        sh->record_conn = lb_redis_connect_count(c);
+    }
+    return st;
+}
+
+lb_redis_status lb_redis_sharded_read_record(lb_redis *conn, const void *key, size_t keylen,
+                                             uint32_t *shards, lb_geometry *g)
+{
+    size_t taglen;
+    char *tag = make_tag(key, keylen, &taglen);
+    char *name = tag ? malloc(taglen + 10) : NULL;
+    if (!name) {
+        free(tag);
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
+    }
+    snprintf(name, taglen + 10, "{%s}:shards", tag);
+    free(tag);
+    const char *argv[2] = {"GET", name};
+    lb_reply *x;
+    lb_redis_status st = lb_redis_command_argv(conn, 2, argv, NULL, LB_REDIS_IDEMPOTENT, &x);
+    if (st == LB_REDIS_OK)
+        st = record_reply(conn, name, x, NULL, 0, shards, g);
+    free(name);
+    return st;
+}
+
+/* ------------------------------------------------------ running the shards */
+
+typedef struct {
+    lb_redis_sharded *sh;
+    int op;                 /* OP_* */
+    const uint32_t *shards; /* the shards this worker runs */
+    size_t nshards;
+} job;
+
+enum { OP_ADD, OP_TEST, OP_RESET, OP_BITCOUNT };
+
+static void run_one(lb_redis_sharded *sh, int op, uint32_t i)
+{
+    lb_redis_bitmap *bm = sh->bm[i];
+    size_t a = sh->off[i], n = sh->off[i + 1] - a;
+    switch (op) {
+    case OP_ADD:
+        sh->st[i] = lb_redis_bitmap_add(bm, sh->gk + a, n, sh->gout + a);
+        break;
+    case OP_TEST:
+        sh->st[i] = lb_redis_bitmap_test(bm, sh->gk + a, n, sh->gout + a);
+        break;
+    case OP_RESET:
+        sh->st[i] = lb_redis_bitmap_reset(bm);
+        break;
+    default:
+        sh->st[i] = lb_redis_bitmap_bitcount(bm, &sh->count[i]);
+        break;
+    }
+}
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    for (size_t s = 0; s < j->nshards; s++)
+        run_one(j->sh, j->op, j->shards[s]);
+    return NULL;
+}
+
+/* Run op on the shards listed (each on its own connection), on up to
+ * LB_RS_MAX_THREADS threads at once; then the first failure, if any. */
+static lb_redis_status run(lb_redis_sharded *sh, int op, const uint32_t *list, size_t nlist)
+{
+    for (size_t s = 0; s < nlist; s++)
+        sh->st[list[s]] = LB_REDIS_OK;
+    size_t nt = nlist < LB_RS_MAX_THREADS ? nlist : LB_RS_MAX_THREADS;
+    if (nt <= 1) {
+        for (size_t s = 0; s < nlist; s++)
+            run_one(sh, op, list[s]);
+    } else {
+        /* worker t takes list[t], list[t + nt], ...: group them first */
+        uint32_t *order = malloc(nlist * sizeof *order);
+        job jobs[LB_RS_MAX_THREADS];
+        pthread_t th[LB_RS_MAX_THREADS];
+        int started[LB_RS_MAX_THREADS] = {0};
+        if (!order)
+            return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+        size_t k = 0;
+        for (size_t t = 0; t < nt; t++) {
+            jobs[t].sh = sh;
+            jobs[t].op = op;
+            jobs[t].shards = order + k;
+            for (size_t s = t; s < nlist; s += nt)
+                order[k++] = list[s];
+            jobs[t].nshards = (size_t)(order + k - jobs[t].shards);
+        }
+        for (size_t t = 1; t < nt; t++)
+            started[t] = pthread_create(&th[t], NULL, worker, &jobs[t]) == 0;
+        worker(&jobs[0]);
+        for (size_t t = 1; t < nt; t++) {
+            if (started[t])
+                pthread_join(th[t], NULL);
+            else
+                worker(&jobs[t]); /* no thread to be had: run it here */
+        }
+        free(order);
+    }
+    for (size_t s = 0; s < nlist; s++) {
+        uint32_t i = list[s];
+        if (sh->st[i] != LB_REDIS_OK) {
+            if (i != 0)
+                lb_redis_take_error(sh->conn[0], sh->conn[i]);
+            return sh->st[i];
+        }
+    }
+    return LB_REDIS_OK;
+}
+
+static lb_redis_status all_shards(lb_redis_sharded *sh, int op)
+{
+    uint32_t *list = malloc(sh->n * sizeof *list);
+    if (!list)
+        return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < sh->n; i++)
+        list[i] = i;
+    lb_redis_status st = run(sh, op, list, sh->n);
+    free(list);
+    return st;
+}
+
+static lb_redis_status keys_op(lb_redis_sharded *sh, int op, const lb_key *keys, size_t n,
+                               uint8_t *out)
+{
+    if (n == 0)
+        return LB_REDIS_OK;
+    lb_redis_status st = ensure_record(sh);
+    if (st != LB_REDIS_OK)
+        return st;
+    if (sh->cap < n) {
+        size_t *pos = realloc(sh->pos, n * sizeof *pos);
+        if (pos)
+            sh->pos = pos;
+        lb_key *gk = realloc(sh->gk, n * sizeof *gk);
+        if (gk)
+            sh->gk = gk;
+        uint8_t *gout = realloc(sh->gout, n);
+        if (gout)
+            sh->gout = gout;
+        if (!pos || !gk || !gout)
+            return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+        sh->cap = n;
+    }
+    /* Group the keys by shard (a counting sort that keeps their order). */
+    memset(sh->count, 0, sh->n * sizeof *sh->count);
+    for (size_t j = 0; j < n; j++) {
+        uint32_t s = lb_redis_sharded_pick(lb_hash(sh->g.scheme, keys[j].data, keys[j].len),
+                                           sh->n);
+        sh->pos[j] = s;
+        sh->count[s]++;
+    }
+    sh->off[0] = 0;
+    for (uint32_t i = 0; i < sh->n; i++)
+        sh->off[i + 1] = sh->off[i] + sh->count[i];
+    uint32_t list[LB_RS_MAX_SHARDS];
+    size_t nlist = 0;
+    for (uint32_t i = 0; i < sh->n; i++)
+        if (sh->count[i])
+            list[nlist++] = i;
+    for (size_t j = 0; j < n; j++) {
+        uint32_t s = (uint32_t)sh->pos[j];
+        size_t p = sh->off[s + 1] - sh->count[s]--;
+        sh->pos[j] = p;
+        sh->gk[p] = keys[j];
+    }
+    st = run(sh, op, list, nlist);
+    if (st == LB_REDIS_OK && out)
+        for (size_t j = 0; j < n; j++)
+            out[j] = sh->gout[sh->pos[j]];
+    return st;
+}
+
+lb_redis_status lb_redis_sharded_add(lb_redis_sharded *sh, const lb_key *keys, size_t n,
+                                     uint8_t *was_new)
+{
+    return keys_op(sh, OP_ADD, keys, n, was_new);
+}
+
+lb_redis_status lb_redis_sharded_test(lb_redis_sharded *sh, const lb_key *keys, size_t n,
+                                      uint8_t *present)
+{
+    return keys_op(sh, OP_TEST, keys, n, present);
+}
+
+lb_redis_status lb_redis_sharded_reset(lb_redis_sharded *sh)
+{
+    lb_redis_status st = ensure_record(sh); /* never reset another filter's shards */
+    return st == LB_REDIS_OK ? all_shards(sh, OP_RESET) : st;
+}
+
+lb_redis_status lb_redis_sharded_bitcount(lb_redis_sharded *sh, uint64_t *count)
+{
+    lb_redis_status st = all_shards(sh, OP_BITCOUNT);
+    *count = 0;
+    for (uint32_t i = 0; st == LB_REDIS_OK && i < sh->n; i++)
+        *count += sh->count[i];
+    return st;
+}
