@@ -22,6 +22,7 @@ BENCHMARKS = [
     ("per-key cost with the filter in cache", "bench_in_cache.py"),
     ("RedisFilter against redis-py", "bench_redis.py"),
     ("RedisBloomFilter against redis-py's r.bf()", "bench_redisbloom.py"),
+    ("a sharded RedisFilter on a Redis Cluster of 1 and 3 primaries", "bench_cluster.py"),
 ]
 
 

@@ -563,6 +563,8 @@ class RedisClusterServers:
     """A real Redis Cluster on 127.0.0.1: `primaries` primaries with `replicas` replicas
     each, created with ``redis-cli --cluster create`` (which assigns the slots evenly and
     pairs each replica with a primary), every node on free ports, stopped afterwards.
+    A single primary without replicas (which redis-cli refuses) is given every slot with
+    CLUSTER ADDSLOTSRANGE.
 
         with RedisClusterServers(3, 1, extra_args=["--loadmodule", so]) as cl:
             cl.url                  # "redis+cluster://127.0.0.1:p1,127.0.0.1:p2,..."
@@ -581,10 +583,19 @@ class RedisClusterServers:
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"{HOST}:{n.port}" for n in self.nodes[:3])
 
+    def pids(self) -> List[int]:
+        return [n.proc.pid for n in self.live() if n.proc is not None]
+
     def start(self) -> "RedisClusterServers":
         try:
             for n in self.nodes:
                 n.start()
+            if self.primaries == 1 and self.replicas == 0:
+                # redis-cli --cluster create wants 3 primaries: one node takes every slot
+                with self.nodes[0].client() as c:
+                    c.command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+                self.wait_ok()
+                return self
             cli = shutil.which("redis-cli")
             if not cli:
                 raise RedisServerNotInstalled("redis-cli is not installed (Debian: redis-tools)")

@@ -56,3 +56,17 @@ def test_async_benchmark_quick():
     rows = [line for line in r.stdout.splitlines() if line.startswith("| add") or
             line.startswith("| test")]
     assert len(rows) == 8 and all(line.rstrip().endswith("x |") for line in rows)
+
+
+CLUSTER_BENCH = os.path.join(ROOT, "benchmarks", "bench_cluster.py")
+
+
+@pytest.mark.skipif(not os.path.exists(CLUSTER_BENCH), reason="benchmarks/ not in this checkout")
+def test_cluster_benchmark_quick():
+    pytest.importorskip("redis.cluster")
+    r = subprocess.run([sys.executable, CLUSTER_BENCH, "--quick"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| RedisFilter")
+            or line.startswith("| redis-py") or line.startswith("| server-CPU")]
+    assert len(rows) == 8 and all(line.rstrip().endswith("× |") for line in rows), rows
