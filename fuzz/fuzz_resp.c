@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "redis_bitmap.h"
+#include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redisbloom.h"
 
@@ -482,6 +483,17 @@ static lb_redis_status bloom_op(lb_redis *conn, lb_redisbloom *bf, const params 
     }
 }
 
+/* Each range of a slot map must be within the slots, with a port and a host. */
+static unsigned long ranges_seen;
+static int note_range(void *ctx, long lo, long hi, const char *host, int port, int replica)
+{
+    (void)ctx;
+    (void)replica;
+    CHECK(lo >= 0 && lo <= hi && hi < 16384 && port >= 1 && port <= 65535 && host);
+    ranges_seen++;
+    return 0;
+}
+
 /* A raw batch with the default bounds or bounds from the header. */
 static lb_redis_status raw_op(lb_redis *conn, const params *p)
 {
@@ -515,6 +527,18 @@ static lb_redis_status raw_op(lb_redis *conn, const params *p)
                     CHECK(x->element[j]); /* a whole array: every element there */
             else if (x->type != LB_REPLY_INTEGER && x->type != LB_REPLY_NIL)
                 CHECK(x->str && x->str[x->len] == '\0');
+            /* The cluster's parsers take whatever a server answers: a slot map
+             * (CLUSTER SHARDS or SLOTS), a redirect. */
+            ranges_seen = 0;
+            (void)lb_cluster_parse_map(x, 1, "asked", (int)(p->flags & 16), note_range, NULL);
+            (void)lb_cluster_parse_map(x, 0, "asked", 0, note_range, NULL);
+            if (x->type == LB_REPLY_ERROR) {
+                long slot;
+                int port;
+                char host[64];
+                int kind = lb_cluster_redirect(x->str, x->len, &slot, host, sizeof host, &port);
+                CHECK(kind == 0 || (slot >= 0 && slot < 16384 && port >= 1 && port <= 65535));
+            }
         }
     } else {
         CHECK(!rs);

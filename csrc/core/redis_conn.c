@@ -622,6 +622,10 @@ int lb_redis_parse_host_list(const char *s, size_t n, int default_port, const ch
             snprintf(why, whylen, "an empty %s address (expected host:port,host:port)", what);
             goto bad;
         }
+        if (hend - p > 253) { /* the longest DNS name */
+            snprintf(why, whylen, "a %s host name longer than 253 bytes", what);
+            goto bad;
+        }
         for (const char *c = p; c < hend; c++)
             if (*c == '[' || *c == ']' || *c == '%' || *c == '\\' || *c == '/' || *c == '@') {
                 snprintf(why, whylen, "invalid character '%c' in %s host '%.*s'", *c, what,

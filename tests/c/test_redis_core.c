@@ -736,6 +736,11 @@ static void test_cluster_protocol(void)
           strstr(err, "database 0"));
     CHECK(lb_redis_config_from_url(&c, "redis://h:1?cluster_retry_timeout=1", err, sizeof err) ==
           LB_REDIS_ERR_URL);
+    char longurl[400] = "redis+cluster://";
+    memset(longurl + 16, 'h', 300);
+    strcpy(longurl + 316, ":1");
+    CHECK(lb_redis_config_from_url(&c, longurl, err, sizeof err) == LB_REDIS_ERR_URL &&
+          strstr(err, "longer than 253"));
 }
 
 #ifdef LB_TEST_BITMAP
