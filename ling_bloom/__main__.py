@@ -120,7 +120,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://",
+                 "redis+cluster://", "rediss+cluster://")
 
 
 def _ttl_text(seconds: Optional[float]) -> str:
@@ -136,12 +137,19 @@ def _inspect_redis(url: str, key: str) -> int:
     if rf is not None:
         with rf:
             bits = rf.bits_set()
-            print(f"{key} at {url}: RedisFilter (a bitmap), hash={rf.hash}")
-            print(f"  m={rf.m:,} k={rf.k} in {rf.nparts} part(s), {_human_bytes(rf.nbytes)}")
+            if rf.shards > 1:
+                print(f"{key} at {url}: RedisFilter in {rf.shards} shards, hash={rf.hash}")
+                print(f"  m={rf.m:,} in all, k={rf.k}, {rf.nparts} Redis string(s), "
+                      f"{_human_bytes(rf.nbytes)}")
+            else:
+                print(f"{key} at {url}: RedisFilter (a bitmap), hash={rf.hash}")
+                print(f"  m={rf.m:,} k={rf.k} in {rf.nparts} part(s), "
+                      f"{_human_bytes(rf.nbytes)}")
             print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about "
                   f"{rf.approximate_count():,} keys, current rate "
                   f"{rf.current_error_rate():.6g}")
-            print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
+            if rf.shards == 1:
+                print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
         return EXIT_OK
     with lb.RedisBloomFilter(key, no_create=True, url=url) as bf:
         try:

@@ -8,7 +8,9 @@ makes a killed primary's replica take over within a few seconds.
 The slot of a key is computed here as the cluster does (CRC16/XMODEM, which is
 binascii.crc_hqx with 0, of the hash tag or the key), so that each test can put its
 filter on the node it wants.  What the client did on the wire is read from the servers:
-INFO errorstats counts the -MOVED and -ASK replies a node sent.
+INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO commandstats the
+commands a replica served.  Also here: wait_replicas (WAIT after every write; on a single
+primary too) and the sharded RedisFilter (shards=N, redis_sharded.c).
 """
 from __future__ import annotations
 
@@ -478,3 +480,18 @@ def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
 
     assert exit_code_in_forked_child(child) == 0 and "from the child" in f
     f.close()
+
+
+def test_the_command_line_inspects_filters_on_a_cluster(cluster):
+    import subprocess
+    import sys
+
+    u = url(cluster)
+    with lb.RedisFilter.from_url(u, "cli:sharded", 1000, 0.01, shards=3) as f:
+        f.update(["a", "b"])
+    with lb.RedisBloomFilter.from_url(u, "cli:bf", 1000, 0.01) as bf:
+        bf.add("a")
+    for key, want in (("cli:sharded", "in 3 shards"), ("cli:bf", "RedisBloomFilter")):
+        r = subprocess.run([sys.executable, "-m", "ling_bloom", "inspect", u, key],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr

@@ -775,7 +775,7 @@ lb_redis_status lb_cluster_exec(lb_cluster *c, lb_redis *r, const lb_redis_batch
                                   "(command %zu names a key of another slot than the first)",
                                   b->multi_cmd);
     const long slot = b->has_slot ? (long)b->slot : -1;
-    const int replica = (flags & LB_REDIS_READ_REPLICA) && c->replica_reads;
+    const int replica = (flags & LB_REDIS_READ_REPLICA) && c->replica_reads && slot >= 0;
     const int node_flags = (flags | LB_REDIS_RAW_ERRORS) & ~LB_REDIS_READ_REPLICA;
     budget bg = {0, 0};
     for (;;) {
