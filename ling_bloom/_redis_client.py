@@ -3,7 +3,9 @@
 Only the client's settings are read; ling_bloom opens its own connection (hiredis), so it
 needs redis-py for nothing else.  TLS clients (SSLConnection) hand over their ssl_* settings.
 A ``redis.cluster.RedisCluster`` hands over its nodes as a redis+cluster:// URL (the nodes it
-knows, startup nodes first), its replica-read choice and its connection settings.
+knows, startup nodes first), its replica-read choice and its connection settings; a client of
+``redis.sentinel.Sentinel.master_for(service)`` its sentinels and service as a
+redis+sentinel:// URL (with the sentinels' password, if any).
 """
 from __future__ import annotations
 
@@ -64,6 +66,36 @@ def _cluster_kwargs(client: Any, manager: Any) -> Dict[str, Any]:
     return out
 
 
+def _sentinel_kwargs(pool: Any, settings: Dict[str, Any]) -> Dict[str, Any]:
+    if not getattr(pool, "is_master", True):
+        raise ValueError("the client is a Sentinel replica client (slave_for): the filters "
+                         "write, so give a master_for(service) client")
+    manager = getattr(pool, "sentinel_manager", None) or pool.proxy.sentinel_manager
+    hosts, sentinel_auth = [], {}
+    for sentinel in manager.sentinels:
+        theirs = sentinel.connection_pool.connection_kwargs
+        hosts.append(f"{theirs['host']}:{theirs['port']}")
+        for name in ("username", "password"):
+            if theirs.get(name):
+                sentinel_auth[f"sentinel_{name}"] = theirs[name]
+    from urllib.parse import quote, urlencode
+
+    url = "redis+sentinel://" + ",".join(hosts) + "/" + quote(pool.service_name, safe="")
+    db = settings.get("db") or 0
+    if db:
+        url += f"/{db}"
+    if sentinel_auth:
+        url += "?" + urlencode(sentinel_auth)
+    out: Dict[str, Any] = {"url": url}
+    for theirs, ours in _NAMES.items():
+        value = settings.get(theirs)
+        if value is not None and ours not in ("host", "port", "db", "unix_socket_path"):
+            out[ours] = value
+    if "socket_timeout" not in out:
+        out["socket_timeout"] = None
+    return out
+
+
 def connection_kwargs(client: Any) -> Dict[str, Any]:
     """RedisFilter keywords from a redis.Redis (or anything with a connection_pool), or a
     redis.cluster.RedisCluster."""
@@ -76,6 +108,8 @@ def connection_kwargs(client: Any) -> Dict[str, Any]:
         raise TypeError(
             f"expected a redis-py client with a connection_pool, not {type(client).__name__}"
         )
+    if getattr(pool, "service_name", None) is not None and hasattr(pool, "is_master"):
+        return _sentinel_kwargs(pool, settings)
     out: Dict[str, Any] = {}
     for theirs, ours in _NAMES.items():
         value = settings.get(theirs)

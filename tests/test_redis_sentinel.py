@@ -145,6 +145,23 @@ def test_both_filters_through_the_sentinels(sentinels):
         assert c.command("EXISTS", "sent:bits") == 1 and c.command("EXISTS", "sent:bf") == 1
 
 
+def test_from_redis_takes_a_redis_py_sentinel_client(sentinels):
+    pytest.importorskip("redis")
+    from redis.sentinel import Sentinel
+
+    s = Sentinel([(HOST, sentinels.sentinel.port)], socket_timeout=5)
+    client = s.master_for(SERVICE, socket_timeout=5)
+    with lb.RedisFilter.from_redis(client, "sent:rp", 1000, 0.01) as f:
+        f.update(["a", "b"])
+        assert f.test_many(["a", "b"]) == [True, True]
+    with lb.RedisBloomFilter.from_redis(client, "sent:rpbf", 1000, 0.01) as bf:
+        assert bf.add("a")
+    assert client.exists("sent:rp") == 1 and client.execute_command("BF.EXISTS", "sent:rpbf", "a")
+    with pytest.raises(ValueError, match="master_for"):
+        lb.RedisFilter.from_redis(s.slave_for(SERVICE), "sent:rp", 1000, 0.01)
+    client.close()
+
+
 def test_failover_moves_the_filter_to_the_new_primary(sentinels):
     url = sentinels.url + "?socket_timeout=5"
     f = lb.RedisFilter.from_url(url, "sent:fo", 10_000, 0.01)
