@@ -189,6 +189,58 @@ def test_ask_while_a_slot_migrates(cluster):
     bf.close()
 
 
+def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
+    """A writer thread adds to both filters while their slot moves to another primary one
+    key at a time (the way redis-cli --cluster reshard does): every add succeeds, whether
+    its keys answer from the old node, through -ASK from the new one, or after -MOVED."""
+    src, dst = primaries(cluster)[2], primaries(cluster)[0]
+    tag = tag_on(cluster, src, "live")
+    slot = key_slot(tag.encode())
+    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 50_000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 50_000, 0.01)
+    f.add("first")
+    bf.add("first")
+    acked, errors, stop = [], [], threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            batch = [f"m{i}:{j}" for j in range(50)]
+            i += 1
+            try:
+                f.update(batch)
+                bf.update(batch)
+                acked.append(batch)
+            except lb.BloomError as e:
+                errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(0.1)
+        cluster.begin_migration(slot, src, dst)
+        for name in sorted(n.decode() for n in f.key_names()) + [f"{tag}:bf"]:
+            time.sleep(0.05)
+            cluster.move_keys(slot, src, dst, [name.encode()])
+        time.sleep(0.05)
+        cluster.end_migration(slot, dst)
+        n = len(acked)
+        deadline = time.monotonic() + 20
+        while len(acked) < n + 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, errors[:3]
+    keys = ["first"] + [k for batch in acked for k in batch]
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))
+    with src.client() as c:
+        assert c.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    f.close()
+    bf.close()
+
+
 def test_a_hung_node_times_out_and_is_not_retried(cluster):
     node = primaries(cluster)[0]
     tag = tag_on(cluster, node, "hung")
