@@ -58,5 +58,10 @@ void lb_counters_add_batch(lb_counters *c, const lb_geometry *g, const lb_key *k
                            uint8_t *out);
 void lb_counters_test_batch(const lb_counters *c, const lb_geometry *g, const lb_key *keys,
                             size_t n, uint8_t *out);
+/* The same over keys hashed already (lb_hash with g's scheme). */
+void lb_counters_add_hashed(lb_counters *c, const lb_geometry *g, const lb_hash_pair *pairs,
+                            size_t n, uint8_t *out);
+void lb_counters_test_hashed(const lb_counters *c, const lb_geometry *g,
+                             const lb_hash_pair *pairs, size_t n, uint8_t *out);
 
 #endif

@@ -195,23 +195,17 @@ static PyObject *bf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status bf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
+static void bf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out)
 {
-    lb_blocked_add_batch(&((BlockedFilter *)b)->bits, keys, n, out);
-    *done = n;
-    return LB_OK;
+    lb_blocked_add_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
 }
 
-static lb_status bf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                               size_t *done)
+static void bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out)
 {
-    lb_blocked_test_batch(&((BlockedFilter *)b)->bits, keys, n, out);
-    *done = n;
-    return LB_OK;
+    lb_blocked_test_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
 }
 
-static const lb_batch_ops bf_batch = {bf_add_chunk, bf_test_chunk, 0};
+static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hashed};
 static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
 static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,

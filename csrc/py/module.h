@@ -95,13 +95,24 @@ struct lb_base_s;
 
 /* How a type runs batches: its chunk functions (see keys.h), the GIL policy
  * and the keys per chunk.  add_many, update and test_many are then the same
- * methods for every type (lb_add_many_method, ... in keys.c). */
+ * methods for every type (lb_add_many_method, ... in keys.c).
+ *
+ * A type whose batches cannot fail and need only each key's hash pair gives
+ * add_hashed and test_hashed (and the scheme the pairs are hashed with,
+ * key_scheme in lb_base): the batch driver then reads and hashes every key in
+ * one pass and hands the chunks pairs (lb_run_hashed_batch); add and test are
+ * then not used by the batch methods. */
 typedef struct {
     lb_status (*add)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
                      size_t *done);
     lb_status (*test)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
                       size_t *done);
     int gil_always;   /* release the GIL for every chunk (network round trips) */
+    /* out may be NULL for add_hashed (no per-key result wanted). */
+    void (*add_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                       uint8_t *out);
+    void (*test_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                        uint8_t *out);
 } lb_batch_ops;
 
 typedef struct lb_base_s {
@@ -127,6 +138,7 @@ typedef struct lb_base_s {
     void (*raise_backend)(struct lb_base_s *self);
     const lb_batch_ops *batch;
     size_t chunk;     /* keys per chunk; 0: LB_CHUNK */
+    lb_hash_scheme key_scheme;  /* what batch->add_hashed / test_hashed expect */
     PyObject *weakrefs;
 } lb_base;
 

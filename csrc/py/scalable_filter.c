@@ -165,7 +165,7 @@ static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
     return LB_OK;
 }
 
-static const lb_batch_ops sf_batch = {sf_add_chunk, sf_test_chunk, 0};
+static const lb_batch_ops sf_batch = {sf_add_chunk, sf_test_chunk, 0, NULL, NULL};
 
 static PyObject *sf_reset(PyObject *self, PyObject *unused)
 {
