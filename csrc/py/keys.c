@@ -212,8 +212,17 @@ done:
     return result;
 }
 
-/* Keys ahead whose objects are prefetched while one is hashed. */
-#define LB_OBJ_AHEAD 8
+/* Keys ahead whose objects are prefetched while one is hashed (into every
+ * cache level: the object's header and, for short keys, its bytes are read
+ * next). */
+#ifndef LB_OBJ_AHEAD
+#define LB_OBJ_AHEAD 16
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define LB_PREFETCH_OBJ(p) __builtin_prefetch((p), 0, 3)
+#else
+#define LB_PREFETCH_OBJ(p) ((void)0)
+#endif
 
 /* The key of a hashed batch that is not a str or bytes: held (a buffer
  * exporter may run Python code that changes the sequence), converted, hashed. */
@@ -224,7 +233,7 @@ static int hash_other_key(lb_state *st, lb_hash_scheme scheme, PyObject *obj, lb
     Py_INCREF(obj);
     int r = lb_key_get_other(st, obj, &key, &hold);
     if (r == 0) {
-        *out = lb_hash(scheme, key.data, key.len);
+        lb_hash_to(scheme, key.data, key.len, out);
         lb_key_release(&hold);
     }
     Py_DECREF(obj);
@@ -263,7 +272,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
     for (; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject **items = PySequence_Fast_ITEMS(seq);
         if (i + LB_OBJ_AHEAD < n && i + LB_OBJ_AHEAD < PySequence_Fast_GET_SIZE(seq))
-            LB_PREFETCH_R(items[i + LB_OBJ_AHEAD]);
+            LB_PREFETCH_OBJ(items[i + LB_OBJ_AHEAD]);
         PyObject *obj = items[i];
         const void *data;
         size_t len;
@@ -284,7 +293,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
             lb_key_empty(st);
             goto done;
         }
-        pairs[i] = lb_hash(scheme, data, len);
+        lb_hash_to(scheme, data, len, &pairs[i]);
     }
     n = i;
     if (lb_enter(self) < 0)
