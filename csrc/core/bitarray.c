@@ -4,10 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* XXH3 inlined into the single-key calls (the same function lb_hash_xxh3 calls). */
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 /* How many keys ahead a batch hashes and prefetches.  Eight keys of k <= 16
  * lines keep the memory system busy without overflowing its fill buffers. */
 #ifndef LB_AHEAD
@@ -145,31 +141,6 @@ int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
 int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h)
 {
     return test_pair(b->data, g, g->k, h);
-}
-
-/* lb_hash with XXH3 inlined. */
-static inline lb_hash_pair hash_inline(lb_hash_scheme s, const void *data, size_t len)
-{
-    if (LB_LIKELY(s != LB_HASH_LING_BASE)) {
-        XXH128_hash_t h = XXH3_128bits(data, len);
-        lb_hash_pair p = {h.low64, h.high64 | 1};
-        return p;
-    }
-    return lb_hash_ling_base(data, len);
-}
-
-int lb_bits_add_key(lb_bits *b, const lb_geometry *g, const void *data, size_t len)
-{
-    lb_hash_pair h = hash_inline(g->scheme, data, len);
-    unsigned fresh = b->shared ? add_pair_shared(b->data, g, g->k, h)
-                               : add_pair(b->data, g, g->k, h);
-    b->bits_set += fresh;
-    return fresh != 0;
-}
-
-int lb_bits_test_key(const lb_bits *b, const lb_geometry *g, const void *data, size_t len)
-{
-    return test_pair(b->data, g, g->k, hash_inline(g->scheme, data, len));
 }
 
 /* Compute the k indices of a hashed key into idx[] and prefetch their lines.

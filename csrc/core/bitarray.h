@@ -52,11 +52,6 @@ static inline int lb_bits_set(lb_bits *b, uint64_t i)
 int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 
-/* The same for one key's bytes, hashed here with g's scheme (one call from the
- * binding's add and `in`). */
-int lb_bits_add_key(lb_bits *b, const lb_geometry *g, const void *data, size_t len);
-int lb_bits_test_key(const lb_bits *b, const lb_geometry *g, const void *data, size_t len);
-
 /* Batches: hash every key, prefetch the cache lines of keys a few places
  * ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
 void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,

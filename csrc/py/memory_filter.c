@@ -84,7 +84,7 @@ static PyObject *mf_add(PyObject *self, PyObject *key)
         return lb_read_only_error(&f->f.base), NULL;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
         return NULL;
-    int r = lb_bits_add_key(&f->bits, &f->f.geo, k.data, k.len);
+    int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
     lb_key_leave(&f->f.base, &hold);
     return Py_NewRef(r ? Py_True : Py_False);
 }
@@ -96,7 +96,7 @@ static int mf_contains(PyObject *self, PyObject *key)
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
         return -1;
-    int r = lb_bits_test_key(&f->bits, &f->f.geo, k.data, k.len);
+    int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
     lb_key_leave(&f->f.base, &hold);
     return r;
 }
