@@ -88,3 +88,17 @@ def test_a_batch_of_a_closed_filter_raises_closed_error(make):
     for method in (f.add_many, f.update, f.test_many):
         with pytest.raises(lb.ClosedError):
             method(["a", "b"])
+
+
+def test_a_scalable_batch_that_cannot_grow_raises_from_a_gil_free_chunk():
+    # As test_scalable_filter's growth test: a chain that cannot take a 16th key; batches of
+    # 3,000 keys (chunks run with the GIL released) raise the growth error of the chunk.
+    f = lb.ScalableFilter(1, 1e-18, 2.0, 0.5)
+    added = sum(f.add_many([f"k:{i}" for i in range(15)]))
+    assert added == 15 and f.num_sub_filters == 4
+    before = f.to_bytes()
+    for method in (f.add_many, f.update):
+        with pytest.raises(lb.InvalidCapacityError, match="cannot grow further"):
+            method([f"batch:{i}" for i in range(3000)])
+    assert f.to_bytes() == before
+    assert f.test_many([f"k:{i}" for i in range(15)]) == [True] * 15

@@ -244,7 +244,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
 {
     lb_state *st = self->st;
     const lb_batch_ops *ops = self->batch;
-    const lb_hash_scheme scheme = self->key_scheme;
+    const lb_hash_scheme scheme = ops->key_scheme(self);
     if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
         PyErr_SetString(PyExc_TypeError,
                         "expected an iterable of keys, got a single str or bytes key");
@@ -309,8 +309,12 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
     if (chunk > LB_CHUNK)
         chunk = LB_CHUNK;
     uint8_t *outp = (kind == LB_RESULT_LIST || !add) ? out : NULL;
+    lb_status (*run)(lb_base *, const lb_hash_pair *, size_t, uint8_t *, size_t *) =
+        add ? ops->add_hashed : ops->test_hashed;
     for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
         size_t len = (size_t)(n - start) < chunk ? (size_t)(n - start) : chunk;
+        size_t handled = 0;
+        lb_status status;
         /* The batch holds its claim from the first chunk to the last; each
          * chunk waits for other threads' sections and stops at a close(). */
         if (lb_wait_open(self, 0) < 0) {
@@ -320,17 +324,23 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
         if (len >= LB_GIL_FREE_MIN) {
             lb_busy_begin(self);
             Py_BEGIN_ALLOW_THREADS
-            if (add)
-                ops->add_hashed(self, pairs + start, len, outp);
-            else
-                ops->test_hashed(self, pairs + start, len, outp);
+            status = run(self, pairs + start, len, outp, &handled);
             Py_END_ALLOW_THREADS
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
             lb_busy_end(self);
         }
-        else if (add)
-            ops->add_hashed(self, pairs + start, len, outp);
-        else
-            ops->test_hashed(self, pairs + start, len, outp);
+        else {
+            status = run(self, pairs + start, len, outp, &handled);
+            if (status != LB_OK)
+                raise_status(self, status);
+        }
+        if (status != LB_OK) {
+            Py_CLEAR(result);
+            goto done;
+        }
         if (result)
             for (size_t j = 0; j < len; j++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)j,

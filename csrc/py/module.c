@@ -910,6 +910,11 @@ PyMODINIT_FUNC PyInit__core(void)
 
 #include "format.h"
 
+lb_hash_scheme lb_fixed_key_scheme(lb_base *b)
+{
+    return ((lb_fixed_filter *)b)->geo.scheme;
+}
+
 lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
                               const lb_fixed_kind *kind)
 {
@@ -926,7 +931,6 @@ lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
      * during another thread's batch. */
     f->base.reads_during_batch = 1;
     f->base.batch = kind->batch;
-    f->base.key_scheme = a->scheme;
     f->args = *a;
     lb_geometry_init(&f->geo, a->m, a->k, a->scheme);
     lb_status s = kind->init(f, a->m);

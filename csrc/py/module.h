@@ -97,11 +97,12 @@ struct lb_base_s;
  * and the keys per chunk.  add_many, update and test_many are then the same
  * methods for every type (lb_add_many_method, ... in keys.c).
  *
- * A type whose batches cannot fail and need only each key's hash pair gives
- * add_hashed and test_hashed (and the scheme the pairs are hashed with,
- * key_scheme in lb_base): the batch driver then reads and hashes every key in
- * one pass and hands the chunks pairs (lb_run_hashed_batch); add and test are
- * then not used by the batch methods. */
+ * A type whose batches need only each key's hash pair gives add_hashed,
+ * test_hashed and key_scheme (the scheme the pairs are hashed with): the batch
+ * driver then reads and hashes every key in one pass and hands the chunks
+ * pairs (lb_run_hashed_batch); add and test are then not used by the batch
+ * methods.  They return LB_OK or a status as add and test do, *done telling
+ * how many pairs they handled. */
 typedef struct {
     lb_status (*add)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
                      size_t *done);
@@ -109,10 +110,11 @@ typedef struct {
                       size_t *done);
     int gil_always;   /* release the GIL for every chunk (network round trips) */
     /* out may be NULL for add_hashed (no per-key result wanted). */
-    void (*add_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
-                       uint8_t *out);
-    void (*test_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
-                        uint8_t *out);
+    lb_status (*add_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                            uint8_t *out, size_t *done);
+    lb_status (*test_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                             uint8_t *out, size_t *done);
+    lb_hash_scheme (*key_scheme)(struct lb_base_s *self);
 } lb_batch_ops;
 
 typedef struct lb_base_s {
@@ -138,7 +140,6 @@ typedef struct lb_base_s {
     void (*raise_backend)(struct lb_base_s *self);
     const lb_batch_ops *batch;
     size_t chunk;     /* keys per chunk; 0: LB_CHUNK */
-    lb_hash_scheme key_scheme;  /* what batch->add_hashed / test_hashed expect */
     PyObject *weakrefs;
 } lb_base;
 
@@ -283,6 +284,9 @@ typedef struct lb_fixed_kind_s {
     lb_fixed_filter *(*copy)(lb_fixed_filter *src);
     void (*merge)(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 } lb_fixed_kind;
+
+/* The key_scheme of lb_batch_ops for an lb_fixed_filter: its geometry's. */
+lb_hash_scheme lb_fixed_key_scheme(lb_base *b);
 
 /* What the fixed types share for copy(), union(), intersection(), |, &, |= and &=
  * (through their kind's copy and merge).  The binary operators answer
