@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #endif
 
-/* XXH3 inlined into the batch loops (the same function lb_hash_xxh3 calls). */
+/* XXH3 inlined into the single-key calls (the same function lb_hash_xxh3 calls). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -271,8 +271,8 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
 
 /* A ring of the next LB_BLOCKED_AHEAD keys' hashes and blocks: each key is
  * hashed (and its block prefetched) that many keys before it is probed.
- * HASH(i) gives key i's pair: hashed here from its bytes (KEY_PAIR), or
- * hashed before (GIVEN_PAIR: the binding hashes while it reads the keys). */
+ * HASH(i) gives key i's pair (GIVEN_PAIR: hashed before, by the binding
+ * while it reads the keys). */
 #define BLOCKED_BATCH(B, HASH, N, WRITE, BODY)                                           \
     do {                                                                                 \
         lb_hash_pair hr_[LB_BLOCKED_AHEAD];                                              \
@@ -304,11 +304,9 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
         }                                                                                \
     } while (0)
 
-#define KEY_PAIR(i) hash_key(keys[(i)].data, keys[(i)].len)
 #define GIVEN_PAIR(i) (pairs[(i)])
 
-/* The add and test batches of one implementation (portable, avx2) over one
- * source of pairs (keys, pairs). */
+/* The add and test batches of one implementation (portable, avx2). */
 #define BLOCKED_BATCH_FNS(ATTR, IMPL, SRC, SRC_T, HASH)                                  \
     ATTR static void add_##SRC##_##IMPL(lb_blocked *b, const SRC_T *SRC, size_t n,       \
                                          uint8_t *out)                                   \
@@ -330,10 +328,8 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
         BLOCKED_BATCH(b, HASH, n, 0, { out[key_no] = (uint8_t)test_##IMPL(blk, rounds, h); }); \
     }
 
-BLOCKED_BATCH_FNS(, portable, keys, lb_key, KEY_PAIR)
 BLOCKED_BATCH_FNS(, portable, pairs, lb_hash_pair, GIVEN_PAIR)
 #if LB_HAVE_AVX2_CODE
-BLOCKED_BATCH_FNS(LB_AVX2, avx2, keys, lb_key, KEY_PAIR)
 BLOCKED_BATCH_FNS(LB_AVX2, avx2, pairs, lb_hash_pair, GIVEN_PAIR)
 #define LB_BLOCKED_DISPATCH(FN, ...)                                                     \
     do {                                                                                 \
@@ -345,16 +341,6 @@ BLOCKED_BATCH_FNS(LB_AVX2, avx2, pairs, lb_hash_pair, GIVEN_PAIR)
 #else
 #define LB_BLOCKED_DISPATCH(FN, ...) FN##_portable(__VA_ARGS__)
 #endif
-
-void lb_blocked_add_batch(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-    LB_BLOCKED_DISPATCH(add_keys, b, keys, n, out);
-}
-
-void lb_blocked_test_batch(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-    LB_BLOCKED_DISPATCH(test_keys, b, keys, n, out);
-}
 
 void lb_blocked_add_hashed(lb_blocked *b, const lb_hash_pair *pairs, size_t n, uint8_t *out)
 {
