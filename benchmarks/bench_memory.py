@@ -14,12 +14,21 @@ Every implementation gets the same keys, the same n and the same p:
   pybloom-live         BloomFilter (pure Python over bitarray)        [slow: sampled]
   pyprobables          BloomFilter (pure Python)                      [slow: sampled]
   set                  Python's set, the lower bound for exact membership
+  bare loop            not a filter: the same Python loops calling a C method that does
+                       nothing with the key (tuple.count on an empty tuple for add, `in ()`
+                       for tests): what the loop and the call cost before any hashing
+
 
 Workloads, for each size (n, p) and each key set:
   add          for k in keys: f.add(k)           (n keys into a fresh filter)
   test+        for k in keys: if k in f: ...     (keys that were added)
   test-        the same over a disjoint set of keys never added
-  batch add    the peer's bulk insert (ling_bloom: update; add_many has a row of its own)
+  test+ fresh  test+ with each key built inside the timed loop, as a request handler gets
+               it (a str decoded from the request's bytes; a bytes key encoded from its
+               str): a fresh object per lookup, so a filter that uses Python's hash()
+               finds no cached hash on it
+  batch add    the peer's bulk insert (ling_bloom: update; add_many has a row of its own);
+               under each table, ling_bloom's update as a fraction of the C floor's speed
   batch test   the peer's bulk lookup (ling_bloom: test_many), where the peer has one
   memory       the filter's own size as it reports it (nbytes, byte_count, m/8, ...),
                and the RSS growth while it was filled
@@ -177,6 +186,7 @@ class Impl:
     batch_add_name: str = ""
     batch_test_name: str = ""
     slow: bool = False
+    reference: bool = False               # not a filter: the bare loop
     kinds: tuple = ("str", "bytes")
     note: str = ""
     mod: Any = None
@@ -231,6 +241,12 @@ def _impls() -> list[Impl]:
     def update(f, keys):
         f.update(keys)
 
+    class BareLoop(tuple):
+        """add(k) is tuple.count on an empty tuple, `k in f` tuple's own (empty) contains:
+        C methods that do nothing with the key."""
+        __slots__ = ()
+        add = tuple.count
+
     return [
         Impl("ling_bloom", "ling_bloom", "ling_bloom", ling_make, lambda f: f.nbytes,
              "nbytes = ceil(m/8)", update, lambda f, ks: f.test_many(ks),
@@ -259,6 +275,9 @@ def _impls() -> list[Impl]:
         Impl("set", None, None, lambda n, p: set(), sys.getsizeof,
              "sys.getsizeof (table only)", update, None, "update",
              note="exact; lower bound for membership"),
+        Impl("bare loop", None, None, lambda n, p: BareLoop(), lambda f: 0, "-",
+             reference=True,
+             note="not a filter: the loops calling a C method that ignores the key"),
     ]
 
 
@@ -273,7 +292,7 @@ def resolve_impls(wanted: set | None) -> tuple[list[Impl], dict[str, str]]:
                 impl.mod = importlib.import_module(impl.module)
             f = impl.make(1000, 0.01)
             f.add("probe")
-            if "probe" not in f:
+            if "probe" not in f and not impl.reference:
                 raise RuntimeError("a key just added tests absent")
         except Exception as e:  # any failure to import or to work: skip, say why
             skipped[impl.name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
@@ -393,6 +412,28 @@ def time_test_loop(f, keys: list, repeat: int) -> tuple[float, int]:
     return statistics.median(times) * 1e9, hits
 
 
+def fresh_source(keys: list) -> tuple[list, Callable]:
+    """What a request handler starts from, and how it builds the key: a str key from the
+    request's bytes (decode), a bytes key from a str (encode)."""
+    if keys and isinstance(keys[0], str):
+        return [k.encode() for k in keys], bytes.decode
+    return [k.decode() for k in keys], str.encode
+
+
+def time_test_fresh(f, keys: list, repeat: int) -> float:
+    """test+ with each key built inside the timed loop: a new object per lookup."""
+    src, build = fresh_source(keys)
+    times = []
+    for _ in range(repeat):
+        hits = 0
+        t0 = time.perf_counter()
+        for s in src:
+            if build(s) in f:
+                hits += 1
+        times.append((time.perf_counter() - t0) / max(1, len(src)))
+    return statistics.median(times) * 1e9
+
+
 def count_hits(f, keys: list) -> int:
     hits = 0
     for k in keys:
@@ -425,6 +466,7 @@ COLUMNS = [
     ("add", "add"),
     ("test_present", "test+"),
     ("test_absent", "test-"),
+    ("test_fresh", "test+ fresh"),
     ("batch_add", "batch add"),
     ("batch_test_present", "batch test+"),
     ("batch_test_absent", "batch test-"),
@@ -464,6 +506,11 @@ def bench_impl(impl: Impl, ks: KeySet, n: int, p: float, args, sample_present: l
         row["batch_add_api"] = impl.batch_add_name
     row["test_present"], hp = time_test_loop(f, sp, args.repeat)
     row["test_absent"], _ = time_test_loop(f, sa, args.repeat)
+    row["test_fresh"] = time_test_fresh(f, sp, args.repeat)
+    if impl.reference:
+        del f
+        gc.collect()
+        return [row]
     if hp != len(sp) and impl.name != "set":
         row["note"] = (row["note"] + "; " if row["note"] else "") + \
             f"FALSE NEGATIVES: {len(sp) - hp} of {len(sp)}"
@@ -593,11 +640,13 @@ def section_table(sec: dict) -> list[list[str]]:
             cells.append(fmt_ns(r.get(key)) if r["impl"] == "ling_bloom"
                          else fmt_cell(r.get(key), b))
         nb = r.get("nbytes")
-        cells.append(f"{fmt_bytes(nb)} ({nb * 8 / n:.2f})" if nb is not None else "-")
+        cells.append(f"{fmt_bytes(nb)} ({nb * 8 / n:.2f})" if nb else "-")
         rd = r.get("rss_delta")
         cells.append(fmt_bytes(rd) if rd is not None and rd > 0 else "-")
         if r["impl"] == "set":
             cells.append("0 (exact)")
+        elif r["impl"] == "bare loop":
+            cells.append("-")
         elif r.get("fpr") is not None:
             cells.append(f"{r['fpr']:.5f} ({(r['fpr'] / p - 1) * 100:+.1f}%)")
         else:
@@ -637,7 +686,33 @@ LEGEND = ("ns per key, median of the repetitions; in parentheses the ratio peer 
           "batch test: ling_bloom test_many(), fastbloom-rs contains_*_batch (the others "
           "have none). memory: the filter's own size as it reports it, and bits per key; "
           "RSS +: resident memory growth while the filter was built and filled. FPR: "
-          "measured over the absent keys, in parentheses its distance from p.")
+          "measured over the absent keys, in parentheses its distance from p. test+ fresh: "
+          "test+ with each key built in the loop (str decoded from bytes, bytes encoded "
+          "from str), so no hash is cached on it. bare loop: the same loops calling a C "
+          "method that ignores the key (what a call costs before any filter work).")
+
+
+def section_notes(sec: dict) -> list[str]:
+    """ling_bloom's batches against the C floor (the same core functions, no Python), and
+    its per-key calls against the bare loop."""
+    rows = {r["impl"]: r for r in sec["rows"]}
+    lb_row, floor, bare = rows.get("ling_bloom"), rows.get("C floor"), rows.get("bare loop")
+    notes = []
+    if lb_row and floor:
+        parts = [f"{label} {floor[key] / lb_row[key]:.2f}x"
+                 for key, label in (("batch_add", "update"), ("batch_test_present", "test_many+"),
+                                    ("batch_test_absent", "test_many-"))
+                 if lb_row.get(key) and floor.get(key)]
+        notes.append("ling_bloom batches at this fraction of the C floor's speed "
+                     "(floor time / ling_bloom time): " + ", ".join(parts))
+    if lb_row and bare:
+        parts = [f"{label} +{lb_row[key] - bare[bkey]:.1f}"
+                 for key, bkey, label in (("add", "add", "add"), ("test_present", "test_present", "test+"),
+                                          ("test_absent", "test_absent", "test-"),
+                                          ("test_fresh", "test_fresh", "test+ fresh"))
+                 if lb_row.get(key) is not None and bare.get(bkey) is not None]
+        notes.append("ling_bloom per key over the bare loop (ns): " + ", ".join(parts))
+    return notes
 
 
 def write_chart(path: str, sections: list[dict]) -> str:
@@ -825,6 +900,9 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"  C floor: FAILED: {e}")
                 table = section_table(sec)
                 text = section_title(sec) + "\n" + render_text(table)
+                notes = section_notes(sec)
+                if notes:
+                    text += "\n" + "\n".join(notes)
                 print("\n" + text, flush=True)
                 out_text.append(text)
                 sections.append(sec)
@@ -860,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
     md += ["", LEGEND, ""]
     for sec in sections:
         md += [f"## {section_title(sec)}", "", render_md(section_table(sec)), ""]
+        md += [f"- {line}" for line in section_notes(sec)]
         for name, why in sec.get("failed", {}).items():
             md += [f"- {name} failed: {why}"]
         notes = [f"- {r['impl']}: {r['note']}" for r in sec["rows"] if r.get("note")]

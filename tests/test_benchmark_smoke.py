@@ -40,6 +40,12 @@ def test_memory_benchmark_quick_tiny(tmp_path):
     assert "| ling_bloom |" in md
     assert "| set |" in md
     assert "n = 2,000, p = 0.01" in md
+    # The reference row, the fresh-key column and the per-key notes.
+    assert "bare loop" in rows and "| bare loop |" in md
+    assert "test+ fresh" in md
+    assert "ling_bloom per key over the bare loop (ns): add +" in md
+    if "C floor" in rows:
+        assert "of the C floor's speed (floor time / ling_bloom time): update " in md
     assert (out / "bench_memory.txt").exists()
     assert (out / "bench_memory.json").exists()
 

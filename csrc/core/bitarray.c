@@ -163,66 +163,96 @@ static inline __attribute__((always_inline)) void index_and_prefetch(const uint8
 
 /* The batch walk shared by add and test: a ring of the k indices of the next
  * LB_AHEAD keys, computed (and their lines prefetched) when the key was
- * hashed, so that each index is derived once.  BODY sees idx, the indices of
- * key number key_no. */
-#define LB_BATCH_WALK(D, G, KEYS, N, WRITE, BODY)                                     \
+ * hashed, so that each index is derived once.  HASH(i) gives key i's pair:
+ * hashed here from its bytes (KEY_PAIR), or before (GIVEN_PAIR: the binding
+ * hashes while it reads the keys).  BODY sees idx, the indices of key number
+ * key_no. */
+#define LB_BATCH_WALK(D, G, HASH, N, WRITE, BODY)                                     \
     do {                                                                              \
         uint64_t ring_[LB_AHEAD][LB_MAX_K];                                           \
         const uint32_t k_ = (G)->k;                                                   \
-        const lb_hash_scheme s_ = (G)->scheme;                                        \
         size_t ahead_ = (N) < LB_AHEAD ? (N) : LB_AHEAD;                              \
         for (size_t j_ = 0; j_ < ahead_; j_++)                                        \
-            index_and_prefetch((D), (G), k_, lb_hash(s_, (KEYS)[j_].data, (KEYS)[j_].len), \
-                               (WRITE), ring_[j_]);                                   \
+            index_and_prefetch((D), (G), k_, HASH(j_), (WRITE), ring_[j_]);           \
         for (size_t j_ = 0; j_ < (N); j_++) {                                         \
             const uint64_t *const idx = ring_[j_ % LB_AHEAD];                         \
             size_t key_no = j_;                                                       \
             BODY                                                                      \
             size_t next_ = j_ + LB_AHEAD;                                             \
             if (next_ < (N))                                                          \
-                index_and_prefetch((D), (G), k_,                                      \
-                                   lb_hash(s_, (KEYS)[next_].data, (KEYS)[next_].len), \
-                                   (WRITE), ring_[j_ % LB_AHEAD]);                    \
+                index_and_prefetch((D), (G), k_, HASH(next_), (WRITE),                \
+                                   ring_[j_ % LB_AHEAD]);                             \
         }                                                                             \
     } while (0)
+
+#define KEY_PAIR(i) lb_hash(g->scheme, keys[(i)].data, keys[(i)].len)
+#define GIVEN_PAIR(i) (pairs[(i)])
+
+/* add and test over one source of pairs (keys, pairs). */
+#define LB_BITS_BATCH_FNS(SRC, SRC_T, HASH)                                           \
+    static void add_##SRC(lb_bits *b, const lb_geometry *g, const SRC_T *SRC, size_t n, \
+                          uint8_t *out)                                               \
+    {                                                                                 \
+        uint8_t *const d = b->data;                                                   \
+        uint64_t fresh_total = 0;                                                     \
+        if (b->shared) {                                                              \
+            LB_BATCH_WALK(d, g, HASH, n, 1, {                                         \
+                unsigned fresh = 0;                                                   \
+                for (uint32_t i = 0; i < k_; i++)                                     \
+                    fresh += set_bit_shared(d, idx[i]);                               \
+                fresh_total += fresh;                                                 \
+                if (out)                                                              \
+                    out[key_no] = (uint8_t)(fresh != 0);                              \
+            });                                                                       \
+        } else {                                                                      \
+            LB_BATCH_WALK(d, g, HASH, n, 1, {                                         \
+                unsigned fresh = 0;                                                   \
+                for (uint32_t i = 0; i < k_; i++)                                     \
+                    fresh += set_bit(d, idx[i]);                                      \
+                fresh_total += fresh;                                                 \
+                if (out)                                                              \
+                    out[key_no] = (uint8_t)(fresh != 0);                              \
+            });                                                                       \
+        }                                                                             \
+        b->bits_set += fresh_total;                                                   \
+    }                                                                                 \
+    static void test_##SRC(const lb_bits *b, const lb_geometry *g, const SRC_T *SRC,  \
+                           size_t n, uint8_t *out)                                    \
+    {                                                                                 \
+        const uint8_t *const d = b->data;                                             \
+        LB_BATCH_WALK(d, g, HASH, n, 0, {                                             \
+            int all = 1;                                                              \
+            for (uint32_t i = 0; i < k_; i++)                                         \
+                all &= get_bit(d, idx[i]);                                            \
+            out[key_no] = (uint8_t)all;                                               \
+        });                                                                           \
+    }
+
+LB_BITS_BATCH_FNS(keys, lb_key, KEY_PAIR)
+LB_BITS_BATCH_FNS(pairs, lb_hash_pair, GIVEN_PAIR)
 
 void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                        uint8_t *out)
 {
-    uint8_t *const d = b->data;
-    uint64_t fresh_total = 0;
-    if (b->shared) {
-        LB_BATCH_WALK(d, g, keys, n, 1, {
-            unsigned fresh = 0;
-            for (uint32_t i = 0; i < k_; i++)
-                fresh += set_bit_shared(d, idx[i]);
-            fresh_total += fresh;
-            if (out)
-                out[key_no] = (uint8_t)(fresh != 0);
-        });
-    } else {
-        LB_BATCH_WALK(d, g, keys, n, 1, {
-            unsigned fresh = 0;
-            for (uint32_t i = 0; i < k_; i++)
-                fresh += set_bit(d, idx[i]);
-            fresh_total += fresh;
-            if (out)
-                out[key_no] = (uint8_t)(fresh != 0);
-        });
-    }
-    b->bits_set += fresh_total;
+    add_keys(b, g, keys, n, out);
 }
 
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                         uint8_t *out)
 {
-    const uint8_t *const d = b->data;
-    LB_BATCH_WALK(d, g, keys, n, 0, {
-        int all = 1;
-        for (uint32_t i = 0; i < k_; i++)
-            all &= get_bit(d, idx[i]);
-        out[key_no] = (uint8_t)all;
-    });
+    test_keys(b, g, keys, n, out);
+}
+
+void lb_bits_add_hashed(lb_bits *b, const lb_geometry *g, const lb_hash_pair *pairs, size_t n,
+                        uint8_t *out)
+{
+    add_pairs(b, g, pairs, n, out);
+}
+
+void lb_bits_test_hashed(const lb_bits *b, const lb_geometry *g, const lb_hash_pair *pairs,
+                         size_t n, uint8_t *out)
+{
+    test_pairs(b, g, pairs, n, out);
 }
 
 void lb_bits_or(lb_bits *dst, const lb_bits *src)

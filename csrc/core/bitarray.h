@@ -58,6 +58,12 @@ void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, siz
                        uint8_t *out);
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                         uint8_t *out);
+/* The same over keys hashed already (lb_hash with g's scheme), for a caller
+ * that hashes while it reads its keys: same bits, same out. */
+void lb_bits_add_hashed(lb_bits *b, const lb_geometry *g, const lb_hash_pair *pairs, size_t n,
+                        uint8_t *out);
+void lb_bits_test_hashed(const lb_bits *b, const lb_geometry *g, const lb_hash_pair *pairs,
+                         size_t n, uint8_t *out);
 
 /* dst |= src / dst &= src; same m required (the caller checks k and hash).
  * A shared dst gets src's bits with atomic OR (and AND). */

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #endif
 
-/* XXH3 inlined into the batch loops (the same function lb_hash_xxh3 calls). */
+/* XXH3 inlined into the single-key calls (the same function lb_hash_xxh3 calls). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -270,14 +270,16 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
 /* ---- batches ------------------------------------------------------------------ */
 
 /* A ring of the next LB_BLOCKED_AHEAD keys' hashes and blocks: each key is
- * hashed (and its block prefetched) that many keys before it is probed. */
-#define BLOCKED_BATCH(B, KEYS, N, WRITE, BODY)                                           \
+ * hashed (and its block prefetched) that many keys before it is probed.
+ * HASH(i) gives key i's pair (GIVEN_PAIR: hashed before, by the binding
+ * while it reads the keys). */
+#define BLOCKED_BATCH(B, HASH, N, WRITE, BODY)                                           \
     do {                                                                                 \
         lb_hash_pair hr_[LB_BLOCKED_AHEAD];                                              \
         uint64_t *br_[LB_BLOCKED_AHEAD];                                                 \
         size_t ahead_ = (N) < LB_BLOCKED_AHEAD ? (N) : LB_BLOCKED_AHEAD;                 \
         for (size_t j_ = 0; j_ < ahead_; j_++) {                                         \
-            hr_[j_] = hash_key((KEYS)[j_].data, (KEYS)[j_].len);                     \
+            hr_[j_] = HASH(j_);                                                          \
             br_[j_] = block_of((B), hr_[j_]);                                            \
             if (WRITE)                                                                   \
                 LB_PREFETCH_W(br_[j_]);                                                  \
@@ -292,7 +294,7 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
             BODY                                                                         \
             const size_t next_ = j_ + LB_BLOCKED_AHEAD;                                  \
             if (next_ < (N)) {                                                           \
-                hr_[r_] = hash_key((KEYS)[next_].data, (KEYS)[next_].len);           \
+                hr_[r_] = HASH(next_);                                                   \
                 br_[r_] = block_of((B), hr_[r_]);                                        \
                 if (WRITE)                                                               \
                     LB_PREFETCH_W(br_[r_]);                                              \
@@ -302,67 +304,53 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
         }                                                                                \
     } while (0)
 
-static void add_batch_portable(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-    const uint32_t rounds = b->rounds;
-    uint64_t fresh_total = 0;
-    BLOCKED_BATCH(b, keys, n, 1, {
-        unsigned fresh = add_portable(blk, rounds, h);
-        fresh_total += fresh;
-        if (out)
-            out[key_no] = (uint8_t)(fresh != 0);
-    });
-    b->bits_set += fresh_total;
-}
+#define GIVEN_PAIR(i) (pairs[(i)])
 
-static void test_batch_portable(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-    const uint32_t rounds = b->rounds;
-    BLOCKED_BATCH(b, keys, n, 0, { out[key_no] = (uint8_t)test_portable(blk, rounds, h); });
-}
-
-#if LB_HAVE_AVX2_CODE
-LB_AVX2 static void add_batch_avx2(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-    const uint32_t rounds = b->rounds;
-    uint64_t fresh_total = 0;
-    BLOCKED_BATCH(b, keys, n, 1, {
-        unsigned fresh = add_avx2(blk, rounds, h);
-        fresh_total += fresh;
-        if (out)
-            out[key_no] = (uint8_t)(fresh != 0);
-    });
-    b->bits_set += fresh_total;
-}
-
-LB_AVX2 static void test_batch_avx2(const lb_blocked *b, const lb_key *keys, size_t n,
-                                    uint8_t *out)
-{
-    const uint32_t rounds = b->rounds;
-    BLOCKED_BATCH(b, keys, n, 0, { out[key_no] = (uint8_t)test_avx2(blk, rounds, h); });
-}
-#endif
-
-void lb_blocked_add_batch(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
-{
-#if LB_HAVE_AVX2_CODE
-    if (avx2_on()) {
-        add_batch_avx2(b, keys, n, out);
-        return;
+/* The add and test batches of one implementation (portable, avx2). */
+#define BLOCKED_BATCH_FNS(ATTR, IMPL, SRC, SRC_T, HASH)                                  \
+    ATTR static void add_##SRC##_##IMPL(lb_blocked *b, const SRC_T *SRC, size_t n,       \
+                                         uint8_t *out)                                   \
+    {                                                                                    \
+        const uint32_t rounds = b->rounds;                                               \
+        uint64_t fresh_total = 0;                                                        \
+        BLOCKED_BATCH(b, HASH, n, 1, {                                                   \
+            unsigned fresh = add_##IMPL(blk, rounds, h);                                 \
+            fresh_total += fresh;                                                        \
+            if (out)                                                                     \
+                out[key_no] = (uint8_t)(fresh != 0);                                     \
+        });                                                                              \
+        b->bits_set += fresh_total;                                                      \
+    }                                                                                    \
+    ATTR static void test_##SRC##_##IMPL(const lb_blocked *b, const SRC_T *SRC, size_t n, \
+                                          uint8_t *out)                                  \
+    {                                                                                    \
+        const uint32_t rounds = b->rounds;                                               \
+        BLOCKED_BATCH(b, HASH, n, 0, { out[key_no] = (uint8_t)test_##IMPL(blk, rounds, h); }); \
     }
+
+BLOCKED_BATCH_FNS(, portable, pairs, lb_hash_pair, GIVEN_PAIR)
+#if LB_HAVE_AVX2_CODE
+BLOCKED_BATCH_FNS(LB_AVX2, avx2, pairs, lb_hash_pair, GIVEN_PAIR)
+#define LB_BLOCKED_DISPATCH(FN, ...)                                                     \
+    do {                                                                                 \
+        if (avx2_on())                                                                   \
+            FN##_avx2(__VA_ARGS__);                                                      \
+        else                                                                             \
+            FN##_portable(__VA_ARGS__);                                                  \
+    } while (0)
+#else
+#define LB_BLOCKED_DISPATCH(FN, ...) FN##_portable(__VA_ARGS__)
 #endif
-    add_batch_portable(b, keys, n, out);
+
+void lb_blocked_add_hashed(lb_blocked *b, const lb_hash_pair *pairs, size_t n, uint8_t *out)
+{
+    LB_BLOCKED_DISPATCH(add_pairs, b, pairs, n, out);
 }
 
-void lb_blocked_test_batch(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out)
+void lb_blocked_test_hashed(const lb_blocked *b, const lb_hash_pair *pairs, size_t n,
+                            uint8_t *out)
 {
-#if LB_HAVE_AVX2_CODE
-    if (avx2_on()) {
-        test_batch_avx2(b, keys, n, out);
-        return;
-    }
-#endif
-    test_batch_portable(b, keys, n, out);
+    LB_BLOCKED_DISPATCH(test_pairs, b, pairs, n, out);
 }
 
 /* ---- storage ------------------------------------------------------------------ */

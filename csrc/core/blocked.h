@@ -71,10 +71,12 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h);
 int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len);
 int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len);
 
-/* Batches: hash each key, prefetch the block of keys a few places ahead,
- * then probe.  out (may be NULL for add) gets 1/0 per key. */
-void lb_blocked_add_batch(lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out);
-void lb_blocked_test_batch(const lb_blocked *b, const lb_key *keys, size_t n, uint8_t *out);
+/* Batches over keys hashed already (lb_hash_xxh3 of each key's bytes, as the
+ * binding hashes while it reads the keys): prefetch the block of keys a few
+ * places ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
+void lb_blocked_add_hashed(lb_blocked *b, const lb_hash_pair *pairs, size_t n, uint8_t *out);
+void lb_blocked_test_hashed(const lb_blocked *b, const lb_hash_pair *pairs, size_t n,
+                            uint8_t *out);
 
 /* dst |= src, dst &= src (same geometry: the caller checks). */
 void lb_blocked_or(lb_blocked *dst, const lb_blocked *src);

@@ -113,19 +113,19 @@ unsigned lb_counters_count(const lb_counters *c, const lb_geometry *g, lb_hash_p
     return least;
 }
 
-void lb_counters_add_batch(lb_counters *c, const lb_geometry *g, const lb_key *keys, size_t n,
-                           uint8_t *out)
+void lb_counters_add_hashed(lb_counters *c, const lb_geometry *g, const lb_hash_pair *pairs,
+                            size_t n, uint8_t *out)
 {
     for (size_t j = 0; j < n; j++) {
-        int r = lb_counters_add(c, g, lb_hash(g->scheme, keys[j].data, keys[j].len));
+        int r = lb_counters_add(c, g, pairs[j]);
         if (out)
             out[j] = (uint8_t)r;
     }
 }
 
-void lb_counters_test_batch(const lb_counters *c, const lb_geometry *g, const lb_key *keys,
-                            size_t n, uint8_t *out)
+void lb_counters_test_hashed(const lb_counters *c, const lb_geometry *g,
+                             const lb_hash_pair *pairs, size_t n, uint8_t *out)
 {
     for (size_t j = 0; j < n; j++)
-        out[j] = (uint8_t)lb_counters_test(c, g, lb_hash(g->scheme, keys[j].data, keys[j].len));
+        out[j] = (uint8_t)lb_counters_test(c, g, pairs[j]);
 }

@@ -54,9 +54,11 @@ int lb_counters_remove(lb_counters *c, const lb_geometry *g, lb_hash_pair h);
 /* The smallest of the key's counters: 0 when absent. */
 unsigned lb_counters_count(const lb_counters *c, const lb_geometry *g, lb_hash_pair h);
 
-void lb_counters_add_batch(lb_counters *c, const lb_geometry *g, const lb_key *keys, size_t n,
-                           uint8_t *out);
-void lb_counters_test_batch(const lb_counters *c, const lb_geometry *g, const lb_key *keys,
+/* Batches over keys hashed already (lb_hash with g's scheme); out (may be
+ * NULL for add) gets 1/0 per key. */
+void lb_counters_add_hashed(lb_counters *c, const lb_geometry *g, const lb_hash_pair *pairs,
                             size_t n, uint8_t *out);
+void lb_counters_test_hashed(const lb_counters *c, const lb_geometry *g,
+                             const lb_hash_pair *pairs, size_t n, uint8_t *out);
 
 #endif

@@ -37,6 +37,17 @@ lb_hash_pair lb_hash_xxh3(const void *key, size_t len)
     return p;
 }
 
+void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out)
+{
+    if (s != LB_HASH_LING_BASE) {
+        XXH128_hash_t h = XXH3_128bits(key, len);
+        out->h1 = h.low64;
+        out->h2 = h.high64 | 1;
+    }
+    else
+        *out = lb_hash_ling_base(key, len);
+}
+
 #define FNV_OFFSET UINT64_C(14695981039346656037)
 #define FNV_PRIME UINT64_C(1099511628211)
 

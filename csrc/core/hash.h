@@ -73,6 +73,10 @@ static inline lb_hash_pair lb_hash(lb_hash_scheme s, const void *key, size_t len
     return s != LB_HASH_LING_BASE ? lb_hash_xxh3(key, len) : lb_hash_ling_base(key, len);
 }
 
+/* lb_hash written to *out: for a caller that fills an array of pairs (the
+ * pair goes straight to its place, not through a returned struct). */
+void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out);
+
 /* One xor-shift-multiply round: a bijection of 64-bit words that is not
  * linear in x (the xor folds the high half into the low half, the multiply by
  * an odd constant spreads the low half into the high bits that the multiply-

@@ -162,12 +162,12 @@ int lb_scalable_test(const lb_scalable *s, const void *key, size_t len)
     return test_hashed(s, lb_hash(s->scheme, key, len));
 }
 
-lb_status lb_scalable_add_batch(lb_scalable *s, const lb_key *keys, size_t n, uint8_t *out,
-                                size_t *done)
+lb_status lb_scalable_add_hashed(lb_scalable *s, const lb_hash_pair *pairs, size_t n,
+                                 uint8_t *out, size_t *done)
 {
     for (size_t j = 0; j < n; j++) {
         int added;
-        lb_status st = add_hashed(s, lb_hash(s->scheme, keys[j].data, keys[j].len), &added);
+        lb_status st = add_hashed(s, pairs[j], &added);
         if (st != LB_OK) {
             *done = j;
             return st;
@@ -179,10 +179,11 @@ lb_status lb_scalable_add_batch(lb_scalable *s, const lb_key *keys, size_t n, ui
     return LB_OK;
 }
 
-void lb_scalable_test_batch(const lb_scalable *s, const lb_key *keys, size_t n, uint8_t *out)
+void lb_scalable_test_hashed(const lb_scalable *s, const lb_hash_pair *pairs, size_t n,
+                             uint8_t *out)
 {
     for (size_t j = 0; j < n; j++)
-        out[j] = (uint8_t)test_hashed(s, lb_hash(s->scheme, keys[j].data, keys[j].len));
+        out[j] = (uint8_t)test_hashed(s, pairs[j]);
 }
 
 uint64_t lb_scalable_count(const lb_scalable *s)

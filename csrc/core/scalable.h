@@ -71,10 +71,12 @@ lb_status lb_scalable_push_stage(lb_scalable *s);
 lb_status lb_scalable_add(lb_scalable *s, const void *key, size_t len, int *added);
 int lb_scalable_test(const lb_scalable *s, const void *key, size_t len);
 
-/* Batches stop at the first failure; *done tells how many keys were handled. */
-lb_status lb_scalable_add_batch(lb_scalable *s, const lb_key *keys, size_t n, uint8_t *out,
-                                size_t *done);
-void lb_scalable_test_batch(const lb_scalable *s, const lb_key *keys, size_t n, uint8_t *out);
+/* Batches over keys hashed already (lb_hash with s->scheme); add stops at the
+ * first failure, *done telling how many keys were handled. */
+lb_status lb_scalable_add_hashed(lb_scalable *s, const lb_hash_pair *pairs, size_t n,
+                                 uint8_t *out, size_t *done);
+void lb_scalable_test_hashed(const lb_scalable *s, const lb_hash_pair *pairs, size_t n,
+                             uint8_t *out);
 
 uint64_t lb_scalable_count(const lb_scalable *s);
 uint64_t lb_scalable_capacity(const lb_scalable *s);

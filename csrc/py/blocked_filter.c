@@ -195,23 +195,25 @@ static PyObject *bf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status bf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
-{
-    lb_blocked_add_batch(&((BlockedFilter *)b)->bits, keys, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static lb_status bf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+static lb_status bf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
                                size_t *done)
 {
-    lb_blocked_test_batch(&((BlockedFilter *)b)->bits, keys, n, out);
+    lb_blocked_add_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static const lb_batch_ops bf_batch = {bf_add_chunk, bf_test_chunk, 0};
+static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                                size_t *done)
+{
+    lb_blocked_test_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+/* The pairs are lb_hash_xxh3's (args.scheme is LB_HASH_XXH3_MIX: the key hash). */
+static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hashed,
+                                      lb_fixed_key_scheme};
 static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
 static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,

@@ -108,25 +108,26 @@ static PyObject *cf_count(PyObject *self, PyObject *key)
     return PyLong_FromUnsignedLong(n);
 }
 
-static lb_status cf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
-{
-    CountingFilter *f = (CountingFilter *)b;
-    lb_counters_add_batch(&f->c, &f->f.geo, keys, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static lb_status cf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+static lb_status cf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
                                size_t *done)
 {
     CountingFilter *f = (CountingFilter *)b;
-    lb_counters_test_batch(&f->c, &f->f.geo, keys, n, out);
+    lb_counters_add_hashed(&f->c, &f->f.geo, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static const lb_batch_ops cf_batch = {cf_add_chunk, cf_test_chunk, 0};
+static lb_status cf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                                size_t *done)
+{
+    CountingFilter *f = (CountingFilter *)b;
+    lb_counters_test_hashed(&f->c, &f->f.geo, pairs, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static const lb_batch_ops cf_batch = {NULL, NULL, 0, cf_add_hashed, cf_test_hashed,
+                                      lb_fixed_key_scheme};
 static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f);
 static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,

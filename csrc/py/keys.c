@@ -212,6 +212,150 @@ done:
     return result;
 }
 
+/* Keys ahead whose objects are prefetched while one is hashed (into every
+ * cache level: the object's header and, for short keys, its bytes are read
+ * next). */
+#ifndef LB_OBJ_AHEAD
+#define LB_OBJ_AHEAD 16
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define LB_PREFETCH_OBJ(p) __builtin_prefetch((p), 0, 3)
+#else
+#define LB_PREFETCH_OBJ(p) ((void)0)
+#endif
+
+/* The key of a hashed batch that is not a str or bytes: held (a buffer
+ * exporter may run Python code that changes the sequence), converted, hashed. */
+static int hash_other_key(lb_state *st, lb_hash_scheme scheme, PyObject *obj, lb_hash_pair *out)
+{
+    lb_key key;
+    lb_key_hold hold;
+    Py_INCREF(obj);
+    int r = lb_key_get_other(st, obj, &key, &hold);
+    if (r == 0) {
+        lb_hash_to(scheme, key.data, key.len, out);
+        lb_key_release(&hold);
+    }
+    Py_DECREF(obj);
+    return r;
+}
+
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind)
+{
+    lb_state *st = self->st;
+    const lb_batch_ops *ops = self->batch;
+    const lb_hash_scheme scheme = ops->key_scheme(self);
+    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "expected an iterable of keys, got a single str or bytes key");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(iterable, "expected an iterable of keys");
+    if (!seq)
+        return NULL;
+    PyObject *result = NULL;
+    int entered = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    /* Raw memory: the chunks read it with the GIL released. */
+    lb_hash_pair *pairs = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(lb_hash_pair));
+    if (!pairs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* One pass over the keys, with the GIL held: check, convert and hash each
+     * one.  Nothing in the filter changes before every key has passed, and
+     * the chunks below need no key object (nothing is held, nothing can change
+     * under them).  A buffer's exporter may run Python code that shrinks the
+     * sequence: its length is read again on the way, and the batch is the
+     * keys it still had. */
+    Py_ssize_t i = 0;
+    for (; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject **items = PySequence_Fast_ITEMS(seq);
+        if (i + LB_OBJ_AHEAD < n && i + LB_OBJ_AHEAD < PySequence_Fast_GET_SIZE(seq))
+            LB_PREFETCH_OBJ(items[i + LB_OBJ_AHEAD]);
+        PyObject *obj = items[i];
+        const void *data;
+        size_t len;
+        if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
+            data = PyUnicode_DATA(obj);
+            len = (size_t)PyUnicode_GET_LENGTH(obj);
+        }
+        else if (PyBytes_CheckExact(obj)) {
+            data = PyBytes_AS_STRING(obj);
+            len = (size_t)PyBytes_GET_SIZE(obj);
+        }
+        else {
+            if (hash_other_key(st, scheme, obj, &pairs[i]) < 0)
+                goto done;
+            continue;
+        }
+        if (len == 0) {
+            lb_key_empty(st);
+            goto done;
+        }
+        lb_hash_to(scheme, data, len, &pairs[i]);
+    }
+    n = i;
+    if (lb_enter(self) < 0)
+        goto done;
+    entered = 1;
+    if (kind == LB_RESULT_LIST) {
+        result = PyList_New(n);
+        if (!result)
+            goto done;
+    }
+    size_t chunk = self->chunk ? self->chunk : LB_CHUNK;
+    uint8_t out[LB_CHUNK];
+    if (chunk > LB_CHUNK)
+        chunk = LB_CHUNK;
+    uint8_t *outp = (kind == LB_RESULT_LIST || !add) ? out : NULL;
+    lb_status (*run)(lb_base *, const lb_hash_pair *, size_t, uint8_t *, size_t *) =
+        add ? ops->add_hashed : ops->test_hashed;
+    for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
+        size_t len = (size_t)(n - start) < chunk ? (size_t)(n - start) : chunk;
+        size_t handled = 0;
+        lb_status status;
+        /* The batch holds its claim from the first chunk to the last; each
+         * chunk waits for other threads' sections and stops at a close(). */
+        if (lb_wait_open(self, 0) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (len >= LB_GIL_FREE_MIN) {
+            lb_busy_begin(self);
+            Py_BEGIN_ALLOW_THREADS
+            status = run(self, pairs + start, len, outp, &handled);
+            Py_END_ALLOW_THREADS
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
+            lb_busy_end(self);
+        }
+        else {
+            status = run(self, pairs + start, len, outp, &handled);
+            if (status != LB_OK)
+                raise_status(self, status);
+        }
+        if (status != LB_OK) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (result)
+            for (size_t j = 0; j < len; j++)
+                PyList_SET_ITEM(result, start + (Py_ssize_t)j,
+                                Py_NewRef(out[j] ? Py_True : Py_False));
+    }
+    if (!result)
+        result = Py_NewRef(Py_None);
+done:
+    if (entered)
+        lb_leave(self);
+    PyMem_RawFree(pairs);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result_kind kind)
 {
     lb_base *b = (lb_base *)self;
@@ -220,6 +364,8 @@ static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result
         lb_read_only_error(b);
         return NULL;
     }
+    if (ops->add_hashed)
+        return lb_run_hashed_batch(b, keys, add, kind);
     return lb_run_batch(b, keys, add ? ops->add : ops->test, kind,
                         ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
 }

@@ -64,7 +64,8 @@ static inline void lb_key_leave(lb_base *b, lb_key_hold *hold)
     lb_key_release(hold);
 }
 
-/* A batch: an iterable of keys walked in chunks.
+/* A batch: an iterable of keys walked in chunks (the Redis types; the
+ * in-memory ones use lb_run_hashed_batch below).
  *
  * The iterable is taken as a sequence (a list or tuple as it is, anything
  * else copied into a list once) and every key is checked first, so a batch
@@ -97,6 +98,16 @@ typedef enum {
 
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
                        lb_gil_mode gil, size_t chunk);
+
+/* The batch of a type with add_hashed / test_hashed (module.h): every key is
+ * checked, converted and hashed (with its key_scheme) in one pass with the
+ * GIL held, into one array of pairs; a bad key raises before anything
+ * changes (a chunk that fails, as a ScalableFilter that cannot grow, keeps
+ * what the chunks before it did and raises).  Then the pairs go to the type in chunks (self->chunk, at most
+ * LB_CHUNK), with the GIL released for LB_GIL_FREE_MIN keys or more and the
+ * filter claimed as lb_run_batch does.  No key object is used after the
+ * first pass. */
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind);
 
 /* add_many, update and test_many of every type, through self->batch. */
 PyObject *lb_add_many_method(PyObject *self, PyObject *keys);

@@ -111,25 +111,26 @@ static PyObject *mf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status mf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
-{
-    MemoryFilter *f = (MemoryFilter *)b;
-    lb_bits_add_batch(&f->bits, &f->f.geo, keys, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static lb_status mf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+static lb_status mf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
                                size_t *done)
 {
     MemoryFilter *f = (MemoryFilter *)b;
-    lb_bits_test_batch(&f->bits, &f->f.geo, keys, n, out);
+    lb_bits_add_hashed(&f->bits, &f->f.geo, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static const lb_batch_ops mf_batch = {mf_add_chunk, mf_test_chunk, 0};
+static lb_status mf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                                size_t *done)
+{
+    MemoryFilter *f = (MemoryFilter *)b;
+    lb_bits_test_hashed(&f->bits, &f->f.geo, pairs, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static const lb_batch_ops mf_batch = {NULL, NULL, 0, mf_add_hashed, mf_test_hashed,
+                                      lb_fixed_key_scheme};
 static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src);
 static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,

@@ -910,6 +910,11 @@ PyMODINIT_FUNC PyInit__core(void)
 
 #include "format.h"
 
+lb_hash_scheme lb_fixed_key_scheme(lb_base *b)
+{
+    return ((lb_fixed_filter *)b)->geo.scheme;
+}
+
 lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
                               const lb_fixed_kind *kind)
 {

@@ -95,13 +95,26 @@ struct lb_base_s;
 
 /* How a type runs batches: its chunk functions (see keys.h), the GIL policy
  * and the keys per chunk.  add_many, update and test_many are then the same
- * methods for every type (lb_add_many_method, ... in keys.c). */
+ * methods for every type (lb_add_many_method, ... in keys.c).
+ *
+ * A type whose batches need only each key's hash pair gives add_hashed,
+ * test_hashed and key_scheme (the scheme the pairs are hashed with): the batch
+ * driver then reads and hashes every key in one pass and hands the chunks
+ * pairs (lb_run_hashed_batch); add and test are then not used by the batch
+ * methods.  They return LB_OK or a status as add and test do, *done telling
+ * how many pairs they handled. */
 typedef struct {
     lb_status (*add)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
                      size_t *done);
     lb_status (*test)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
                       size_t *done);
     int gil_always;   /* release the GIL for every chunk (network round trips) */
+    /* out may be NULL for add_hashed (no per-key result wanted). */
+    lb_status (*add_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                            uint8_t *out, size_t *done);
+    lb_status (*test_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                             uint8_t *out, size_t *done);
+    lb_hash_scheme (*key_scheme)(struct lb_base_s *self);
 } lb_batch_ops;
 
 typedef struct lb_base_s {
@@ -271,6 +284,9 @@ typedef struct lb_fixed_kind_s {
     lb_fixed_filter *(*copy)(lb_fixed_filter *src);
     void (*merge)(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 } lb_fixed_kind;
+
+/* The key_scheme of lb_batch_ops for an lb_fixed_filter: its geometry's. */
+lb_hash_scheme lb_fixed_key_scheme(lb_base *b);
 
 /* What the fixed types share for copy(), union(), intersection(), |, &, |= and &=
  * (through their kind's copy and merge).  The binary operators answer

@@ -146,26 +146,32 @@ static PyObject *sf_test(PyObject *self, PyObject *key)
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static lb_status sf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                              size_t *done)
+static lb_status sf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                               size_t *done)
 {
     ScalableFilter *f = (ScalableFilter *)b;
-    lb_status s = lb_scalable_add_batch(&f->s, keys, n, out, done);
+    lb_status s = lb_scalable_add_hashed(&f->s, pairs, n, out, done);
     if (s == LB_OK)
         return LB_OK;
     f->growth_error = s;
     return LB_ERR_BACKEND;
 }
 
-static lb_status sf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status sf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                                size_t *done)
 {
-    lb_scalable_test_batch(&((ScalableFilter *)b)->s, keys, n, out);
+    lb_scalable_test_hashed(&((ScalableFilter *)b)->s, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static const lb_batch_ops sf_batch = {sf_add_chunk, sf_test_chunk, 0};
+static lb_hash_scheme sf_key_scheme(lb_base *b)
+{
+    return ((ScalableFilter *)b)->s.scheme;
+}
+
+static const lb_batch_ops sf_batch = {NULL, NULL, 0, sf_add_hashed, sf_test_hashed,
+                                      sf_key_scheme};
 
 static PyObject *sf_reset(PyObject *self, PyObject *unused)
 {

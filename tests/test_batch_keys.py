@@ -1,0 +1,104 @@
+"""Batches of the in-memory types: every key shape, over several chunks, gives what the
+single-key calls give, and a bad key anywhere changes nothing (keys.c's batch drivers)."""
+from __future__ import annotations
+
+import array
+
+import pytest
+
+import ling_bloom as lb
+
+
+class Sub(str):
+    """A str subclass: not the compact-ASCII fast path, hashed as its UTF-8."""
+
+
+SHAPES = [
+    lambda i: f"ascii:{i}",
+    lambda i: f"ünïcode:{i}",
+    lambda i: f"\U0001F600{i}",
+    lambda i: Sub(f"sub:{i}"),
+    lambda i: f"bytes:{i}".encode(),
+    lambda i: bytearray(f"bytearray:{i}".encode()),
+    lambda i: memoryview(f"memoryview:{i}".encode()),
+    lambda i: array.array("B", f"array:{i}".encode()),
+]
+
+
+def mixed_keys(n: int, offset: int = 0) -> list:
+    return [SHAPES[i % len(SHAPES)](i + offset) for i in range(n)]
+
+
+FILTERS = {
+    "memory": lambda: lb.MemoryFilter(6000, 0.01),
+    "memory-xxh3": lambda: lb.MemoryFilter(6000, 0.01, hash="xxh3"),
+    "memory-ling-base": lambda: lb.MemoryFilter(6000, 0.01, hash="ling-base"),
+    "blocked": lambda: lb.BlockedFilter(6000, 0.01),
+    "counting": lambda: lb.CountingFilter(6000, 0.01),
+    "scalable": lambda: lb.ScalableFilter(1000, 0.01),
+}
+
+
+@pytest.fixture(params=sorted(FILTERS))
+def make(request):
+    return FILTERS[request.param]
+
+
+def test_every_key_shape_in_a_batch_is_the_same_key_as_alone(make):
+    # Over two 2048-key chunks and a short last one, with duplicates across chunks.
+    ks = mixed_keys(4500) + mixed_keys(200)
+    a, b, c = make(), make(), make()
+    singles = [a.add(k) for k in ks]
+    assert b.add_many(ks) == singles
+    assert c.update(ks) is None
+    assert a.to_bytes() == b.to_bytes() == c.to_bytes()
+    assert singles[4500:] == [False] * 200
+    probe = ks + mixed_keys(3000, offset=10**6)
+    expected = [a.test(k) for k in probe]
+    assert expected[:4700] == [True] * 4700
+    assert b.test_many(probe) == expected == [k in b for k in probe]
+
+
+def test_a_str_and_its_utf8_are_one_key_in_a_batch(make):
+    f = make()
+    words = [f"ünï-{i}" for i in range(3000)]
+    f.update(words)
+    assert all(f.test_many([w.encode() for w in words]))
+    assert f.add_many([w.encode() for w in words]) == [False] * 3000
+
+
+@pytest.mark.parametrize("where", [0, 2047, 2048, 4999])
+@pytest.mark.parametrize("bad", ["", b"", None, 7, memoryview(b"abcd")[::2]])
+def test_a_bad_key_anywhere_in_a_batch_changes_nothing(make, bad, where):
+    f = make()
+    f.update(mixed_keys(10))
+    before = f.to_bytes()
+    batch = mixed_keys(5000, offset=100)
+    batch[where] = bad
+    error = lb.EmptyKeyError if bad in ("", b"") else TypeError
+    for method in (f.add_many, f.update, f.test_many):
+        with pytest.raises(error):
+            method(batch)
+    assert f.to_bytes() == before
+
+
+def test_a_batch_of_a_closed_filter_raises_closed_error(make):
+    f = make()
+    f.close()
+    for method in (f.add_many, f.update, f.test_many):
+        with pytest.raises(lb.ClosedError):
+            method(["a", "b"])
+
+
+def test_a_scalable_batch_that_cannot_grow_raises_from_a_gil_free_chunk():
+    # As test_scalable_filter's growth test: a chain that cannot take a 16th key; batches of
+    # 3,000 keys (chunks run with the GIL released) raise the growth error of the chunk.
+    f = lb.ScalableFilter(1, 1e-18, 2.0, 0.5)
+    added = sum(f.add_many([f"k:{i}" for i in range(15)]))
+    assert added == 15 and f.num_sub_filters == 4
+    before = f.to_bytes()
+    for method in (f.add_many, f.update):
+        with pytest.raises(lb.InvalidCapacityError, match="cannot grow further"):
+            method([f"batch:{i}" for i in range(3000)])
+    assert f.to_bytes() == before
+    assert f.test_many([f"k:{i}" for i in range(15)]) == [True] * 15
