@@ -603,7 +603,8 @@ class RedisClusterServers:
                     "--cluster-replicas", str(self.replicas), "--cluster-yes"]
             out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
             if out.returncode != 0 or "[OK] All 16384 slots covered" not in out.stdout:
-                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+                raise RuntimeError(
+                    f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
             self.wait_ok()
         except BaseException:
             self.stop()

@@ -133,13 +133,19 @@ def test_every_operation_on_every_primary(cluster):
         assert lb.RedisFilter.open(url(cluster), bits_key).m == mem.m
 
 
+def both_filters(cluster, node, prefix, capacity=5000, **opts):
+    """A RedisFilter and a RedisBloomFilter in one slot that node serves: (tag, slot, f, bf)."""
+    tag = tag_on(cluster, node, prefix)
+    u = url(cluster, **opts)
+    f = lb.RedisFilter.from_url(u, f"{tag}:bits", capacity, 0.01)
+    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", capacity, 0.01)
+    return tag, key_slot(tag.encode()), f, bf
+
+
 def test_moved_after_a_slot_migration(cluster):
     src = primaries(cluster)[0]
     dst = primaries(cluster)[1]
-    tag = tag_on(cluster, src, "moved")
-    slot = key_slot(tag.encode())
-    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 5000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 5000, 0.01)
+    tag, slot, f, bf = both_filters(cluster, src, "moved")
     before = [f"before:{i}" for i in range(500)]
     f.update(before)
     bf.update(before)
@@ -163,10 +169,7 @@ def test_moved_after_a_slot_migration(cluster):
 def test_ask_while_a_slot_migrates(cluster):
     src = primaries(cluster)[1]
     dst = primaries(cluster)[2]
-    tag = tag_on(cluster, src, "ask")
-    slot = key_slot(tag.encode())
-    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 5000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 5000, 0.01)
+    tag, slot, f, bf = both_filters(cluster, src, "ask")
     before = [f"before:{i}" for i in range(500)]
     f.update(before)
     bf.update(before)
@@ -194,10 +197,7 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
     key at a time (the way redis-cli --cluster reshard does): every add succeeds, whether
     its keys answer from the old node, through -ASK from the new one, or after -MOVED."""
     src, dst = primaries(cluster)[2], primaries(cluster)[0]
-    tag = tag_on(cluster, src, "live")
-    slot = key_slot(tag.encode())
-    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 50_000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 50_000, 0.01)
+    tag, slot, f, bf = both_filters(cluster, src, "live", 50_000)
     f.add("first")
     bf.add("first")
     acked, errors, stop = [], [], threading.Event()
@@ -295,10 +295,8 @@ def test_a_primary_killed_mid_batch(cluster):
     acknowledged is lost, which is what this test checks, for every batch."""
     victim = primaries(cluster)[0]
     replica = cluster.replica_of(victim)
-    tag = tag_on(cluster, victim, "kill")
-    u = url(cluster, cluster_retry_timeout=20, wait_replicas=1, wait_timeout=2)
-    f = lb.RedisFilter.from_url(u, f"{tag}:bits", 100_000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", 100_000, 0.01)
+    tag, _, f, bf = both_filters(cluster, victim, "kill", 100_000, cluster_retry_timeout=20,
+                                 wait_replicas=1, wait_timeout=2)
     acked, errors, stop = [], [], threading.Event()
 
     def writer():
@@ -438,7 +436,8 @@ def test_from_redis_takes_a_redis_py_cluster_client(cluster):
         with lb.RedisBloomFilter.from_redis(rc, f"{tag}:bf", 1000, 0.01) as bf:
             assert bf.add("a") is True
         # redis-py reads what the filters wrote, through its own slot map
-        assert rc.exists(f"{tag}:bits") == 1 and rc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
+        assert rc.exists(f"{tag}:bits") == 1
+        assert rc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
         try:
             from redis.cluster import LoadBalancingStrategy
             replicas = {"load_balancing_strategy": LoadBalancingStrategy.ROUND_ROBIN_REPLICAS}

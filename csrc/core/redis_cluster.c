@@ -393,22 +393,24 @@ void lb_cluster_set_timeout(lb_cluster *c, int timeout_ms)
             lb_redis_set_timeout(c->nodes[i].conn, timeout_ms);
 }
 
-unsigned long lb_cluster_connect_count(const lb_cluster *c)
+/* The sum of a count over the node connections made so far. */
+static unsigned long sum_nodes(const lb_cluster *c, unsigned long (*count)(const lb_redis *))
 {
     unsigned long n = 0;
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn)
-            n += lb_redis_connect_count(c->nodes[i].conn);
+            n += count(c->nodes[i].conn);
     return n;
+}
+
+unsigned long lb_cluster_connect_count(const lb_cluster *c)
+{
+    return sum_nodes(c, lb_redis_connect_count);
 }
 
 unsigned long lb_cluster_roundtrip_count(const lb_cluster *c)
 {
-    unsigned long n = 0;
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (c->nodes[i].conn)
-            n += lb_redis_roundtrip_count(c->nodes[i].conn);
-    return n;
+    return sum_nodes(c, lb_redis_roundtrip_count);
 }
 
 unsigned long lb_cluster_map_reads(const lb_cluster *c) { return c->map_reads; }
