@@ -142,6 +142,33 @@ def both_filters(cluster, node, prefix, capacity=5000, **opts):
     return tag, key_slot(tag.encode()), f, bf
 
 
+class Writer:
+    """A thread that adds batches of `size` new keys to both filters until stop(): the
+    batches that returned in .acked, the errors raised in .errors."""
+
+    def __init__(self, f, bf, size):
+        self.acked, self.errors = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(f, bf, size))
+        self._thread.start()
+
+    def _run(self, f, bf, size):
+        i = 0
+        while not self._stop.is_set():
+            batch = [f"w{i}:{j}" for j in range(size)]
+            i += 1
+            try:
+                f.update(batch)
+                bf.update(batch)
+                self.acked.append(batch)
+            except lb.BloomError as e:
+                self.errors.append(e)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+
+
 def test_moved_after_a_slot_migration(cluster):
     src = primaries(cluster)[0]
     dst = primaries(cluster)[1]
@@ -200,22 +227,8 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
     tag, slot, f, bf = both_filters(cluster, src, "live", 50_000)
     f.add("first")
     bf.add("first")
-    acked, errors, stop = [], [], threading.Event()
-
-    def writer():
-        i = 0
-        while not stop.is_set():
-            batch = [f"m{i}:{j}" for j in range(50)]
-            i += 1
-            try:
-                f.update(batch)
-                bf.update(batch)
-                acked.append(batch)
-            except lb.BloomError as e:
-                errors.append(e)
-
-    t = threading.Thread(target=writer)
-    t.start()
+    w = Writer(f, bf, 50)
+    acked, errors = w.acked, w.errors
     try:
         time.sleep(0.1)
         cluster.begin_migration(slot, src, dst)
@@ -230,8 +243,7 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
             assert time.monotonic() < deadline
             time.sleep(0.02)
     finally:
-        stop.set()
-        t.join(30)
+        w.stop()
     assert not errors, errors[:3]
     keys = ["first"] + [k for batch in acked for k in batch]
     assert all(f.test_many(keys)) and all(bf.test_many(keys))
@@ -297,22 +309,8 @@ def test_a_primary_killed_mid_batch(cluster):
     replica = cluster.replica_of(victim)
     tag, _, f, bf = both_filters(cluster, victim, "kill", 100_000, cluster_retry_timeout=20,
                                  wait_replicas=1, wait_timeout=2)
-    acked, errors, stop = [], [], threading.Event()
-
-    def writer():
-        i = 0
-        while not stop.is_set():
-            batch = [f"w{i}:{j}" for j in range(200)]
-            i += 1
-            try:
-                f.update(batch)
-                bf.update(batch)
-                acked.append(batch)
-            except (lb.RedisConnectionError, lb.RedisTimeoutError) as e:
-                errors.append(e)
-
-    t = threading.Thread(target=writer)
-    t.start()
+    w = Writer(f, bf, 200)
+    acked, errors = w.acked, w.errors
     try:
         while len(acked) < 5:
             time.sleep(0.01)
@@ -333,8 +331,7 @@ def test_a_primary_killed_mid_batch(cluster):
             assert time.monotonic() < deadline, f"no write after the failover: {errors[-1:]}"
             time.sleep(0.05)
     finally:
-        stop.set()
-        t.join(60)
+        w.stop()
     keys = [k for batch in acked for k in batch]
     assert all(f.test_many(keys)) and all(bf.test_many(keys))   # every acknowledged key
     assert all(isinstance(e, (lb.RedisConnectionError, lb.RedisTimeoutError)) for e in errors)
