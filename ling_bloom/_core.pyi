@@ -493,6 +493,7 @@ class RedisBloomFilter(_Filter):
         ttl: Optional[float] = ...,
         chunk_size: Optional[int] = ...,
         max_bytes: Optional[int] = ...,
+        shards: Optional[int] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,
@@ -524,6 +525,9 @@ class RedisBloomFilter(_Filter):
     ) -> Self: ...
     @property
     def key(self) -> Union[str, bytes]: ...
+    @property
+    def shards(self) -> int:
+        """RedisBloom keys the filter is spread over, each under its own hash tag (1: one)."""
     @property
     def capacity(self) -> int: ...
     @property

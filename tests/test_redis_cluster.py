@@ -489,6 +489,43 @@ def test_a_sharded_filter_spreads_over_the_primaries(cluster):
             f.update([f"k{i}" for i in range(50)])
 
 
+def test_a_sharded_redisbloom_filter(cluster):
+    keys = [f"user:{i}" for i in range(6000)]
+    with lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=3) as bf:
+        assert bf.shards == 3 and bf.capacity == 6000 and "shards=3" in repr(bf)
+        assert bf.add_many(["a", "a"]) == [True, False]
+        bf.update(keys)
+        assert all(bf.test_many(keys)) and "a" in bf
+        assert abs(bf.card() - 6001) < 30                       # BF.CARD summed
+        negatives = [f"other:{i}" for i in range(6000)]
+        assert sum(bf.test_many(negatives)) / len(negatives) <= 0.015
+        holders = set()
+        for i in range(3):
+            name = f"{{sh:bf:{i}}}"
+            node = cluster.node_for_slot(key_slot(name.encode()))
+            with node.client() as c:
+                assert c.command("TYPE", name) == "MBbloom--"   # a status reply
+                info = c.command("BF.INFO", name, "CAPACITY")
+            assert info == [2000 + 135]                         # n/S + 3 sqrt(n/S)
+            holders.add(node.port)
+        assert len(holders) > 1
+        for method in (bf.info, bf.dump, bf.reserve):
+            with pytest.raises(lb.NotSupportedError, match="sharded"):
+                method()
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            bf.restore([])
+        with pytest.raises(lb.GeometryMismatchError, match="shards=3"):
+            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=2).add("x")
+        with pytest.raises(lb.GeometryMismatchError, match="capacity=2135"):  # per shard
+            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 9000, 0.01, shards=3).add("x")
+        bf.reset()
+        assert not any(bf.test_many(keys[:500])) and bf.card() == 0
+    for kw, msg in (({"non_scaling": True}, "non_scaling"), ({"no_create": True}, "no_create"),
+                    ({"ttl": 5}, "ttl")):
+        with pytest.raises(lb.NotSupportedError, match=msg):
+            lb.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
+
+
 def test_sharded_filter_arguments():
     for bad, exc in [(0, ValueError), (1025, ValueError), (True, TypeError), ("2", TypeError)]:
         with pytest.raises(exc, match="shards"):
@@ -500,6 +537,10 @@ def test_sharded_filter_arguments():
     assert "shards=3" in repr(f)
     with pytest.raises(lb.NotSupportedError, match="sharded"):
         lb.AsyncRedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    with pytest.raises(lb.NotSupportedError, match="sharded"):
+        lb.AsyncRedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    with pytest.raises(ValueError, match="shards"):
+        lb.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=0)
 
 
 def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):

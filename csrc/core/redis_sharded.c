@@ -9,12 +9,16 @@
 #include <string.h>
 
 #include "redis_reply.h"
+#include "redisbloom.h"
 
 struct lb_redis_sharded {
     uint32_t n;                /* shards */
     lb_geometry g;             /* each shard's */
     lb_redis **conn;           /* conn[0] the caller's; the others owned */
-    lb_redis_bitmap **bm;
+    lb_redis_bitmap **bm;      /* bitmap shards (RedisFilter), or NULL */
+    lb_redisbloom **bf;        /* RedisBloom shards, or NULL */
+    char rec[200];             /* the record's text */
+    int reclen;
     lb_redis_status *st;       /* per shard, of the last operation */
     uint64_t *count;           /* per shard: keys of the batch, then bitcounts */
     char *tag;                 /* T (see the header) */
@@ -106,9 +110,9 @@ static void shard_name(const char *tag, size_t taglen, uint32_t i, char *buf, si
     *len = (size_t)snprintf(buf, cap, "{%.*s:%" PRIu32 "}", (int)taglen, tag, i);
 }
 
-lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t keylen,
-                                     const lb_geometry *g, uint32_t shards,
-                                     lb_redis_sharded **out)
+static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keylen,
+                                   const lb_geometry *g, const lb_bf_options *bo, uint32_t shards,
+                                   lb_redis_sharded **out)
 {
     *out = NULL;
     if (shards < 2 || shards > LB_RS_MAX_SHARDS)
@@ -120,14 +124,28 @@ lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t key
     if (!sh)
         return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
     sh->n = shards;
-    sh->g = *g;
+    if (g) {
+        sh->g = *g;
+        sh->reclen = record_format(g, shards, sh->rec, sizeof sh->rec);
+    } else {
+        sh->g.scheme = LB_HASH_DEFAULT; /* what picks a key's shard */
+        sh->reclen = snprintf(sh->rec, sizeof sh->rec,
+                              "ling_bloom:v=1;shards=%" PRIu32 ";redisbloom;capacity=%" PRIu64
+                              ";error_rate=%.17g;%s=%" PRIu32,
+                              shards, bo->capacity, bo->error_rate,
+                              bo->non_scaling ? "non_scaling" : "expansion",
+                              bo->non_scaling ? 1 : bo->expansion);
+    }
     sh->conn = calloc(shards, sizeof *sh->conn);
-    sh->bm = calloc(shards, sizeof *sh->bm);
+    if (g)
+        sh->bm = calloc(shards, sizeof *sh->bm);
+    else
+        sh->bf = calloc(shards, sizeof *sh->bf);
     sh->st = calloc(shards, sizeof *sh->st);
     sh->count = calloc(shards, sizeof *sh->count);
     sh->off = calloc(shards + 1, sizeof *sh->off);
     sh->tag = make_tag(key, keylen, &sh->taglen);
-    if (!sh->conn || !sh->bm || !sh->st || !sh->count || !sh->off || !sh->tag)
+    if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->count || !sh->off || !sh->tag)
         goto nomem;
     sh->recordlen = sh->taglen + 9;
     if (!(sh->record = malloc(sh->recordlen + 1)))
@@ -145,7 +163,8 @@ lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t key
         }
         size_t len;
         shard_name(sh->tag, sh->taglen, i, name, cap, &len);
-        lb_redis_status st = lb_redis_bitmap_new(sh->conn[i], name, len, g, 0, &sh->bm[i]);
+        lb_redis_status st = g ? lb_redis_bitmap_new(sh->conn[i], name, len, g, 0, &sh->bm[i])
+                               : lb_bf_new(sh->conn[i], name, len, bo, &sh->bf[i]);
         if (st != LB_REDIS_OK) {
             if (i)
                 lb_redis_take_error(conn, sh->conn[i]);
@@ -162,6 +181,20 @@ nomem:
     return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
 }
 
+lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t keylen,
+                                     const lb_geometry *g, uint32_t shards,
+                                     lb_redis_sharded **out)
+{
+    return sharded_new(conn, key, keylen, g, NULL, shards, out);
+}
+
+lb_redis_status lb_redis_sharded_new_bf(lb_redis *conn, const void *key, size_t keylen,
+                                        const lb_bf_options *shard_opt, uint32_t shards,
+                                        lb_redis_sharded **out)
+{
+    return sharded_new(conn, key, keylen, NULL, shard_opt, shards, out);
+}
+
 void lb_redis_sharded_free(lb_redis_sharded *sh)
 {
     if (!sh)
@@ -169,11 +202,14 @@ void lb_redis_sharded_free(lb_redis_sharded *sh)
     for (uint32_t i = 0; i < sh->n; i++) {
         if (sh->bm)
             lb_redis_bitmap_free(sh->bm[i]);
+        if (sh->bf)
+            lb_bf_free(sh->bf[i]);
         if (sh->conn && i > 0)
             lb_redis_free(sh->conn[i]);
     }
     free(sh->conn);
     free(sh->bm);
+    free(sh->bf);
     free(sh->st);
     free(sh->count);
     free(sh->off);
@@ -193,14 +229,18 @@ void lb_redis_sharded_abandon(lb_redis_sharded *sh)
 
 void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode)
 {
-    for (uint32_t i = 0; i < sh->n; i++)
+    for (uint32_t i = 0; sh->bm && i < sh->n; i++)
         lb_redis_bitmap_set_mode(sh->bm[i], mode);
 }
 
 void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys)
 {
-    for (uint32_t i = 0; i < sh->n; i++)
-        lb_redis_bitmap_set_chunk_keys(sh->bm[i], chunk_keys);
+    for (uint32_t i = 0; i < sh->n; i++) {
+        if (sh->bm)
+            lb_redis_bitmap_set_chunk_keys(sh->bm[i], chunk_keys);
+        else
+            lb_bf_set_chunk_keys(sh->bf[i], chunk_keys);
+    }
 }
 
 /* ------------------------------------------------------------- the record */
@@ -236,8 +276,8 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
     lb_redis *c = sh->conn[0];
     if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
         return LB_REDIS_OK;
-    char val[200];
-    int vlen = record_format(&sh->g, sh->n, val, sizeof val);
+    const char *val = sh->rec;
+    int vlen = sh->reclen;
     lb_redis_batch b;
     lb_reply **rs;
     lb_redis_batch_init(&b);
@@ -262,7 +302,24 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
         return st;
     uint32_t n;
     lb_geometry g;
-    st = record_reply(c, sh->record, rs[1], &sh->g, sh->n, &n, &g);
+    if (sh->bf) { /* RedisBloom shards: the same parameters, to the letter */
+        const lb_reply *x = rs[1];
+        char shown[120];
+        lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
+        if (x->type == LB_REPLY_NIL)
+            st = LB_REDIS_ERR_NOTFOUND;
+        else if (x->type != LB_REPLY_STRING || x->len != (size_t)vlen ||
+                 memcmp(x->str, val, x->len) != 0)
+        {
+            int theirs = x->type == LB_REPLY_STRING ? (int)(x->len > 160 ? 160 : x->len) : 0;
+            st = lb_redis_set_error(c, LB_REDIS_ERR_MISMATCH,
+                                    "the sharded filter at '%s' was made as '%.*s'; this one "
+                                    "is '%s'",
+                                    shown, theirs, theirs ? x->str : "", val);
+        }
+    } else {
+        st = record_reply(c, sh->record, rs[1], &sh->g, sh->n, &n, &g);
+    }
     if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between the SET and the GET */
         return lb_redis_set_error(c, LB_REDIS_ERR_IO, "the record '%s' vanished; try again",
                                   sh->record);
@@ -303,12 +360,20 @@ typedef struct {
     size_t nshards;
 } job;
 
-enum { OP_ADD, OP_TEST, OP_RESET, OP_BITCOUNT };
+enum { OP_ADD, OP_TEST, OP_RESET, OP_BITCOUNT, OP_CARD };
 
 static void run_one(lb_redis_sharded *sh, int op, uint32_t i)
 {
-    lb_redis_bitmap *bm = sh->bm[i];
     size_t a = sh->off[i], n = sh->off[i + 1] - a;
+    if (sh->bf) {
+        lb_redisbloom *bf = sh->bf[i];
+        sh->st[i] = op == OP_ADD    ? lb_bf_add(bf, sh->gk + a, n, sh->gout + a)
+                    : op == OP_TEST ? lb_bf_test(bf, sh->gk + a, n, sh->gout + a)
+                    : op == OP_RESET ? lb_bf_reset(bf)
+                                     : lb_bf_card(bf, &sh->count[i]);
+        return;
+    }
+    lb_redis_bitmap *bm = sh->bm[i];
     switch (op) {
     case OP_ADD:
         sh->st[i] = lb_redis_bitmap_add(bm, sh->gk + a, n, sh->gout + a);
@@ -465,7 +530,7 @@ lb_redis_status lb_redis_sharded_reset(lb_redis_sharded *sh)
 
 lb_redis_status lb_redis_sharded_bitcount(lb_redis_sharded *sh, uint64_t *count)
 {
-    lb_redis_status st = all_shards(sh, OP_BITCOUNT);
+    lb_redis_status st = all_shards(sh, sh->bf ? OP_CARD : OP_BITCOUNT);
     *count = 0;
     for (uint32_t i = 0; st == LB_REDIS_OK && i < sh->n; i++)
         *count += sh->count[i];

@@ -2,7 +2,8 @@
  * S Redis bitmaps ("shards") whose names carry distinct hash tags, so that on
  * a Redis Cluster their memory and their traffic spread over the primaries.
  * Pure C, on top of redis_bitmap (each shard is an lb_redis_bitmap, with its
- * own meta key, ownership checks and parts).
+ * own meta key, ownership checks and parts), or of redisbloom (each shard a
+ * RedisBloom filter, see lb_redis_sharded_new_bf).
  *
  * A key lives in one shard, chosen from its hash:
  *     shard = fastrange(mix64(h1 + h2 * 0x9E3779B97F4A7C15), S)
@@ -35,6 +36,7 @@
 #define LB_REDIS_SHARDED_H
 
 #include "redis_bitmap.h"
+#include "redisbloom.h"
 
 #define LB_RS_MAX_SHARDS 1024
 #define LB_RS_MAX_THREADS 8
@@ -47,6 +49,14 @@ typedef struct lb_redis_sharded lb_redis_sharded;
 lb_redis_status lb_redis_sharded_new(lb_redis *conn, const void *key, size_t keylen,
                                      const lb_geometry *g, uint32_t shards,
                                      lb_redis_sharded **out);
+/* The same over RedisBloom filters (RedisBloomFilter(shards=N)): S keys, each a
+ * filter of shard_opt (its capacity the caller's share of the whole), the key's
+ * shard picked from its xxh3-mix hash.  The record holds the shard count and
+ * the options ("...;redisbloom;capacity=C;error_rate=P;expansion=X"), compared
+ * to the letter.  lb_redis_sharded_bitcount then sums BF.CARD. */
+lb_redis_status lb_redis_sharded_new_bf(lb_redis *conn, const void *key, size_t keylen,
+                                        const lb_bf_options *shard_opt, uint32_t shards,
+                                        lb_redis_sharded **out);
 void lb_redis_sharded_free(lb_redis_sharded *sh);
 /* A forked child whose parent was in a call: close this process's copies of
  * the owned connections' sockets, free nothing (see lb_redis_abandon). */

@@ -1,6 +1,8 @@
 /* redis_connection.c: see redis_connection.h. */
 #include "redis_connection.h"
 
+#include "redis_sharded.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -246,6 +248,24 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
         /* an explicit host wins over a unix:// URL */
         lb_redis_config_set(&cfg->unix_path, NULL);
     }
+    return 0;
+}
+
+int lb_redis_parse_shards(lb_state *st, PyObject *obj, uint32_t *out)
+{
+    (void)st;
+    *out = 1;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    long v = PyLong_Check(obj) && !PyBool_Check(obj) ? PyLong_AsLong(obj) : -2;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 1 || v > LB_RS_MAX_SHARDS) {
+        PyErr_Format(v == -2 ? PyExc_TypeError : PyExc_ValueError,
+                     "shards must be an int in 1..%d, not %R", LB_RS_MAX_SHARDS, obj);
+        return -1;
+    }
+    *out = (uint32_t)v;
     return 0;
 }
 

@@ -109,6 +109,10 @@ int lb_redis_parse_ttl(PyObject *obj, double *out);
 /* chunk_size= (None leaves *out as it is).  0, or -1 with ValueError. */
 int lb_redis_parse_chunk(PyObject *obj, size_t *out);
 
+/* shards= (None: 1; else an int in 1..LB_RS_MAX_SHARDS).  0, or -1 with
+ * TypeError / ValueError. */
+int lb_redis_parse_shards(lb_state *st, PyObject *obj, uint32_t *out);
+
 /* The size limit of a Redis filter: what one filter may claim of the
  * server's memory unless max_bytes= says more (a typo in capacity, 10**12,
  * would otherwise take the server's memory).  256 MiB. */

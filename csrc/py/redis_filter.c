@@ -169,19 +169,9 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
 
-    uint32_t shards = 1;
-    if (shards_obj != Py_None) {
-        long v = PyLong_Check(shards_obj) && !PyBool_Check(shards_obj) ? PyLong_AsLong(shards_obj)
-                                                                       : -2;
-        if (v == -1 && PyErr_Occurred())
-            return NULL;
-        if (v < 1 || v > LB_RS_MAX_SHARDS) {
-            PyErr_Format(v == -2 ? PyExc_TypeError : PyExc_ValueError,
-                         "shards must be an int in 1..%d, not %R", LB_RS_MAX_SHARDS, shards_obj);
-            return NULL;
-        }
-        shards = (uint32_t)v;
-    }
+    uint32_t shards;
+    if (lb_redis_parse_shards(st, shards_obj, &shards) < 0)
+        return NULL;
     if (shards > 1 && (adopt_bitmap || (ttl != Py_None))) {
         PyErr_SetString(st->NotSupportedError,
                         adopt_bitmap ? "adopt=True takes over one bitmap: not with shards"

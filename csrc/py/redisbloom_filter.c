@@ -6,12 +6,16 @@
 #include <structmember.h>
 
 #include "params.h"
+#include "redis_sharded.h"
 #include "redisbloom.h"
 
 typedef struct {
     lb_redis_filter r;   /* base, connection, key, ttl, chunk */
-    lb_redisbloom *bf;
-    lb_bf_options opt;
+    lb_redisbloom *bf;   /* one filter, or NULL when sharded */
+    lb_bf_options opt;   /* sharded: capacity is the whole's */
+    lb_redis_sharded *sh; /* shards > 1: the shards (redis_sharded.h) */
+    uint32_t shards;     /* 1, or the number of shards */
+    lb_bf_options shard_opt; /* sharded: each shard's */
 } RedisBloomFilter;
 
 #define RB(o) ((RedisBloomFilter *)(o))
@@ -31,6 +35,8 @@ static void rb_release(lb_base *b)
     RedisBloomFilter *f = (RedisBloomFilter *)b;
     lb_bf_free(f->bf);
     f->bf = NULL;
+    lb_redis_sharded_free(f->sh);
+    f->sh = NULL;
     lb_redis_filter_release(&f->r);
 }
 
@@ -82,8 +88,26 @@ static void rb_raise_backend(lb_base *b)
 static void rb_raise_call(lb_redis_filter *r, lb_redis_status st)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)r;
-    rb_raise(f, st, st == LB_REDIS_ERR_FULL ? lb_bf_full_processed(f->bf) : -1,
-             lb_bf_last_new(f->bf));
+    rb_raise(f, st, st == LB_REDIS_ERR_FULL && f->bf ? lb_bf_full_processed(f->bf) : -1,
+             f->bf ? lb_bf_last_new(f->bf) : 0);
+}
+
+/* The filter (or the shards) on f->r.conn, with f's options. */
+static lb_redis_status rb_backend_new(RedisBloomFilter *f)
+{
+    const char *key = PyBytes_AS_STRING(f->r.key_bytes);
+    size_t keylen = (size_t)PyBytes_GET_SIZE(f->r.key_bytes);
+    lb_redis_status rs;
+    if (f->shards > 1) {
+        rs = lb_redis_sharded_new_bf(f->r.conn, key, keylen, &f->shard_opt, f->shards, &f->sh);
+        if (rs == LB_REDIS_OK)
+            lb_redis_sharded_set_chunk_keys(f->sh, f->r.chunk);
+        return rs;
+    }
+    rs = lb_bf_new(f->r.conn, key, keylen, &f->opt, &f->bf);
+    if (rs == LB_REDIS_OK)
+        lb_bf_set_chunk_keys(f->bf, f->r.chunk);
+    return rs;
 }
 
 /* In a forked child, when another thread of the parent was in a round trip:
@@ -92,17 +116,16 @@ static int rb_after_fork(lb_base *b)
 {
     RedisBloomFilter *f = RB(b);
     f->bf = NULL; /* abandoned with the connection it used */
+    lb_redis_sharded_abandon(f->sh);
+    f->sh = NULL; /* ... and the shards' own */
     if (lb_redis_filter_renew(&f->r) < 0)
         return -1;
-    lb_redis_status rs =
-        lb_bf_new(f->r.conn, PyBytes_AS_STRING(f->r.key_bytes),
-                  (size_t)PyBytes_GET_SIZE(f->r.key_bytes), &f->opt, &f->bf);
+    lb_redis_status rs = rb_backend_new(f);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(f->r.base.st, rs, f->r.conn, f->r.key);
         lb_redis_filter_release(&f->r);
         return -1;
     }
-    lb_bf_set_chunk_keys(f->bf, f->r.chunk);
     return 0;
 }
 
@@ -111,6 +134,9 @@ static int rb_after_fork(lb_base *b)
 static lb_redis_status rb_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
                                      uint8_t *out)
 {
+    if (RB(r)->sh)
+        return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
+                                  "the asyncio filters do not carry a sharded filter (yet)");
     return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out);
 }
 
@@ -129,12 +155,16 @@ static lb_redis_status rb_wire_done(lb_redis_filter *r)
 static lb_redis_status rb_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                    uint8_t *out)
 {
+    if (RB(r)->sh)
+        return lb_redis_sharded_add(RB(r)->sh, keys, n, out);
     return lb_bf_add(RB(r)->bf, keys, n, out);
 }
 
 static lb_redis_status rb_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                     uint8_t *out)
 {
+    if (RB(r)->sh)
+        return lb_redis_sharded_test(RB(r)->sh, keys, n, out);
     return lb_bf_test(RB(r)->bf, keys, n, out);
 }
 
@@ -142,6 +172,15 @@ static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t 
                               size_t *done)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
+    if (f->sh) { /* scaling shards: never full */
+        lb_redis_status rs = lb_redis_sharded_add(f->sh, keys, n, out);
+        *done = rs == LB_REDIS_OK ? n : 0;
+        if (rs == LB_REDIS_OK)
+            return LB_OK;
+        tl_batch.status = rs;
+        tl_batch.processed = -1;
+        return LB_ERR_BACKEND;
+    }
     lb_redis_status rs = lb_bf_add(f->bf, keys, n, out);
     tl_batch.fresh += lb_bf_last_new(f->bf);
     if (rs == LB_REDIS_OK) {
@@ -160,7 +199,7 @@ static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
                                size_t *done)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
-    lb_redis_status rs = lb_bf_test(f->bf, keys, n, out);
+    lb_redis_status rs = rb_test_keys(&f->r, keys, n, out);
     *done = rs == LB_REDIS_OK ? n : 0;
     if (rs == LB_REDIS_OK)
         return LB_OK;
@@ -195,21 +234,34 @@ static const lb_redis_ops rb_ops = {
 static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "expansion", "non_scaling",
-                             "no_create", "ttl", "chunk_size", "max_bytes", LB_CONN_KWNAMES,
+                             "no_create", "ttl", "chunk_size", "max_bytes", "shards", LB_CONN_KWNAMES,
                              NULL};
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
     PyObject *key, *capacity = Py_None, *error_rate = NULL, *expansion = Py_None,
-                   *ttl = Py_None, *chunk = Py_None, *max_bytes = Py_None;
+                   *ttl = Py_None, *chunk = Py_None, *max_bytes = Py_None,
+                   *shards_obj = Py_None;
     int non_scaling = 0, no_create = 0;
     lb_conn_kw kw = {0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|OO$OppOOO" LB_CONN_KWFORMAT ":RedisBloomFilter", kwlist,
+                                     "O|OO$OppOOOO" LB_CONN_KWFORMAT ":RedisBloomFilter", kwlist,
                                      &key, &capacity, &error_rate, &expansion, &non_scaling,
-                                     &no_create, &ttl, &chunk, &max_bytes, LB_CONN_KWADDR(kw)))
+                                     &no_create, &ttl, &chunk, &max_bytes, &shards_obj,
+                                     LB_CONN_KWADDR(kw)))
         return NULL;
 
+    uint32_t shards;
+    if (lb_redis_parse_shards(st, shards_obj, &shards) < 0)
+        return NULL;
+    if (shards > 1 && (non_scaling || no_create || ttl != Py_None)) {
+        PyErr_SetString(st->NotSupportedError,
+                        non_scaling ? "non_scaling is not supported with shards (a full shard "
+                                      "would fail a batch the others took)"
+                        : no_create ? "no_create is not supported with shards"
+                                    : "ttl is not supported with shards (yet)");
+        return NULL;
+    }
     PyObject *key_bytes = lb_redis_key_bytes(st, key);
     if (!key_bytes)
         return NULL;
@@ -301,14 +353,19 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!self)
         goto fail;
     self->opt = opt;
+    self->shards = shards;
+    self->shard_opt = opt;
+    if (shards > 1) {
+        /* each shard sized for its share n/S + 3 sqrt(n/S), as RedisFilter's */
+        double per = (double)opt.capacity / shards;
+        self->shard_opt.capacity = (uint64_t)ceil(per + 3.0 * sqrt(per));
+    }
     self->r.base.after_fork = rb_after_fork;
-    lb_redis_status rs = lb_bf_new(self->r.conn, PyBytes_AS_STRING(key_bytes),
-                                   (size_t)PyBytes_GET_SIZE(key_bytes), &opt, &self->bf);
+    lb_redis_status rs = rb_backend_new(self);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(st, rs, self->r.conn, key);
         goto fail;
     }
-    lb_bf_set_chunk_keys(self->bf, chunk_keys);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
@@ -321,10 +378,22 @@ fail:
 /* Run expr with the GIL released; raise on failure. */
 #define RB_CALL(f, expr) LB_REDIS_CALL(&(f)->r, (expr))
 
+/* What one RedisBloom key answers (reserve, info, dump, restore): not a
+ * sharded filter's. */
+static int rb_refuse_sharded(RedisBloomFilter *f, const char *what)
+{
+    if (!f->sh)
+        return 0;
+    PyErr_Format(f->r.base.st->NotSupportedError,
+                 "%s: a sharded filter is %u RedisBloom keys, not one", what, (unsigned)f->shards);
+    return -1;
+}
+
 static PyObject *rb_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    RB_CALL(RB(self), lb_bf_reset(RB(self)->bf));
+    RedisBloomFilter *f = RB(self);
+    RB_CALL(f, f->sh ? lb_redis_sharded_reset(f->sh) : lb_bf_reset(f->bf));
     Py_RETURN_NONE;
 }
 
@@ -332,6 +401,8 @@ static PyObject *rb_reserve(PyObject *self, PyObject *unused)
 {
     (void)unused;
     int created = 0;
+    if (rb_refuse_sharded(RB(self), "reserve()") < 0)
+        return NULL;
     RB_CALL(RB(self), lb_bf_reserve(RB(self)->bf, &created));
     return PyBool_FromLong(created);
 }
@@ -348,6 +419,8 @@ static PyObject *rb_info(PyObject *self, PyObject *unused)
     (void)unused;
     RedisBloomFilter *f = RB(self);
     lb_bf_info info;
+    if (rb_refuse_sharded(f, "info()") < 0)
+        return NULL;
     RB_CALL(f, lb_bf_info_get(f->bf, &info));
     PyObject *mod = PyImport_ImportModule("ling_bloom.redisbloom");
     if (!mod)
@@ -371,7 +444,8 @@ static PyObject *rb_card(PyObject *self, PyObject *unused)
 {
     (void)unused;
     uint64_t n = 0;
-    RB_CALL(RB(self), lb_bf_card(RB(self)->bf, &n));
+    RedisBloomFilter *f = RB(self);
+    RB_CALL(f, f->sh ? lb_redis_sharded_bitcount(f->sh, &n) : lb_bf_card(f->bf, &n));
     return PyLong_FromUnsignedLongLong(n);
 }
 
@@ -379,7 +453,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
-    if (lb_enter(&f->r.base) < 0)
+    if (rb_refuse_sharded(f, "dump()") < 0 || lb_enter(&f->r.base) < 0)
         return NULL;
     PyObject *list = PyList_New(0);
     if (!list) {
@@ -428,6 +502,8 @@ static PyObject *rb_restore(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *chunks;
     int replace = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:restore", kwlist, &chunks, &replace))
+        return NULL;
+    if (rb_refuse_sharded(f, "restore()") < 0)
         return NULL;
     if (PyUnicode_Check(chunks) || PyBytes_Check(chunks) || PyByteArray_Check(chunks))
         return PyErr_Format(PyExc_TypeError,
@@ -519,6 +595,12 @@ static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 
 /* ---- properties --------------------------------------------------------- */
 
+static PyObject *rb_get_shards(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLong(RB(self)->shards);
+}
+
 static PyObject *rb_get_capacity(PyObject *self, void *unused)
 {
     (void)unused;
@@ -565,7 +647,7 @@ static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
         PyErr_Clear(); /* closed: nothing is reserved on a closed connection */
         Py_RETURN_FALSE;
     }
-    int reserved = lb_bf_is_reserved(f->bf);
+    int reserved = f->bf ? lb_bf_is_reserved(f->bf) : 0;
     lb_leave(&f->r.base);
     return PyBool_FromLong(reserved);
 }
@@ -575,6 +657,12 @@ static PyObject *rb_repr(PyObject *self)
     RedisBloomFilter *f = RB(self);
     char rate[40];
     PyOS_snprintf(rate, sizeof rate, "%g", f->opt.error_rate);
+    if (f->sh)
+        return PyUnicode_FromFormat("<RedisBloomFilter key=%R shards=%u capacity=%llu "
+                                    "error_rate=%s expansion=%u%s>",
+                                    f->r.key, (unsigned)f->shards,
+                                    (unsigned long long)f->opt.capacity, rate,
+                                    (unsigned)f->opt.expansion, f->r.base.closed ? " closed" : "");
     if (f->opt.non_scaling)
         return PyUnicode_FromFormat("<RedisBloomFilter key=%R capacity=%llu error_rate=%s "
                                     "non_scaling%s>",
@@ -644,6 +732,7 @@ static PyMethodDef rb_methods[] = {
 static PyGetSetDef rb_getset[] = {
     {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
+    {"shards", rb_get_shards, NULL, "RedisBloom keys the filter is spread over (1: one)", NULL},
     {"capacity", rb_get_capacity, NULL,
      "the capacity every write carries (the configured one, not the server's: see info())",
      NULL},
