@@ -131,7 +131,7 @@ def fmt(v: Optional[float]) -> str:
     return "—" if v is None else f"{v:,.0f}"
 
 
-def report(one: Run, three: Run, n: int, with_py: bool) -> str:
+def report(one: Run, three: Run, n: int, with_py: bool, load: str = "") -> str:
     names = [f"RedisFilter(shards={SHARDS})", "RedisFilter"]
     if with_py:
         names.append("redis-py RedisCluster pipeline")
@@ -141,7 +141,7 @@ def report(one: Run, three: Run, n: int, with_py: bool) -> str:
         f"`python benchmarks/bench_cluster.py` — {n:,} keys in batches of {BATCH:,}, capacity "
         f"{CAPACITY:,} at {ERROR_RATE}, {SHARDS} shards; {platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, ling_bloom "
-        f"{lb.__version__}. Keys per second (best of the runs).",
+        f"{lb.__version__}{load}. Keys per second (best of the runs).",
         "",
         "| contender | op | 1 primary | 3 primaries | 3 / 1 |",
         "|---|---|---:|---:|---:|",
@@ -188,9 +188,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         with_py = True
     except ImportError:
         with_py = False
+    start = os.getloadavg()[0]
     one = run_cluster(1, keys, repeat, with_py)
     three = run_cluster(3, keys, repeat, with_py)
-    text = report(one, three, n, with_py)
+    load = f", load average {start:.2f} at the start and {os.getloadavg()[0]:.2f} at the end"
+    text = report(one, three, n, with_py, load)
     print(text)
     if not args.quick:
         with open(args.out, "w", encoding="utf-8") as f:
