@@ -91,16 +91,24 @@ static void raise_status(lb_base *self, lb_status status)
         lb_raise(self->st, status, NULL);
 }
 
-PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
-                       lb_gil_mode gil, size_t chunk)
+/* The keys of a batch as a sequence (a list or tuple as it is, anything else
+ * copied into a list once): a new reference, or NULL with TypeError (a single
+ * str or bytes is one key, not a batch). */
+static PyObject *keys_sequence(PyObject *iterable)
 {
-    lb_state *st = self->st;
     if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
         PyErr_SetString(PyExc_TypeError,
                         "expected an iterable of keys, got a single str or bytes key");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(iterable, "expected an iterable of keys");
+    return PySequence_Fast(iterable, "expected an iterable of keys");
+}
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
+                       lb_gil_mode gil, size_t chunk)
+{
+    lb_state *st = self->st;
+    PyObject *seq = keys_sequence(iterable);
     if (!seq)
         return NULL;
     PyObject *result = NULL;
@@ -245,12 +253,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
     lb_state *st = self->st;
     const lb_batch_ops *ops = self->batch;
     const lb_hash_scheme scheme = ops->key_scheme(self);
-    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "expected an iterable of keys, got a single str or bytes key");
-        return NULL;
-    }
-    PyObject *seq = PySequence_Fast(iterable, "expected an iterable of keys");
+    PyObject *seq = keys_sequence(iterable);
     if (!seq)
         return NULL;
     PyObject *result = NULL;
