@@ -487,6 +487,12 @@ def test_a_sharded_filter_spreads_over_the_primaries(cluster):
             c.command("SET", shard1, "not a filter")
         with pytest.raises(lb.KeyNotOwnedError):
             f.update([f"k{i}" for i in range(50)])
+    # The record's key holding another type: WRONGTYPE, with the server's text and the key.
+    rec = "{sh:wrong}:shards"
+    with cluster.node_for_slot(key_slot(rec.encode())).client() as c:
+        c.command("HSET", rec, "a", "b")
+    with pytest.raises(lb.WrongTypeError, match=r"^WRONGTYPE .* \(key '\{sh:wrong\}:shards'\)"):
+        lb.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
 
 
 def test_a_sharded_redisbloom_filter(cluster):

@@ -294,9 +294,10 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
     lb_redis_status st = lb_redis_exec(c, &b, LB_REDIS_IDEMPOTENT | LB_REDIS_WRITE, &rs);
     lb_redis_batch_free(&b);
     if (st == LB_REDIS_ERR_WRONGTYPE) {
-        char shown[120];
+        char shown[120], msg[300]; /* the server's text, copied: errstr is rewritten */
         lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
-        return lb_redis_set_error(c, st, "%s (key '%s')", lb_redis_errstr(c), shown);
+        snprintf(msg, sizeof msg, "%s", lb_redis_errstr(c));
+        return lb_redis_set_error(c, st, "%s (key '%s')", msg, shown);
     }
     if (st != LB_REDIS_OK)
         return st;
