@@ -142,10 +142,26 @@ static inline unsigned add_pair_shared(uint8_t *d, const lb_geometry *g, uint32_
     return fresh;
 }
 
+static inline __attribute__((always_inline)) void index_and_prefetch(const uint8_t *d,
+                                                                     const lb_geometry *g,
+                                                                     uint32_t k, lb_hash_pair h,
+                                                                     int write, uint64_t *idx);
+
 int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
 {
-    unsigned fresh = b->shared ? add_pair_shared(b->data, g, g->k, h)
-                               : add_pair(b->data, g, g->k, h);
+    /* A single key: all k lines are asked for first, so their misses overlap
+     * instead of each read-modify-write waiting on the one before. */
+    uint64_t idx[LB_MAX_K];
+    const uint32_t k = g->k;
+    uint8_t *d = b->data;
+    unsigned fresh = 0;
+    index_and_prefetch(d, g, k, h, 1, idx);
+    if (b->shared)
+        for (uint32_t i = 0; i < k; i++)
+            fresh += set_bit_shared(d, idx[i]);
+    else
+        for (uint32_t i = 0; i < k; i++)
+            fresh += set_bit(d, idx[i]);
     b->bits_set += fresh;
     return fresh != 0;
 }
