@@ -156,6 +156,27 @@ def test_add_many_matches_single_adds(scheme):
     assert all(b.test_many(ks))
 
 
+# lb_bits_add / lb_bits_test take another path (all k lines fetched first, an early exit)
+# once the bits pass 4 MiB: both sizes, in memory and in a mapped file, must give the
+# batches' answers and bits.
+@pytest.mark.parametrize("m", [20_000, 40_000_000])
+@pytest.mark.parametrize("mapped", [False, True])
+def test_single_keys_match_batches_at_every_size(m, mapped, tmp_path):
+    ks = keys(3000) + keys(500)  # the repeats must come back as not new
+    probe = keys(3000) + keys(3000, "other")
+    if mapped:
+        a = MemoryFilter.open(str(tmp_path / "a.bloom"), "w", m=m, k=7)
+    else:
+        a = MemoryFilter(m=m, k=7)
+    b = MemoryFilter(m=m, k=7)
+    assert [a.add(k) for k in ks] == b.add_many(ks)
+    assert a.bits_set == b.bits_set
+    assert a.to_bytes() == b.to_bytes()
+    assert [k in a for k in probe] == b.test_many(probe)
+    assert all(k in a for k in ks)
+    a.close()
+
+
 def test_duplicates_inside_one_batch():
     f = MemoryFilter(1000)
     assert f.add_many(["x", "x", "y", "x"]) == [True, False, True, False]
