@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("in-memory filters against the peers", "bench_memory.py"),
     ("per-key cost with the filter in cache", "bench_in_cache.py"),
     ("RedisFilter against redis-py", "bench_redis.py"),
+    ("a blocked layout on Redis: the server's limit per layout", "bench_redis_blocked.py"),
     ("RedisBloomFilter against redis-py's r.bf()", "bench_redisbloom.py"),
     ("a sharded RedisFilter on a Redis Cluster of 1 and 3 primaries", "bench_cluster.py"),
 ]

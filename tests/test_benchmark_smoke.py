@@ -64,6 +64,23 @@ def test_async_benchmark_quick():
     assert len(rows) == 8 and all(line.rstrip().endswith("x |") for line in rows)
 
 
+REDIS_BLOCKED_BENCH = os.path.join(ROOT, "benchmarks", "bench_redis_blocked.py")
+
+
+@pytest.mark.skipif(not os.path.exists(REDIS_BLOCKED_BENCH),
+                    reason="benchmarks/ not in this checkout")
+def test_redis_blocked_benchmark_quick():
+    r = subprocess.run([sys.executable, REDIS_BLOCKED_BENCH, "--quick", "--out", ""],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    if "skipped" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| 100,000")]
+    # add and test, each layout; the blocked rows carry their ratio to the standard ones
+    assert len(rows) == 4, r.stdout
+    assert sum(line.rstrip().endswith("x |") for line in rows) == 2, rows
+
+
 CLUSTER_BENCH = os.path.join(ROOT, "benchmarks", "bench_cluster.py")
 
 
