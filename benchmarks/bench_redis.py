@@ -337,12 +337,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         b.raw.close()
     print(text)
     print(f"(bench_redis took {time.perf_counter() - t0:.1f} s)")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text)
-        print(f"written to {os.path.relpath(args.out, ROOT)}")
+    write_report(text, args.out)
     return 0
+
+
+def write_report(text: str, out: str) -> None:
+    """Write a benchmark's markdown report to out ('' for none) and say where."""
+    if out:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as fh:
+            fh.write(text)
+        print(f"written to {os.path.relpath(out, ROOT)}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
 import ling_bloom as lb  # noqa: E402
-from bench_redis import _best, _load, _resp, _server_version  # noqa: E402
+from bench_redis import _best, _load, _resp, _server_version, write_report  # noqa: E402
 from redis_server import RedisServer, redis_server_path  # noqa: E402
 
 SIZES = [(1_000_000, 0.01), (10_000_000, 0.001)]
@@ -136,10 +136,7 @@ def main(argv=None) -> int:
                      f"{cpu * 1e6:.2f} us | {ratio} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
-        print(f"written to {os.path.relpath(args.out, ROOT)}")
+    write_report(text, args.out)
     return 0
 
 
