@@ -1,0 +1,206 @@
+"""Would a blocked (split-block) layout make RedisFilter cheaper for the server?  (issue 15)
+
+    .venv/bin/python benchmarks/bench_redis_blocked.py          # writes results/redis_blocked.md
+    .venv/bin/python benchmarks/bench_redis_blocked.py --quick  # smoke test
+
+bench_redis.py's server-limit method, on command streams only (no client library is timed):
+for each geometry, the exact RESP bytes of 10,000-key batches are written to a file and fed
+to `redis-cli --pipe` (a C client that writes as fast as the server reads), on one
+redis-server of tests/redis_server.py (127.0.0.1, a free port, no persistence).  Two figures
+per stream, both keys per second:
+
+- "cli --pipe": keys / wall time of redis-cli --pipe;
+- "server CPU": keys / the CPU time redis-server itself spent on them (INFO cpu, user +
+  sys): the ceiling of a client that costs nothing.  The ratio of the gain is taken on it.
+
+Streams, per key (the standard geometry is lb.estimate's, the blocked one
+BlockedFilter.geometry's; the offsets are the real ones of each layout's hash):
+
+- standard add:  BITFIELD key SET u1 o1 1 ... SET u1 ok 1        (RedisFilter today)
+- standard test: BITFIELD key GET u1 o1 ... GET u1 ok            (RedisFilter today)
+- blocked add:   BITFIELD key SET u1 b1 1 ... (its k bits, all in one 64-byte block)
+- blocked test:  GETRANGE key a a+63                              (one range read)
+                 BITFIELD key GET u1 b1 ... (its k bits)          (as today, one block)
+                 BITFIELD key GET i64 w ... x8                    (the block's 8 lanes)
+
+A blocked filter's k is a multiple of 8 with one bit or more in every lane, so a test needs
+the whole block: never fewer than 8 words.  The add stays k SET u1 fields: BITFIELD SET is the
+only atomic OR with the old bit in its reply (SETRANGE overwrites, BITOP works on whole keys).
+Each stream runs on its own Redis key, the adds first (so the tests read a filled bitmap of
+the full size).  Best of --repeat runs; compare the ratios, taken in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_redis import ROOT, _load, _resp, _server_version  # noqa: E402
+from redis_server import RedisServer, redis_server_path  # noqa: E402  (bench_redis's path)
+
+import ling_bloom as lb  # noqa: E402
+
+CONFIGS = [(1_000_000, 0.01), (10_000_000, 0.001)]
+BATCH = 10_000
+M64 = (1 << 64) - 1
+
+# csrc/core/blocked.c's multipliers (LB_BLOCKED_SALT), for the positions of a key's bits.
+SALT = [
+    0x47b6137b, 0x44974d91, 0x8824ad5b, 0xa2b7289d, 0x705495c7, 0x2df1424b, 0x9efc4947, 0x5c6bfb31,
+    0x612cb08f, 0x7849f019, 0x290f90e3, 0x71553995, 0x49fcdd13, 0xfc6395b3, 0xc372f77f, 0x71e1726f,
+    0x8b44adf3, 0x2c6025ef, 0x80ec0101, 0x7b444717, 0x1c73ad81, 0xf5060e89, 0xf7815919, 0xc0fdb137,
+    0xb60b53c5, 0x5138a095, 0xc59cb4bb, 0x0b9fb033, 0xfbfc0e91, 0xb8cf50c1, 0xde96fc6d, 0xfb61f79b,
+    0xd981dfdb, 0x421c078f, 0x7b6f6815, 0x448549dd, 0xfb5f70db, 0xefd6e0cf, 0xf7a9808b, 0x4631a155,
+    0x654884ab, 0x355cb61f, 0x537617ad, 0x136cd14f, 0xb84712e3, 0xa8ad11fd, 0x2d1c4121, 0xcaaa0797,
+    0x9c560e7d, 0xda57fecb, 0x648080cd, 0x602bdb5f, 0x87bf1e89, 0x5013a53f, 0x1c5e3277, 0x053ea787,
+    0xa0dc7873, 0xbdc01f11, 0x08abc8e5, 0x8b2d97cb, 0x73d851e5, 0xd8b2cff9, 0x0d1a4b57, 0x05513427,
+]
+
+
+def _mix64(x: int) -> int:
+    return ((x ^ (x >> 32)) * 0xd6e8feb86659fd93) & M64
+
+
+def blocked_bits(key: str, m: int, k: int) -> Tuple[int, List[int]]:
+    """(block, Redis bit offsets of the key's k bits) in a BlockedFilter's bytes stored as a
+    Redis string: lane i, bit b is byte 8 i + b // 8, which Redis numbers with its MSB first."""
+    h1, h2 = lb.hash_pair(key, "xxh3")
+    nblocks = m // 512
+    block = (h1 * nblocks) >> 64
+    offs = []
+    for j in range(k // 8):
+        y = h1 & 0xffffffff if j == 0 else (h2 >> 32 if j == 1 else
+                                            _mix64((h2 + j * 0x9e3779b97f4a7c15) & M64) >> 32)
+        for i in range(8):
+            b = ((y * SALT[8 * j + i]) & 0xffffffff) >> 26
+            offs.append(block * 512 + 64 * i + 8 * (b // 8) + 7 - b % 8)
+    return block, offs
+
+
+def streams(n_cap: int, p: float, keys: List[str]) -> Dict[Tuple[str, str], Tuple[bytes, str]]:
+    """(layout, op) -> (the RESP bytes of the batch, what it sends per key)."""
+    std = lb.estimate(n_cap, p)
+    bm, bk = lb.BlockedFilter.geometry(n_cap, p)
+    out: Dict[Tuple[str, str], Tuple[bytes, str]] = {}
+    s_add, s_test, b_add, b_test_u1, b_range, b_i64 = [], [], [], [], [], []
+    ks, kb = b"std", b"blk"
+    for key in keys:
+        offs = [str(i).encode() for i in lb.indices(key, std.m, std.k)]
+        s_add.append(_resp([b"BITFIELD", ks] + [a for o in offs for a in (b"SET", b"u1", o, b"1")]))
+        s_test.append(_resp([b"BITFIELD", ks] + [a for o in offs for a in (b"GET", b"u1", o)]))
+        block, boffs = blocked_bits(key, bm, bk)
+        bo = [str(o).encode() for o in boffs]
+        b_add.append(_resp([b"BITFIELD", kb] + [a for o in bo for a in (b"SET", b"u1", o, b"1")]))
+        b_test_u1.append(_resp([b"BITFIELD", kb] + [a for o in bo for a in (b"GET", b"u1", o)]))
+        b_range.append(_resp([b"GETRANGE", kb, b"%d" % (64 * block), b"%d" % (64 * block + 63)]))
+        b_i64.append(_resp([b"BITFIELD", kb] + [a for i in range(8) for a in
+                                                (b"GET", b"i64", b"%d" % (512 * block + 64 * i))]))
+    out[("standard", "add")] = (b"".join(s_add), f"BITFIELD SET u1 x{std.k}")
+    out[("standard", "test")] = (b"".join(s_test), f"BITFIELD GET u1 x{std.k}")
+    out[("blocked", "add")] = (b"".join(b_add), f"BITFIELD SET u1 x{bk}, one block")
+    out[("blocked", "test")] = (b"".join(b_range), "GETRANGE a a+63")
+    out[("blocked", "test u1")] = (b"".join(b_test_u1), f"BITFIELD GET u1 x{bk}, one block")
+    out[("blocked", "test i64")] = (b"".join(b_i64), "BITFIELD GET i64 x8")
+    return out
+
+
+class Server:
+    def __init__(self, srv: RedisServer, cli: str):
+        self.srv, self.cli = srv, cli
+        self.raw = srv.client()
+
+    def cpu(self) -> float:
+        info = self.raw.command("INFO", "cpu").decode()
+        d = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        return float(d["used_cpu_user"]) + float(d["used_cpu_sys"])
+
+    def pipe(self, stream: bytes, reps: int, repeat: int) -> Tuple[float, float]:
+        """(keys/s of redis-cli --pipe, keys/s at the server-CPU ceiling), best of repeat."""
+        n = reps * BATCH
+        with tempfile.TemporaryFile() as fh:
+            fh.write(stream * reps)
+            best_wall = best_cpu = float("inf")
+            for _ in range(repeat):
+                fh.seek(0)
+                c0, t0 = self.cpu(), time.perf_counter()
+                subprocess.run([self.cli, "-h", self.srv.host, "-p", str(self.srv.port), "--pipe"],
+                               stdin=fh, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               check=True, timeout=300)
+                t1 = time.perf_counter()
+                best_wall, best_cpu = min(best_wall, t1 - t0), min(best_cpu, self.cpu() - c0)
+        return n / best_wall, n / best_cpu
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one batch per run (a smoke test)")
+    ap.add_argument("--reps", type=int, default=10, help="10,000-key batches per stream run")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
+                                                  "redis_blocked.md"))
+    args = ap.parse_args(argv)
+    cli = shutil.which("redis-cli")
+    if not redis_server_path() or not cli:
+        print("bench_redis_blocked: needs redis-server and redis-cli; skipped")
+        return 0
+    reps = 1 if args.quick else args.reps
+    keys = [f"user:{i}" for i in range(BATCH)]
+    lines: List[str] = []
+    say = lines.append
+    t_start = time.perf_counter()
+    load = _load()
+    with RedisServer() as srv:
+        s = Server(srv, cli)
+        say("# Blocked layout for RedisFilter: the server's side (issue 15)")
+        say("")
+        say(f"redis-server {_server_version()} on 127.0.0.1 (no persistence), "
+            f"{platform.machine()}, {os.cpu_count()} CPUs.  redis-cli --pipe on the exact "
+            f"bytes of {reps} batches of {BATCH:,} keys per run, best of {max(1, args.repeat)}.  "
+            f"Load average at start: {load}.  Command: "
+            "`.venv/bin/python benchmarks/bench_redis_blocked.py`.")
+        say("")
+        say("| filter | layout | op | sends per key | cli --pipe keys/s | server-CPU keys/s "
+            "| server us/key | vs standard (CPU) |")
+        say("|---|---|---|---|---:|---:|---:|---:|")
+        for n_cap, p in CONFIGS:
+            std = lb.estimate(n_cap, p)
+            bm, bk = lb.BlockedFilter.geometry(n_cap, p)
+            st = streams(n_cap, p, keys)
+            s.raw.command("FLUSHALL")
+            # fill both bitmaps to their full size first (a test reads a bitmap of the real size)
+            s.raw.command("SETBIT", "std", str(std.m - 1), "0")
+            s.raw.command("SETBIT", "blk", str(bm - 1), "0")
+            res: Dict[Tuple[str, str], Tuple[float, float]] = {}
+            for key in (("standard", "add"), ("blocked", "add"), ("standard", "test"),
+                        ("blocked", "test"), ("blocked", "test u1"), ("blocked", "test i64")):
+                res[key] = s.pipe(st[key][0], reps, max(1, args.repeat))
+            label = (f"{n_cap:,} at {p} (standard m={std.m:,} k={std.k}; "
+                     f"blocked m={bm:,} k={bk})")
+            for (layout, op), (wall, cpu) in res.items():
+                base = res[("standard", op.split()[0])][1]
+                say(f"| {label} | {layout} | {op} | {st[(layout, op)][1]} | {wall:,.0f} | "
+                    f"{cpu:,.0f} | {1e6 / cpu:.2f} | {cpu / base:.2f} |")
+                label = ""
+    say("")
+    say("\"vs standard (CPU)\" is the server-CPU ceiling of the row over the standard layout's "
+        "for the same op (add or test) and filter: above 1, the server does the blocked "
+        "request for less CPU.")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    print(f"(bench_redis_blocked took {time.perf_counter() - t_start:.1f} s)")
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+        print(f"written to {os.path.relpath(args.out, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
