@@ -27,7 +27,10 @@ A blocked filter's k is a multiple of 8 with one bit or more in every lane, so a
 the whole block: never fewer than 8 words.  The add stays k SET u1 fields: BITFIELD SET is the
 only atomic OR with the old bit in its reply (SETRANGE overwrites, BITOP works on whole keys).
 Each stream runs on its own Redis key, the adds first (so the tests read a filled bitmap of
-the full size).  Best of --repeat runs; compare the ratios, taken in the same run.
+the full size).  Then RedisFilter itself, layout="standard" against layout="blocked", on the
+same keys: add_many / test_many of 10,000-key batches (hashing, encoding and the reply checks
+included), keys per second of the client and the server's CPU per key meanwhile.
+Best of --repeat runs; compare the ratios, taken in the same run.
 """
 from __future__ import annotations
 
@@ -188,6 +191,33 @@ def main(argv: Optional[List[str]] = None) -> int:
                 say(f"| {label} | {layout} | {op} | {st[(layout, op)][1]} | {wall:,.0f} | "
                     f"{cpu:,.0f} | {1e6 / cpu:.2f} | {cpu / base:.2f} |")
                 label = ""
+        say("")
+        say("RedisFilter itself, 10,000-key batches (add_many / test_many), keys per second "
+            "of the client; server CPU per key meanwhile:")
+        say("")
+        say("| filter | op | standard keys/s | blocked keys/s | blocked / standard | "
+            "server us/key standard | blocked |")
+        say("|---|---|---:|---:|---:|---:|---:|")
+        for n_cap, p in CONFIGS:
+            s.raw.command("FLUSHALL")
+            rows = {}
+            for layout in ("standard", "blocked"):
+                f = lb.RedisFilter(f"rf:{layout}", n_cap, p, url=srv.url, layout=layout)
+                f.test("warm up")  # the meta key's look and claim
+                for op, call in (("add", f.add_many), ("test", f.test_many)):
+                    best = best_cpu = float("inf")
+                    for _ in range(max(1, args.repeat)):
+                        c0, t0 = s.cpu(), time.perf_counter()
+                        for _ in range(reps):
+                            call(keys)
+                        best = min(best, time.perf_counter() - t0)
+                        best_cpu = min(best_cpu, s.cpu() - c0)
+                    rows[(layout, op)] = (reps * BATCH / best, best_cpu / (reps * BATCH))
+                f.close()
+            for op in ("add", "test"):
+                (a, ca), (b, cb) = rows[("standard", op)], rows[("blocked", op)]
+                say(f"| {n_cap:,} at {p} | {op} | {a:,.0f} | {b:,.0f} | {b / a:.2f} | "
+                    f"{ca * 1e6:.2f} | {cb * 1e6:.2f} |")
     say("")
     say("\"vs standard (CPU)\" is the server-CPU ceiling of the row over the standard layout's "
         "for the same op (add or test) and filter: above 1, the server does the blocked "

@@ -25,7 +25,8 @@
  *   load temp key : base ":load:" unique   (lives only during lb_redis_bitmap_load)
  *
  * Meta key (the geometry guard, and the mark of ownership): a string
- * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>".  Before its first command, and
+ * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>" (the blocked layout's: see
+ * lb_rb_layout; the layout is part of the geometry compared).  Before its first command, and
  * again after every reconnect (a server restarted empty, a forked child), an
  * lb_redis_bitmap first looks, writing nothing: GET meta, EXISTS key, INFO
  * memory, one round trip.

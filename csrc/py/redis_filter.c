@@ -806,12 +806,16 @@ static PyMethodDef rf_methods[] = {
     {"approximate_count", rf_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nDistinct keys, estimated from the bits set."},
     {"fill_ratio", rf_fill_ratio, METH_NOARGS, "fill_ratio() -> float"},
-    {"current_error_rate", rf_current_error_rate, METH_NOARGS, "current_error_rate() -> float"},
+    {"current_error_rate", rf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\n(bits set / m) ** k; NotSupportedError for "
+     "layout=\"blocked\" (snapshot().current_error_rate() gives its rate)."},
     {"load", rf_load, METH_O,
      "load(memory_filter)\n\nOR a MemoryFilter of the same m, k and hash into the bitmap, in a "
-     "few large commands (other writers' bits are kept)."},
+     "few large commands (other writers' bits are kept); layout=\"blocked\": a BlockedFilter "
+     "of the same m and k."},
     {"snapshot", rf_snapshot, METH_NOARGS,
-     "snapshot() -> MemoryFilter\n\nA local copy of the bitmap."},
+     "snapshot() -> MemoryFilter | BlockedFilter\n\nA local copy of the bitmap (a BlockedFilter "
+     "for layout=\"blocked\")."},
     {"key_names", rf_key_names, METH_NOARGS,
      "key_names() -> list[bytes]\n\nThe Redis keys this filter uses: its parts, then the "
      "meta key that records its geometry."},
@@ -869,6 +873,11 @@ static PyType_Slot rf_slots[] = {
      "mode=\"bitfield\" (one BITFIELD per key) or \"setbit\" (the Go driver's SETBIT/GETBIT); "
      "the bitmap is the same.  Without capacity or m and k, the geometry stored next to an "
      "existing filter is adopted.\n\n"
+     "layout=\"blocked\": BlockedFilter's split-block layout, sized as BlockedFilter sizes "
+     "(m a multiple of 512, k of 8), the string holding a BlockedFilter's bytes: a test reads "
+     "the key's one 64-byte block (GETRANGE), an add sets its k bits there (one BITFIELD).  Not "
+     "with shards, adopt, mode=\"setbit\" or a hash other than \"xxh3-block\"; a standard and a "
+     "blocked filter at one key refuse each other (GeometryMismatchError).\n\n"
      "Ownership: a key that exists without this library's meta key beside it (a user's "
      "string, another program's bitmap) is never read or written: KeyNotOwnedError.  "
      "adopt=True, with the m, k and hash it was written with, takes such a bitmap over on "
