@@ -142,12 +142,18 @@ def _inspect_redis(url: str, key: str) -> int:
                 print(f"  m={rf.m:,} in all, k={rf.k}, {rf.nparts} Redis string(s), "
                       f"{_human_bytes(rf.nbytes)}")
             else:
-                print(f"{key} at {url}: RedisFilter (a bitmap), hash={rf.hash}")
+                blocked = " (blocked layout: BlockedFilter's bytes)" if rf.layout == "blocked" \
+                    else ""
+                print(f"{key} at {url}: RedisFilter (a bitmap){blocked}, hash={rf.hash}")
                 print(f"  m={rf.m:,} k={rf.k} in {rf.nparts} part(s), "
                       f"{_human_bytes(rf.nbytes)}")
-            print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about "
-                  f"{rf.approximate_count():,} keys, current rate "
-                  f"{rf.current_error_rate():.6g}")
+            count = rf.approximate_count()
+            if rf.layout == "blocked":  # its rate depends on each block, not on the bit count
+                rate = (f"expected rate at that count "
+                        f"{lb.BlockedFilter.ideal_false_positive_rate(rf.m, rf.k, count):.6g}")
+            else:
+                rate = f"current rate {rf.current_error_rate():.6g}"
+            print(f"  {bits:,} bits set, fill {bits / rf.m:.4f}, about {count:,} keys, {rate}")
             if rf.shards == 1:
                 print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
         return EXIT_OK

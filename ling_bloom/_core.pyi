@@ -380,7 +380,13 @@ class ScalableFilter(_Saved):
 # ---- the Redis filters ----------------------------------------------------------------------
 
 class RedisFilter(_Filter):
-    """A Bloom filter in a Redis bitmap, hashed on the client."""
+    """A Bloom filter in a Redis bitmap, hashed on the client.
+
+    layout="blocked": BlockedFilter's split-block layout (sized as BlockedFilter sizes; the
+    string holds a BlockedFilter's bytes): a test reads one 64-byte block (GETRANGE), an add
+    sets k bits in it (one BITFIELD).  Not with shards, adopt, mode="setbit" or a hash other
+    than "xxh3-block"; a standard and a blocked filter at one key refuse each other
+    (GeometryMismatchError)."""
 
     # the sans-IO side that ling_bloom.aio carries (not public API)
     def _wire_config(self) -> Dict[str, Any]: ...
@@ -410,6 +416,7 @@ class RedisFilter(_Filter):
         adopt: bool = ...,
         max_bytes: Optional[int] = ...,
         shards: Optional[int] = ...,
+        layout: Optional[str] = ...,
         url: Optional[str] = ...,
         host: Optional[str] = ...,
         port: Optional[int] = ...,
@@ -436,7 +443,8 @@ class RedisFilter(_Filter):
     ) -> Self: ...
     @classmethod
     def open(cls, url: str, key: Union[str, bytes], **options: Any) -> Self:
-        """An existing filter, with the geometry stored next to it."""
+        """An existing filter, with the geometry (and layout) stored next to it; layout= given
+        and not the stored one: GeometryMismatchError."""
     @classmethod
     def from_redis(
         cls, client: Any, key: Union[str, bytes], capacity: Optional[float] = ...,
@@ -449,7 +457,11 @@ class RedisFilter(_Filter):
     @property
     def k(self) -> int: ...
     @property
-    def hash(self) -> str: ...
+    def hash(self) -> str:
+        """The hashing scheme; "xxh3-block" (BlockedFilter's) for layout="blocked"."""
+    @property
+    def layout(self) -> str:
+        """"standard" (k bits anywhere in m) or "blocked" (one 64-byte block per key)."""
     @property
     def capacity(self) -> Optional[int]: ...
     @property
@@ -469,13 +481,19 @@ class RedisFilter(_Filter):
         does not exist."""
     def bits_set(self) -> int:
         """BITCOUNT over every part."""
-    def approximate_count(self) -> int: ...
     def fill_ratio(self) -> float: ...
-    def current_error_rate(self) -> float: ...
-    def load(self, memory_filter: MemoryFilter, /) -> None:
-        """OR a MemoryFilter of the same m, k and hash into the bitmap."""
-    def snapshot(self) -> MemoryFilter:
-        """A local copy of the bitmap."""
+    def current_error_rate(self) -> float:
+        """(bits set / m) ** k; NotSupportedError for layout="blocked" (its rate depends on
+        each block: snapshot().current_error_rate())."""
+    def approximate_count(self) -> int:
+        """Distinct keys, estimated from the bits set (the standard formula, as
+        BlockedFilter.approximate_count for layout="blocked")."""
+    def load(self, memory_filter: Union[MemoryFilter, BlockedFilter], /) -> None:
+        """OR a MemoryFilter of the same m, k and hash into the bitmap (layout="blocked": a
+        BlockedFilter of the same m and k, its bytes as they are)."""
+    def snapshot(self) -> Union[MemoryFilter, BlockedFilter]:
+        """A local copy of the bitmap: a MemoryFilter, or a BlockedFilter for
+        layout="blocked"."""
     def key_names(self) -> List[bytes]: ...
 
 class RedisBloomFilter(_Filter):

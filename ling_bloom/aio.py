@@ -435,7 +435,8 @@ class AsyncRedisFilter(_AsyncRedis):
     filter."""
 
     _sync = RedisFilter
-    _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes")
+    _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes",
+              "layout")
 
 
 class AsyncRedisBloomFilter(_AsyncRedis):

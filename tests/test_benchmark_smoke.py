@@ -75,10 +75,18 @@ def test_redis_blocked_benchmark_quick():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     if "skipped" in r.stdout:
         pytest.skip(r.stdout.strip())
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| 100,000")]
-    # add and test, each layout; the blocked rows carry their ratio to the standard ones
-    assert len(rows) == 4, r.stdout
-    assert sum(line.rstrip().endswith("x |") for line in rows) == 2, rows
+    rows = [line.split("|") for line in r.stdout.splitlines() if line.startswith("| ")]
+    streams = [c for c in rows if len(c) == 10 and c[2].strip() in ("standard", "blocked")]
+    # six command streams (two standard, four blocked), each with its ratio to the standard
+    # stream of the same op: 1.00 for the standard ones
+    assert [(c[2].strip(), c[3].strip()) for c in streams] == [
+        ("standard", "add"), ("blocked", "add"), ("standard", "test"), ("blocked", "test"),
+        ("blocked", "test u1"), ("blocked", "test i64")], r.stdout
+    assert all(float(c[8]) > 0 for c in streams) and float(streams[0][8]) == 1.0
+    # RedisFilter itself, both layouts, add and test: client keys/s and the ratio
+    itself = [c for c in rows if len(c) == 9 and c[1].startswith(" 100,000")]
+    assert [c[2].strip() for c in itself] == ["add", "test"], r.stdout
+    assert all(float(c[5]) > 0 for c in itself)
 
 
 CLUSTER_BENCH = os.path.join(ROOT, "benchmarks", "bench_cluster.py")

@@ -266,6 +266,17 @@ def test_inspect_redis_filters(bf_server):
     run("inspect", url, check_rc=2)
 
 
+def test_inspect_a_blocked_redis_filter(clean_redis, capsys):
+    with lb.RedisFilter.from_url(clean_redis.url, "cli:blk", 1000, 0.01, layout="blocked") as f:
+        f.update(["a", "b", "c"])
+        assert main(["inspect", clean_redis.url, "cli:blk"]) == 0
+        expect = lb.BlockedFilter.ideal_false_positive_rate(f.m, f.k, 3)
+    out = capsys.readouterr().out
+    assert "(blocked layout: BlockedFilter's bytes), hash=xxh3-block" in out
+    assert f"m={f.m:,} k={f.k}" in out and "about 3 keys" in out
+    assert f"expected rate at that count {expect:.6g}" in out
+
+
 def test_inspect_a_file_takes_no_key(tmp_path):
     path = tmp_path / "f.bloom"
     lb.MemoryFilter(10).save(str(path))

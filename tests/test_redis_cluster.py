@@ -372,6 +372,21 @@ def test_reads_from_replicas_when_asked(cluster):
         x.close()
 
 
+def test_a_blocked_filter_on_a_cluster(cluster):
+    """layout="blocked" through the slot's node: the answers and bytes of a BlockedFilter."""
+    node = primaries(cluster)[2]
+    tag = tag_on(cluster, node, "blk")
+    keys = [f"user:{i}" for i in range(1000)]
+    with lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01, layout="blocked") as f:
+        bf = lb.BlockedFilter(1000, 0.01)
+        assert f.add_many(keys) == bf.add_many(keys)
+        probe = keys + [f"absent:{i}" for i in range(1000)]
+        assert f.test_many(probe) == bf.test_many(probe)
+        assert f.snapshot() == bf
+        for name in f.key_names():
+            assert exists(node, name.decode())
+
+
 def test_wait_replicas_on_one_server(bf_server_factory):
     """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
     acknowledged raises RedisTimeoutError; the write itself is done on the primary."""

@@ -1,6 +1,7 @@
 /* redis_bitmap.c: see redis_bitmap.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "redis_bitmap.h"
+#include "blocked.h"
 #include "redis_memory.h"
 #include "redis_reply.h"
 
@@ -37,10 +38,13 @@ struct lb_redis_bitmap {
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
     int adopt;               /* take over a key that exists without a meta key */
     lb_rb_mode mode;
+    int blocked;             /* LB_RB_BLOCKED: blocked.h's layout, see the header */
     size_t chunk_keys;
     lb_redis_batch batch;
     cmd_info *cmds;
     size_t cmds_cap;
+    uint64_t *want;          /* blocked tests: the 8 lane masks of each key of the chunk */
+    size_t want_cap;         /* keys it has room for */
     unsigned long load_seq;
     /* the wire operation in progress (lb_redis_bitmap_wire_*) */
     int w_phase;
@@ -134,14 +138,46 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm)
     lb_redis_batch_free(&bm->batch);
     lb_redis_batch_free(&bm->w_aux);
     free(bm->cmds);
+    free(bm->want);
     free(bm->key);
     free(bm->base);
     free(bm->name);
     free(bm);
 }
 
-void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode) { bm->mode = mode; }
-void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt) { bm->adopt = adopt != 0; }
+void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode)
+{
+    bm->mode = bm->blocked ? LB_RB_BITFIELD : mode;
+}
+void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt)
+{
+    bm->adopt = !bm->blocked && adopt != 0;
+}
+
+lb_redis_status lb_redis_bitmap_set_layout(lb_redis_bitmap *bm, lb_rb_layout layout)
+{
+    if (layout == LB_RB_STANDARD) {
+        bm->blocked = 0;
+        return LB_REDIS_OK;
+    }
+    if (layout != LB_RB_BLOCKED)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "unknown layout");
+    if (lb_blocked_check_geometry(bm->g.m, bm->g.k) != LB_OK || bm->g.scheme != LB_HASH_XXH3_MIX)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG,
+                                  "the blocked layout needs m a multiple of 512, k a multiple "
+                                  "of 8 in 8..64 and the xxh3-mix key hash, not m=%" PRIu64
+                                  " k=%u hash=%s",
+                                  bm->g.m, (unsigned)bm->g.k, lb_hash_scheme_name(bm->g.scheme));
+    bm->blocked = 1;
+    bm->mode = LB_RB_BITFIELD;
+    bm->adopt = 0;
+    return LB_REDIS_OK;
+}
+
+lb_rb_layout lb_redis_bitmap_layout(const lb_redis_bitmap *bm)
+{
+    return bm->blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
+}
 
 uint64_t lb_redis_bitmap_bytes(const lb_geometry *g)
 {
@@ -159,14 +195,18 @@ lb_redis *lb_redis_bitmap_conn(const lb_redis_bitmap *bm) { return bm->conn; }
 
 /* ----------------------------------------------------------------- meta */
 
-static int meta_format(const lb_geometry *g, char *buf, size_t cap)
+static int meta_format(const lb_geometry *g, int blocked, char *buf, size_t cap)
 {
+    if (blocked)
+        return snprintf(buf, cap, "ling_bloom:v=%d;m=%" PRIu64 ";k=%u;hash=%s;layout=blocked",
+                        LB_RB_FORMAT_VERSION_BLOCKED, g->m, (unsigned)g->k, LB_RB_BLOCKED_HASH);
     return snprintf(buf, cap, "ling_bloom:v=%d;m=%" PRIu64 ";k=%u;hash=%s", LB_RB_FORMAT_VERSION,
                     g->m, (unsigned)g->k, lb_hash_scheme_name(g->scheme));
 }
 
-/* Parse a meta value.  0 = ok; -1 = not a geometry; -2 = newer version. */
-static int meta_parse(const char *s, size_t n, lb_geometry *out)
+/* Parse a meta value.  0 = ok; -1 = not a geometry; -2 = newer version.
+ * *blocked: 1 for the blocked layout ("layout=blocked", with hash=xxh3-block). */
+static int meta_parse(const char *s, size_t n, lb_geometry *out, int *blocked)
 {
     static const char pre[] = "ling_bloom:";
     char buf[256];
@@ -177,7 +217,7 @@ static int meta_parse(const char *s, size_t n, lb_geometry *out)
     buf[n] = '\0';
     long long v = -1;
     unsigned long long m = 0, k = 0;
-    int scheme = -1, have = 0;
+    int scheme = -1, have = 0, blk = 0, blk_hash = 0;
     char *save = NULL;
     for (char *f = strtok_r(buf + sizeof pre - 1, ";", &save); f; f = strtok_r(NULL, ";", &save)) {
         char *eq = strchr(f, '=');
@@ -206,24 +246,37 @@ static int meta_parse(const char *s, size_t n, lb_geometry *out)
                 return -1;
             have |= 4;
         } else if (strcmp(f, "hash") == 0) {
-            scheme = lb_hash_scheme_parse(val);
+            blk_hash = strcmp(val, LB_RB_BLOCKED_HASH) == 0;
+            scheme = blk_hash ? (int)LB_HASH_XXH3_MIX : lb_hash_scheme_parse(val);
             have |= 8;
+        } else if (strcmp(f, "layout") == 0) {
+            if (strcmp(val, "blocked") != 0)
+                return -2; /* a layout this version does not know */
+            blk = 1;
         } /* unknown fields: ignored (forward compatible) */
     }
     if (!(have & 1))
         return -1;
-    if (v > LB_RB_FORMAT_VERSION)
-        return -2;
+    if (v > LB_RB_FORMAT_VERSION_BLOCKED || (v == LB_RB_FORMAT_VERSION_BLOCKED && !blk))
+        return -2; /* a version 2 that is not the blocked layout: not one of ours */
     if (v < 1 || have != 15 || scheme < 0 || m == 0 || m > LB_MAX_BITS || k == 0 || k > LB_MAX_K)
         return -1;
+    /* the blocked layout: version 2 (older readers refuse it as newer), its own hash name,
+     * and a geometry it can have; a standard filter: version 1 */
+    if (blk != blk_hash || (blk && v != LB_RB_FORMAT_VERSION_BLOCKED) ||
+        (blk && lb_blocked_check_geometry(m, k) != LB_OK))
+        return -1;
     lb_geometry_init(out, m, (uint32_t)k, (lb_hash_scheme)scheme);
+    if (blocked)
+        *blocked = blk;
     return 0;
 }
 
-static void describe(const lb_geometry *g, char *buf, size_t cap)
+static void describe(const lb_geometry *g, int blocked, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "m=%" PRIu64 " k=%u hash=%s", g->m, (unsigned)g->k,
-             lb_hash_scheme_name(g->scheme));
+    snprintf(buf, cap, "m=%" PRIu64 " k=%u hash=%s%s", g->m, (unsigned)g->k,
+             blocked ? LB_RB_BLOCKED_HASH : lb_hash_scheme_name(g->scheme),
+             blocked ? " layout=blocked" : "");
 }
 
 /* A reply that does not fit what was sent: the stream may be out of step,
@@ -239,7 +292,7 @@ static lb_redis_status conn_bad_reply(lb_redis *conn, const char *what)
 
 /* Interpret a GET of the meta key. */
 static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t keylen,
-                                        const lb_reply *x, lb_geometry *got)
+                                        const lb_reply *x, lb_geometry *got, int *blocked)
 {
     char kb[128];
     if (x->type == LB_REPLY_NIL)
@@ -248,7 +301,7 @@ static lb_redis_status meta_check_reply(lb_redis *conn, const char *key, size_t 
                                   lb_redis_show(key, keylen, kb, sizeof kb));
     if (x->type != LB_REPLY_STRING)
         return conn_bad_reply(conn, "GET of the meta key");
-    int pr = meta_parse(x->str, x->len, got);
+    int pr = meta_parse(x->str, x->len, got, blocked);
     if (pr == -2)
         return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
                                   "the filter at Redis key '%s' was written by a newer ling_bloom "
@@ -296,13 +349,15 @@ static void add_meta_set(lb_redis_bitmap *bm, lb_redis_batch *b, const char *val
 static lb_redis_status compare_meta(lb_redis_bitmap *bm, const lb_reply *x)
 {
     lb_geometry stored;
-    lb_redis_status st = meta_check_reply(bm->conn, bm->key, bm->keylen, x, &stored);
+    int blocked = 0;
+    lb_redis_status st = meta_check_reply(bm->conn, bm->key, bm->keylen, x, &stored, &blocked);
     if (st != LB_REDIS_OK)
         return st;
-    if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme) {
-        char kb[128], a[96], c[96];
-        describe(&stored, a, sizeof a);
-        describe(&bm->g, c, sizeof c);
+    if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme ||
+        blocked != bm->blocked) {
+        char kb[128], a[120], c[120];
+        describe(&stored, blocked, a, sizeof a);
+        describe(&bm->g, bm->blocked, c, sizeof c);
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_MISMATCH,
                                   "geometry mismatch at Redis key '%s': stored %s, this filter %s",
                                   lb_redis_show(bm->key, bm->keylen, kb, sizeof kb), a, c);
@@ -394,7 +449,7 @@ static lb_redis_status look_before_claiming(lb_redis_bitmap *bm, int *claim)
 static void build_claim(lb_redis_bitmap *bm, lb_redis_batch *b)
 {
     char val[160];
-    int vlen = meta_format(&bm->g, val, sizeof val);
+    int vlen = meta_format(&bm->g, bm->blocked, val, sizeof val);
     size_t len;
     add_meta_set(bm, b, val, vlen);
     const char *mn = name_of(bm, UINT64_MAX, &len);
@@ -483,6 +538,13 @@ static lb_redis_status bm_exec(lb_redis_bitmap *bm, int kind, lb_reply ***rs)
 lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_t keylen,
                                           lb_geometry *out)
 {
+    return lb_redis_bitmap_read_meta_layout(conn, key, keylen, out, NULL);
+}
+
+lb_redis_status lb_redis_bitmap_read_meta_layout(lb_redis *conn, const void *key, size_t keylen,
+                                                 lb_geometry *out, lb_rb_layout *layout)
+{
+    int blocked = 0;
     lb_geometry g;
     lb_geometry_init(&g, 1, 1, LB_HASH_XXH3);
     lb_redis_bitmap *bm;
@@ -501,7 +563,9 @@ lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = name_wrongtype(bm, UINT64_MAX);
     else if (st == LB_REDIS_OK)
-        st = meta_check_reply(conn, key, keylen, rs[0], out);
+        st = meta_check_reply(conn, key, keylen, rs[0], out, &blocked);
+    if (layout)
+        *layout = blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
     lb_redis_bitmap_free(bm);
     return st;
 }
@@ -532,7 +596,7 @@ static int cmds_reserve(lb_redis_bitmap *bm, size_t n)
 static size_t add_meta_guard(lb_redis_bitmap *bm, size_t ncmd)
 {
     char val[160];
-    int vlen = meta_format(&bm->g, val, sizeof val);
+    int vlen = meta_format(&bm->g, bm->blocked, val, sizeof val);
     add_meta_set(bm, &bm->batch, val, vlen);
     if (cmds_reserve(bm, ncmd + 1) == 0) {
         bm->cmds[ncmd].key = META_SET;
@@ -638,6 +702,81 @@ static void batch_bounds(lb_redis_bitmap *bm)
     lb_redis_batch_expect_bytes(&bm->batch, 0);
 }
 
+/* The blocked layout (blocked.h): a key's block and the bits it sets in
+ * each of the block's 8 lanes, as lb_blocked_add / lb_blocked_test compute
+ * them (round_word there: y_0 = low 32 bits of h1, y_1 = high 32 bits of h2,
+ * then lb_mix64 of h2 + j * golden ratio; the tests compare every answer and
+ * byte with BlockedFilter's). */
+static uint64_t blocked_probe(const lb_redis_bitmap *bm, lb_hash_pair h, uint64_t want[8])
+{
+    const uint32_t rounds = bm->g.k / LB_BLOCKED_LANES;
+    memset(want, 0, 8 * sizeof *want);
+    for (uint32_t j = 0; j < rounds; j++) {
+        uint32_t y = j == 0   ? (uint32_t)h.h1
+                     : j == 1 ? (uint32_t)(h.h2 >> 32)
+                              : (uint32_t)(lb_mix64(h.h2 + (uint64_t)j *
+                                                            UINT64_C(0x9e3779b97f4a7c15)) >>
+                                           32);
+        for (int i = 0; i < 8; i++)
+            want[i] |= UINT64_C(1) << ((uint32_t)(y * LB_BLOCKED_SALT[8 * j + i]) >> 26);
+    }
+    return lb_fastrange(h.h1, bm->g.m / LB_BLOCKED_BLOCK_BITS);
+}
+
+/* One key of a blocked chunk: the k SET u1 of its block (an add; Redis bit
+ * order: lane i, bit b of the block is its bit 64 i + (b ^ 7), byte 8 i + b/8
+ * as the little-endian words of a BlockedFilter's bytes), or one GETRANGE of
+ * the block's 64 bytes (a test, checked against want at the reply). */
+static size_t emit_blocked(lb_redis_bitmap *bm, int write, const lb_key *key, uint32_t keyidx,
+                           size_t ncmd)
+{
+    uint64_t want[8], offs[LB_MAX_K];
+    uint64_t first = blocked_probe(bm, lb_hash_xxh3(key->data, key->len), want) *
+                     LB_BLOCKED_BLOCK_BITS; /* a block never straddles two parts */
+    uint64_t part = first >> 32, off = first & 0xffffffffu;
+    if (write) {
+        uint32_t cnt = 0;
+        for (int i = 0; i < 8; i++)
+            for (uint64_t w = want[i]; w; w &= w - 1)
+                offs[cnt++] = off + 64 * (uint64_t)i + ((uint64_t)__builtin_ctzll(w) ^ 7);
+        return emit(bm, 1, part, offs, cnt, keyidx, ncmd);
+    }
+    if (cmds_reserve(bm, ncmd + 1))
+        return (size_t)-1;
+    memcpy(bm->want + 8 * (size_t)keyidx, want, sizeof want);
+    size_t len;
+    const char *n = name_of(bm, part, &len);
+    lb_redis_batch *b = &bm->batch;
+    lb_redis_batch_cmd(b, 4);
+    lb_redis_batch_arg(b, "GETRANGE", 8);
+    lb_redis_batch_arg(b, n, len);
+    lb_redis_batch_arg_u64(b, off / 8);
+    lb_redis_batch_arg_u64(b, off / 8 + 63);
+    bm->cmds[ncmd].key = keyidx;
+    bm->cmds[ncmd].part = (uint32_t)part;
+    bm->cmds[ncmd].nbits = 0;
+    return ncmd + 1;
+}
+
+/* A GETRANGE reply of a blocked test: at most the 64 bytes asked (shorter, or
+ * empty, where the string ends before the block: zeros); 1 when every bit of
+ * want is set.  -1: not such a reply. */
+static int blocked_present(const lb_reply *x, const uint64_t want[8])
+{
+    if (!x || x->type != LB_REPLY_STRING || x->len > 64 || (x->len && !x->str))
+        return -1;
+    uint8_t blk[64] = {0};
+    memcpy(blk, x->str, x->len);
+    for (int i = 0; i < 8; i++) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = (w << 8) | blk[8 * i + j]; /* little endian, as a BlockedFilter's bytes */
+        if ((w & want[i]) != want[i])
+            return 0;
+    }
+    return 1;
+}
+
 /* The round trip of one chunk of cn keys into bm->batch (bm->cmds tells
  * each command's key and part); *ncmd: its commands. */
 static lb_redis_status build_chunk(lb_redis_bitmap *bm, const lb_key *keys, size_t cn, int write,
@@ -648,8 +787,21 @@ static lb_redis_status build_chunk(lb_redis_bitmap *bm, const lb_key *keys, size
     unsigned char done[LB_MAX_K];
     size_t ncmd = 0;
     lb_redis_batch_clear(&bm->batch);
+    if (bm->blocked && !write && bm->want_cap < cn) {
+        uint64_t *w = realloc(bm->want, cn * 8 * sizeof *w);
+        if (!w)
+            return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+        bm->want = w;
+        bm->want_cap = cn;
+    }
     for (size_t i = 0; i < cn; i++) {
         const lb_key *key = &keys[i];
+        if (bm->blocked) {
+            ncmd = emit_blocked(bm, write, key, (uint32_t)i, ncmd);
+            if (ncmd == (size_t)-1)
+                return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
+            continue;
+        }
         lb_indices(&bm->g, lb_hash(bm->g.scheme, key->data, key->len), idx);
         if (bm->nparts == 1) {
             ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd);
@@ -676,6 +828,8 @@ static lb_redis_status build_chunk(lb_redis_bitmap *bm, const lb_key *keys, size
     if (cmds_reserve(bm, ncmd))
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
     batch_bounds(bm);
+    if (bm->blocked && !write)
+        lb_redis_batch_expect_bytes(&bm->batch, 64 * cn); /* a block per GETRANGE */
     *ncmd_out = ncmd;
     return LB_REDIS_OK;
 }
@@ -709,7 +863,11 @@ static lb_redis_status check_chunk(lb_redis_bitmap *bm, lb_redis_status st, lb_r
             continue;
         }
         int all = 1;
-        if (bm->mode == LB_RB_BITFIELD) {
+        if (bm->blocked && !write) {
+            all = blocked_present(x, bm->want + 8 * (size_t)ki);
+            if (all < 0)
+                return bad_reply(bm, "GETRANGE");
+        } else if (bm->mode == LB_RB_BITFIELD) {
             /* exactly one u1 per field sent, each 0 or 1 */
             if (!lb_reply_bits(x, bm->cmds[c].nbits, &all))
                 return bad_reply(bm, "BITFIELD");
@@ -782,7 +940,7 @@ static void build_reset(lb_redis_bitmap *bm)
 {
     lb_redis_batch *b = &bm->batch;
     char val[160];
-    int vlen = meta_format(&bm->g, val, sizeof val);
+    int vlen = meta_format(&bm->g, bm->blocked, val, sizeof val);
     lb_redis_batch_clear(b);
     lb_redis_batch_cmd(b, (int)(bm->nparts + 2));
     lb_redis_batch_arg(b, "DEL", 3);
@@ -1069,7 +1227,7 @@ lb_redis_status lb_redis_bitmap_load(lb_redis_bitmap *bm, const uint8_t *bits, s
                 names[nw++] = "DEL";
                 /* the meta key with the bits (see add_meta_guard) */
                 char val[160];
-                int vlen = meta_format(&bm->g, val, sizeof val);
+                int vlen = meta_format(&bm->g, bm->blocked, val, sizeof val);
                 add_meta_set(bm, b, val, vlen);
                 wants[nw] = (lb_reply_want){LB_WANT_OK_OR_NIL, 0, 0};
                 names[nw++] = "SET NX of the meta key";

@@ -25,7 +25,8 @@
  *   load temp key : base ":load:" unique   (lives only during lb_redis_bitmap_load)
  *
  * Meta key (the geometry guard, and the mark of ownership): a string
- * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>".  Before its first command, and
+ * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>" (the blocked layout's: see
+ * lb_rb_layout; the layout is part of the geometry compared).  Before its first command, and
  * again after every reconnect (a server restarted empty, a forked child), an
  * lb_redis_bitmap first looks, writing nothing: GET meta, EXISTS key, INFO
  * memory, one round trip.
@@ -72,6 +73,11 @@
 #include "redis_conn.h"
 
 #define LB_RB_FORMAT_VERSION 1
+/* The meta of a blocked filter: version 2 (a reader older than the layout
+ * refuses it as written by a newer ling_bloom, rather than read its bits with
+ * the standard walk), hash=xxh3-block, layout=blocked. */
+#define LB_RB_FORMAT_VERSION_BLOCKED 2
+#define LB_RB_BLOCKED_HASH "xxh3-block"
 #define LB_RB_PART_BITS (UINT64_C(1) << 32)
 #define LB_RB_DEFAULT_CHUNK_KEYS 10000
 
@@ -82,6 +88,22 @@ typedef enum {
     LB_RB_BITFIELD = 0,
     LB_RB_SETBIT = 1
 } lb_rb_mode;
+
+/* How a key's bits lie in the bitmap: the standard walk (hash.h: k bits
+ * anywhere in m), or blocked.h's split-block layout: every key's k bits in one
+ * 64-byte block, the Redis string holding exactly the bytes of a
+ * BlockedFilter of the same m and k (so load/snapshot copy bytes unchanged).
+ * A blocked filter tests a key with one GETRANGE of its block (64 bytes back,
+ * probed here) and adds with one BITFIELD of k SET u1 inside the block (an
+ * atomic OR whose reply gives the old bits).  Its meta key reads
+ * "ling_bloom:v=2;m=<m>;k=<k>;hash=xxh3-block;layout=blocked"; an open of
+ * either layout over the other is a geometry mismatch naming both.  Mode
+ * (always BITFIELD for its adds) and adopt (a Go bitmap is never blocked) do
+ * not apply to it. */
+typedef enum {
+    LB_RB_STANDARD = 0,
+    LB_RB_BLOCKED = 1
+} lb_rb_layout;
 
 typedef struct lb_redis_bitmap lb_redis_bitmap;
 
@@ -97,6 +119,14 @@ void lb_redis_bitmap_free(lb_redis_bitmap *bm);
 /* Settings (take effect from the next call). */
 void lb_redis_bitmap_set_mode(lb_redis_bitmap *bm, lb_rb_mode mode);
 void lb_redis_bitmap_set_adopt(lb_redis_bitmap *bm, int adopt); /* see the meta key */
+
+/* The layout, set before the first call (default standard).  Blocked needs
+ * m a multiple of 512, k a multiple of 8 (lb_blocked_check_geometry) and
+ * the scheme LB_HASH_XXH3_MIX (the key hash is lb_hash_xxh3): ERR_ARG
+ * otherwise.  It sets the mode to BITFIELD and adopt off; later set_mode and
+ * set_adopt calls are ignored while it is blocked. */
+lb_redis_status lb_redis_bitmap_set_layout(lb_redis_bitmap *bm, lb_rb_layout layout);
+lb_rb_layout lb_redis_bitmap_layout(const lb_redis_bitmap *bm);
 
 /* Bytes of server memory the bitmap of g takes when full: ceil(m / 8). */
 uint64_t lb_redis_bitmap_bytes(const lb_geometry *g);
@@ -178,5 +208,8 @@ lb_redis_status lb_redis_bitmap_wire_done(lb_redis_bitmap *bm);
  * understands, WRONGTYPE, or a connection error. */
 lb_redis_status lb_redis_bitmap_read_meta(lb_redis *conn, const void *key, size_t keylen,
                                           lb_geometry *out);
+/* The same, with the layout the meta key names (layout may be NULL). */
+lb_redis_status lb_redis_bitmap_read_meta_layout(lb_redis *conn, const void *key, size_t keylen,
+                                                 lb_geometry *out, lb_rb_layout *layout);
 
 #endif

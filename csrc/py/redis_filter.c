@@ -5,6 +5,7 @@
 #include <math.h>
 #include <structmember.h>
 
+#include "blocked.h"
 #include "params.h"
 #include "redis_bitmap.h"
 #include "redis_sharded.h"
@@ -17,6 +18,7 @@ typedef struct {
     uint32_t shards;        /* 1, or the number of shards */
     lb_geometry shard_g;    /* sharded: each shard's geometry */
     lb_rb_mode mode;
+    lb_rb_layout layout;    /* standard, or blocked (one bitmap, never sharded) */
     lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
 
@@ -63,8 +65,66 @@ static lb_redis_status rf_backend_new(RedisFilter *f)
     if (rs == LB_REDIS_OK) {
         lb_redis_bitmap_set_mode(f->bm, f->mode);
         lb_redis_bitmap_set_chunk_keys(f->bm, f->r.chunk);
+        rs = lb_redis_bitmap_set_layout(f->bm, f->layout);
     }
     return rs;
+}
+
+/* layout=: None (standard, or the stored one when the geometry is adopted),
+ * "standard" or "blocked".  -1 with ValueError; *given: not None. */
+static int rf_parse_layout(PyObject *obj, lb_rb_layout *out, int *given)
+{
+    *out = LB_RB_STANDARD;
+    *given = obj != Py_None;
+    if (obj == Py_None)
+        return 0;
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8(obj) : NULL;
+    if (s && strcmp(s, "standard") == 0)
+        return 0;
+    if (s && strcmp(s, "blocked") == 0) {
+        *out = LB_RB_BLOCKED;
+        return 0;
+    }
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "layout must be \"standard\" or \"blocked\", not %R",
+                     obj);
+    return -1;
+}
+
+/* What the blocked layout cannot do, refused before anything is sent. */
+static int rf_refuse_for_blocked(lb_state *st, uint32_t shards, int adopt_bitmap,
+                                 lb_rb_mode mode, PyObject *hash)
+{
+    if (shards > 1) {
+        PyErr_SetString(st->NotSupportedError,
+                        "layout=\"blocked\" is one bitmap: not with shards (yet)");
+        return -1;
+    }
+    if (adopt_bitmap) {
+        PyErr_SetString(st->NotSupportedError,
+                        "adopt=True takes over a bitmap another program wrote with the standard "
+                        "walk (a Go ling-base service's): never a blocked one");
+        return -1;
+    }
+    if (mode == LB_RB_SETBIT) {
+        PyErr_SetString(PyExc_ValueError,
+                        "mode=\"setbit\" (the Go driver's SETBIT/GETBIT) does not apply to "
+                        "layout=\"blocked\": it tests with one GETRANGE of the key's block and "
+                        "adds with one BITFIELD");
+        return -1;
+    }
+    if (hash != Py_None) {
+        const char *h = PyUnicode_Check(hash) ? PyUnicode_AsUTF8(hash) : NULL;
+        if (!h || strcmp(h, LB_RB_BLOCKED_HASH) != 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError,
+                             "layout=\"blocked\" hashes as BlockedFilter (XXH3-128 and the "
+                             "split-block walk, hash=\"%s\"): hash=%R does not apply",
+                             LB_RB_BLOCKED_HASH, hash);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* In a forked child, when another thread of the parent was in a round trip:
@@ -149,18 +209,24 @@ static const lb_redis_ops rf_ops = {
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "m", "k", "hash", "ttl", "mode",
-                             "chunk_size", "adopt", "max_bytes", "shards", LB_CONN_KWNAMES, NULL};
+                             "chunk_size", "adopt", "max_bytes", "shards", "layout",
+                             LB_CONN_KWNAMES, NULL};
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
     PyObject *key, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = Py_None, *ttl = Py_None, *mode = Py_None, *chunk = Py_None,
-                   *max_bytes = Py_None, *shards_obj = Py_None;
+                   *max_bytes = Py_None, *shards_obj = Py_None, *layout_obj = Py_None;
     int adopt_bitmap = 0;
     lb_conn_kw kw = {0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|OO$OOOOOOpOO" LB_CONN_KWFORMAT ":RedisFilter", kwlist, &key,
+                                     "O|OO$OOOOOOpOOO" LB_CONN_KWFORMAT ":RedisFilter", kwlist, &key,
                                      &capacity, &error_rate, &m, &k, &hash, &ttl, &mode, &chunk,
-                                     &adopt_bitmap, &max_bytes, &shards_obj, LB_CONN_KWADDR(kw)))
+                                     &adopt_bitmap, &max_bytes, &shards_obj, &layout_obj,
+                                     LB_CONN_KWADDR(kw)))
+        return NULL;
+    lb_rb_layout layout;
+    int layout_given;
+    if (rf_parse_layout(layout_obj, &layout, &layout_given) < 0)
         return NULL;
     if (adopt_bitmap && (!m || m == Py_None || !k || k == Py_None || hash == Py_None)) {
         PyErr_SetString(PyExc_TypeError,
@@ -183,7 +249,9 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     RedisFilter *self = NULL;
     lb_fixed_args a;
-    int adopt = lb_fixed_args_from(st, capacity, error_rate, m, k, hash, "RedisFilter", 1, &a);
+    /* the blocked layout's hash is its own (checked below), the key hash xxh3-mix's */
+    int adopt = lb_fixed_args_from(st, capacity, error_rate, m, k,
+                                   layout == LB_RB_BLOCKED ? Py_None : hash, "RedisFilter", 1, &a);
     if (adopt < 0)
         goto fail;
     double ttl_s;
@@ -203,6 +271,28 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             goto fail;
         }
     }
+    if (layout == LB_RB_BLOCKED) {
+        if (rf_refuse_for_blocked(st, shards, adopt_bitmap, rb_mode, hash) < 0)
+            goto fail;
+        if (adopt != 1 && a.has_capacity) { /* sized as BlockedFilter sizes */
+            uint64_t bm_m, bm_k;
+            lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
+            if (s != LB_OK) {
+                PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
+                                                : st->InvalidCapacityError,
+                                "no blocked geometry for that capacity and error_rate");
+                goto fail;
+            }
+            a.m = bm_m;
+            a.k = (uint32_t)bm_k;
+        } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
+            PyErr_Format(st->InvalidCapacityError,
+                         "layout=\"blocked\" needs m a positive multiple of 512 (at most "
+                         "2**48) and k a multiple of 8 in 8..64, not m=%llu k=%u",
+                         (unsigned long long)a.m, a.k);
+            goto fail;
+        }
+    }
     size_t chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
     if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
@@ -215,9 +305,10 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         /* No geometry given: adopt the one stored next to the bitmap. */
         lb_geometry g;
         lb_redis_status rs;
+        lb_rb_layout stored = LB_RB_STANDARD;
         Py_BEGIN_ALLOW_THREADS
-        rs = lb_redis_bitmap_read_meta(conn, PyBytes_AS_STRING(key_bytes),
-                                       (size_t)PyBytes_GET_SIZE(key_bytes), &g);
+        rs = lb_redis_bitmap_read_meta_layout(conn, PyBytes_AS_STRING(key_bytes),
+                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
         if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
             rs = lb_redis_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
                                               (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g);
@@ -239,6 +330,17 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
             lb_raise_redis(st, rs, conn, key);
             goto fail;
         }
+        if (layout_given && stored != layout) {
+            PyErr_Format(st->GeometryMismatchError,
+                         "geometry mismatch at Redis key %R: stored layout=%s, this filter "
+                         "layout=%s", key, stored == LB_RB_BLOCKED ? "blocked" : "standard",
+                         layout == LB_RB_BLOCKED ? "blocked" : "standard");
+            goto fail;
+        }
+        if (stored == LB_RB_BLOCKED &&
+            rf_refuse_for_blocked(st, shards, adopt_bitmap, rb_mode, hash) < 0)
+            goto fail;
+        layout = stored;
         a.m = g.m;
         a.k = g.k;
         a.scheme = g.scheme;
@@ -275,6 +377,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
          lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
         goto fail;
     self->mode = rb_mode;
+    self->layout = layout;
     lb_redis_status rs = rf_backend_new(self);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(st, rs, conn, key);
@@ -355,6 +458,12 @@ static PyObject *rf_current_error_rate(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     uint64_t count = 0;
     (void)unused;
+    if (f->layout == LB_RB_BLOCKED) {
+        PyErr_SetString(f->r.base.st->NotSupportedError,
+                        "current_error_rate(): a blocked filter's rate depends on each "
+                        "block's lanes, not on the bit count: snapshot().current_error_rate()");
+        return NULL;
+    }
     RF_CALL(f, rf_bitcount(f, &count));
     return PyFloat_FromDouble(pow((double)count / (double)f->args.m, (double)f->args.k));
 }
@@ -380,10 +489,58 @@ static int rf_check_memory_filter(RedisFilter *f, PyObject *mf)
     return 0;
 }
 
+/* load() of a blocked filter: the BlockedFilter's bytes (its type's own
+ * to_bytes, read back by the saved format's checks), OR'ed in as they are. */
+static PyObject *rf_load_blocked(RedisFilter *f, PyObject *bf)
+{
+    lb_state *st = f->r.base.st;
+    if (!PyObject_TypeCheck(bf, st->BlockedFilter)) {
+        PyErr_Format(PyExc_TypeError, "expected a BlockedFilter (layout=\"blocked\"), not %.200s",
+                     Py_TYPE(bf)->tp_name);
+        return NULL;
+    }
+    PyObject *blob = PyObject_CallMethod((PyObject *)st->BlockedFilter, "to_bytes", "O", bf);
+    if (!blob)
+        return NULL;
+    if (!PyBytes_CheckExact(blob)) {
+        PyErr_Format(PyExc_TypeError, "load(): BlockedFilter.to_bytes() gave %.200s, not bytes",
+                     Py_TYPE(blob)->tp_name);
+        Py_DECREF(blob);
+        return NULL;
+    }
+    Py_buffer view;
+    lb_fixed_args a;
+    const uint8_t *payload;
+    size_t len;
+    if (lb_fixed_read(st, blob, &view, LB_KIND_BLOCKED, "BlockedFilter", &a, &payload, &len) < 0) {
+        Py_DECREF(blob);
+        return NULL;
+    }
+    PyObject *r = NULL;
+    if (a.m != f->args.m || a.k != f->args.k || len != (size_t)(f->args.m / 8)) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "the BlockedFilter has m=%llu k=%u, this filter m=%llu k=%u",
+                     (unsigned long long)a.m, a.k, (unsigned long long)f->args.m, f->args.k);
+    } else if (lb_enter(&f->r.base) == 0) {
+        lb_redis_status rs;
+        LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_load(f->bm, payload, len));
+        lb_leave(&f->r.base);
+        if (rs == LB_REDIS_OK)
+            r = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(blob);
+    return r;
+}
+
 static PyObject *rf_load(PyObject *self, PyObject *mf)
 {
     RedisFilter *f = RF(self);
-    if (rf_refuse_sharded(f, "load()") < 0 || rf_check_memory_filter(f, mf) < 0)
+    if (rf_refuse_sharded(f, "load()") < 0)
+        return NULL;
+    if (f->layout == LB_RB_BLOCKED)
+        return rf_load_blocked(f, mf);
+    if (rf_check_memory_filter(f, mf) < 0)
         return NULL;
     /* The MemoryFilter's own bits: its type's to_bitmap, not what a subclass
      * (or anything else Python code can replace) would answer, and then only
@@ -443,6 +600,25 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
     if (rs != LB_REDIS_OK) {
         Py_DECREF(bits);
         return NULL;
+    }
+    if (f->layout == LB_RB_BLOCKED) {
+        /* the bytes are a BlockedFilter's: through the saved format of one */
+        lb_fixed_filter proto;
+        memset(&proto, 0, sizeof proto);
+        proto.args = f->args;
+        PyObject *blob = lb_fixed_to_bytes(&proto, LB_KIND_BLOCKED, out, nbytes);
+        Py_DECREF(bits);
+        if (!blob)
+            return NULL;
+        PyObject *r = PyObject_CallMethod((PyObject *)f->r.base.st->BlockedFilter, "from_bytes",
+                                          "O", blob);
+        Py_DECREF(blob);
+        if (r && !Py_IS_TYPE(r, f->r.base.st->BlockedFilter)) {
+            PyErr_Format(PyExc_TypeError, "snapshot(): BlockedFilter.from_bytes() gave %.200s, "
+                         "not a BlockedFilter", Py_TYPE(r)->tp_name);
+            Py_CLEAR(r);
+        }
+        return r;
     }
     PyObject *r = PyObject_CallMethod((PyObject *)f->r.base.st->MemoryFilter, "from_bitmap", "OKIs",
                                       bits, (unsigned long long)f->args.m, f->args.k,
@@ -520,6 +696,19 @@ static PyObject *rf_get_nbytes(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong((f->args.m + 7) / 8);
 }
 
+static PyObject *rf_get_layout(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(RF(self)->layout == LB_RB_BLOCKED ? "blocked" : "standard");
+}
+
+static PyObject *rf_get_hash(PyObject *self, void *closure)
+{
+    if (RF(self)->layout == LB_RB_BLOCKED)
+        return PyUnicode_FromString(LB_RB_BLOCKED_HASH);
+    return lb_fixed_get_hash(self, closure);
+}
+
 static PyObject *rf_key_names(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -588,6 +777,10 @@ static PyObject *rf_repr(PyObject *self)
                                     (unsigned long long)f->args.m, f->args.k,
                                     lb_hash_scheme_name(f->args.scheme),
                                     f->r.base.closed ? " closed" : "");
+    if (f->layout == LB_RB_BLOCKED)
+        return PyUnicode_FromFormat("<RedisFilter key=%R layout=blocked m=%llu k=%u%s>", f->r.key,
+                                    (unsigned long long)f->args.m, f->args.k,
+                                    f->r.base.closed ? " closed" : "");
     return PyUnicode_FromFormat("<RedisFilter key=%R m=%llu k=%u hash=%s%s>", f->r.key,
                                 (unsigned long long)f->args.m, f->args.k,
                                 lb_hash_scheme_name(f->args.scheme),
@@ -613,12 +806,16 @@ static PyMethodDef rf_methods[] = {
     {"approximate_count", rf_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nDistinct keys, estimated from the bits set."},
     {"fill_ratio", rf_fill_ratio, METH_NOARGS, "fill_ratio() -> float"},
-    {"current_error_rate", rf_current_error_rate, METH_NOARGS, "current_error_rate() -> float"},
+    {"current_error_rate", rf_current_error_rate, METH_NOARGS,
+     "current_error_rate() -> float\n\n(bits set / m) ** k; NotSupportedError for "
+     "layout=\"blocked\" (snapshot().current_error_rate() gives its rate)."},
     {"load", rf_load, METH_O,
      "load(memory_filter)\n\nOR a MemoryFilter of the same m, k and hash into the bitmap, in a "
-     "few large commands (other writers' bits are kept)."},
+     "few large commands (other writers' bits are kept); layout=\"blocked\": a BlockedFilter "
+     "of the same m and k."},
     {"snapshot", rf_snapshot, METH_NOARGS,
-     "snapshot() -> MemoryFilter\n\nA local copy of the bitmap."},
+     "snapshot() -> MemoryFilter | BlockedFilter\n\nA local copy of the bitmap (a BlockedFilter "
+     "for layout=\"blocked\")."},
     {"key_names", rf_key_names, METH_NOARGS,
      "key_names() -> list[bytes]\n\nThe Redis keys this filter uses: its parts, then the "
      "meta key that records its geometry."},
@@ -641,7 +838,12 @@ static PyGetSetDef rf_getset[] = {
     {"key", lb_redis_get_key, NULL, "the Redis key of the bitmap", NULL},
     {"m", lb_fixed_get_m, NULL, "number of bits", (void *)offsetof(RedisFilter, args)},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", (void *)offsetof(RedisFilter, args)},
-    {"hash", lb_fixed_get_hash, NULL, "hashing scheme", (void *)offsetof(RedisFilter, args)},
+    {"hash", rf_get_hash, NULL,
+     "hashing scheme (\"xxh3-block\" for layout=\"blocked\", as BlockedFilter)",
+     (void *)offsetof(RedisFilter, args)},
+    {"layout", rf_get_layout, NULL,
+     "\"standard\" (k bits anywhere in m) or \"blocked\" (BlockedFilter's 64-byte blocks)",
+     NULL},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None",
      (void *)offsetof(RedisFilter, args)},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None",
@@ -671,6 +873,11 @@ static PyType_Slot rf_slots[] = {
      "mode=\"bitfield\" (one BITFIELD per key) or \"setbit\" (the Go driver's SETBIT/GETBIT); "
      "the bitmap is the same.  Without capacity or m and k, the geometry stored next to an "
      "existing filter is adopted.\n\n"
+     "layout=\"blocked\": BlockedFilter's split-block layout, sized as BlockedFilter sizes "
+     "(m a multiple of 512, k of 8), the string holding a BlockedFilter's bytes: a test reads "
+     "the key's one 64-byte block (GETRANGE), an add sets its k bits there (one BITFIELD).  Not "
+     "with shards, adopt, mode=\"setbit\" or a hash other than \"xxh3-block\"; a standard and a "
+     "blocked filter at one key refuse each other (GeometryMismatchError).\n\n"
      "Ownership: a key that exists without this library's meta key beside it (a user's "
      "string, another program's bitmap) is never read or written: KeyNotOwnedError.  "
      "adopt=True, with the m, k and hash it was written with, takes such a bitmap over on "

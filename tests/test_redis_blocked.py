@@ -1,0 +1,201 @@
+"""RedisFilter(layout="blocked") against a real redis-server: BlockedFilter's layout in a Redis
+string (one GETRANGE of a 64-byte block per test, one BITFIELD of k SET u1 in that block per
+add), bit for bit a BlockedFilter's bytes; its meta key; the mismatch with a standard filter
+both ways; what it refuses; the asyncio filter over the same wire operations; replies that do
+not fit a GETRANGE of one block."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import ling_bloom as lb
+from hostile_server import HostileServer, bulk, integer
+from ling_bloom import AsyncRedisFilter, RedisFilter
+
+HEADER, TRAILER = 40, 8  # csrc/core/format.h: a fixed filter's header and checksum
+
+
+def rf(srv, key="blk", *args, **kwargs):
+    kwargs.setdefault("url", srv.url)
+    kwargs.setdefault("layout", "blocked")
+    if not args and "m" not in kwargs and "capacity" not in kwargs:
+        args = (3000, 0.01)
+    return RedisFilter(key, *args, **kwargs)
+
+
+def payload(bf: lb.BlockedFilter) -> bytes:
+    """A BlockedFilter's bytes: the lanes as little-endian words, block after block."""
+    data = bf.to_bytes()
+    assert len(data) == HEADER + bf.m // 8 + TRAILER
+    return data[HEADER:HEADER + bf.m // 8]
+
+
+def redis_bytes(raw, key, nbytes: int) -> bytes:
+    value = raw.command("GET", key) or b""
+    assert len(value) <= nbytes
+    return value + bytes(nbytes - len(value))
+
+
+KEYS = [f"user:{i % 1500}" for i in range(2000)]  # repeats: add answers False for those
+ABSENT = [f"absent:{i}" for i in range(4000)]
+
+
+def test_same_answers_and_bytes_as_a_blocked_filter(clean_redis, raw_redis):
+    bf = lb.BlockedFilter(1000, 0.01)  # 1,500 keys: overfull, so some absent keys test present
+    with rf(clean_redis, "blk", 1000, 0.01) as f:
+        assert (f.m, f.k) == lb.BlockedFilter.geometry(1000, 0.01) == (bf.m, bf.k)
+        assert f.add_many(KEYS) == bf.add_many(KEYS)
+        assert redis_bytes(raw_redis, "blk", f.nbytes) == payload(bf)
+        probe = KEYS + ABSENT
+        got = f.test_many(probe)
+        assert got == bf.test_many(probe)
+        assert all(got[:len(KEYS)]) and 0 < sum(got[len(KEYS):]) < 800  # false positives too
+        assert f.add("one more") is True and f.add("one more") is False
+        assert f.test("one more") and "one more" in f and "never" not in f
+        assert bf.add("one more") is True
+        assert f.bits_set() == bf.bits_set
+        assert f.approximate_count() == bf.approximate_count()
+
+
+def test_an_empty_or_short_string_reads_as_zeros(clean_redis):
+    """GETRANGE past the end of the string (or of a missing key) answers fewer bytes."""
+    bf = lb.BlockedFilter(m=512 * 64, k=16)
+    with rf(clean_redis, m=bf.m, k=bf.k) as f:
+        assert f.test_many(ABSENT[:200]) == [False] * 200
+        low = next(k for k in ABSENT if f.add_many([k]) and bf.add(k))  # the string grows to it
+        assert f.test_many(ABSENT) == bf.test_many(ABSENT) and f.test(low)
+
+
+def test_chunks_and_the_meta_key(clean_redis, raw_redis):
+    with rf(clean_redis, "a") as one, rf(clean_redis, "b", chunk_size=7) as chunked:
+        assert one.add_many(KEYS) == chunked.add_many(KEYS)
+        assert chunked.test_many(KEYS + ABSENT) == one.test_many(KEYS + ABSENT)
+        assert raw_redis.command("GET", "a") == raw_redis.command("GET", "b")
+        assert raw_redis.command("GET", "{a}:meta") == (
+            f"ling_bloom:v=2;m={one.m};k={one.k};hash=xxh3-block;layout=blocked".encode())
+        one.reset()
+        assert one.test_many(KEYS[:10]) == [False] * 10
+        assert raw_redis.command("GET", "{a}:meta").endswith(b";layout=blocked")
+
+
+def test_snapshot_and_load_are_byte_copies(clean_redis, raw_redis):
+    bf = lb.BlockedFilter(3000, 0.01)
+    bf.update(KEYS)
+    with rf(clean_redis, "src") as f, rf(clean_redis, "dst") as g:
+        f.update(KEYS)
+        snap = f.snapshot()
+        assert type(snap) is lb.BlockedFilter and snap == bf and payload(snap) == payload(bf)
+        assert (snap.capacity, snap.error_rate) == (3000, 0.01)
+        g.add("already there")
+        g.load(bf)  # an OR: the bits already there stay
+        other = lb.BlockedFilter(m=bf.m, k=bf.k)
+        other.add("already there")
+        assert g.snapshot() == bf | other
+        assert redis_bytes(raw_redis, "dst", g.nbytes) == payload(bf | other)
+        with pytest.raises(TypeError, match="BlockedFilter"):
+            g.load(lb.MemoryFilter(m=bf.m, k=8))
+        with pytest.raises(lb.GeometryMismatchError, match="m=1024 k=8"):
+            g.load(lb.BlockedFilter(m=1024, k=8))
+
+
+def test_a_standard_filter_and_a_blocked_one_refuse_each_other(clean_redis):
+    m, k = 4096, 8  # a geometry both layouts can have
+    with RedisFilter("std", m=m, k=k, url=clean_redis.url) as s:
+        s.add("x")
+        with rf(clean_redis, "std", m=m, k=k) as b, \
+                pytest.raises(lb.GeometryMismatchError,
+                              match="stored m=4096 k=8 hash=xxh3-mix, this filter m=4096 k=8 "
+                                    "hash=xxh3-block layout=blocked"):
+            b.add("x")
+        with pytest.raises(lb.GeometryMismatchError, match="layout=standard.*layout=blocked"):
+            RedisFilter.open(clean_redis.url, "std", layout="blocked")
+    with rf(clean_redis, "blocked", m=m, k=k) as b:
+        b.add("x")
+        with RedisFilter("blocked", m=m, k=k, url=clean_redis.url) as s, \
+                pytest.raises(lb.GeometryMismatchError,
+                              match="stored m=4096 k=8 hash=xxh3-block layout=blocked, this "
+                                    "filter m=4096 k=8 hash=xxh3-mix$"):
+            s.test("x")
+        with pytest.raises(lb.GeometryMismatchError, match="layout=blocked.*layout=standard"):
+            RedisFilter.open(clean_redis.url, "blocked", layout="standard")
+        with RedisFilter.open(clean_redis.url, "blocked") as o:  # the stored layout is adopted
+            assert (o.layout, o.m, o.k, o.hash) == ("blocked", m, k, "xxh3-block")
+            assert o.test("x") and not o.test("y")
+
+
+def test_properties(clean_redis):
+    with rf(clean_redis, "p", ttl=100) as f:
+        assert (f.layout, f.hash, f.shards, f.nparts, f.nbytes) == (
+            "blocked", "xxh3-block", 1, 1, f.m // 8)
+        assert f.key_names() == [b"p", b"{p}:meta"]
+        assert repr(f) == f"<RedisFilter key='p' layout=blocked m={f.m} k={f.k}>"
+        f.add("a")
+        assert 0 < f.remaining_ttl() <= 100
+        with pytest.raises(lb.NotSupportedError, match="snapshot"):
+            f.current_error_rate()
+    with RedisFilter("s", 100, url=clean_redis.url) as s:
+        assert s.layout == "standard"
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(shards=2), lb.NotSupportedError, "not with shards"),
+    (dict(m=4096, k=8, hash="xxh3-mix", adopt=True), lb.NotSupportedError, "never a blocked"),
+    (dict(mode="setbit"), ValueError, "GETRANGE"),
+    (dict(hash="ling-base"), ValueError, "xxh3-block"),
+    (dict(hash="xxh3-mix"), ValueError, "xxh3-block"),
+    (dict(m=1000, k=8), lb.InvalidCapacityError, "multiple of 512"),
+    (dict(m=1024, k=7), lb.InvalidCapacityError, "multiple of 8"),
+    (dict(layout="tiled"), ValueError, "layout must be"),
+    (dict(layout=1), ValueError, "layout must be"),
+])
+def test_what_it_refuses(clean_redis, raw_redis, kwargs, exc, match):
+    if "m" not in kwargs:
+        kwargs = dict(kwargs, capacity=3000)
+    with pytest.raises(exc, match=match):
+        rf(clean_redis, "r", **kwargs)
+    assert raw_redis.command("DBSIZE") == 0  # nothing was written
+
+
+def test_hash_xxh3_block_is_accepted(clean_redis):
+    with rf(clean_redis, "h", 3000, hash="xxh3-block") as f:
+        assert f.hash == "xxh3-block"
+
+
+def test_asyncio_filter_gets_the_same_answers(clean_redis):
+    bf = lb.BlockedFilter(3000, 0.01)
+    expect_add = bf.add_many(KEYS)
+    expect_test = bf.test_many(KEYS + ABSENT)
+
+    async def go():
+        async with AsyncRedisFilter("aio", 3000, 0.01, url=clean_redis.url,
+                                    layout="blocked") as f:
+            assert f.layout == "blocked"
+            added = await f.add_many(KEYS)
+            tested = await f.test_many(KEYS + ABSENT)
+            single = (await f.add("x"), await f.add("x"), await f.test("x"))
+            return added, tested, single
+
+    added, tested, single = asyncio.run(go())
+    assert added == expect_add and tested == expect_test and single == (True, False, True)
+    with rf(clean_redis, "aio") as f:
+        assert f.snapshot() == bf | _with("x", bf)
+
+
+def _with(key, like):
+    other = lb.BlockedFilter(m=like.m, k=like.k)
+    other.add(key)
+    return other
+
+
+@pytest.mark.parametrize("reply", [bulk(b"\xff" * 65), integer(1), bulk(None)])
+def test_a_getrange_reply_that_does_not_fit(clean_redis, reply):
+    """More than the 64 bytes asked, or not a string: RedisProtocolError, never an answer."""
+    def script(ctx, args):
+        return reply if args[0].upper() == b"GETRANGE" else None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        with RedisFilter("h", 3000, 0.01, url=srv.url, layout="blocked") as f:
+            f.add("a")  # adds are BITFIELD: unaffected
+            with pytest.raises(lb.RedisProtocolError, match="GETRANGE"):
+                f.test("a")
