@@ -74,7 +74,7 @@ static inline uint32_t round_word(lb_hash_pair h, uint32_t j)
 
 static inline uint64_t *block_of(const lb_blocked *b, lb_hash_pair h)
 {
-    return b->words + 8 * lb_fastrange(h.h1, b->nblocks);
+    return b->words + 8 * lb_blocked_block_of(b->nblocks, h);
 }
 
 /* ---- implementation choice ----------------------------------------------- */
@@ -149,6 +149,18 @@ static inline int test_portable(const uint64_t *blk, uint32_t rounds, lb_hash_pa
             miss |= ~blk[i] & (UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26));
     }
     return miss == 0;
+}
+
+void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES])
+{
+    for (int i = 0; i < LB_BLOCKED_LANES; i++)
+        mask[i] = 0;
+    for (uint32_t j = 0; j < rounds; j++) {
+        const uint32_t y = round_word(h, j);
+        const uint32_t *s = LB_BLOCKED_SALT + 8 * j;
+        for (int i = 0; i < LB_BLOCKED_LANES; i++)
+            mask[i] |= UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26);
+    }
 }
 
 /* ---- AVX2 probes ------------------------------------------------------------ */

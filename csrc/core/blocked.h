@@ -71,6 +71,15 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h);
 int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len);
 int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len);
 
+/* Where one hashed key lives, for a store that is not an lb_blocked (a Redis
+ * string in the same layout, redis_bitmap.c): its block, and the bits it has
+ * in each of the block's 8 lanes (what add ORs in and test checks). */
+static inline uint64_t lb_blocked_block_of(uint64_t nblocks, lb_hash_pair h)
+{
+    return lb_fastrange(h.h1, nblocks);
+}
+void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES]);
+
 /* Batches over keys hashed already (lb_hash_xxh3 of each key's bytes, as the
  * binding hashes while it reads the keys): prefetch the block of keys a few
  * places ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */

@@ -702,27 +702,6 @@ static void batch_bounds(lb_redis_bitmap *bm)
     lb_redis_batch_expect_bytes(&bm->batch, 0);
 }
 
-/* The blocked layout (blocked.h): a key's block and the bits it sets in
- * each of the block's 8 lanes, as lb_blocked_add / lb_blocked_test compute
- * them (round_word there: y_0 = low 32 bits of h1, y_1 = high 32 bits of h2,
- * then lb_mix64 of h2 + j * golden ratio; the tests compare every answer and
- * byte with BlockedFilter's). */
-static uint64_t blocked_probe(const lb_redis_bitmap *bm, lb_hash_pair h, uint64_t want[8])
-{
-    const uint32_t rounds = bm->g.k / LB_BLOCKED_LANES;
-    memset(want, 0, 8 * sizeof *want);
-    for (uint32_t j = 0; j < rounds; j++) {
-        uint32_t y = j == 0   ? (uint32_t)h.h1
-                     : j == 1 ? (uint32_t)(h.h2 >> 32)
-                              : (uint32_t)(lb_mix64(h.h2 + (uint64_t)j *
-                                                            UINT64_C(0x9e3779b97f4a7c15)) >>
-                                           32);
-        for (int i = 0; i < 8; i++)
-            want[i] |= UINT64_C(1) << ((uint32_t)(y * LB_BLOCKED_SALT[8 * j + i]) >> 26);
-    }
-    return lb_fastrange(h.h1, bm->g.m / LB_BLOCKED_BLOCK_BITS);
-}
-
 /* One key of a blocked chunk: the k SET u1 of its block (an add; Redis bit
  * order: lane i, bit b of the block is its bit 64 i + (b ^ 7), byte 8 i + b/8
  * as the little-endian words of a BlockedFilter's bytes), or one GETRANGE of
@@ -730,9 +709,12 @@ static uint64_t blocked_probe(const lb_redis_bitmap *bm, lb_hash_pair h, uint64_
 static size_t emit_blocked(lb_redis_bitmap *bm, int write, const lb_key *key, uint32_t keyidx,
                            size_t ncmd)
 {
-    uint64_t want[8], offs[LB_MAX_K];
-    uint64_t first = blocked_probe(bm, lb_hash_xxh3(key->data, key->len), want) *
-                     LB_BLOCKED_BLOCK_BITS; /* a block never straddles two parts */
+    uint64_t want[LB_BLOCKED_LANES], offs[LB_MAX_K];
+    const lb_hash_pair h = lb_hash_xxh3(key->data, key->len);
+    lb_blocked_masks(bm->g.k / LB_BLOCKED_LANES, h, want);
+    /* a block never straddles two parts */
+    const uint64_t nblocks = bm->g.m / LB_BLOCKED_BLOCK_BITS;
+    uint64_t first = lb_blocked_block_of(nblocks, h) * LB_BLOCKED_BLOCK_BITS;
     uint64_t part = first >> 32, off = first & 0xffffffffu;
     if (write) {
         uint32_t cnt = 0;
