@@ -11,6 +11,7 @@
 #include "../../csrc/core/redis_conn.h"
 #include "../../csrc/core/redis_reply.h"
 #ifdef LB_TEST_BITMAP
+#include "../../csrc/core/blocked.h"
 #include "../../csrc/core/hash.h"
 #include "../../csrc/core/redis_bitmap.h"
 #endif
