@@ -124,6 +124,30 @@ def test_a_standard_filter_and_a_blocked_one_refuse_each_other(clean_redis):
             assert o.test("x") and not o.test("y")
 
 
+def test_a_foreign_wrong_type_or_deleted_key(clean_redis, raw_redis):
+    """The standard layout's guards hold for the blocked one: a string it did not write is
+    refused, a key of another type is named, a deleted filter comes back with its meta."""
+    raw_redis.command("SET", "user-data", b"\x01" * 10)  # someone else's string
+    with rf(clean_redis, "user-data") as f:
+        for call in (lambda: f.add("a"), lambda: f.test("a")):
+            with pytest.raises(lb.KeyNotOwnedError):
+                call()
+    assert raw_redis.command("GET", "user-data") == b"\x01" * 10
+    raw_redis.command("LPUSH", "list", "x")
+    with rf(clean_redis, "list") as f:
+        for call in (lambda: f.add("a"), lambda: f.test_many(["a", "b"])):
+            with pytest.raises(lb.WrongTypeError) as e:
+                call()
+            assert e.value.key == "list"
+    with rf(clean_redis, "gone") as f:
+        f.add("a")
+        raw_redis.command("DEL", "gone", "{gone}:meta")  # another client, or an expiry
+        assert f.test("a") is False and f.add("b") is True
+        assert raw_redis.command("GET", "{gone}:meta").endswith(b";layout=blocked")
+    with RedisFilter.open(clean_redis.url, "gone") as g:
+        assert g.layout == "blocked" and g.test_many(["a", "b"]) == [False, True]
+
+
 def test_properties(clean_redis):
     with rf(clean_redis, "p", ttl=100) as f:
         assert (f.layout, f.hash, f.shards, f.nparts, f.nbytes) == (
