@@ -39,7 +39,9 @@ def main() -> int:
             continue
         print(f"\n=== {title} ({script}) ===", flush=True)
         quick = ["--quick"] if args.quick and script != "bench_in_cache.py" else []
-        cmd = [sys.executable, str(HERE / script)] + quick
+        # the README's tables: each cell the best of 3 rounds (bench_memory's --rounds)
+        rounds = ["--rounds", "3"] if script == "bench_memory.py" and not args.quick else []
+        cmd = [sys.executable, str(HERE / script)] + quick + rounds
         t0 = time.perf_counter()
         rc = subprocess.call(cmd)
         print(f"=== {script}: exit {rc} after {time.perf_counter() - t0:.0f} s ===", flush=True)
