@@ -99,28 +99,27 @@ def test_snapshot_and_load_are_byte_copies(clean_redis, raw_redis):
             g.load(lb.BlockedFilter(m=1024, k=8))
 
 
-def test_a_standard_filter_and_a_blocked_one_refuse_each_other(clean_redis):
+STD = "m=4096 k=8 hash=xxh3-mix"
+BLK = "m=4096 k=8 hash=xxh3-block layout=blocked"
+
+
+@pytest.mark.parametrize("first, then, stored, this", [
+    ("standard", "blocked", STD, BLK + "$"),
+    ("blocked", "standard", BLK, STD + "$"),
+])
+def test_a_standard_filter_and_a_blocked_one_refuse_each_other(clean_redis, first, then,
+                                                               stored, this):
     m, k = 4096, 8  # a geometry both layouts can have
-    with RedisFilter("std", m=m, k=k, url=clean_redis.url) as s:
-        s.add("x")
-        with rf(clean_redis, "std", m=m, k=k) as b, \
+    with RedisFilter("bf", m=m, k=k, url=clean_redis.url, layout=first) as f:
+        f.add("x")
+        with RedisFilter("bf", m=m, k=k, url=clean_redis.url, layout=then) as other, \
                 pytest.raises(lb.GeometryMismatchError,
-                              match="stored m=4096 k=8 hash=xxh3-mix, this filter m=4096 k=8 "
-                                    "hash=xxh3-block layout=blocked"):
-            b.add("x")
-        with pytest.raises(lb.GeometryMismatchError, match="layout=standard.*layout=blocked"):
-            RedisFilter.open(clean_redis.url, "std", layout="blocked")
-    with rf(clean_redis, "blocked", m=m, k=k) as b:
-        b.add("x")
-        with RedisFilter("blocked", m=m, k=k, url=clean_redis.url) as s, \
-                pytest.raises(lb.GeometryMismatchError,
-                              match="stored m=4096 k=8 hash=xxh3-block layout=blocked, this "
-                                    "filter m=4096 k=8 hash=xxh3-mix$"):
-            s.test("x")
-        with pytest.raises(lb.GeometryMismatchError, match="layout=blocked.*layout=standard"):
-            RedisFilter.open(clean_redis.url, "blocked", layout="standard")
-        with RedisFilter.open(clean_redis.url, "blocked") as o:  # the stored layout is adopted
-            assert (o.layout, o.m, o.k, o.hash) == ("blocked", m, k, "xxh3-block")
+                              match=f"stored {stored}, this filter {this}"):
+            other.test("x")
+        with pytest.raises(lb.GeometryMismatchError, match=f"layout={first}.*layout={then}"):
+            RedisFilter.open(clean_redis.url, "bf", layout=then)
+        with RedisFilter.open(clean_redis.url, "bf") as o:  # the stored layout is adopted
+            assert (o.layout, o.m, o.k) == (first, m, k)
             assert o.test("x") and not o.test("y")
 
 
