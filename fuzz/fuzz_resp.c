@@ -2,7 +2,7 @@
  *
  * The client is the real one: lb_redis (hiredis's reader with this project's
  * callbacks and bounds, the round-trip loop, the handshake) under
- * lb_redis_bitmap_* (RedisFilter) and lb_bf_* (RedisBloomFilter), with every
+ * lb_redis_bitmap_* (RedisFilter, both layouts) and lb_bf_* (RedisBloomFilter), with every
  * reply check of redis_bitmap.c, redisbloom.c, redis_memory.c and
  * redis_reply.h.  The server is a thread of this process on a unix socket
  * (the config's unix_path): it answers each request the client sends with
@@ -14,7 +14,9 @@
  *   byte 1  flags: 1 SETBIT mode, 2 ttl, 4 adopt, 8 non-scaling, 16 no_create,
  *           32 AUTH on connect, 64 SELECT on connect, 128 a filter of 2 parts
  *   byte 2  low 2 bits: keys - 1; next 3 bits: k - 1; bit 5: run the
- *           operation twice (the second on the kept or a new connection)
+ *           operation twice (the second on the kept or a new connection);
+ *           bit 6: a RedisFilter of the blocked layout (m = 512 (1 + byte 3
+ *           % 16), or 2^32 + 512 with flag 128; k = 8 or 16)
  *   byte 3  expansion (1 + b % 4) and the scandump iterator (b)
  *
  * No timeout is needed for a short reply: after sending a chunk the server
@@ -567,13 +569,23 @@ static void run(const params *p)
     q.op = (uint8_t)(p->op / 3);
     if (kind == 0) {
         lb_geometry g;
-        uint64_t m = p->flags & 128 ? (UINT64_C(1) << 32) + 1000 : 1000 + p->extra;
-        lb_geometry_init(&g, m, p->k, (lb_hash_scheme)(p->extra % LB_HASH_SCHEME_COUNT));
+        /* shape bit 6: the blocked layout (a GETRANGE of one block per test, its
+         * own meta), m a multiple of 512 and k of 8 */
+        const int blocked = (p->shape & 64) != 0;
+        uint64_t m = p->flags & 128 ? (UINT64_C(1) << 32) + (blocked ? 512 : 1000)
+                     : blocked      ? 512 * (UINT64_C(1) + p->extra % 16)
+                                    : 1000 + p->extra;
+        if (blocked)
+            lb_geometry_init(&g, m, 8 * (1 + p->k % 2), LB_HASH_XXH3_MIX);
+        else
+            lb_geometry_init(&g, m, p->k, (lb_hash_scheme)(p->extra % LB_HASH_SCHEME_COUNT));
         lb_redis_bitmap *bm;
         CHECK(lb_redis_bitmap_new(conn, "f", 1, &g, p->flags & 2 ? 60000 : 0, &bm) ==
               LB_REDIS_OK);
         lb_redis_bitmap_set_mode(bm, p->flags & 1 ? LB_RB_SETBIT : LB_RB_BITFIELD);
         lb_redis_bitmap_set_adopt(bm, p->flags & 4);
+        if (blocked)
+            CHECK(lb_redis_bitmap_set_layout(bm, LB_RB_BLOCKED) == LB_REDIS_OK);
         for (int i = 0; i < times; i++)
             check_status(conn, bitmap_op(conn, bm, &q));
         lb_redis_bitmap_free(bm);
