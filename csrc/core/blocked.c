@@ -139,19 +139,9 @@ static inline unsigned add_portable(uint64_t *blk, uint32_t rounds, lb_hash_pair
     return fresh;
 }
 
-static inline int test_portable(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
-{
-    uint64_t miss = 0;
-    for (uint32_t j = 0; j < rounds; j++) {
-        const uint32_t y = round_word(h, j);
-        const uint32_t *s = LB_BLOCKED_SALT + 8 * j;
-        for (int i = 0; i < 8; i++)
-            miss |= ~blk[i] & (UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26));
-    }
-    return miss == 0;
-}
-
-void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES])
+/* The bits of h in each of the block's 8 lanes: what an add ORs in and a
+ * test checks (the one definition; lb_blocked_masks exports it). */
+static inline void masks_of(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES])
 {
     for (int i = 0; i < LB_BLOCKED_LANES; i++)
         mask[i] = 0;
@@ -161,6 +151,20 @@ void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_
         for (int i = 0; i < LB_BLOCKED_LANES; i++)
             mask[i] |= UINT64_C(1) << ((uint32_t)(y * s[i]) >> 26);
     }
+}
+
+static inline int test_portable(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    uint64_t want[LB_BLOCKED_LANES], miss = 0;
+    masks_of(rounds, h, want);
+    for (int i = 0; i < LB_BLOCKED_LANES; i++)
+        miss |= want[i] & ~blk[i];
+    return miss == 0;
+}
+
+void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES])
+{
+    masks_of(rounds, h, mask);
 }
 
 /* ---- AVX2 probes ------------------------------------------------------------ */
