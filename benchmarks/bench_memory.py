@@ -4,7 +4,7 @@
 Every implementation gets the same keys, the same n and the same p:
 
   ling_bloom           MemoryFilter (XXH3-128, double hashing, k probes in a flat bit array)
-  ling_bloom BlockedFilter  split-block: one 64-byte block per key (XXH3-128, AVX2 or portable)
+  ling_bloom BlockedFilter  split-block: one 64-byte block per key (XXH3-64, AVX2 or portable)
   C floor              benchmarks/floor.c: ling_bloom's own C core over the same keys, no Python
   abloom               BloomFilter (split-block: one 64-byte block per key, Python's hash())
   abloom (xxh64)       the same with serializable=True (XXH64 of the key's bytes)
@@ -258,7 +258,7 @@ def _impls() -> list[Impl]:
         Impl("ling_bloom BlockedFilter", "ling_bloom", "ling_bloom", blocked_make,
              lambda f: f.nbytes, "nbytes = m/8", update, lambda f, ks: f.test_many(ks),
              "update", "test_many",
-             note="split-block filter (1 cache line/key), XXH3-128, sized for its own FPR"),
+             note="split-block filter (1 cache line/key), XXH3-64, sized for its own FPR"),
         Impl("abloom", "abloom", "abloom", abloom_make(False), lambda f: f.byte_count,
              "byte_count", update, None, "update",
              note="split-block filter (1 cache line/key), Python hash()"),

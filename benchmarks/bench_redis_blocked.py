@@ -64,7 +64,7 @@ def blocked_bits(key: str, m: int, k: int, one: "lb.BlockedFilter") -> Tuple[int
     Redis string.  The block is floor(h1 * nblocks / 2^64) (csrc/core/blocked.h); the bits
     inside it do not depend on the filter's size, so a one-block BlockedFilter with the same
     k (one) shows them: lane i, bit b is byte 8 i + b // 8, which Redis numbers MSB first."""
-    h1, _ = lb.hash_pair(key, "xxh3")
+    h1, _ = lb.hash_pair(key, "xxh3-block")
     block = (h1 * (m // 512)) >> 64
     one.reset()
     one.add(key)

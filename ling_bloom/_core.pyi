@@ -118,7 +118,8 @@ def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
     """The k bit indices of key in a filter of m bits."""
 
 def hash_pair(key: Key, hash: Optional[str] = ...) -> Tuple[int, int]:
-    """The two 64-bit hashes double hashing starts from."""
+    """The two 64-bit hashes double hashing starts from; hash="xxh3-block" gives
+    BlockedFilter's pair (XXH3-64 of the key, and a word derived from it)."""
 
 # ---- what every filter has ------------------------------------------------------------------
 
@@ -268,7 +269,7 @@ class BlockedFilter(_Fixed):
     """A split-block Bloom filter: each key sets k bits in one 64-byte block (one cache
     line), k/8 in each of the block's eight 64-bit lanes.  Sized with its own rate (higher
     than a standard filter's at equal memory): error_rate holds at capacity.  Keys are
-    hashed with XXH3-128 (the same on every machine and process)."""
+    hashed with XXH3-64 (the same on every machine and process)."""
 
     def __new__(
         cls,
@@ -282,7 +283,7 @@ class BlockedFilter(_Fixed):
         k (a multiple of 8 in 8..64); InvalidCapacityError otherwise."""
     @property
     def hash(self) -> str:
-        """"xxh3-block": XXH3-128 of the key and the split-block walk (csrc/core/blocked.h)."""
+        """"xxh3-block": XXH3-64 of the key and the split-block walk (csrc/core/blocked.h)."""
     @property
     def bits_set(self) -> int:
         """Number of bits set."""

@@ -388,7 +388,7 @@ def fpr_over_filters(
         raise ValueError(f"kind must be 'memory', 'counting' or 'blocked', not {kind!r}")
     blocked = cls is lb.BlockedFilter
     if blocked and hash != "xxh3-mix":
-        raise ValueError("a blocked filter has one hash (XXH3-128, the split-block walk)")
+        raise ValueError("a blocked filter has one hash (XXH3-64, the split-block walk)")
     if (m is None) != (k is None):
         raise ValueError("give both m and k, or neither")
     if m is None:

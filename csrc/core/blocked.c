@@ -55,12 +55,10 @@ const uint32_t LB_BLOCKED_SALT[LB_MAX_K] LB_ALIGN64 = {
     0x73d851e5u, 0xd8b2cff9u, 0x0d1a4b57u, 0x05513427u,
 };
 
-/* lb_hash_xxh3, inlined: (low 64, high 64 | 1) of XXH3_128bits. */
+/* lb_hash_blocked, inlined. */
 static inline lb_hash_pair hash_key(const void *data, size_t len)
 {
-    XXH128_hash_t h = XXH3_128bits(data, len);
-    lb_hash_pair p = {h.low64, h.high64 | 1};
-    return p;
+    return lb_blocked_pair(XXH3_64bits(data, len));
 }
 
 static inline uint32_t round_word(lb_hash_pair h, uint32_t j)

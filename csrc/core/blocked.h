@@ -3,7 +3,8 @@
  * The bits are nblocks blocks of 64 bytes (one cache line, 64-byte aligned),
  * each block 8 lanes of 64 bits.  A key touches exactly one block:
  *
- *   (h1, h2)  = XXH3_128bits(key) as lb_hash_xxh3 gives it (h2 |= 1)
+ *   h         = XXH3_64bits(key, seed 0)
+ *   (h1, h2)  = (h, lb_mix64(h + 0x9e3779b97f4a7c15))     (lb_hash_blocked, hash.h)
  *   block     = floor(h1 * nblocks / 2^64)                 (lb_fastrange)
  *   round j (0 <= j < rounds) takes a 32-bit word y_j:
  *     y_0 = low 32 bits of h1, y_1 = high 32 bits of h2,
@@ -80,7 +81,7 @@ static inline uint64_t lb_blocked_block_of(uint64_t nblocks, lb_hash_pair h)
 }
 void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES]);
 
-/* Batches over keys hashed already (lb_hash_xxh3 of each key's bytes, as the
+/* Batches over keys hashed already (lb_hash_blocked of each key's bytes, as the
  * binding hashes while it reads the keys): prefetch the block of keys a few
  * places ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
 void lb_blocked_add_hashed(lb_blocked *b, const lb_hash_pair *pairs, size_t n, uint8_t *out);

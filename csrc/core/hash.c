@@ -39,13 +39,20 @@ lb_hash_pair lb_hash_xxh3(const void *key, size_t len)
 
 void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out)
 {
-    if (s != LB_HASH_LING_BASE) {
+    if (s == LB_HASH_BLOCKED)
+        *out = lb_blocked_pair(XXH3_64bits(key, len));
+    else if (s != LB_HASH_LING_BASE) {
         XXH128_hash_t h = XXH3_128bits(key, len);
         out->h1 = h.low64;
         out->h2 = h.high64 | 1;
     }
     else
         *out = lb_hash_ling_base(key, len);
+}
+
+lb_hash_pair lb_hash_blocked(const void *key, size_t len)
+{
+    return lb_blocked_pair(XXH3_64bits(key, len));
 }
 
 #define FNV_OFFSET UINT64_C(14695981039346656037)

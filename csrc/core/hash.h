@@ -39,7 +39,11 @@
 typedef enum {
     LB_HASH_XXH3 = 0,
     LB_HASH_LING_BASE = 1,
-    LB_HASH_XXH3_MIX = 2
+    LB_HASH_XXH3_MIX = 2,
+    /* Not a walk of this file and never stored or parsed: the key hash of the
+     * split-block layout (lb_hash_blocked), for lb_hash_to's callers that
+     * hash a batch of keys by scheme.  lb_hash does not take it. */
+    LB_HASH_BLOCKED = 3
 } lb_hash_scheme;
 
 #define LB_HASH_SCHEME_COUNT 3
@@ -74,8 +78,10 @@ static inline lb_hash_pair lb_hash(lb_hash_scheme s, const void *key, size_t len
 }
 
 /* lb_hash written to *out: for a caller that fills an array of pairs (the
- * pair goes straight to its place, not through a returned struct). */
+ * pair goes straight to its place, not through a returned struct).  Takes
+ * LB_HASH_BLOCKED too. */
 void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out);
+
 
 /* One xor-shift-multiply round: a bijection of 64-bit words that is not
  * linear in x (the xor folds the high half into the low half, the multiply by
@@ -99,6 +105,24 @@ static inline uint64_t lb_fastrange(uint64_t x, uint64_t m)
 
 /* Index i of the xxh3-mix walk, given x_i = h1 + i*h2. */
 #define LB_MIX_INDEX(x, m) lb_fastrange(lb_mix64(x), (m))
+
+/* The key hash of the split-block layout (blocked.h, BlockedFilter and the
+ * blocked RedisFilter): one 64-bit XXH3 of the key, h = XXH3_64bits(key,
+ * seed 0), as the pair
+ *     h1 = h,   h2 = lb_mix64(h + 0x9e3779b97f4a7c15)
+ * A key's block and its round words need no more than 64 hashed bits (the
+ * block comes from h1's high bits, round 0 from its low 32 bits, the other
+ * rounds from h2), and XXH3-64 is cheaper than XXH3-128 on short keys: 3.5
+ * against 4.9 ns on "user:N" keys in a C loop, and a per-key test from
+ * Python at n = 1e7 ran up to twice as fast, the call being short enough for
+ * the CPU to start the next key's block read while one is outstanding.
+ * lb_blocked_pair is the derivation, for a caller that hashed already. */
+static inline lb_hash_pair lb_blocked_pair(uint64_t h)
+{
+    lb_hash_pair p = {h, lb_mix64(h + UINT64_C(0x9e3779b97f4a7c15))};
+    return p;
+}
+lb_hash_pair lb_hash_blocked(const void *key, size_t len);
 
 /* The k indices of a hashed key, written to out[0..k-1]. */
 static inline void lb_indices(const lb_geometry *g, lb_hash_pair h, uint64_t *out)

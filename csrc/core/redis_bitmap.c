@@ -710,7 +710,7 @@ static size_t emit_blocked(lb_redis_bitmap *bm, int write, const lb_key *key, ui
                            size_t ncmd)
 {
     uint64_t want[LB_BLOCKED_LANES], offs[LB_MAX_K];
-    const lb_hash_pair h = lb_hash_xxh3(key->data, key->len);
+    const lb_hash_pair h = lb_hash_blocked(key->data, key->len);
     lb_blocked_masks(bm->g.k / LB_BLOCKED_LANES, h, want);
     /* a block never straddles two parts */
     const uint64_t nblocks = bm->g.m / LB_BLOCKED_BLOCK_BITS;

@@ -17,7 +17,7 @@ typedef struct {
 
 #define BF(o) ((BlockedFilter *)(o))
 
-/* What the hash property says: XXH3-128 of the key, the split-block walk. */
+/* What the hash property says: XXH3-64 of the key, the split-block walk. */
 #define BLOCKED_HASH_NAME "xxh3-block"
 
 static const lb_fixed_kind bf_kind;
@@ -86,7 +86,7 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
                                      &error_rate, &mo, &ko))
         return -1;
     memset(out, 0, sizeof(*out));
-    out->scheme = LB_HASH_XXH3_MIX; /* the key hash; the walk is the blocked one */
+    out->scheme = LB_HASH_XXH3_MIX; /* recorded as saved files have it; keys hash with lb_hash_blocked */
     if (none_given(capacity, "capacity") < 0 || none_given(error_rate, "error_rate") < 0 ||
         none_given(mo, "m") < 0 || none_given(ko, "k") < 0)
         return -1;
@@ -211,9 +211,16 @@ static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
     return LB_OK;
 }
 
-/* The pairs are lb_hash_xxh3's (args.scheme is LB_HASH_XXH3_MIX: the key hash). */
+/* The batches hash keys with lb_hash_blocked (args.scheme is LB_HASH_XXH3_MIX,
+ * which a saved BlockedFilter records; the key hash is the layout's own). */
+static lb_hash_scheme bf_key_scheme(lb_base *b)
+{
+    (void)b;
+    return LB_HASH_BLOCKED;
+}
+
 static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hashed,
-                                      lb_fixed_key_scheme};
+                                      bf_key_scheme};
 static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
 static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
 static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
@@ -481,7 +488,7 @@ static PyMethodDef bf_methods[] = {
 static PyGetSetDef bf_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits: 512 per block", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "bits per key: 8 per round, one in each lane", LB_FIXED_ARGS},
-    {"hash", bf_hash, NULL, "\"xxh3-block\": XXH3-128 of the key and the split-block walk",
+    {"hash", bf_hash, NULL, "\"xxh3-block\": XXH3-64 of the key and the split-block walk",
      NULL},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},

@@ -701,9 +701,12 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
     lb_key kk;
     lb_key_hold hold;
     lb_hash_scheme scheme;
-    if (hash_and_key(module, key, hash, &kk, &hold, &scheme) < 0)
+    /* "xxh3-block": the key hash of the split-block layout, which is no walk
+     * a MemoryFilter can take (lb_parse_hash refuses it) */
+    int blocked = PyUnicode_Check(hash) && PyUnicode_CompareWithASCIIString(hash, "xxh3-block") == 0;
+    if (hash_and_key(module, key, blocked ? Py_None : hash, &kk, &hold, &scheme) < 0)
         return NULL;
-    lb_hash_pair h = lb_hash(scheme, kk.data, kk.len);
+    lb_hash_pair h = blocked ? lb_hash_blocked(kk.data, kk.len) : lb_hash(scheme, kk.data, kk.len);
     lb_key_release(&hold);
     return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
 }
@@ -742,7 +745,8 @@ static PyMethodDef module_methods[] = {
      "of m bits."},
     {"hash_pair", (PyCFunction)(void (*)(void))hash_pair, METH_VARARGS | METH_KEYWORDS,
      "hash_pair(key, hash=\"xxh3-mix\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
-     "starts from."},
+     "starts from; hash=\"xxh3-block\" gives BlockedFilter's pair (XXH3-64 of the key, and "
+     "a word derived from it)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -118,7 +118,7 @@ static int rf_refuse_for_blocked(lb_state *st, uint32_t shards, int adopt_bitmap
         if (!h || strcmp(h, LB_RB_BLOCKED_HASH) != 0) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError,
-                             "layout=\"blocked\" hashes as BlockedFilter (XXH3-128 and the "
+                             "layout=\"blocked\" hashes as BlockedFilter (XXH3-64 and the "
                              "split-block walk, hash=\"%s\"): hash=%R does not apply",
                              LB_RB_BLOCKED_HASH, hash);
             return -1;
