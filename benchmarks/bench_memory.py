@@ -738,6 +738,38 @@ def section_notes(sec: dict) -> list[str]:
     return notes
 
 
+def blocked_table(sections: list[dict]) -> list[str]:
+    """The README's "BlockedFilter against abloom" table: per section, BlockedFilter's ns per
+    key, then abloom's time / BlockedFilter's for abloom's default and for abloom (xxh64)
+    (above 1: BlockedFilter is faster).  Empty when either filter did not run."""
+    cols = [("add", "add"), ("test_present", "test (present)"), ("test_absent", "test (absent)"),
+            ("test_fresh", "test (present, fresh key)"), ("batch_add", "batch add")]
+    lines = []
+    for sec in sections:
+        rows = {r["impl"]: r for r in sec["rows"]}
+        blk, abl, abx = (rows.get("ling_bloom BlockedFilter"), rows.get("abloom"),
+                         rows.get("abloom (xxh64)"))
+        if not blk or not abl:
+            continue
+        cells = []
+        for key, _ in cols:
+            mine = blk.get(key)
+            if not mine:
+                cells.append("-")
+                continue
+            ratios = [f"{peer[key] / mine:.2f}" if peer and peer.get(key) else "-"
+                      for peer in (abl, abx)]
+            cells.append(f"{fmt_ns(mine)}: {' / '.join(ratios)}")
+        n, keys = sec["n"], {"short": "`user:N`", "uuid": "UUID",
+                             "short-bytes": "`user:N` bytes"}.get(sec["keys"], sec["keys"])
+        size = f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else f"{n:,}"
+        lines.append(f"| {size}, {sec['p'] * 100:g}%, {keys} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return (["| n, p, keys | " + " | ".join(label for _, label in cols) + " |",
+             "|---|" + "---:|" * len(cols)] + lines)
+
+
 def write_chart(path: str, sections: list[dict]) -> str:
     try:
         import matplotlib
@@ -982,6 +1014,12 @@ def main(argv: list[str] | None = None) -> int:
             md += [f"- {name} failed: {why}"]
         notes = [f"- {r['impl']}: {r['note']}" for r in sec["rows"] if r.get("note")]
         md += notes + [""]
+    table = blocked_table(sections)
+    if table:
+        md += ["## BlockedFilter against abloom", "",
+               "BlockedFilter's ns per key: abloom's time / BlockedFilter's, for abloom's default "
+               "(Python's cached `hash()`) / abloom (xxh64); above 1: BlockedFilter is faster.",
+               ""] + table + [""]
     with open(base + ".md", "w") as f:
         f.write("\n".join(md))
     with open(base + ".json", "w") as f:

@@ -50,6 +50,28 @@ def test_memory_benchmark_quick_tiny(tmp_path):
     assert (out / "bench_memory.json").exists()
 
 
+@pytest.mark.skipif(not os.path.exists(BENCH), reason="benchmarks/ not in this checkout")
+def test_blocked_table_ratios():
+    """The README's BlockedFilter-against-abloom table: abloom's time / BlockedFilter's."""
+    sys.path.insert(0, os.path.dirname(BENCH))
+    try:
+        import bench_memory
+    finally:
+        sys.path.pop(0)
+    sec = {"n": 1_000_000, "p": 0.01, "keys": "short", "rows": [
+        {"impl": "ling_bloom BlockedFilter", "add": 20.0, "test_present": 40.0,
+         "test_absent": 10.0, "test_fresh": 50.0, "batch_add": 8.0},
+        {"impl": "abloom", "add": 30.0, "test_present": 20.0, "test_absent": 10.0,
+         "test_fresh": 60.0, "batch_add": 16.0},
+        {"impl": "abloom (xxh64)", "add": 40.0, "test_present": 44.0},
+    ]}
+    table = bench_memory.blocked_table([sec, {"n": 10, "p": 0.5, "keys": "uuid", "rows": []}])
+    assert table[2] == ("| 1e6, 1%, `user:N` | 20.0: 1.50 / 2.00 | 40.0: 0.50 / 1.10 "
+                        "| 10.0: 1.00 / - | 50.0: 1.20 / - | 8.0: 2.00 / - |")
+    assert len(table) == 3  # a section without both filters has no line
+    assert bench_memory.blocked_table([]) == []
+
+
 ASYNC_BENCH = os.path.join(ROOT, "benchmarks", "bench_async.py")
 
 
