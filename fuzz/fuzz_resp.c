@@ -225,6 +225,22 @@ static int send_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* LB_FUZZ_RECORD=path: every whole request the server reads is appended to
+ * path, each followed by SEP.  fuzz/make_resp_seeds.py runs one input with it
+ * to learn what the client asks next, and answers that with a real Redis. */
+static void record_request(const uint8_t *req, size_t n)
+{
+    const char *path = getenv("LB_FUZZ_RECORD");
+    if (!path || !*path)
+        return;
+    FILE *f = fopen(path, "ab");
+    if (!f)
+        return;
+    fwrite(req, 1, n, f);
+    fwrite(SEP, 1, SEP_LEN, f);
+    fclose(f);
+}
+
 static void serve(int fd)
 {
     static uint8_t req[1 << 20];
@@ -250,6 +266,7 @@ static void serve(int fd)
             have += (size_t)k;
             cmds = scan_request(req, have, &used);
         }
+        record_request(req, used);
         const uint8_t *c;
         size_t cn;
         if (!take_chunk(&c, &cn))
