@@ -82,7 +82,6 @@ static inline lb_hash_pair lb_hash(lb_hash_scheme s, const void *key, size_t len
  * LB_HASH_BLOCKED too. */
 void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out);
 
-
 /* One xor-shift-multiply round: a bijection of 64-bit words that is not
  * linear in x (the xor folds the high half into the low half, the multiply by
  * an odd constant spreads the low half into the high bits that the multiply-
