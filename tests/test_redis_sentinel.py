@@ -35,8 +35,13 @@ def wait_for(what, cond, deadline=20.0):
 
 
 def role(srv) -> str:
-    with srv.client() as c:
-        return c.command("ROLE")[0].decode()
+    """The server's ROLE; "" when the connection was cut, as a sentinel does while it
+    reconfigures a server (it kills that server's normal clients), so polls ask again."""
+    try:
+        with srv.client() as c:
+            return c.command("ROLE")[0].decode()
+    except ConnectionError:
+        return ""
 
 
 class SentinelSet:
