@@ -22,6 +22,7 @@ filter that holds them; the blocked layout's seeds start from an empty server ag
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -79,8 +80,6 @@ def count_commands(req: bytes) -> int:
 
 
 def build(binary: str, header: bytes, server: RedisServer, work: Path) -> bytes:
-    import socket
-
     replies: list[bytes] = []
     sock = socket.create_connection(("127.0.0.1", server.port))
     f = sock.makefile("rb")

@@ -40,7 +40,7 @@ lb_hash_pair lb_hash_xxh3(const void *key, size_t len)
 void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out)
 {
     if (s == LB_HASH_BLOCKED)
-        *out = lb_blocked_pair(XXH3_64bits(key, len));
+        *out = lb_hash_blocked(key, len);
     else if (s != LB_HASH_LING_BASE) {
         XXH128_hash_t h = XXH3_128bits(key, len);
         out->h1 = h.low64;

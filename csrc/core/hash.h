@@ -111,8 +111,8 @@ static inline uint64_t lb_fastrange(uint64_t x, uint64_t m)
  *     h1 = h,   h2 = lb_mix64(h + 0x9e3779b97f4a7c15)
  * A key's block and its round words need no more than 64 hashed bits (the
  * block comes from h1's high bits, round 0 from its low 32 bits, the other
- * rounds from h2), and XXH3-64 is cheaper than XXH3-128 on short keys: 3.5
- * against 4.9 ns on "user:N" keys in a C loop, and a per-key test from
+ * rounds from h2), and XXH3-64 is cheaper than XXH3-128 on short keys: 3.2-3.4
+ * against 4.9-5.2 ns on "user:N" keys (benchmarks/hash_cost.c), and a per-key test from
  * Python at n = 1e7 ran up to twice as fast, the call being short enough for
  * the CPU to start the next key's block read while one is outstanding.
  * lb_blocked_pair is the derivation, for a caller that hashed already. */
