@@ -138,7 +138,9 @@ def _inspect_redis(url: str, key: str) -> int:
         with rf:
             bits = rf.bits_set()
             if rf.shards > 1:
-                print(f"{key} at {url}: RedisFilter in {rf.shards} shards, hash={rf.hash}")
+                blocked = " (blocked layout)" if rf.layout == "blocked" else ""
+                print(f"{key} at {url}: RedisFilter in {rf.shards} shards{blocked}, "
+                      f"hash={rf.hash}")
                 print(f"  m={rf.m:,} in all, k={rf.k}, {rf.nparts} Redis string(s), "
                       f"{_human_bytes(rf.nbytes)}")
             else:

@@ -385,9 +385,9 @@ class RedisFilter(_Filter):
 
     layout="blocked": BlockedFilter's split-block layout (sized as BlockedFilter sizes; the
     string holds a BlockedFilter's bytes): a test reads one 64-byte block (GETRANGE), an add
-    sets k bits in it (one BITFIELD).  Not with shards, adopt, mode="setbit" or a hash other
-    than "xxh3-block"; a standard and a blocked filter at one key refuse each other
-    (GeometryMismatchError)."""
+    sets k bits in it (one BITFIELD); with shards, every shard is such a string, sized for
+    its share of capacity.  Not with adopt, mode="setbit" or a hash other than "xxh3-block";
+    a standard and a blocked filter at one key refuse each other (GeometryMismatchError)."""
 
     # the sans-IO side that ling_bloom.aio carries (not public API)
     def _wire_config(self) -> Dict[str, Any]: ...

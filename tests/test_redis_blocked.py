@@ -6,6 +6,7 @@ not fit a GETRANGE of one block."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -163,7 +164,6 @@ def test_properties(clean_redis):
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(shards=2), lb.NotSupportedError, "not with shards"),
     (dict(m=4096, k=8, hash="xxh3-mix", adopt=True), lb.NotSupportedError, "never a blocked"),
     (dict(mode="setbit"), ValueError, "GETRANGE"),
     (dict(hash="ling-base"), ValueError, "xxh3-block"),
@@ -179,6 +179,73 @@ def test_what_it_refuses(clean_redis, raw_redis, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         rf(clean_redis, "r", **kwargs)
     assert raw_redis.command("DBSIZE") == 0  # nothing was written
+
+
+def test_shards_are_blocked_strings_each_a_blocked_filter(clean_redis, raw_redis):
+    """shards=4: four blocked strings of the geometry BlockedFilter gives each one's share
+    (n/S + 3 sqrt(n/S) keys), a version-2 record naming the layout, every key in the shard its
+    hash picks, and the rate of the whole."""
+    n, shards = 20_000, 4
+    per = n / shards
+    ms, k = lb.BlockedFilter.geometry(math.ceil(per + 3 * math.sqrt(per)), 0.01)
+    keys = [f"user:{i}" for i in range(n)]
+    with rf(clean_redis, "sb", n, 0.01, shards=shards) as f:
+        assert (f.shards, f.layout, f.hash, f.m, f.k, f.capacity) == (
+            shards, "blocked", "xxh3-block", ms * shards, k, n)
+        assert repr(f) == f"<RedisFilter key='sb' shards=4 layout=blocked m={f.m} k={k}>"
+        assert f.add_many(["a", "a"]) == [True, False]
+        f.update(keys)
+        assert all(f.test_many(keys)) and "a" in f
+        negatives = [f"other:{i}" for i in range(n)]
+        assert sum(f.test_many(negatives)) / n <= 0.013
+        assert raw_redis.command("GET", "{sb}:shards") == (
+            f"ling_bloom:v=2;shards=4;m={ms};k={k};hash=xxh3-block;layout=blocked".encode())
+        names = [x.decode() for x in f.key_names()]
+        assert names[0] == "{sb}:shards" and "{sb:3}" in names and "{sb:3}:meta" in names
+        # Each shard is a blocked RedisFilter of its own (its meta key says so): its bytes are
+        # a BlockedFilter's.  A key sits in the one shard its hash picks, so over the four a
+        # key tests present about 1 + 3 * rate times, and each shard holds a fair share.
+        parts = []
+        for i in range(shards):
+            with RedisFilter.open(clean_redis.url, f"{{sb:{i}}}") as one:
+                assert (one.layout, one.m, one.k) == ("blocked", ms, k)
+                parts.append(one.snapshot())
+        hits = [sum(key in p for p in parts) for key in keys]
+        assert min(hits) >= 1 and sum(hits) <= n * 1.05
+        for p in parts:
+            assert abs(p.approximate_count() - per) < 0.1 * per
+        # Another process opens it from the record, as blocked.
+        with RedisFilter.open(clean_redis.url, "sb") as g:
+            assert (g.layout, g.shards, g.m, g.k) == ("blocked", shards, f.m, k)
+            assert all(g.test_many(keys[:500]))
+        with pytest.raises(lb.GeometryMismatchError, match="stored layout=blocked"):
+            RedisFilter("sb", url=clean_redis.url, layout="standard")
+        with pytest.raises(lb.GeometryMismatchError, match="hash=xxh3-block layout=blocked"):
+            RedisFilter("sb", n, 0.01, url=clean_redis.url, shards=shards).add("x")
+        with pytest.raises(lb.GeometryMismatchError, match="shards=4"):
+            rf(clean_redis, "sb", n, 0.01, shards=2).add("x")
+        for call in (f.snapshot, lambda: f.load(lb.BlockedFilter(m=f.m, k=k))):
+            with pytest.raises(lb.NotSupportedError, match="sharded"):
+                call()
+        f.reset()
+        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+    # A standard sharded filter at the key refuses a blocked one the same way.
+    with RedisFilter("ss", n, 0.01, url=clean_redis.url, shards=2) as s:
+        s.add("x")
+        with pytest.raises(lb.GeometryMismatchError, match="layout=blocked"):
+            rf(clean_redis, "ss", n, 0.01, shards=2).add("x")
+
+
+@pytest.mark.parametrize("m, k, shards, shard_m", [
+    (3 * 4096, 16, 3, 4096),
+    (1024, 8, 3, 512),  # m/S rounded up to whole blocks
+])
+def test_shards_with_m_and_k(clean_redis, m, k, shards, shard_m):
+    with rf(clean_redis, "mk", m=m, k=k, shards=shards) as f:
+        assert (f.m, f.k, f.shards) == (shard_m * shards, k, shards)
+        f.update(["a", "b", "c"])
+        assert f.test_many(["a", "b", "c"]) == [True, True, True]
+        assert f.nbytes == shards * shard_m // 8
 
 
 def test_hash_xxh3_block_is_accepted(clean_redis):

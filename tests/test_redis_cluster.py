@@ -564,6 +564,22 @@ def test_sharded_filter_arguments():
         lb.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=0)
 
 
+def test_a_sharded_blocked_filter_spreads_over_the_primaries(cluster):
+    keys = [f"user:{i}" for i in range(20_000)]
+    with lb.RedisFilter.from_url(url(cluster), "shb:users", 20_000, 0.01, shards=6,
+                                 layout="blocked") as f:
+        assert (f.shards, f.layout, f.m % (6 * 512), f.k % 8) == (6, "blocked", 0, 0)
+        f.update(keys)
+        assert all(f.test_many(keys))
+        negatives = [f"other:{i}" for i in range(20_000)]
+        assert sum(f.test_many(negatives)) / len(negatives) <= 0.013
+        holders = {cluster.node_for_slot(key_slot(n)).port for n in f.key_names()[1:]}
+        assert len(holders) == 3
+        with lb.RedisFilter.open(url(cluster), "shb:users") as g:
+            assert (g.layout, g.shards, g.m) == ("blocked", 6, f.m)
+            assert all(g.test_many(keys[:100]))
+
+
 def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
     # Without a cluster the shards share the server: the same filter, other connections.
     with lb.RedisFilter.from_url(redis_server.url, "sh:one", 1000, 0.01, shards=3) as f:
@@ -599,9 +615,13 @@ def test_the_command_line_inspects_filters_on_a_cluster(cluster):
     u = url(cluster)
     with lb.RedisFilter.from_url(u, "cli:sharded", 1000, 0.01, shards=3) as f:
         f.update(["a", "b"])
+    with lb.RedisFilter.from_url(u, "cli:shb", 1000, 0.01, shards=2, layout="blocked") as f:
+        f.update(["a", "b"])
     with lb.RedisBloomFilter.from_url(u, "cli:bf", 1000, 0.01) as bf:
         bf.add("a")
-    for key, want in (("cli:sharded", "in 3 shards"), ("cli:bf", "RedisBloomFilter")):
+    for key, want in (("cli:sharded", "in 3 shards, hash=xxh3"),
+                      ("cli:shb", "in 2 shards (blocked layout), hash=xxh3-block"),
+                      ("cli:bf", "RedisBloomFilter")):
         r = subprocess.run([sys.executable, "-m", "ling_bloom", "inspect", u, key],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr

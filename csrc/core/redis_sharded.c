@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocked.h"
 #include "redis_reply.h"
 #include "redisbloom.h"
 
 struct lb_redis_sharded {
     uint32_t n;                /* shards */
     lb_geometry g;             /* each shard's */
+    int blocked;               /* bitmap shards in the blocked layout */
     lb_redis **conn;           /* conn[0] the caller's; the others owned */
     lb_redis_bitmap **bm;      /* bitmap shards (RedisFilter), or NULL */
     lb_redisbloom **bf;        /* RedisBloom shards, or NULL */
@@ -73,29 +75,53 @@ static char *make_tag(const void *key, size_t keylen, size_t *len)
     return t;
 }
 
-static int record_format(const lb_geometry *g, uint32_t shards, char *buf, size_t cap)
+/* A standard record is version 1; a blocked one version 2 (as a blocked
+ * bitmap's meta key: a reader older than the layout refuses it) with the
+ * blocked layout's hash name and "layout=blocked". */
+static int record_format(const lb_geometry *g, int blocked, uint32_t shards, char *buf,
+                         size_t cap)
 {
+    if (blocked)
+        return snprintf(buf, cap, "ling_bloom:v=%d;shards=%" PRIu32 ";m=%" PRIu64 ";k=%" PRIu32
+                                  ";hash=%s;layout=blocked",
+                        LB_RB_FORMAT_VERSION_BLOCKED, shards, g->m, g->k, LB_RB_BLOCKED_HASH);
     return snprintf(buf, cap, "ling_bloom:v=1;shards=%" PRIu32 ";m=%" PRIu64 ";k=%" PRIu32
                               ";hash=%s",
                     shards, g->m, g->k, lb_hash_scheme_name(g->scheme));
 }
 
-/* 0 and the fields from a record's text, or -1 when it is not one. */
-static int record_parse(const char *s, size_t len, uint32_t *shards, lb_geometry *g)
+/* 0 and the fields from a record's text, or -1 when it is not one.  A blocked
+ * record's geometry carries the xxh3-mix scheme, as a blocked bitmap's does. */
+static int record_parse(const char *s, size_t len, uint32_t *shards, lb_geometry *g,
+                        int *blocked)
 {
     char buf[200], hash[32];
     unsigned long long sh, m;
     unsigned k;
-    int end = 0;
+    int v = 0, end = 0, scheme;
     if (len >= sizeof buf)
         return -1;
     memcpy(buf, s, len);
     buf[len] = '\0';
-    if (sscanf(buf, "ling_bloom:v=1;shards=%llu;m=%llu;k=%u;hash=%31[a-z0-9-]%n", &sh, &m, &k,
-               hash, &end) != 4 ||
-        (size_t)end != len)
+    if (sscanf(buf, "ling_bloom:v=%d;", &v) != 1)
         return -1;
-    int scheme = lb_hash_scheme_parse(hash);
+    if (v == 1) {
+        if (sscanf(buf, "ling_bloom:v=1;shards=%llu;m=%llu;k=%u;hash=%31[a-z0-9-]%n", &sh, &m,
+                   &k, hash, &end) != 4 ||
+            (size_t)end != len)
+            return -1;
+        scheme = lb_hash_scheme_parse(hash);
+        *blocked = 0;
+    } else if (v == LB_RB_FORMAT_VERSION_BLOCKED) {
+        if (sscanf(buf, "ling_bloom:v=2;shards=%llu;m=%llu;k=%u;hash=%31[a-z0-9-];layout=blocked%n",
+                   &sh, &m, &k, hash, &end) != 4 ||
+            (size_t)end != len || strcmp(hash, LB_RB_BLOCKED_HASH) != 0 ||
+            lb_blocked_check_geometry(m, k) != LB_OK)
+            return -1;
+        scheme = LB_HASH_XXH3_MIX;
+        *blocked = 1;
+    } else
+        return -1;
     if (sh < 2 || sh > LB_RS_MAX_SHARDS || m < 1 || m > LB_MAX_BITS || k < 1 || k > LB_MAX_K ||
         scheme < 0)
         return -1;
@@ -126,7 +152,7 @@ static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keyle
     sh->n = shards;
     if (g) {
         sh->g = *g;
-        sh->reclen = record_format(g, shards, sh->rec, sizeof sh->rec);
+        sh->reclen = record_format(g, 0, shards, sh->rec, sizeof sh->rec);
     } else {
         sh->g.scheme = LB_HASH_DEFAULT; /* what picks a key's shard */
         sh->reclen = snprintf(sh->rec, sizeof sh->rec,
@@ -227,6 +253,30 @@ void lb_redis_sharded_abandon(lb_redis_sharded *sh)
         lb_redis_abandon(sh->conn[i]);
 }
 
+lb_redis_status lb_redis_sharded_set_layout(lb_redis_sharded *sh, lb_rb_layout layout)
+{
+    if (!sh->bm)
+        return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_ARG,
+                                  "a layout is for bitmap shards, not RedisBloom ones");
+    for (uint32_t i = 0; i < sh->n; i++) {
+        lb_redis_status st = lb_redis_bitmap_set_layout(sh->bm[i], layout);
+        if (st != LB_REDIS_OK) {
+            if (i)
+                lb_redis_take_error(sh->conn[0], sh->conn[i]);
+            return st;
+        }
+    }
+    sh->blocked = layout == LB_RB_BLOCKED;
+    sh->reclen = record_format(&sh->g, sh->blocked, sh->n, sh->rec, sizeof sh->rec);
+    sh->record_ok = 0;
+    return LB_REDIS_OK;
+}
+
+lb_rb_layout lb_redis_sharded_layout(const lb_redis_sharded *sh)
+{
+    return sh->blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
+}
+
 void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode)
 {
     for (uint32_t i = 0; sh->bm && i < sh->n; i++)
@@ -245,27 +295,35 @@ void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys)
 
 /* ------------------------------------------------------------- the record */
 
+/* "hash=<name>", and " layout=blocked" for a blocked one: for messages. */
+static const char *hash_shown(const lb_geometry *g, int blocked)
+{
+    return blocked ? LB_RB_BLOCKED_HASH : lb_hash_scheme_name(g->scheme);
+}
+
 static lb_redis_status record_reply(lb_redis *conn, const char *name, const lb_reply *x,
-                                    const lb_geometry *want_g, uint32_t want_n, uint32_t *shards,
-                                    lb_geometry *g)
+                                    const lb_geometry *want_g, int want_blocked, uint32_t want_n,
+                                    uint32_t *shards, lb_geometry *g, int *blocked)
 {
     char shown[120];
     lb_redis_show(name, strlen(name), shown, sizeof shown);
     if (x->type == LB_REPLY_NIL)
         return LB_REDIS_ERR_NOTFOUND;
-    if (x->type != LB_REPLY_STRING || record_parse(x->str, x->len, shards, g))
+    if (x->type != LB_REPLY_STRING || record_parse(x->str, x->len, shards, g, blocked))
         return lb_redis_set_error(conn, LB_REDIS_ERR_MISMATCH,
                                   "the key '%s' holds no sharded-filter record this version "
                                   "reads",
                                   shown);
     if (want_g && (*shards != want_n || g->m != want_g->m || g->k != want_g->k ||
-                   g->scheme != want_g->scheme))
+                   *blocked != want_blocked || g->scheme != want_g->scheme))
         return lb_redis_set_error(
             conn, LB_REDIS_ERR_MISMATCH,
             "the sharded filter at '%s' has shards=%" PRIu32 " m=%" PRIu64 " k=%" PRIu32
-            " hash=%s per shard; this one shards=%" PRIu32 " m=%" PRIu64 " k=%" PRIu32 " hash=%s",
-            shown, *shards, g->m, g->k, lb_hash_scheme_name(g->scheme), want_n, want_g->m,
-            want_g->k, lb_hash_scheme_name(want_g->scheme));
+            " hash=%s%s per shard; this one shards=%" PRIu32 " m=%" PRIu64 " k=%" PRIu32
+            " hash=%s%s",
+            shown, *shards, g->m, g->k, hash_shown(g, *blocked),
+            *blocked ? " layout=blocked" : "", want_n, want_g->m, want_g->k,
+            hash_shown(want_g, want_blocked), want_blocked ? " layout=blocked" : "");
     return LB_REDIS_OK;
 }
 
@@ -303,6 +361,7 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
         return st;
     uint32_t n;
     lb_geometry g;
+    int blocked;
     if (sh->bf) { /* RedisBloom shards: the same parameters, to the letter */
         const lb_reply *x = rs[1];
         char shown[120];
@@ -319,7 +378,7 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
                                     shown, theirs, theirs ? x->str : "", val);
         }
     } else {
-        st = record_reply(c, sh->record, rs[1], &sh->g, sh->n, &n, &g);
+        st = record_reply(c, sh->record, rs[1], &sh->g, sh->blocked, sh->n, &n, &g, &blocked);
     }
     if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between the SET and the GET */
         return lb_redis_set_error(c, LB_REDIS_ERR_IO, "the record '%s' vanished; try again",
@@ -332,7 +391,8 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
 }
 
 lb_redis_status lb_redis_sharded_read_record(lb_redis *conn, const void *key, size_t keylen,
-                                             uint32_t *shards, lb_geometry *g)
+                                             uint32_t *shards, lb_geometry *g,
+                                             lb_rb_layout *layout)
 {
     size_t taglen;
     char *tag = make_tag(key, keylen, &taglen);
@@ -346,8 +406,11 @@ lb_redis_status lb_redis_sharded_read_record(lb_redis *conn, const void *key, si
     const char *argv[2] = {"GET", name};
     lb_reply *x;
     lb_redis_status st = lb_redis_command_argv(conn, 2, argv, NULL, LB_REDIS_IDEMPOTENT, &x);
+    int blocked = 0;
     if (st == LB_REDIS_OK)
-        st = record_reply(conn, name, x, NULL, 0, shards, g);
+        st = record_reply(conn, name, x, NULL, 0, 0, shards, g, &blocked);
+    if (st == LB_REDIS_OK && layout)
+        *layout = blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
     free(name);
     return st;
 }
@@ -485,8 +548,9 @@ static lb_redis_status keys_op(lb_redis_sharded *sh, int op, const lb_key *keys,
     /* Group the keys by shard (a counting sort that keeps their order). */
     memset(sh->count, 0, sh->n * sizeof *sh->count);
     for (size_t j = 0; j < n; j++) {
-        uint32_t s = lb_redis_sharded_pick(lb_hash(sh->g.scheme, keys[j].data, keys[j].len),
-                                           sh->n);
+        lb_hash_pair h = sh->blocked ? lb_hash_blocked(keys[j].data, keys[j].len)
+                                     : lb_hash(sh->g.scheme, keys[j].data, keys[j].len);
+        uint32_t s = lb_redis_sharded_pick(h, sh->n);
         sh->pos[j] = s;
         sh->count[s]++;
     }

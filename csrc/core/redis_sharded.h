@@ -18,7 +18,8 @@
  *     shard i:  "{" T ":" i "}"      T = K when K holds no '{' or '}', else the
  *                                    16 hex digits of K's 64-bit xxh3
  *     record:   "{" T "}:shards"     "ling_bloom:v=1;shards=S;m=<m>;k=<k>;hash=<h>"
- * (m, k, hash: each shard's geometry).  The record is claimed (SET NX) and
+ * (m, k, hash: each shard's geometry; a blocked filter's record is version 2,
+ * see lb_redis_sharded_set_layout).  The record is claimed (SET NX) and
  * compared before the first command, like a bitmap's meta key: another
  * process that opens K with another shard count or geometry gets
  * LB_REDIS_ERR_MISMATCH, and RedisFilter.open(url, K) reads the geometry back
@@ -69,6 +70,14 @@ uint32_t lb_redis_sharded_pick(lb_hash_pair h, uint32_t shards);
 /* The record's name (as lb_redis_bitmap_key_name: up to cap bytes, returns the length). */
 size_t lb_redis_sharded_record_name(const lb_redis_sharded *sh, char *buf, size_t cap);
 
+/* The shards' layout (lb_redis_bitmap_set_layout on each), before the first
+ * call; bitmap shards only.  A blocked filter's record is
+ *     "ling_bloom:v=2;shards=S;m=<m>;k=<k>;hash=xxh3-block;layout=blocked"
+ * and its keys are spread by lb_redis_sharded_pick of their lb_hash_blocked
+ * pair (the pair its shard places them with).  ARG (message in conn[0]). */
+lb_redis_status lb_redis_sharded_set_layout(lb_redis_sharded *sh, lb_rb_layout layout);
+lb_rb_layout lb_redis_sharded_layout(const lb_redis_sharded *sh);
+
 void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode);
 void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys);
 
@@ -80,9 +89,11 @@ lb_redis_status lb_redis_sharded_test(lb_redis_sharded *sh, const lb_key *keys, 
 lb_redis_status lb_redis_sharded_reset(lb_redis_sharded *sh);
 lb_redis_status lb_redis_sharded_bitcount(lb_redis_sharded *sh, uint64_t *count);
 
-/* The record at key: OK with *shards and *g, NOTFOUND when there is none,
- * MISMATCH when it is not a record this version reads, or a connection error. */
+/* The record at key: OK with *shards, *g and *layout (layout may be NULL),
+ * NOTFOUND when there is none, MISMATCH when it is not a record this version
+ * reads, or a connection error. */
 lb_redis_status lb_redis_sharded_read_record(lb_redis *conn, const void *key, size_t keylen,
-                                             uint32_t *shards, lb_geometry *g);
+                                             uint32_t *shards, lb_geometry *g,
+                                             lb_rb_layout *layout);
 
 #endif

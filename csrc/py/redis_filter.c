@@ -18,7 +18,7 @@ typedef struct {
     uint32_t shards;        /* 1, or the number of shards */
     lb_geometry shard_g;    /* sharded: each shard's geometry */
     lb_rb_mode mode;
-    lb_rb_layout layout;    /* standard, or blocked (one bitmap, never sharded) */
+    lb_rb_layout layout;    /* standard, or blocked (of every shard when sharded) */
     lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
 
@@ -55,6 +55,7 @@ static lb_redis_status rf_backend_new(RedisFilter *f)
         if (rs == LB_REDIS_OK) {
             lb_redis_sharded_set_mode(f->sh, f->mode);
             lb_redis_sharded_set_chunk_keys(f->sh, f->r.chunk);
+            rs = lb_redis_sharded_set_layout(f->sh, f->layout);
         }
         return rs;
     }
@@ -92,14 +93,9 @@ static int rf_parse_layout(PyObject *obj, lb_rb_layout *out, int *given)
 }
 
 /* What the blocked layout cannot do, refused before anything is sent. */
-static int rf_refuse_for_blocked(lb_state *st, uint32_t shards, int adopt_bitmap,
-                                 lb_rb_mode mode, PyObject *hash)
+static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_rb_mode mode,
+                                 PyObject *hash)
 {
-    if (shards > 1) {
-        PyErr_SetString(st->NotSupportedError,
-                        "layout=\"blocked\" is one bitmap: not with shards (yet)");
-        return -1;
-    }
     if (adopt_bitmap) {
         PyErr_SetString(st->NotSupportedError,
                         "adopt=True takes over a bitmap another program wrote with the standard "
@@ -272,9 +268,11 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         }
     }
     if (layout == LB_RB_BLOCKED) {
-        if (rf_refuse_for_blocked(st, shards, adopt_bitmap, rb_mode, hash) < 0)
+        if (rf_refuse_for_blocked(st, adopt_bitmap, rb_mode, hash) < 0)
             goto fail;
-        if (adopt != 1 && a.has_capacity) { /* sized as BlockedFilter sizes */
+        if (adopt != 1 && a.has_capacity && shards > 1) {
+            /* each shard sized as BlockedFilter sizes, below */
+        } else if (adopt != 1 && a.has_capacity) { /* sized as BlockedFilter sizes */
             uint64_t bm_m, bm_k;
             lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
             if (s != LB_OK) {
@@ -311,7 +309,8 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                               (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
         if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
             rs = lb_redis_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g);
+                                              (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g,
+                                              &stored);
         else
             shards = 1;
         Py_END_ALLOW_THREADS
@@ -337,8 +336,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                          layout == LB_RB_BLOCKED ? "blocked" : "standard");
             goto fail;
         }
-        if (stored == LB_RB_BLOCKED &&
-            rf_refuse_for_blocked(st, shards, adopt_bitmap, rb_mode, hash) < 0)
+        if (stored == LB_RB_BLOCKED && rf_refuse_for_blocked(st, adopt_bitmap, rb_mode, hash) < 0)
             goto fail;
         layout = stored;
         a.m = g.m;
@@ -352,11 +350,15 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
          * of them keeps the rate too.  m= and k= split m evenly. */
         uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
+        if (layout == LB_RB_BLOCKED) /* whole blocks: m/S rounded up to 512 bits */
+            ms = (ms + LB_BLOCKED_BLOCK_BITS - 1) / LB_BLOCKED_BLOCK_BITS * LB_BLOCKED_BLOCK_BITS;
         if (a.has_capacity) {
             double per = (double)a.capacity / shards;
             uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
-            if (lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks) != LB_OK ||
-                ks < 1 || ks > LB_MAX_K) {
+            lb_status s = layout == LB_RB_BLOCKED
+                              ? lb_blocked_size(ns, a.error_rate, &ms, &ks)
+                              : lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks);
+            if (s != LB_OK || ks < 1 || ks > LB_MAX_K) {
                 PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
                 goto fail;
             }
@@ -771,6 +773,11 @@ static lb_redis_status rf_wire_done(lb_redis_filter *r)
 static PyObject *rf_repr(PyObject *self)
 {
     RedisFilter *f = RF(self);
+    if (f->sh && f->layout == LB_RB_BLOCKED)
+        return PyUnicode_FromFormat("<RedisFilter key=%R shards=%u layout=blocked m=%llu k=%u%s>",
+                                    f->r.key, (unsigned)f->shards,
+                                    (unsigned long long)f->args.m, f->args.k,
+                                    f->r.base.closed ? " closed" : "");
     if (f->sh)
         return PyUnicode_FromFormat("<RedisFilter key=%R shards=%u m=%llu k=%u hash=%s%s>",
                                     f->r.key, (unsigned)f->shards,
@@ -875,9 +882,10 @@ static PyType_Slot rf_slots[] = {
      "existing filter is adopted.\n\n"
      "layout=\"blocked\": BlockedFilter's split-block layout, sized as BlockedFilter sizes "
      "(m a multiple of 512, k of 8), the string holding a BlockedFilter's bytes: a test reads "
-     "the key's one 64-byte block (GETRANGE), an add sets its k bits there (one BITFIELD).  Not "
-     "with shards, adopt, mode=\"setbit\" or a hash other than \"xxh3-block\"; a standard and a "
-     "blocked filter at one key refuse each other (GeometryMismatchError).\n\n"
+     "the key's one 64-byte block (GETRANGE), an add sets its k bits there (one BITFIELD); with "
+     "shards, each shard is such a string, sized for its share of capacity.  Not with adopt, "
+     "mode=\"setbit\" or a hash other than \"xxh3-block\"; a standard and a blocked filter at "
+     "one key refuse each other (GeometryMismatchError).\n\n"
      "Ownership: a key that exists without this library's meta key beside it (a user's "
      "string, another program's bitmap) is never read or written: KeyNotOwnedError.  "
      "adopt=True, with the m, k and hash it was written with, takes such a bitmap over on "
