@@ -168,15 +168,51 @@ void lb_blocked_masks(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_
 /* ---- AVX2 probes ------------------------------------------------------------ */
 
 #if LB_HAVE_AVX2_CODE
-/* The bits of round j for lanes 0-3 (lo) and 4-7 (hi). */
-#define AVX2_ROUND_BITS(h, j, lo, hi)                                                      \
+/* The bits of round j, whose word is y, for lanes 0-3 (lo) and 4-7 (hi). */
+#define AVX2_ROUND_BITS(y, j, lo, hi)                                                      \
     do {                                                                                   \
-        __m256i y_ = _mm256_set1_epi32((int)round_word((h), (j)));                          \
+        __m256i y_ = _mm256_set1_epi32((int)(y));                                          \
         __m256i s_ = _mm256_load_si256((const __m256i *)(LB_BLOCKED_SALT + 8 * (j)));      \
         __m256i p_ = _mm256_srli_epi32(_mm256_mullo_epi32(y_, s_), 26);                    \
         const __m256i one_ = _mm256_set1_epi64x(1);                                        \
         (lo) = _mm256_sllv_epi64(one_, _mm256_cvtepu32_epi64(_mm256_castsi256_si128(p_))); \
         (hi) = _mm256_sllv_epi64(one_, _mm256_cvtepu32_epi64(_mm256_extracti128_si256(p_, 1))); \
+    } while (0)
+
+/* The bits of every round (the key's masks), rounds 0 and 1 written out: a
+ * per-key call is short, and at 1e7 keys and more the CPU overlaps one key's
+ * block read with the next key's work only when the code between the two
+ * fits in its reorder window (paired runs, absent 36-byte keys, n = 1e7:
+ * every instruction cut from a key's path showed). */
+LB_AVX2 static inline void avx2_masks(uint32_t rounds, lb_hash_pair h, __m256i *lo, __m256i *hi)
+{
+    AVX2_ROUND_BITS((uint32_t)h.h1, 0, *lo, *hi);
+    if (rounds > 1) {
+        __m256i blo, bhi;
+        AVX2_ROUND_BITS((uint32_t)(h.h2 >> 32), 1, blo, bhi);
+        *lo = _mm256_or_si256(*lo, blo);
+        *hi = _mm256_or_si256(*hi, bhi);
+        for (uint32_t j = 2; j < rounds; j++) {
+            AVX2_ROUND_BITS(round_word(h, j), j, blo, bhi);
+            *lo = _mm256_or_si256(*lo, blo);
+            *hi = _mm256_or_si256(*hi, bhi);
+        }
+    }
+}
+
+/* One round of an add: the lanes whose bit was 0 count as fresh (rounds apply
+ * in order, so a bit set twice by one key counts once), then the bits go in. */
+#define AVX2_ADD_ROUND(y, j)                                                               \
+    do {                                                                                   \
+        __m256i blo_, bhi_;                                                                \
+        AVX2_ROUND_BITS((y), (j), blo_, bhi_);                                             \
+        int zl_ = _mm256_movemask_pd(_mm256_castsi256_pd(                                  \
+            _mm256_cmpeq_epi64(_mm256_and_si256(lo, blo_), zero)));                        \
+        int zh_ = _mm256_movemask_pd(_mm256_castsi256_pd(                                  \
+            _mm256_cmpeq_epi64(_mm256_and_si256(hi, bhi_), zero)));                        \
+        fresh += (unsigned)__builtin_popcount((unsigned)(zl_ | (zh_ << 4)));               \
+        lo = _mm256_or_si256(lo, blo_);                                                    \
+        hi = _mm256_or_si256(hi, bhi_);                                                    \
     } while (0)
 
 LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
@@ -185,18 +221,11 @@ LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_
     __m256i hi = _mm256_load_si256((const __m256i *)(blk + 4));
     const __m256i zero = _mm256_setzero_si256();
     unsigned fresh = 0;
-    for (uint32_t j = 0; j < rounds; j++) {
-        __m256i blo, bhi;
-        AVX2_ROUND_BITS(h, j, blo, bhi);
-        /* a lane whose bit was 0 gets a fresh bit (rounds apply in order, so
-         * a bit set twice by one key counts once) */
-        int zl = _mm256_movemask_pd(_mm256_castsi256_pd(
-            _mm256_cmpeq_epi64(_mm256_and_si256(lo, blo), zero)));
-        int zh = _mm256_movemask_pd(_mm256_castsi256_pd(
-            _mm256_cmpeq_epi64(_mm256_and_si256(hi, bhi), zero)));
-        fresh += (unsigned)__builtin_popcount((unsigned)(zl | (zh << 4)));
-        lo = _mm256_or_si256(lo, blo);
-        hi = _mm256_or_si256(hi, bhi);
+    AVX2_ADD_ROUND((uint32_t)h.h1, 0);
+    if (rounds > 1) {
+        AVX2_ADD_ROUND((uint32_t)(h.h2 >> 32), 1);
+        for (uint32_t j = 2; j < rounds; j++)
+            AVX2_ADD_ROUND(round_word(h, j), j);
     }
     _mm256_store_si256((__m256i *)blk, lo);
     _mm256_store_si256((__m256i *)(blk + 4), hi);
@@ -205,15 +234,10 @@ LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_
 
 LB_AVX2 static inline int test_avx2(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
 {
+    __m256i want_lo, want_hi;
+    avx2_masks(rounds, h, &want_lo, &want_hi);
     __m256i lo = _mm256_load_si256((const __m256i *)blk);
     __m256i hi = _mm256_load_si256((const __m256i *)(blk + 4));
-    __m256i want_lo = _mm256_setzero_si256(), want_hi = _mm256_setzero_si256();
-    for (uint32_t j = 0; j < rounds; j++) {
-        __m256i blo, bhi;
-        AVX2_ROUND_BITS(h, j, blo, bhi);
-        want_lo = _mm256_or_si256(want_lo, blo);
-        want_hi = _mm256_or_si256(want_hi, bhi);
-    }
     /* testc: 1 when (~have & want) == 0 */
     return _mm256_testc_si256(lo, want_lo) & _mm256_testc_si256(hi, want_hi);
 }
