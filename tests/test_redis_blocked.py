@@ -229,6 +229,12 @@ def test_shards_are_blocked_strings_each_a_blocked_filter(clean_redis, raw_redis
                 call()
         f.reset()
         assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+    # A shard's key held by something else (a user's string): refused, nothing written.
+    raw_redis.command("SET", "{sf:1}", "not a filter")
+    with rf(clean_redis, "sf", 1000, 0.01, shards=2) as f:
+        with pytest.raises(lb.KeyNotOwnedError):
+            f.update([f"k{i}" for i in range(50)])
+    assert raw_redis.command("GET", "{sf:1}") == b"not a filter"
     # A standard sharded filter at the key refuses a blocked one the same way.
     with RedisFilter("ss", n, 0.01, url=clean_redis.url, shards=2) as s:
         s.add("x")
