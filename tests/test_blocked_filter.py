@@ -103,7 +103,9 @@ def test_bits_follow_the_spec_with_every_implementation(impl, which, k):
     if which not in available_impls():
         pytest.skip(f"{which} is not available on this machine")
     assert BlockedFilter._simd(which) == which
-    ks = keys(300) + ["é", b"\x00\xff", "a" * 1000]
+    # every length where XXH3 (or the per-key entry, at 128) changes path, both sides
+    edges = [("b" * n).encode() for n in (3, 4, 8, 9, 16, 17, 128, 129, 240, 241)]
+    ks = keys(300) + ["é", b"\x00\xff", "a" * 1000] + edges
     single = BlockedFilter(m=512 * 7, k=k)
     fresh = [single.add(key) for key in ks]  # per-key path
     batch = BlockedFilter(m=512 * 7, k=k)

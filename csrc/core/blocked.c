@@ -61,6 +61,19 @@ static inline lb_hash_pair hash_key(const void *data, size_t len)
     return lb_blocked_pair(XXH3_64bits(data, len));
 }
 
+/* The same for a key of at most LB_SHORT_KEY bytes: XXH3's paths for those
+ * are straight-line code with no call, so a per-key probe built on it is a
+ * leaf function with no stack frame (see lb_blocked_test_key). */
+#define LB_SHORT_KEY 128
+static inline lb_hash_pair hash_short_key(const void *data, size_t len)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (len > LB_SHORT_KEY) /* the callers' condition: lets the compiler drop XXH3's long paths */
+        __builtin_unreachable();
+#endif
+    return lb_blocked_pair(XXH3_64bits(data, len));
+}
+
 static inline uint32_t round_word(lb_hash_pair h, uint32_t j)
 {
     if (j == 0)
@@ -256,33 +269,49 @@ LB_AVX2 static inline int test_one_avx2(const lb_blocked *b, lb_hash_pair h)
 #endif
 
 #if LB_HAVE_AVX2_CODE
-LB_AVX2 static int add_key_avx2(lb_blocked *b, const void *data, size_t len)
+LB_AVX2 static int add_short_key_avx2(lb_blocked *b, const void *data, size_t len)
 {
-    return add_one_avx2(b, hash_key(data, len));
+    return add_one_avx2(b, hash_short_key(data, len));
 }
 
-LB_AVX2 static int test_key_avx2(const lb_blocked *b, const void *data, size_t len)
+LB_AVX2 static int test_short_key_avx2(const lb_blocked *b, const void *data, size_t len)
 {
-    return test_one_avx2(b, hash_key(data, len));
+    return test_one_avx2(b, hash_short_key(data, len));
 }
 #endif
 
+/* Any key, any implementation: the per-key entries below take this only for
+ * a key longer than LB_SHORT_KEY or before the AVX2 choice is made. */
+static LB_NOINLINE int add_key_any(lb_blocked *b, const void *data, size_t len)
+{
+    return lb_blocked_add(b, hash_key(data, len));
+}
+
+static LB_NOINLINE int test_key_any(const lb_blocked *b, const void *data, size_t len)
+{
+    return lb_blocked_test(b, hash_key(data, len));
+}
+
+/* A per-key call is a jump to a leaf function: at 1e7 keys and more a key's
+ * block read overlaps the next key's work only while the instructions between
+ * them fit the CPU's reorder window (see avx2_masks), so the common case (AVX2
+ * chosen, a key of at most 128 bytes) pays no frame and no second call. */
 int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len)
 {
 #if LB_HAVE_AVX2_CODE
-    if (LB_LIKELY(avx2_on()))
-        return add_key_avx2(b, data, len);
+    if (LB_LIKELY(use_avx2 > 0 && len <= LB_SHORT_KEY))
+        return add_short_key_avx2(b, data, len);
 #endif
-    return lb_blocked_add(b, hash_key(data, len));
+    return add_key_any(b, data, len);
 }
 
 int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len)
 {
 #if LB_HAVE_AVX2_CODE
-    if (LB_LIKELY(avx2_on()))
-        return test_key_avx2(b, data, len);
+    if (LB_LIKELY(use_avx2 > 0 && len <= LB_SHORT_KEY))
+        return test_short_key_avx2(b, data, len);
 #endif
-    return lb_blocked_test(b, hash_key(data, len));
+    return test_key_any(b, data, len);
 }
 
 int lb_blocked_add(lb_blocked *b, lb_hash_pair h)

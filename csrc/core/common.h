@@ -35,11 +35,13 @@ typedef enum {
 #define LB_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define LB_PREFETCH_W(p) __builtin_prefetch((p), 1, 1)
 #define LB_PREFETCH_R(p) __builtin_prefetch((p), 0, 1)
+#define LB_NOINLINE __attribute__((noinline))
 #else
 #define LB_LIKELY(x) (x)
 #define LB_UNLIKELY(x) (x)
 #define LB_PREFETCH_W(p) ((void)0)
 #define LB_PREFETCH_R(p) ((void)0)
+#define LB_NOINLINE
 #endif
 
 /* A key as the core sees it: bytes and a length.  Keys are never empty
