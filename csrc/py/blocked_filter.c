@@ -161,9 +161,9 @@ static PyObject *bf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 /* ---- single keys ------------------------------------------------------- */
 
-static PyObject *bf_add(PyObject *self, PyObject *key)
+/* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
+static LB_NOINLINE PyObject *bf_add_full(BlockedFilter *f, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
     lb_key k;
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
@@ -173,9 +173,8 @@ static PyObject *bf_add(PyObject *self, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static int bf_contains(PyObject *self, PyObject *key)
+static LB_NOINLINE int bf_contains_full(BlockedFilter *f, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
     lb_key k;
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
@@ -183,6 +182,26 @@ static int bf_contains(PyObject *self, PyObject *key)
     int r = lb_blocked_test_key(&f->bits, k.data, k.len);
     lb_key_leave(&f->f.base, &hold);
     return r;
+}
+
+static PyObject *bf_add(PyObject *self, PyObject *key)
+{
+    BlockedFilter *f = BF(self);
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len)))
+        return Py_NewRef(lb_blocked_add_key(&f->bits, data, len) ? Py_True : Py_False);
+    return bf_add_full(f, key);
+}
+
+static int bf_contains(PyObject *self, PyObject *key)
+{
+    BlockedFilter *f = BF(self);
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
+        return lb_blocked_test_key(&f->bits, data, len);
+    return bf_contains_full(f, key);
 }
 
 static PyObject *bf_test(PyObject *self, PyObject *key)

@@ -64,6 +64,32 @@ static inline void lb_key_leave(lb_base *b, lb_key_hold *hold)
     lb_key_release(hold);
 }
 
+/* The common single-key call, checked in a few instructions, for an in-memory
+ * type whose operation runs with the GIL held and calls no Python code: 1
+ * when obj is an exact compact-ASCII str or exact bytes, not empty (*data,
+ * *len set), and the filter is open, writable for a write, has no fork to
+ * recover from and no other thread's GIL-free section to wait for (a read
+ * goes on during one where the type allows it).  The caller then runs its
+ * core call at once, without a claim: from this check to its return it holds
+ * the GIL and runs no Python code, so no close() can come between.  0: take
+ * the full path (lb_key_enter), which raises or waits as it must. */
+static inline int lb_key_fast(lb_base *b, PyObject *obj, int write, const void **data,
+                              size_t *len)
+{
+    if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
+        *data = PyUnicode_DATA(obj);
+        *len = (size_t)PyUnicode_GET_LENGTH(obj);
+    }
+    else if (PyBytes_CheckExact(obj)) {
+        *data = PyBytes_AS_STRING(obj);
+        *len = (size_t)PyBytes_GET_SIZE(obj);
+    }
+    else
+        return 0;
+    return *len != 0 && !b->closed && b->fork_generation == lb_fork_generation &&
+           (write ? !b->busy && !b->read_only : !b->busy || b->reads_during_batch);
+}
+
 /* A batch: an iterable of keys walked in chunks (the Redis types; the
  * in-memory ones use lb_run_hashed_batch below).
  *

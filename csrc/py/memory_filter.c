@@ -75,9 +75,9 @@ static PyObject *mf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 /* ---- single keys ------------------------------------------------------- */
 
-static PyObject *mf_add(PyObject *self, PyObject *key)
+/* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
+static LB_NOINLINE PyObject *mf_add_full(MemoryFilter *f, PyObject *key)
 {
-    MemoryFilter *f = MF(self);
     lb_key k;
     lb_key_hold hold;
     if (f->f.base.read_only)
@@ -89,9 +89,8 @@ static PyObject *mf_add(PyObject *self, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static int mf_contains(PyObject *self, PyObject *key)
+static LB_NOINLINE int mf_contains_full(MemoryFilter *f, PyObject *key)
 {
-    MemoryFilter *f = MF(self);
     lb_key k;
     lb_key_hold hold;
     if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
@@ -99,6 +98,28 @@ static int mf_contains(PyObject *self, PyObject *key)
     int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
     lb_key_leave(&f->f.base, &hold);
     return r;
+}
+
+static PyObject *mf_add(PyObject *self, PyObject *key)
+{
+    MemoryFilter *f = MF(self);
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len))) {
+        int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
+        return Py_NewRef(r ? Py_True : Py_False);
+    }
+    return mf_add_full(f, key);
+}
+
+static int mf_contains(PyObject *self, PyObject *key)
+{
+    MemoryFilter *f = MF(self);
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
+        return lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
+    return mf_contains_full(f, key);
 }
 
 static PyObject *mf_test(PyObject *self, PyObject *key)
