@@ -272,11 +272,6 @@ lb_redis_status lb_redis_sharded_set_layout(lb_redis_sharded *sh, lb_rb_layout l
     return LB_REDIS_OK;
 }
 
-lb_rb_layout lb_redis_sharded_layout(const lb_redis_sharded *sh)
-{
-    return sh->blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
-}
-
 void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode)
 {
     for (uint32_t i = 0; sh->bm && i < sh->n; i++)
@@ -295,7 +290,7 @@ void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys)
 
 /* ------------------------------------------------------------- the record */
 
-/* "hash=<name>", and " layout=blocked" for a blocked one: for messages. */
+/* The hash name a record of this layout shows (for messages). */
 static const char *hash_shown(const lb_geometry *g, int blocked)
 {
     return blocked ? LB_RB_BLOCKED_HASH : lb_hash_scheme_name(g->scheme);

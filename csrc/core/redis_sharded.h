@@ -76,7 +76,6 @@ size_t lb_redis_sharded_record_name(const lb_redis_sharded *sh, char *buf, size_
  * and its keys are spread by lb_redis_sharded_pick of their lb_hash_blocked
  * pair (the pair its shard places them with).  ARG (message in conn[0]). */
 lb_redis_status lb_redis_sharded_set_layout(lb_redis_sharded *sh, lb_rb_layout layout);
-lb_rb_layout lb_redis_sharded_layout(const lb_redis_sharded *sh);
 
 void lb_redis_sharded_set_mode(lb_redis_sharded *sh, lb_rb_mode mode);
 void lb_redis_sharded_set_chunk_keys(lb_redis_sharded *sh, size_t chunk_keys);

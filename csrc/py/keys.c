@@ -284,15 +284,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
         PyObject *obj = items[i];
         const void *data;
         size_t len;
-        if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
-            data = PyUnicode_DATA(obj);
-            len = (size_t)PyUnicode_GET_LENGTH(obj);
-        }
-        else if (PyBytes_CheckExact(obj)) {
-            data = PyBytes_AS_STRING(obj);
-            len = (size_t)PyBytes_GET_SIZE(obj);
-        }
-        else {
+        if (!lb_key_direct(obj, &data, &len)) {
             if (hash_other_key(st, scheme, obj, &pairs[i]) < 0)
                 goto done;
             continue;

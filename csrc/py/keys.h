@@ -18,18 +18,27 @@ typedef struct {
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold);
 int lb_key_empty(lb_state *st);
 
+/* The keys used in place, with nothing held: 1 and the bytes of an exact str
+ * (compact ASCII) or exact bytes (maybe empty), 0 for anything else. */
+static inline int lb_key_direct(PyObject *obj, const void **data, size_t *len)
+{
+    if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
+        *data = PyUnicode_DATA(obj);
+        *len = (size_t)PyUnicode_GET_LENGTH(obj);
+        return 1;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        *data = PyBytes_AS_STRING(obj);
+        *len = (size_t)PyBytes_GET_SIZE(obj);
+        return 1;
+    }
+    return 0;
+}
+
 static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
 {
     hold->has_view = 0;
-    if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
-        key->data = PyUnicode_DATA(obj);
-        key->len = (size_t)PyUnicode_GET_LENGTH(obj);
-    }
-    else if (PyBytes_CheckExact(obj)) {
-        key->data = PyBytes_AS_STRING(obj);
-        key->len = (size_t)PyBytes_GET_SIZE(obj);
-    }
-    else
+    if (!lb_key_direct(obj, &key->data, &key->len))
         return lb_key_get_other(st, obj, key, hold);
     if (key->len == 0)
         return lb_key_empty(st);
@@ -76,17 +85,7 @@ static inline void lb_key_leave(lb_base *b, lb_key_hold *hold)
 static inline int lb_key_fast(lb_base *b, PyObject *obj, int write, const void **data,
                               size_t *len)
 {
-    if (PyUnicode_CheckExact(obj) && PyUnicode_IS_COMPACT_ASCII(obj)) {
-        *data = PyUnicode_DATA(obj);
-        *len = (size_t)PyUnicode_GET_LENGTH(obj);
-    }
-    else if (PyBytes_CheckExact(obj)) {
-        *data = PyBytes_AS_STRING(obj);
-        *len = (size_t)PyBytes_GET_SIZE(obj);
-    }
-    else
-        return 0;
-    return *len != 0 && !b->closed && b->fork_generation == lb_fork_generation &&
+    return lb_key_direct(obj, data, len) && *len != 0 && !b->closed && b->fork_generation == lb_fork_generation &&
            (write ? !b->busy && !b->read_only : !b->busy || b->reads_during_batch);
 }
 

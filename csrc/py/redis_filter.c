@@ -270,19 +270,20 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (layout == LB_RB_BLOCKED) {
         if (rf_refuse_for_blocked(st, adopt_bitmap, rb_mode, hash) < 0)
             goto fail;
-        if (adopt != 1 && a.has_capacity && shards > 1) {
-            /* each shard sized as BlockedFilter sizes, below */
-        } else if (adopt != 1 && a.has_capacity) { /* sized as BlockedFilter sizes */
-            uint64_t bm_m, bm_k;
-            lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
-            if (s != LB_OK) {
-                PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
-                                                : st->InvalidCapacityError,
-                                "no blocked geometry for that capacity and error_rate");
-                goto fail;
+        if (adopt != 1 && a.has_capacity) {
+            /* sized as BlockedFilter sizes: here, or each shard below */
+            if (shards == 1) {
+                uint64_t bm_m, bm_k;
+                lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
+                if (s != LB_OK) {
+                    PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
+                                                    : st->InvalidCapacityError,
+                                    "no blocked geometry for that capacity and error_rate");
+                    goto fail;
+                }
+                a.m = bm_m;
+                a.k = (uint32_t)bm_k;
             }
-            a.m = bm_m;
-            a.k = (uint32_t)bm_k;
         } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
             PyErr_Format(st->InvalidCapacityError,
                          "layout=\"blocked\" needs m a positive multiple of 512 (at most "
