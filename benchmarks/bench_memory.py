@@ -6,6 +6,7 @@ Every implementation gets the same keys, the same n and the same p:
   ling_bloom           MemoryFilter (XXH3-128, double hashing, k probes in a flat bit array)
   ling_bloom BlockedFilter  split-block: one 64-byte block per key (XXH3-64, AVX2 or portable)
   C floor              benchmarks/floor.c: ling_bloom's own C core over the same keys, no Python
+  BlockedFilter C floor  the same for the split-block layout, with BlockedFilter's m and k
   abloom               BloomFilter (split-block: one 64-byte block per key, Python's hash())
   abloom (xxh64)       the same with serializable=True (XXH64 of the key's bytes)
   rbloom               Bloom (Rust, Python's hash())
@@ -29,6 +30,7 @@ Workloads, for each size (n, p) and each key set:
                finds no cached hash on it
   batch add    the peer's bulk insert (ling_bloom: update; add_many has a row of its own);
                under each table, ling_bloom's update as a fraction of the C floor's speed
+               (and BlockedFilter's as a fraction of its own C floor's)
   batch test   the peer's bulk lookup (ling_bloom: test_many), where the peer has one
   memory       the filter's own size as it reports it (nbytes, byte_count, m/8, ...),
                and the RSS growth while it was filled
@@ -335,17 +337,18 @@ def build_floor(build_dir: str) -> tuple[str | None, str]:
     exe = os.path.join(build_dir, "floor")
     core = os.path.join(ROOT, "csrc", "core")
     srcs = [os.path.join(HERE, "floor.c"), os.path.join(core, "hash.c"),
-            os.path.join(core, "bitarray.c")]
+            os.path.join(core, "bitarray.c"), os.path.join(core, "blocked.c")]
     cc = os.environ.get("CC", "gcc")
     if not shutil.which(cc):
         return None, f"no C compiler ({cc})"
     if os.path.exists(exe) and all(os.path.getmtime(exe) >= os.path.getmtime(s)
                                    for s in srcs + [os.path.join(core, h) for h in
-                                                    ("hash.h", "bitarray.h", "common.h")]):
+                                                    ("hash.h", "bitarray.h", "blocked.h",
+                                                     "common.h")]):
         return exe, ""
     os.makedirs(build_dir, exist_ok=True)
     # The extension's own flags (setup.py): -O3, no -march.
-    cmd = [cc, "-O3", "-std=gnu11", "-I", core, "-o", exe, *srcs, "-lxxhash"]
+    cmd = [cc, "-O3", "-std=gnu11", "-I", core, "-o", exe, *srcs, "-lxxhash", "-lm"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return None, "build failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200]
@@ -353,13 +356,13 @@ def build_floor(build_dir: str) -> tuple[str | None, str]:
 
 
 def run_floor(exe: str, present: list, sample: list, absent: list, m: int, k: int,
-              repeat: int, tmp: str) -> dict:
+              repeat: int, tmp: str, layout: str = "standard") -> dict:
     files = [os.path.join(tmp, name) for name in ("present.keys", "sample.keys", "absent.keys")]
     for path, keys in zip(files, (present, sample, absent)):
         write_key_file(path, keys)
     try:
-        r = subprocess.run([exe, *files, str(m), str(k), "xxh3-mix", str(min(repeat, 64))],
-                           capture_output=True, text=True, check=True)
+        r = subprocess.run([exe, *files, str(m), str(k), "xxh3-mix", str(min(repeat, 64)),
+                            layout], capture_output=True, text=True, check=True)
     finally:
         for path in files:
             os.unlink(path)
@@ -561,9 +564,16 @@ def merge_min(best: dict, order: list, row: dict) -> None:
             kept[c] = row[c]
 
 
+FLOOR_ROWS = ("C floor", "BlockedFilter C floor")
+
+
 def floor_row(res: dict, n_absent: int) -> dict:
+    blocked = res.get("layout") == "blocked"
     return {
-        "impl": "C floor", "note": "csrc/core via benchmarks/floor.c, no Python",
+        "impl": FLOOR_ROWS[blocked],
+        "note": ("the split-block layout of csrc/core (BlockedFilter's m and k) via "
+                 "benchmarks/floor.c, no Python" if blocked else
+                 "csrc/core via benchmarks/floor.c, no Python"),
         "add": res["add"], "test_present": res["test_present"],
         "test_absent": res["test_absent"], "batch_add": res["batch_add"],
         "batch_test_present": res["batch_test_present"],
@@ -719,22 +729,25 @@ def section_notes(sec: dict) -> list[str]:
     """ling_bloom's batches against the C floor (the same core functions, no Python), and
     its per-key calls against the bare loop."""
     rows = {r["impl"]: r for r in sec["rows"]}
-    lb_row, floor, bare = rows.get("ling_bloom"), rows.get("C floor"), rows.get("bare loop")
+    bare = rows.get("bare loop")
     notes = []
-    if lb_row and floor:
-        parts = [f"{label} {floor[key] / lb_row[key]:.2f}x"
-                 for key, label in (("batch_add", "update"), ("batch_test_present", "test_many+"),
-                                    ("batch_test_absent", "test_many-"))
-                 if lb_row.get(key) and floor.get(key)]
-        notes.append("ling_bloom batches at this fraction of the C floor's speed "
-                     "(floor time / ling_bloom time): " + ", ".join(parts))
-    if lb_row and bare:
-        parts = [f"{label} +{lb_row[key] - bare[bkey]:.1f}"
-                 for key, bkey, label in (("add", "add", "add"), ("test_present", "test_present", "test+"),
-                                          ("test_absent", "test_absent", "test-"),
-                                          ("test_fresh", "test_fresh", "test+ fresh"))
-                 if lb_row.get(key) is not None and bare.get(bkey) is not None]
-        notes.append("ling_bloom per key over the bare loop (ns): " + ", ".join(parts))
+    for name, floor_name in (("ling_bloom", "C floor"),
+                             ("ling_bloom BlockedFilter", "BlockedFilter C floor")):
+        lb_row, floor = rows.get(name), rows.get(floor_name)
+        if lb_row and floor:
+            parts = [f"{label} {floor[key] / lb_row[key]:.2f}x"
+                     for key, label in (("batch_add", "update"),
+                                        ("batch_test_present", "test_many+"),
+                                        ("batch_test_absent", "test_many-"))
+                     if lb_row.get(key) and floor.get(key)]
+            notes.append(f"{name} batches at this fraction of the {floor_name}'s speed "
+                         f"(floor time / {name} time): " + ", ".join(parts))
+        if lb_row and bare:
+            parts = [f"{label} {lb_row[key] - bare[key]:+.1f}"
+                     for key, label in (("add", "add"), ("test_present", "test+"),
+                                        ("test_absent", "test-"), ("test_fresh", "test+ fresh"))
+                     if lb_row.get(key) is not None and bare.get(key) is not None]
+            notes.append(f"{name} per key over the bare loop (ns): " + ", ".join(parts))
     return notes
 
 
@@ -951,23 +964,26 @@ def main(argv: list[str] | None = None) -> int:
                         for row in rows:
                             merge_min(best, order, row)
                         print(f"  {impl.name}: {time.perf_counter() - t1:.1f} s", flush=True)
-                    if floor_exe:
+                    floors = [("standard", params.m, params.k)]
+                    if any(i.name == "ling_bloom BlockedFilter" for i in impls):
+                        floors.append(("blocked",) + tuple(ling_bloom.BlockedFilter.geometry(n, p)))
+                    for layout, fm, fk in floors if floor_exe else ():
                         t1 = time.perf_counter()
+                        name = FLOOR_ROWS[layout == "blocked"]
                         with tempfile.TemporaryDirectory(prefix="lb-floor-") as tmp:
                             try:
                                 res = run_floor(floor_exe, ks.present, sample_present,
-                                                ks.absent, params.m, params.k, args.repeat, tmp)
+                                                ks.absent, fm, fk, args.repeat, tmp, layout)
                                 merge_min(best, order, floor_row(res, len(ks.absent)))
-                                print(f"  C floor: {time.perf_counter() - t1:.1f} s", flush=True)
+                                print(f"  {name}: {time.perf_counter() - t1:.1f} s", flush=True)
                             except (subprocess.CalledProcessError, ValueError, OSError) as e:
-                                print(f"  C floor: FAILED: {e}")
-                sec["rows"] = [best[name] for name in order if name != "C floor"]
-                if "C floor" in best:
-                    idx = 0
-                    while idx < len(sec["rows"]) and \
-                            sec["rows"][idx]["impl"].startswith("ling_bloom"):
-                        idx += 1
-                    sec["rows"].insert(idx, best["C floor"])
+                                print(f"  {name}: FAILED: {e}")
+                # The floors go right after ling_bloom's own rows.
+                sec["rows"] = [best[name] for name in order if name not in FLOOR_ROWS]
+                idx = 0
+                while idx < len(sec["rows"]) and sec["rows"][idx]["impl"].startswith("ling_bloom"):
+                    idx += 1
+                sec["rows"][idx:idx] = [best[name] for name in FLOOR_ROWS if name in best]
                 table = section_table(sec)
                 text = section_title(sec) + "\n" + render_text(table)
                 notes = section_notes(sec)

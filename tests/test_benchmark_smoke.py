@@ -3,6 +3,7 @@
 Only the peers that import are run (the benchmark skips the others itself); the C floor
 is built when a compiler and libxxhash are there and skipped otherwise.
 """
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +47,14 @@ def test_memory_benchmark_quick_tiny(tmp_path):
     assert "ling_bloom per key over the bare loop (ns): add +" in md
     if "C floor" in rows:
         assert "of the C floor's speed (floor time / ling_bloom time): update " in md
+    if "BlockedFilter C floor" in rows:
+        assert ("ling_bloom BlockedFilter batches at this fraction of the BlockedFilter C "
+                "floor's speed (floor time / ling_bloom BlockedFilter time): update ") in md
+        # The floor runs BlockedFilter's layout, geometry and hash on the same keys: the
+        # same absent keys are its false positives.
+        for sec in json.loads((out / "bench_memory.json").read_text())["sections"]:
+            by = {row["impl"]: row for row in sec["rows"]}
+            assert by["BlockedFilter C floor"]["fp"] == by["ling_bloom BlockedFilter"]["fp"]
     assert (out / "bench_memory.txt").exists()
     assert (out / "bench_memory.json").exists()
 
