@@ -85,8 +85,8 @@ static inline void lb_key_leave(lb_base *b, lb_key_hold *hold)
 static inline int lb_key_fast(lb_base *b, PyObject *obj, int write, const void **data,
                               size_t *len)
 {
-    return lb_key_direct(obj, data, len) && *len != 0 && !b->closed && b->fork_generation == lb_fork_generation &&
-           (write ? !b->busy && !b->read_only : !b->busy || b->reads_during_batch);
+    return lb_key_direct(obj, data, len) && *len != 0 && !b->closed &&
+           !lb_must_wait(b, !write) && !(write && b->read_only);
 }
 
 /* A batch: an iterable of keys walked in chunks (the Redis types; the

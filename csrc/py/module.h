@@ -163,15 +163,22 @@ static inline int lb_closed_error(lb_base *b)
     return -1;
 }
 
+/* 1 when an entry must first go through lb_base_wait: a fork to recover from,
+ * or another thread's GIL-free section (unless read_only and the type allows
+ * reads during one). */
+static inline int lb_must_wait(const lb_base *b, int read_only)
+{
+    return b->fork_generation != lb_fork_generation ||
+           (b->busy && !(read_only && b->reads_during_batch));
+}
+
 /* Wait for another thread's GIL-free section (unless read_only and the type
  * allows reads during one), then check the filter is open, without claiming
  * it: for the chunks of a batch that entered already.  0, or -1 with an
  * exception (ClosedError). */
 static inline int lb_wait_open(lb_base *b, int read_only)
 {
-    if ((b->fork_generation != lb_fork_generation ||
-         (b->busy && !(read_only && b->reads_during_batch))) &&
-        lb_base_wait(b, read_only) < 0)
+    if (lb_must_wait(b, read_only) && lb_base_wait(b, read_only) < 0)
         return -1;
     if (b->closed)
         return lb_closed_error(b);
