@@ -88,7 +88,9 @@ class LogReader:
         self.fd, self.ino, self.gen, self.offset = fd, ino, gen, offset
 
     def grew(self) -> bool:
-        return os.fstat(self.fd).st_size > self.offset
+        # the file's size from lseek (cheaper than fstat); reads use pread and writes
+        # O_APPEND, so the descriptor's offset is never used
+        return os.lseek(self.fd, 0, os.SEEK_END) > self.offset
 
     def read(self) -> Tuple[List[bytes], bool]:
         """Records appended since the last read: (keys, sealed)."""

@@ -249,8 +249,10 @@ class FileFilter:
             self.refresh(force=True)
 
     # -- the filter's interface (what a guard and a post_save hook use)
-    def _answer(self, key: Any) -> Optional[bool]:
-        f = self.filter
+    def _answer(self, key: Any) -> bool:
+        if self._clock() >= self._next_check:
+            self.refresh()
+        f = self._filter
         if f is not None:
             try:
                 if f.test(key):
@@ -259,18 +261,18 @@ class FileFilter:
                 f = self._filter
                 if f is not None and f.test(key):
                     return True
-        if self._aside and key_bytes(key) in self._aside:
+        elif self.unwarmed == "serve":
             return True
-        if f is None and self.unwarmed == "serve":
-            return True
-        return None
+        return bool(self._aside) and key_bytes(key) in self._aside
 
     def test(self, key: Any) -> bool:
+        """Whether ``key`` was added, here or in any other process of this file."""
         if self._answer(key):
             return True
-        if self._catch_up() and self._answer(key):
-            return True
-        return False
+        reader = self._reader
+        if reader is not None and not reader.grew():
+            return False  # the common "absent": nothing new in the log (one lseek)
+        return self._catch_up() and self._answer(key)
 
     __contains__ = test
 
