@@ -34,6 +34,8 @@ import tempfile
 import uuid
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
+from ._io import _umask  # the process's umask, read without changing it
+
 __all__ = ["AddLog", "WarmupConflictError", "key_bytes", "publish", "begin"]
 
 HEADER = b"ling_bloom add log v1 "
@@ -87,19 +89,26 @@ class LogReader:
     def __init__(self, fd: int, ino: int, gen: bytes, offset: int):
         self.fd, self.ino, self.gen, self.offset = fd, ino, gen, offset
 
-    def grew(self) -> bool:
-        # the file's size from lseek (cheaper than fstat); reads use pread and writes
-        # O_APPEND, so the descriptor's offset is never used
-        return os.lseek(self.fd, 0, os.SEEK_END) > self.offset
+    def grew(self, since: Optional[int] = None) -> bool:
+        """Whether the log holds bytes past ``since`` (default: what was read).  The size
+        comes from lseek (cheaper than fstat): reads use pread and writes O_APPEND, so the
+        descriptor's own offset is never used."""
+        return os.lseek(self.fd, 0, os.SEEK_END) > (self.offset if since is None else since)
 
-    def read(self) -> Tuple[List[bytes], bool]:
-        """Records appended since the last read: (keys, sealed)."""
+    def peek(self) -> Tuple[List[bytes], int, bool]:
+        """Records appended since the last read: (keys, the offset after them, sealed).
+        The caller applies the keys, then moves ``offset``: until then another thread's
+        ``grew()`` still says there is something to wait for."""
         size = os.fstat(self.fd).st_size
         if size <= self.offset:
-            return [], False
+            return [], self.offset, False
         data = os.pread(self.fd, size - self.offset, self.offset)
         keys, used, sealed = parse(data)
-        self.offset += used
+        return keys, self.offset + used, sealed
+
+    def read(self) -> Tuple[List[bytes], bool]:
+        """``peek`` and move past what it read (a reader no other thread uses yet)."""
+        keys, self.offset, sealed = self.peek()
         return keys, sealed
 
     def append(self, keys: List[bytes]) -> None:
@@ -112,10 +121,17 @@ class LogReader:
                 raise OSError(errno.ENOSPC, "the add log could not be written whole")
 
     def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # A reader replaced by a reload is not closed while a lookup in another thread may
+    # still hold it (its descriptor number could be reused by another file meanwhile):
+    # it closes when the last reference goes.
+    __del__ = close
 
 
 class AddLog:
@@ -200,12 +216,6 @@ class AddLog:
             return os.stat(self.log_path).st_ino
         except FileNotFoundError:
             return None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def begin(path: Any) -> Optional[bytes]:

@@ -148,8 +148,13 @@ class FileFilter:
             self._filter.close()
             self._filter = None
         old_filter = self._filter
+        reader = self._addlog.open_log(create=True) if with_log else None
+        # A new log generation means a publish: load the file even when its stat looks the
+        # same (a freed inode number comes back, with the same size, within one mtime tick).
+        published = (reader is not None and self._reader is not None
+                     and reader.gen != self._reader.gen)
         new: Any = None
-        if identity is not None and identity != self._identity:
+        if identity is not None and (identity != self._identity or published):
             try:
                 new = self._open_file()
             except Exception as e:  # a bad file must not take the server down
@@ -157,30 +162,31 @@ class FileFilter:
                                 self.path, type(e).__name__, e,
                                 "current filter" if old_filter is not None else "unwarmed state")
                 self._identity = identity  # not retried until the file changes again
-                return False
+                # The new log is still followed, over the filter kept: that filter holds
+                # the old file and the old log, so with the new log's keys nothing is lost.
         elif identity is None and old_filter is None and not self._warned_unwarmed:
             self._warned_unwarmed = True
             self._log.warning(
                 "ling_bloom: %s does not exist yet (no warm-up has run): %s until it does",
                 self.path, "serving every key unguarded" if self.unwarmed == "serve"
                 else "rejecting every key (but those added since)")
-        if new is None and self._reader is not None and with_log and (
-                self._addlog.current_ino() == self._reader.ino):
-            return False  # same file, same log
+        if (new is None and reader is not None and self._reader is not None
+                and reader.ino == self._reader.ino):
+            return False  # same file, same log: the new descriptor closes by itself
         flt = new if new is not None else old_filter
-        reader = self._addlog.open_log(create=True) if with_log else None
         keys: List[bytes] = []
         if reader is not None:
             keys, _ = reader.read()
         aside = self._apply(flt, keys) if keys else set()
-        if self._reader is not None:
-            self._reader.close()
-        self._reader = reader
+        # The filter first, the reader last: a lookup that reads the new reader finds the
+        # new filter; one that read the old reader notices the change (_catch_up).
         self._logged = set(keys)
         self._aside = aside
         if new is not None:
             self._identity = identity
             self._filter = new
+        self._reader = reader  # the one it replaces closes when no lookup holds it
+        if new is not None:
             self.reloads += 1
             if old_filter is not None and getattr(old_filter, "path", None) is not None:
                 old_filter.close()  # unmap: requests that hold it finish on the one they have
@@ -210,28 +216,39 @@ class FileFilter:
         flt.update(keys)
         return set()
 
-    def _catch_up(self) -> bool:
+    def _catch_up(self, seen: Optional[LogReader], offset: int = 0) -> bool:
         """Read the log's records appended since the last look; reload when it was sealed
-        (a warm-up published a new file).  True when something new arrived."""
+        (a warm-up published a new file).  True when something new arrived, or when another
+        thread applied records or reloaded since the caller read ``seen`` at ``offset``
+        (then ask the filter again)."""
         self._after_fork()
         with self._lock:
             reader = self._reader
+            if reader is not seen:
+                return True  # reloaded meanwhile: the caller asks the new filter
             if reader is None:
                 return self._reload() if self._addlog.current_ino() is not None else False
+            moved = reader.offset > offset  # another thread applied records meanwhile
             try:
                 if not reader.grew():
-                    return False
-                keys, sealed = reader.read()
+                    return moved
+                keys, end, sealed = reader.peek()
             except OSError:
-                return False
-            if sealed:
-                self._reload()
-                return True
+                return moved
             fresh = [k for k in keys if k not in self._logged]
             if fresh:
-                self._logged.update(fresh)
+                # (before a seal too: those are in the published file, added here as well
+                # in case that file is not the one this process loads next)
                 self._aside |= self._apply(self._filter, fresh)
-            return bool(fresh)
+                self._logged.update(fresh)
+            if sealed:
+                # The position stays before the seal until the reload has swapped in the
+                # new filter and log: a lookup in another thread meanwhile still sees
+                # "grew" and waits for this one.
+                self._reload()
+                return True
+            reader.offset = end  # only now: a lookup in another thread saw "grew" till here
+            return moved or bool(fresh)
 
     @property
     def filter(self) -> Any:
@@ -267,12 +284,15 @@ class FileFilter:
 
     def test(self, key: Any) -> bool:
         """Whether ``key`` was added, here or in any other process of this file."""
+        # The log position is read before the filter: a record past it was not yet in
+        # the filter when it answered (records are applied before the position moves).
+        reader = self._reader
+        seen = reader.offset if reader is not None else 0
         if self._answer(key):
             return True
-        reader = self._reader
-        if reader is not None and not reader.grew():
+        if reader is not None and reader is self._reader and not reader.grew(seen):
             return False  # the common "absent": nothing new in the log (one lseek)
-        return self._catch_up() and self._answer(key)
+        return self._catch_up(reader, seen) and self._answer(key)
 
     __contains__ = test
 

@@ -491,3 +491,41 @@ def _has(module):
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_threads_adding_and_testing_while_publishes_reload_see_every_added_key(tmp_path, mapped):
+    from ling_bloom.warmup import FileFilter, begin, publish
+
+    path = str(tmp_path / "f.bloom")
+    lb.MemoryFilter(50_000, 0.001).save(path)
+    writer = FileFilter(path, check_every=3600, mapped=mapped)
+    reader = FileFilter(path, check_every=3600, mapped=mapped)   # reloaded under the threads
+    missed, stop, rows = [], threading.Event(), []
+
+    def work(me):
+        for i in range(400):
+            key = f"{me}-{i}"
+            rows.append(key)                                # the row is committed
+            writer.add(key)
+            if not reader.test(key):
+                missed.append(key)
+
+    def publisher():
+        while not stop.is_set():
+            since = begin(path)
+            snapshot = lb.MemoryFilter(50_000, 0.001)
+            snapshot.update(list(rows))                     # the rows it reads
+            publish(snapshot, path, since)
+
+    pub = threading.Thread(target=publisher)
+    pub.start()
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    pub.join()
+    assert missed == [] and reader.reloads > 1
+    writer.close(); reader.close()
