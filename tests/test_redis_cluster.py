@@ -21,7 +21,10 @@ import time
 import pytest
 
 import ling_bloom as lb
-from redis_server import HOST, ClusterNode, RedisClusterServers, exit_code_in_forked_child
+from hostile_server import HostileServer, array, bulk, integer
+from key_names import ALL_BYTES, bitmap_names, sharded_names
+from redis_server import (HOST, ClusterNode, RedisClusterServers, SilentListener,
+                          exit_code_in_forked_child, free_port)
 
 
 def key_slot(key: bytes) -> int:
@@ -545,6 +548,40 @@ def test_a_sharded_redisbloom_filter(cluster):
                     ({"ttl": 5}, "ttl")):
         with pytest.raises(lb.NotSupportedError, match=msg):
             lb.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
+
+
+def test_keys_with_nul_and_brace_bytes_on_a_cluster(cluster):
+    # Every name is built from all the bytes of the key (a NUL too) and lands in its slot.
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]  # every shard gets some
+    want, filters = set(), []
+    for k in (b"nul:a", b"nul:a\x00b", b"nul:a\x00c", ALL_BYTES + b"nul:a", b"{nul:a\x00}"):
+        filters.append(lb.RedisFilter.from_url(url(cluster), k, 3000, 0.01))
+        want |= bitmap_names(k)
+        filters.append(lb.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3,
+                                               layout="blocked"))
+        want |= sharded_names(k + b":sh", 3)
+        filters.append(lb.RedisBloomFilter.from_url(url(cluster), k + b":bf", 3000, 0.01,
+                                                    shards=3))
+        want |= sharded_names(k + b":bf", 3, redisbloom=True)
+    try:
+        for f in filters:
+            f.update(items)
+            assert all(f.test_many(items))
+        found = set()
+        for node in primaries(cluster):
+            with redis.Redis(host=HOST, port=node.port) as c:
+                for name in c.scan_iter(match=b"*nul:a*", count=1000):
+                    found.add(name)
+                    assert cluster.node_for_slot(key_slot(name)).port == node.port
+        hashed = {n for n in want if b"nul:a" not in n}  # the tags of keys with braces
+        for name in hashed:
+            with redis.Redis(host=HOST, port=cluster.node_for_slot(key_slot(name)).port) as c:
+                assert c.exists(name) == 1
+        assert found == want - hashed
+    finally:
+        for f in filters:
+            f.close()
 
 
 def test_sharded_filter_arguments():
