@@ -100,6 +100,66 @@ def test_a_server_that_is_no_cluster_node(redis_server):
         lb.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
 
 
+def slot_map(kind: str, ports) -> bytes:
+    """A CLUSTER SLOTS / SHARDS reply (RESP2) giving the slots to the nodes at ports of
+    127.0.0.1 in equal ranges, then one entry that is not a slot map's: the map is refused."""
+    step = 16384 // len(ports)
+    entries = []
+    for i, port in enumerate(ports):
+        lo, hi = i * step, (i + 1) * step - 1 if i + 1 < len(ports) else 16383
+        if kind == "slots":
+            entries.append(array(integer(lo), integer(hi),
+                                 array(bulk(HOST.encode()), integer(port), bulk(b"id%d" % i))))
+        else:
+            node = array(*(bulk(x) for x in (b"id", b"id%d" % i, b"port")), integer(port),
+                         *(bulk(x) for x in (b"ip", HOST.encode(), b"endpoint", HOST.encode(),
+                                             b"role", b"master", b"health", b"online")))
+            entries.append(array(bulk(b"slots"), array(integer(lo), integer(hi)),
+                                 bulk(b"nodes"), array(node)))
+    if kind == "slots":  # a range that ends before it starts
+        entries.append(array(integer(9), integer(2), array(bulk(HOST.encode()), integer(1))))
+    else:                # slots in pairs, and one left over
+        entries.append(array(bulk(b"slots"), array(integer(9)), bulk(b"nodes"), array()))
+    return array(*entries)
+
+
+@pytest.mark.parametrize("kind", ["shards", "slots"])
+def test_a_refused_slot_map_adds_no_nodes(kind):
+    # A seed answers with a map naming 8 nodes that never answer, then a bad entry: the map is
+    # refused whole, the error names it, and no call asks (or even connects to) those nodes.
+    silent = [SilentListener() for _ in range(8)]
+    answer = slot_map(kind, [s.port for s in silent])
+
+    def script(ctx, args):
+        cmd = [a.upper() for a in args[:2]]
+        if cmd == [b"CLUSTER", b"SHARDS"] and kind == "slots":  # before Redis 7
+            return b"-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n"
+        if cmd[:1] == [b"CLUSTER"]:
+            return answer
+        return b"-ERR no such command here\r\n"
+
+    try:
+        with HostileServer(script) as srv:
+            # a second seed where nothing listens: the map is still the error told
+            for seeds in (f"{HOST}:{srv.port}", f"{HOST}:{srv.port},{HOST}:{free_port()}"):
+                u = (f"redis+cluster://{seeds}?socket_timeout=0.5&socket_connect_timeout=0.5"
+                     "&cluster_retry_timeout=0.2")
+                for f in (lb.RedisFilter.from_url(u, "k", 100, 0.01),
+                          lb.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+                    for call in (lambda: f.add("x"), lambda: f.test_many(["x", "y"]), f.reset):
+                        with pytest.raises(lb.RedisProtocolError,
+                                           match=f"{srv.port} answered CLUSTER {kind.upper()} "
+                                                 "with something that is not a slot map"):
+                            call()
+                    f.close()
+            assert sum(len(s.accepted) for s in silent) == 0   # none of them was asked
+            asked = [a for _, a in srv.commands if a[:1] == [b"CLUSTER"]]
+            assert len(asked) == 12 * (2 if kind == "slots" else 1)  # one map read a call
+    finally:
+        for s in silent:
+            s.close()
+
+
 def test_every_operation_on_every_primary(cluster):
     keys = [f"user:{i}" for i in range(2000)]
     others = [f"other:{i}" for i in range(2000)]
