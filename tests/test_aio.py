@@ -11,6 +11,7 @@ import pytest
 
 import ling_bloom as lb
 from hostile_server import HostileServer, array, integer
+from key_names import ALL_BYTES, NUL_KEYS, bitmap_names, server_keys
 from ling_bloom import AsyncRedisFilter, RedisFilter
 
 
@@ -146,6 +147,32 @@ def test_ownership_geometry_and_wrong_type(clean_redis, raw_redis):
 
     run(main())
     assert raw_redis.command("GET", "users-string") == b"hello"  # untouched
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, layout):
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]
+
+    async def main():
+        fs = {k: af(clean_redis, key=k, capacity=3000, layout=layout)
+              for k in NUL_KEYS + [ALL_BYTES]}
+        try:
+            await fs[b"a\x00b"].update(items)
+            with redis.Redis(host=clean_redis.host, port=clean_redis.port) as client:
+                assert server_keys(client) == bitmap_names(b"a\x00b")  # nothing stray
+                assert not any(await fs[b"a"].test_many(items))
+                assert not any(await fs[b"a\x00c"].test_many(items))
+                for k in (b"a", b"a\x00c", ALL_BYTES):
+                    await fs[k].add("other")
+                assert not any(await fs[b"a"].test_many(items))
+                assert all(await fs[b"a\x00b"].test_many(items))
+                assert server_keys(client) == set().union(*(bitmap_names(k) for k in fs))
+        finally:
+            for f in fs.values():
+                await f.aclose()
+
+    run(main())
 
 
 def test_closed_filter(clean_redis):
@@ -388,6 +415,32 @@ def test_redisbloom_results_match_the_blocking_filter(bf_server):
             return await f.test("x")
 
     assert run(reset()) is False
+
+
+def test_redisbloom_keys_with_a_nul_byte_are_distinct_filters(bf_server):
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]
+
+    async def main():
+        fs = {k: lb.AsyncRedisBloomFilter(k, 3000, 0.01, url=bf_server.url + "/9")
+              for k in NUL_KEYS + [ALL_BYTES]}
+        with redis.Redis(host=bf_server.host, port=bf_server.port, db=9) as client:
+            client.flushdb()
+            try:
+                await fs[b"a\x00b"].update(items)
+                assert server_keys(client) == {b"a\x00b"}       # nothing stray
+                assert not any(await fs[b"a"].test_many(items))
+                assert not any(await fs[b"a\x00c"].test_many(items))
+                for k in (b"a", b"a\x00c", ALL_BYTES):
+                    await fs[k].add("other")
+                assert all(await fs[b"a\x00b"].test_many(items))
+                assert server_keys(client) == set(fs)
+            finally:
+                for f in fs.values():
+                    await f.aclose()
+                client.flushdb()
+
+    run(main())
 
 
 def test_redisbloom_full_filter_counts_the_whole_batch(bf_server):

@@ -21,7 +21,10 @@ import time
 import pytest
 
 import ling_bloom as lb
-from redis_server import HOST, ClusterNode, RedisClusterServers, exit_code_in_forked_child
+from hostile_server import HostileServer, array, bulk, integer
+from key_names import ALL_BYTES, bitmap_names, sharded_names
+from redis_server import (HOST, ClusterNode, RedisClusterServers, SilentListener,
+                          exit_code_in_forked_child, free_port)
 
 
 def key_slot(key: bytes) -> int:
@@ -95,6 +98,66 @@ def test_a_server_that_is_no_cluster_node(redis_server):
     u = f"redis+cluster://{HOST}:{redis_server.port}"
     with pytest.raises(lb.RedisResponseError, match="cluster"):
         lb.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
+
+
+def slot_map(kind: str, ports) -> bytes:
+    """A CLUSTER SLOTS / SHARDS reply (RESP2) giving the slots to the nodes at ports of
+    127.0.0.1 in equal ranges, then one entry that is not a slot map's: the map is refused."""
+    step = 16384 // len(ports)
+    entries = []
+    for i, port in enumerate(ports):
+        lo, hi = i * step, (i + 1) * step - 1 if i + 1 < len(ports) else 16383
+        if kind == "slots":
+            entries.append(array(integer(lo), integer(hi),
+                                 array(bulk(HOST.encode()), integer(port), bulk(b"id%d" % i))))
+        else:
+            node = array(*(bulk(x) for x in (b"id", b"id%d" % i, b"port")), integer(port),
+                         *(bulk(x) for x in (b"ip", HOST.encode(), b"endpoint", HOST.encode(),
+                                             b"role", b"master", b"health", b"online")))
+            entries.append(array(bulk(b"slots"), array(integer(lo), integer(hi)),
+                                 bulk(b"nodes"), array(node)))
+    if kind == "slots":  # a range that ends before it starts
+        entries.append(array(integer(9), integer(2), array(bulk(HOST.encode()), integer(1))))
+    else:                # slots in pairs, and one left over
+        entries.append(array(bulk(b"slots"), array(integer(9)), bulk(b"nodes"), array()))
+    return array(*entries)
+
+
+@pytest.mark.parametrize("kind", ["shards", "slots"])
+def test_a_refused_slot_map_adds_no_nodes(kind):
+    # A seed answers with a map naming 8 nodes that never answer, then a bad entry: the map is
+    # refused whole, the error names it, and no call asks (or even connects to) those nodes.
+    silent = [SilentListener() for _ in range(8)]
+    answer = slot_map(kind, [s.port for s in silent])
+
+    def script(ctx, args):
+        cmd = [a.upper() for a in args[:2]]
+        if cmd == [b"CLUSTER", b"SHARDS"] and kind == "slots":  # before Redis 7
+            return b"-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n"
+        if cmd[:1] == [b"CLUSTER"]:
+            return answer
+        return b"-ERR no such command here\r\n"
+
+    try:
+        with HostileServer(script) as srv:
+            # a second seed where nothing listens: the map is still the error told
+            for seeds in (f"{HOST}:{srv.port}", f"{HOST}:{srv.port},{HOST}:{free_port()}"):
+                u = (f"redis+cluster://{seeds}?socket_timeout=0.5&socket_connect_timeout=0.5"
+                     "&cluster_retry_timeout=0.2")
+                for f in (lb.RedisFilter.from_url(u, "k", 100, 0.01),
+                          lb.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+                    for call in (lambda: f.add("x"), lambda: f.test_many(["x", "y"]), f.reset):
+                        with pytest.raises(lb.RedisProtocolError,
+                                           match=f"{srv.port} answered CLUSTER {kind.upper()} "
+                                                 "with something that is not a slot map"):
+                            call()
+                    f.close()
+            assert sum(len(s.accepted) for s in silent) == 0   # none of them was asked
+            asked = [a for _, a in srv.commands if a[:1] == [b"CLUSTER"]]
+            assert len(asked) == 12 * (2 if kind == "slots" else 1)  # one map read a call
+    finally:
+        for s in silent:
+            s.close()
 
 
 def test_every_operation_on_every_primary(cluster):
@@ -545,6 +608,40 @@ def test_a_sharded_redisbloom_filter(cluster):
                     ({"ttl": 5}, "ttl")):
         with pytest.raises(lb.NotSupportedError, match=msg):
             lb.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
+
+
+def test_keys_with_nul_and_brace_bytes_on_a_cluster(cluster):
+    # Every name is built from all the bytes of the key (a NUL too) and lands in its slot.
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]  # every shard gets some
+    want, filters = set(), []
+    for k in (b"nul:a", b"nul:a\x00b", b"nul:a\x00c", ALL_BYTES + b"nul:a", b"{nul:a\x00}"):
+        filters.append(lb.RedisFilter.from_url(url(cluster), k, 3000, 0.01))
+        want |= bitmap_names(k)
+        filters.append(lb.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3,
+                                               layout="blocked"))
+        want |= sharded_names(k + b":sh", 3)
+        filters.append(lb.RedisBloomFilter.from_url(url(cluster), k + b":bf", 3000, 0.01,
+                                                    shards=3))
+        want |= sharded_names(k + b":bf", 3, redisbloom=True)
+    try:
+        for f in filters:
+            f.update(items)
+            assert all(f.test_many(items))
+        found = set()
+        for node in primaries(cluster):
+            with redis.Redis(host=HOST, port=node.port) as c:
+                for name in c.scan_iter(match=b"*nul:a*", count=1000):
+                    found.add(name)
+                    assert cluster.node_for_slot(key_slot(name)).port == node.port
+        hashed = {n for n in want if b"nul:a" not in n}  # the tags of keys with braces
+        for name in hashed:
+            with redis.Redis(host=HOST, port=cluster.node_for_slot(key_slot(name)).port) as c:
+                assert c.exists(name) == 1
+        assert found == want - hashed
+    finally:
+        for f in filters:
+            f.close()
 
 
 def test_sharded_filter_arguments():

@@ -15,6 +15,8 @@ import time
 import pytest
 
 import ling_bloom as lb
+from key_names import (ALL_BYTES, ALL_BYTES_REVERSED, NUL_KEYS, bitmap_names, server_keys,
+                       sharded_names)
 from redis_server import (RawRedis, RedisReplyError, connections_received,
                           exit_code_in_forked_child, free_port)
 
@@ -172,6 +174,75 @@ def test_different_keys_types_and_binary_keys(clean_redis, raw_redis):
         rf(clean_redis, 12, m=1000, k=3)
     with pytest.raises(lb.EmptyKeyError):
         rf(clean_redis, "", m=1000, k=3)
+
+
+# Keys are bytes: every name built from one (parts, meta key, shards, the shard record) carries
+# all of its bytes, a NUL too, and nothing else (key_names.py has the rules, computed apart).
+
+@pytest.fixture
+def redis_py(clean_redis):
+    redis = pytest.importorskip("redis")
+    client = redis.Redis(host=clean_redis.host, port=clean_redis.port)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, redis_py, shards, layout):
+    kw = {"shards": shards} if shards > 1 else {}
+    items = [f"item:{i}" for i in range(300)]  # every shard gets some
+
+    def names(key):
+        return sharded_names(key, shards) if shards > 1 else bitmap_names(key)
+
+    fs = {key: rf(clean_redis, key, 3000, 0.01, layout=layout, **kw) for key in NUL_KEYS}
+    try:
+        fs[b"a\x00b"].update(items)
+        assert server_keys(redis_py) == names(b"a\x00b")   # exactly its names, nothing stray
+        assert fs[b"a\x00b"].test_many(items) == [True] * len(items)
+        assert not any(fs[b"a"].test_many(items))        # the others share none of its bits
+        assert not any(fs[b"a\x00c"].test_many(items))
+        others = [f"other:{i}" for i in range(300)]
+        for key in (b"a", b"a\x00c"):
+            fs[key].update(others)
+        assert not any(fs[b"a"].test_many(items)) and all(fs[b"a"].test_many(others))
+        assert server_keys(redis_py) == names(b"a") | names(b"a\x00b") | names(b"a\x00c")
+        for key, f in fs.items():
+            assert set(f.key_names()) == names(key)
+        fs[b"a"].reset()                                 # a reset empties its own keys only
+        assert fs[b"a\x00b"].test_many(items) == [True] * len(items)
+    finally:
+        for f in fs.values():
+            f.close()
+
+
+def test_open_reads_the_sharded_record_of_the_whole_key(clean_redis, redis_py):
+    with rf(clean_redis, b"a", 1000, 0.01, shards=2) as f:
+        f.add("x")
+    with pytest.raises(lb.FilterNotFoundError):
+        RedisFilter.open(clean_redis.url, b"a\x00b")    # b"a"'s record is not its own
+    with rf(clean_redis, b"a\x00b", 1000, 0.01, shards=3, layout="blocked") as f:
+        f.add("x")
+    with RedisFilter.open(clean_redis.url, b"a\x00b") as g:
+        assert (g.shards, g.layout) == (3, "blocked") and "x" in g
+    with RedisFilter.open(clean_redis.url, b"a") as g:
+        assert (g.shards, g.layout) == (2, "standard") and "x" in g
+
+
+@pytest.mark.parametrize("key", [ALL_BYTES, ALL_BYTES_REVERSED, b"a\x00b", b"{a\x00b}",
+                                 b"x{\x00}y", b"}\x00{"],
+                         ids=["all", "reversed", "nul", "nul-tag", "tag-of-nul", "close-open"])
+@pytest.mark.parametrize("shards", [1, 2])
+def test_every_byte_of_a_key_round_trips(clean_redis, redis_py, key, shards):
+    kw = {"shards": shards} if shards > 1 else {}
+    want = sharded_names(key, shards) if shards > 1 else bitmap_names(key)
+    with rf(clean_redis, key, 1000, 0.01, **kw) as f:
+        assert f.key == key
+        f.update([f"item:{i}" for i in range(50)])
+        assert server_keys(redis_py) == want and set(f.key_names()) == want
+    with RedisFilter.open(clean_redis.url, key) as g:
+        assert g.key == key and g.shards == shards and "item:7" in g
 
 
 # ------------------------------------------------------------------------- TTL

@@ -40,6 +40,14 @@ from bf_server import (  # noqa: E402
     SilentListener,
     free_port,
 )
+from key_names import (  # noqa: E402
+    ALL_BYTES,
+    ALL_BYTES_REVERSED,
+    NUL_KEYS,
+    record_name,
+    server_keys,
+    sharded_names,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -435,6 +443,65 @@ def test_missing_key_info_and_dump(target, key):
         with pytest.raises(KeyError):
             f.dump()
         assert f.card() == 0
+
+
+# Keys are bytes: the filter's key, a sharded filter's record and shard keys carry every byte
+# of the key given, a NUL too, and nothing else (key_names.py has the rules).
+
+@pytest.fixture
+def db9(target):
+    """A redis-py client of database 9 of the module's server, emptied before and after."""
+    redis = pytest.importorskip("redis")
+    client = redis.Redis(host=target.host, port=target.port, db=9)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_keys_with_a_nul_byte_are_distinct_filters(target, db9, shards):
+    items = [f"item:{i}" for i in range(300)]  # every shard gets some
+
+    def names(k):
+        return sharded_names(k, shards, redisbloom=True) if shards > 1 else {k}
+
+    fs = {k: lb.RedisBloomFilter(k, 3000, 0.01, url=target.url + "/9", shards=shards)
+          for k in NUL_KEYS}
+    try:
+        fs[b"a\x00b"].update(items)
+        assert server_keys(db9) == names(b"a\x00b")     # exactly its names, nothing stray
+        assert all(fs[b"a\x00b"].test_many(items))
+        assert not any(fs[b"a"].test_many(items))        # the others share none of its bits
+        assert not any(fs[b"a\x00c"].test_many(items))
+        others = [f"other:{i}" for i in range(300)]
+        for k in (b"a", b"a\x00c"):
+            fs[k].update(others)
+        assert not any(fs[b"a"].test_many(items)) and all(fs[b"a"].test_many(others))
+        assert server_keys(db9) == names(b"a") | names(b"a\x00b") | names(b"a\x00c")
+        fs[b"a"].reset()            # a reset deletes its own keys only (a record stays)
+        kept = {record_name(b"a")} if shards > 1 else set()
+        assert server_keys(db9) == names(b"a\x00b") | names(b"a\x00c") | kept
+        assert all(fs[b"a\x00b"].test_many(items))
+    finally:
+        for f in fs.values():
+            f.close()
+
+
+@pytest.mark.parametrize("k", [ALL_BYTES, ALL_BYTES_REVERSED, b"a\x00b", b"{a\x00b}"],
+                         ids=["all", "reversed", "nul", "nul-tag"])
+@pytest.mark.parametrize("shards", [1, 2])
+def test_every_byte_of_a_key_round_trips(target, db9, k, shards):
+    want = sharded_names(k, shards, redisbloom=True) if shards > 1 else {k}
+    with lb.RedisBloomFilter(k, 1000, 0.01, url=target.url + "/9", shards=shards) as f:
+        assert f.key == k
+        f.update([f"item:{i}" for i in range(50)])
+        assert server_keys(db9) == want and "item:7" in f
+        if shards == 1:                                  # a restore renames a key of its slot
+            dump = f.dump()
+            f.reset()
+            f.restore(dump)
+            assert server_keys(db9) == want and "item:7" in f
 
 
 def test_module_missing():

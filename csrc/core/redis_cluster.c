@@ -472,8 +472,12 @@ static lb_redis_status map_from(lb_cluster *c, lb_redis *r, int i)
         map_ctx m = {c, pm, pm + LB_CLUSTER_SLOTS};
         for (int s = 0; s < 2 * LB_CLUSTER_SLOTS; s++)
             pm[s] = -1;
+        const size_t known = c->nnodes;
         int bad = lb_cluster_parse_map(x, shards, asked, c->tmpl.tls, map_range, &m);
         if (bad) {
+            /* A refused map names no node: the ones it added (no connection yet) go, or
+             * every later map read would ask them, each a timeout when they never answer. */
+            c->nnodes = known;
             free(pm);
             lb_redis_disconnect(nc);
             return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL,
@@ -493,10 +497,12 @@ static lb_redis_status map_from(lb_cluster *c, lb_redis *r, int i)
 }
 
 /* Read the map from the nodes known: the ones with an open connection first
- * (a node that hangs is not asked before the others), then the rest. */
+ * (a node that hangs is not asked before the others), then the rest.  When
+ * none gave one, a refused map is the error told (not a later node's). */
 static lb_redis_status read_map(lb_cluster *c, lb_redis *r)
 {
     lb_redis_status st = LB_REDIS_ERR_CONNECT;
+    char refused[512] = ""; /* the size of a connection's message */
     lb_redis_set_error(r, st, "no node of the Redis Cluster is known");
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < c->nnodes; i++) {
@@ -507,8 +513,12 @@ static lb_redis_status read_map(lb_cluster *c, lb_redis *r)
             if (st == LB_REDIS_OK || st == LB_REDIS_ERR_REPLY || st == LB_REDIS_ERR_NOMEM ||
                 st == LB_REDIS_ERR_AUTH)
                 return st;
+            if (st == LB_REDIS_ERR_PROTOCOL && !refused[0])
+                snprintf(refused, sizeof refused, "%s", lb_redis_errstr(r));
         }
     }
+    if (refused[0] && st != LB_REDIS_ERR_PROTOCOL)
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL, "%s", refused);
     return st;
 }
 

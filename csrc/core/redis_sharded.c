@@ -130,10 +130,29 @@ static int record_parse(const char *s, size_t len, uint32_t *shards, lb_geometry
     return 0;
 }
 
-static void shard_name(const char *tag, size_t taglen, uint32_t i, char *buf, size_t cap,
-                       size_t *len)
+/* The names are built byte by byte: the tag is binary (a NUL in a key is one
+ * of its bytes, not its end), so no printf of it. */
+
+/* "{T}:shards" into a malloc'd buffer (its length in *len), or NULL. */
+static char *record_name_of(const char *tag, size_t taglen, size_t *len)
 {
-    *len = (size_t)snprintf(buf, cap, "{%.*s:%" PRIu32 "}", (int)taglen, tag, i);
+    static const char suffix[] = "}:shards";
+    char *name = malloc(taglen + sizeof suffix + 1);
+    if (!name)
+        return NULL;
+    name[0] = '{';
+    memcpy(name + 1, tag, taglen);
+    memcpy(name + 1 + taglen, suffix, sizeof suffix); /* with its NUL */
+    *len = 1 + taglen + sizeof suffix - 1;
+    return name;
+}
+
+/* "{T:i}" into buf (cap >= taglen + 14). */
+static void shard_name(const char *tag, size_t taglen, uint32_t i, char *buf, size_t *len)
+{
+    buf[0] = '{';
+    memcpy(buf + 1, tag, taglen);
+    *len = 1 + taglen + (size_t)sprintf(buf + 1 + taglen, ":%" PRIu32 "}", i);
 }
 
 static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keylen,
@@ -173,10 +192,8 @@ static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keyle
     sh->tag = make_tag(key, keylen, &sh->taglen);
     if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->count || !sh->off || !sh->tag)
         goto nomem;
-    sh->recordlen = sh->taglen + 9;
-    if (!(sh->record = malloc(sh->recordlen + 1)))
+    if (!(sh->record = record_name_of(sh->tag, sh->taglen, &sh->recordlen)))
         goto nomem;
-    snprintf(sh->record, sh->recordlen + 1, "{%s}:shards", sh->tag);
     size_t cap = sh->taglen + 32;
     char *name = malloc(cap);
     if (!name)
@@ -188,7 +205,7 @@ static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keyle
             goto nomem;
         }
         size_t len;
-        shard_name(sh->tag, sh->taglen, i, name, cap, &len);
+        shard_name(sh->tag, sh->taglen, i, name, &len);
         lb_redis_status st = g ? lb_redis_bitmap_new(sh->conn[i], name, len, g, 0, &sh->bm[i])
                                : lb_bf_new(sh->conn[i], name, len, bo, &sh->bf[i]);
         if (st != LB_REDIS_OK) {
@@ -296,12 +313,13 @@ static const char *hash_shown(const lb_geometry *g, int blocked)
     return blocked ? LB_RB_BLOCKED_HASH : lb_hash_scheme_name(g->scheme);
 }
 
-static lb_redis_status record_reply(lb_redis *conn, const char *name, const lb_reply *x,
-                                    const lb_geometry *want_g, int want_blocked, uint32_t want_n,
-                                    uint32_t *shards, lb_geometry *g, int *blocked)
+static lb_redis_status record_reply(lb_redis *conn, const char *name, size_t namelen,
+                                    const lb_reply *x, const lb_geometry *want_g,
+                                    int want_blocked, uint32_t want_n, uint32_t *shards,
+                                    lb_geometry *g, int *blocked)
 {
     char shown[120];
-    lb_redis_show(name, strlen(name), shown, sizeof shown);
+    lb_redis_show(name, namelen, shown, sizeof shown);
     if (x->type == LB_REPLY_NIL)
         return LB_REDIS_ERR_NOTFOUND;
     if (x->type != LB_REPLY_STRING || record_parse(x->str, x->len, shards, g, blocked))
@@ -373,11 +391,14 @@ static lb_redis_status ensure_record(lb_redis_sharded *sh)
                                     shown, theirs, theirs ? x->str : "", val);
         }
     } else {
-        st = record_reply(c, sh->record, rs[1], &sh->g, sh->blocked, sh->n, &n, &g, &blocked);
+        st = record_reply(c, sh->record, sh->recordlen, rs[1], &sh->g, sh->blocked, sh->n, &n,
+                          &g, &blocked);
     }
-    if (st == LB_REDIS_ERR_NOTFOUND) /* deleted between the SET and the GET */
+    if (st == LB_REDIS_ERR_NOTFOUND) { /* deleted between the SET and the GET */
+        char shown[120];
         return lb_redis_set_error(c, LB_REDIS_ERR_IO, "the record '%s' vanished; try again",
-                                  sh->record);
+                                  lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown));
+    }
     if (st == LB_REDIS_OK) {
         sh->record_ok = 1;
         sh->record_conn = lb_redis_connect_count(c);
@@ -389,21 +410,19 @@ lb_redis_status lb_redis_sharded_read_record(lb_redis *conn, const void *key, si
                                              uint32_t *shards, lb_geometry *g,
                                              lb_rb_layout *layout)
 {
-    size_t taglen;
+    size_t taglen, namelen = 0;
     char *tag = make_tag(key, keylen, &taglen);
-    char *name = tag ? malloc(taglen + 10) : NULL;
-    if (!name) {
-        free(tag);
-        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    }
-    snprintf(name, taglen + 10, "{%s}:shards", tag);
+    char *name = tag ? record_name_of(tag, taglen, &namelen) : NULL;
     free(tag);
+    if (!name)
+        return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
     const char *argv[2] = {"GET", name};
+    const size_t lens[2] = {3, namelen};
     lb_reply *x;
-    lb_redis_status st = lb_redis_command_argv(conn, 2, argv, NULL, LB_REDIS_IDEMPOTENT, &x);
+    lb_redis_status st = lb_redis_command_argv(conn, 2, argv, lens, LB_REDIS_IDEMPOTENT, &x);
     int blocked = 0;
     if (st == LB_REDIS_OK)
-        st = record_reply(conn, name, x, NULL, 0, 0, shards, g, &blocked);
+        st = record_reply(conn, name, namelen, x, NULL, 0, 0, shards, g, &blocked);
     if (st == LB_REDIS_OK && layout)
         *layout = blocked ? LB_RB_BLOCKED : LB_RB_STANDARD;
     free(name);

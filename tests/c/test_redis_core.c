@@ -649,6 +649,24 @@ static void test_cluster_protocol(void)
     CHECK(lb_cluster_key_slot("foo{{bar}}zap", 13) == lb_cluster_key_slot("{bar", 4));
     CHECK(lb_cluster_key_slot("foo{bar}{zap}", 13) == lb_cluster_key_slot("bar", 3));
     CHECK(lb_cluster_key_slot("", 0) == 0);
+    /* Keys are bytes: a NUL is one of them, inside a tag or out of it. */
+    CHECK(lb_cluster_key_slot("a\0b", 3) == (lb_cluster_crc16("a\0b", 3) & 16383) &&
+          lb_cluster_key_slot("a\0b", 3) != lb_cluster_key_slot("a", 1));
+    CHECK(lb_cluster_key_slot("x{a\0b}y", 7) == lb_cluster_key_slot("a\0b", 3));
+    CHECK(lb_cluster_key_slot("\0{b}", 4) == lb_cluster_key_slot("b", 1));
+    CHECK(lb_cluster_key_slot("}\0{", 3) == (lb_cluster_crc16("}\0{", 3) & 16383));
+    {
+        char *k, *base;
+        size_t baselen;
+        CHECK(lb_redis_slot_names("a\0b", 3, &k, &base, &baselen) == 0 && baselen == 5 &&
+              memcmp(k, "a\0b", 3) == 0 && memcmp(base, "{a\0b}", 5) == 0);
+        free(k);
+        free(base);
+        CHECK(lb_redis_slot_names("{\0}x", 4, &k, &base, &baselen) == 0 && baselen == 4 &&
+              memcmp(base, "{\0}x", 4) == 0);
+        free(k);
+        free(base);
+    }
 
     /* A batch knows its slot: key arguments, BITOP's second, keyless commands. */
     lb_redis_batch b;
