@@ -10,8 +10,10 @@ from typing_extensions import Buffer, Self
 
 from .redisbloom import RedisBloomInfo
 
-Key = Union[str, Buffer]
-"""A key: a str (hashed as UTF-8), bytes, or any C-contiguous buffer.  Never empty."""
+Key = Union[str, Buffer, int]
+"""A key: a str (hashed as UTF-8), bytes, any C-contiguous buffer, or an int (hashed as its
+decimal text: 42 and "42" are one key).  Never empty.  bool (an int to the type checker) and
+float are a TypeError at run time."""
 
 _Path = Union[str, "os.PathLike[str]", BinaryIO]
 """A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""

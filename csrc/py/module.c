@@ -648,7 +648,7 @@ static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key 
         if (!PyErr_ExceptionMatches(st->EmptyKeyError))
             return -1;
         PyErr_Clear();
-        hold->has_view = 0;
+        hold->held = LB_HOLD_NONE;
         k->data = "";
         k->len = 0;
     }
