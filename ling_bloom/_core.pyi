@@ -573,6 +573,8 @@ class RedisBloomFilter(_Filter):
     def remaining_ttl(self) -> Optional[float]:
         """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
         does not exist."""
+    def _exists(self) -> bool:
+        """Whether the key exists (PTTL; one round trip, nothing written)."""
     def card(self) -> int:
         """BF.CARD: items added."""
     def dump(self) -> List[Tuple[int, bytes]]:

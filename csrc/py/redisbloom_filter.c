@@ -705,6 +705,8 @@ static PyMethodDef rb_methods[] = {
     {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
      "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
      "trip), None when it has no expiry or does not exist."},
+    {"_exists", lb_redis_exists, METH_NOARGS,
+     "_exists() -> bool\n\nWhether the key exists (PTTL; one round trip, nothing written)."},
     {"card", rb_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
     {"dump", rb_dump, METH_NOARGS,
