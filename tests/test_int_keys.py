@@ -190,6 +190,7 @@ REDIS_KINDS = {
     "bitfield": dict(),
     "blocked": dict(layout="blocked"),
     "sharded": dict(shards=2),
+    "small-chunks": dict(chunk_size=512),  # many chunks: the holds of a chunk's int keys
 }
 
 
@@ -227,7 +228,7 @@ def test_redis_filter_refuses_bool_and_float_before_sending(clean_redis, raw_red
 
 def test_redisbloom_filter_int_keys_are_their_text(bf_server):
     ints = [i * 13 - 400 for i in range(2500)] + [2**64, -(2**65)]
-    with lb.RedisBloomFilter("rbi", 10_000, 0.001, url=bf_server.url) as f, \
+    with lb.RedisBloomFilter("rbi", 10_000, 0.001, url=bf_server.url, chunk_size=300) as f, \
             lb.RedisBloomFilter("rbs", 10_000, 0.001, url=bf_server.url) as g:
         assert f.add(42) is True
         assert f.add("42") is False
