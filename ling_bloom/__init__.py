@@ -14,7 +14,9 @@ reset, close, context manager):
 AsyncRedisFilter and AsyncRedisBloomFilter (ling_bloom.aio) are the two Redis filters for
 asyncio: the same keys on the server, awaited.
 
-Keys are str (hashed as UTF-8), bytes, or any bytes-like object.  The default hash
+Keys are str (hashed as UTF-8), bytes, any bytes-like object, or int (hashed as its
+decimal text: ``42`` and ``"42"`` are one key, as a Go service's strconv writes it).  The
+default hash
 is XXH3-128 with double hashing; ``hash="ling-base"`` reproduces the Go library
 ling-base bit for bit, to share a Redis bitmap with Go services.
 """

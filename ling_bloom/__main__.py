@@ -32,14 +32,41 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_ABSENT = 0, 1, 2, 3
 HASHES = ("xxh3-mix", "xxh3", "ling-base")
 
 
-def _positive_int(text: str) -> int:
+def _number(text: str) -> Union[int, float]:
+    """A number as the API takes one: an int ("1000000", "1_000_000", "1,000,000") or a
+    float ("1e6", "0.01"); ValueError for anything else."""
+    plain = text.strip().replace(",", "")
     try:
-        v = int(text.replace("_", "").replace(",", ""))
+        return int(plain)
+    except ValueError:
+        return float(plain)
+
+
+def _positive_int(text: str) -> int:
+    """A count: a whole number of at least 1, written as an int or as a float that is one
+    ("1e6"), as the filters take capacity=1e6."""
+    try:
+        v = _number(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if isinstance(v, float):
+        if not (math.isfinite(v) and v == math.floor(v)):
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+        v = int(v)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
     return v
+
+
+def _api_number(what: str) -> Callable[[str], Union[int, float]]:
+    """estimate's N and P: any number, handed to lb.estimate, which says what it refuses."""
+    def parse(text: str) -> Union[int, float]:
+        try:
+            return _number(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, not {text!r}") from None
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
 
 
 def _nonneg_int(text: str) -> int:
@@ -101,12 +128,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    p = lb.estimate(args.n, args.p)
-    print(f"n = {args.n:,}  p = {args.p}")
+    try:  # the API's rules and words: 1e6 is 1,000,000; 1.5, 0 or p = 1 are refused
+        p = lb.estimate(args.n, args.p)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    n = int(args.n)  # a whole number: estimate took it
+    print(f"n = {n:,}  p = {args.p}")
     print(f"m = {p.m:,} bits  k = {p.k}")
     print(f"memory: {_human_bytes(p.nbytes)} (bit array), {_human_bytes((p.m + 1) // 2)} "
           f"(counting filter)")
-    print(f"theoretical rate at n: {lb.false_positive_rate(p.m, p.k, args.n):.6g}")
+    print(f"theoretical rate at n: {lb.false_positive_rate(p.m, p.k, n):.6g}")
     # estimate() is the bare arithmetic; the filters refuse what they cannot have.
     if p.m > lb.MAX_BITS:
         print(f"error: m = {p.m:,} bits exceeds the limit of every filter type "
@@ -160,11 +191,21 @@ def _inspect_redis(url: str, key: str) -> int:
                 print(f"  ttl: {_ttl_text(rf.remaining_ttl())}")
         return EXIT_OK
     with lb.RedisBloomFilter(key, no_create=True, url=url) as bf:
+        missing = (f"error: no filter at key {key!r} on {url} (neither a RedisFilter nor a "
+                   f"RedisBloom filter; the key does not exist)")
         try:
             info = bf.info()
         except lb.FilterNotFoundError:
-            print(f"error: no filter at key {key!r} on {url} (neither a RedisFilter nor a "
-                  f"RedisBloom filter; the key does not exist)", file=sys.stderr)
+            print(missing, file=sys.stderr)
+            return EXIT_FAILURE
+        except lb.ModuleMissingError:
+            # No BF.* here: the key is missing, or holds something else (not a filter).
+            if not bf._exists():
+                print(missing, file=sys.stderr)
+            else:
+                print(f"error: the key {key!r} on {url} holds no RedisFilter, and the server "
+                      f"has no RedisBloom module (no BF.* commands) to read it as a "
+                      f"RedisBloom filter", file=sys.stderr)
             return EXIT_FAILURE
         print(f"{key} at {url}: RedisBloomFilter (the RedisBloom module's BF.*)")
         expansion = ("non-scaling" if info.expansion is None
@@ -221,28 +262,48 @@ def _lines(path: str) -> "Iterator[bytes]":
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    keys: "Iterable[bytes]"
     capacity = args.capacity
-    if capacity is None:
-        # Size for the keys there are: read them first (stdin is kept in memory).
+    sized_here = capacity is None
+    if sized_here:
+        # Size for the keys there are: read them first (stdin is kept in memory).  Every
+        # key read fits, so no warning: len(f) is an estimate, above the count about half
+        # the time.
         keys = list(_lines(args.keys))
         capacity = max(1, len(keys))
+        chunks: "Iterable[List[bytes]]" = [keys]
     else:
-        keys = _lines(args.keys)
+        chunks = _chunks(_lines(args.keys), 65536)
     if args.type == "scalable":
         f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter" = lb.ScalableFilter(
             capacity, args.error_rate, hash=args.hash)
     else:
         cls = lb.CountingFilter if args.type == "counting" else lb.MemoryFilter
         f = cls(capacity, args.error_rate, hash=args.hash)
-    f.update(keys)
+    read = new = 0
+    for chunk in chunks:
+        read += len(chunk)
+        if sized_here or args.type == "scalable":
+            f.update(chunk)
+        else:  # count the keys that were new: at most the distinct keys, never an estimate
+            new += sum(f.add_many(chunk))
     f.save(args.out)
-    print(f"{args.out}: {type(f).__name__} of about {len(f):,} keys, "
+    print(f"{args.out}: {type(f).__name__} of {read:,} keys read (about {len(f):,} distinct), "
           f"{_human_bytes(f.nbytes)}, current rate {f.current_error_rate():.6g}")
-    if args.type != "scalable" and len(f) > capacity:
-        print(f"warning: about {len(f):,} keys in a filter sized for {capacity:,}: its "
+    if not sized_here and args.type != "scalable" and new > capacity:
+        print(f"warning: {new:,} distinct keys in a filter sized for {capacity:,}: its "
               f"false-positive rate is above {args.error_rate}", file=sys.stderr)
     return EXIT_OK
+
+
+def _chunks(items: "Iterable[bytes]", size: int) -> "Iterator[List[bytes]]":
+    chunk: List[bytes] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -366,8 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Exit 2 when m exceeds 2**48 bits or k exceeds 64, which "
                                    "no filter can have.",
                        epilog="example: python -m ling_bloom estimate 1000000 0.01")
-    e.add_argument("n", type=_positive_int, metavar="N", help="expected number of keys")
-    e.add_argument("p", type=_rate, metavar="P", help="false-positive rate, in (0, 1)")
+    e.add_argument("n", type=_api_number("n"), metavar="N",
+                   help="expected number of keys (1000000, 1_000_000 or 1e6)")
+    e.add_argument("p", type=_api_number("p"), metavar="P",
+                   help="false-positive rate, in (0, 1)")
     e.set_defaults(func=cmd_estimate)
 
     f = sub.add_parser(

@@ -10,8 +10,10 @@ from typing_extensions import Buffer, Self
 
 from .redisbloom import RedisBloomInfo
 
-Key = Union[str, Buffer]
-"""A key: a str (hashed as UTF-8), bytes, or any C-contiguous buffer.  Never empty."""
+Key = Union[str, Buffer, int]
+"""A key: a str (hashed as UTF-8), bytes, any C-contiguous buffer, or an int (hashed as its
+decimal text: 42 and "42" are one key).  Never empty.  bool (an int to the type checker) and
+float are a TypeError at run time."""
 
 _Path = Union[str, "os.PathLike[str]", BinaryIO]
 """A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""
@@ -571,6 +573,8 @@ class RedisBloomFilter(_Filter):
     def remaining_ttl(self) -> Optional[float]:
         """Seconds until the key expires (PTTL, a round trip); None when it has no expiry or
         does not exist."""
+    def _exists(self) -> bool:
+        """Whether the key exists (PTTL; one round trip, nothing written)."""
     def card(self) -> int:
         """BF.CARD: items added."""
     def dump(self) -> List[Tuple[int, bytes]]:

@@ -7,7 +7,9 @@ from typing import Iterable, List, Optional, Protocol, Type, Union, runtime_chec
 
 from types import TracebackType
 
-Key = Union[str, bytes, bytearray, memoryview]
+Key = Union[str, bytes, bytearray, memoryview, int]
+"""What the filters take: an int is the key of its decimal text (42 and "42" are one key);
+bool and float are a TypeError at run time."""
 
 
 @runtime_checkable

@@ -171,7 +171,13 @@ class _AsyncRedis:
                 or max_connections < 1:
             raise ValueError("max_connections must be an int >= 1")
         self._args, self._kwargs = args, kwargs
-        first = self._sync(*args, **kwargs)  # checks every argument; sends nothing
+        try:
+            first = self._sync(*args, **kwargs)  # checks every argument; sends nothing
+        except TypeError as e:  # named as the class called ("AsyncRedisFilter: capacity ...")
+            text, sync = str(e), self._sync.__name__
+            if text.startswith(sync) and text[len(sync):len(sync) + 1] in (":", " ", "("):
+                raise TypeError(type(self).__name__ + text[len(sync):]) from None
+            raise
         if getattr(first, "shards", 1) != 1:
             from ._core import NotSupportedError
 

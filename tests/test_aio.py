@@ -112,7 +112,7 @@ def test_bad_keys_and_arguments_raise_before_anything_is_sent(clean_redis, raw_r
     async def main():
         async with af(clean_redis, key="bk") as f:
             with pytest.raises(TypeError):
-                await f.add(42)
+                await f.add(4.2)
             with pytest.raises(lb.EmptyKeyError):
                 await f.test("")
             with pytest.raises(TypeError):

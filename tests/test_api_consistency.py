@@ -147,6 +147,85 @@ def test_no_url_is_not_localhost(call):
         call()
 
 
+# ---- 3b. one wording for a wrong-typed number, whatever the type -----------------------------
+# "<Type>: <argument> must be a number, not <type of the value>" (None: "not None"), a
+# TypeError, before anything is sized or connected.
+
+_NOWHERE = "redis://127.0.0.1:1/0"  # never reached: the arguments are checked first
+
+
+def _open_in_tmp(**a):
+    import tempfile
+    d = tempfile.mkdtemp()
+    return lb.MemoryFilter.open(os.path.join(d, "f.bloom"), "x", **a)
+
+
+def _async(cls_name):
+    def make(**a):
+        from ling_bloom import aio
+        return getattr(aio, cls_name)("k", url=_NOWHERE, **a)
+    return make
+
+
+# (shown name, constructor taking keyword arguments, arguments: {name: valid value}, the
+# arguments where None means "not given" rather than a mistake)
+_CONSTRUCTORS = [
+    ("MemoryFilter", lambda **a: lb.MemoryFilter(**a), [dict(capacity=100, error_rate=0.01),
+                                                        dict(m=1024, k=4)], ()),
+    ("CountingFilter", lambda **a: lb.CountingFilter(**a), [dict(capacity=100, error_rate=0.01),
+                                                            dict(m=1024, k=4)], ()),
+    ("BlockedFilter", lambda **a: lb.BlockedFilter(**a), [dict(capacity=100, error_rate=0.01),
+                                                          dict(m=1024, k=8)], ()),
+    ("ScalableFilter", lambda **a: lb.ScalableFilter(**a),
+     [dict(initial_capacity=100, error_rate=0.01, growth_ratio=2.0, fpr_ratio=0.9)], ()),
+    ("MemoryFilter.open", _open_in_tmp, [dict(capacity=100, error_rate=0.01),
+                                         dict(m=1024, k=4)], ("capacity", "m", "k")),
+    ("RedisFilter", lambda **a: lb.RedisFilter("k", url=_NOWHERE, **a),
+     [dict(capacity=100, error_rate=0.01), dict(m=1024, k=4)], ("capacity", "m", "k")),
+    ("RedisBloomFilter", lambda **a: lb.RedisBloomFilter("k", url=_NOWHERE, **a),
+     [dict(capacity=100, error_rate=0.01)], ("capacity",)),
+    ("AsyncRedisFilter", _async("AsyncRedisFilter"),
+     [dict(capacity=100, error_rate=0.01), dict(m=1024, k=4)], ("capacity", "m", "k")),
+    ("AsyncRedisBloomFilter", _async("AsyncRedisBloomFilter"),
+     [dict(capacity=100, error_rate=0.01)], ("capacity",)),
+]
+
+_BAD_NUMBERS = [None, "100", b"100", [1], object(), 1j, True]
+
+
+def _wrong_typed_cases():
+    for name, make, arg_sets, none_ok in _CONSTRUCTORS:
+        for args in arg_sets:
+            for arg in args:
+                for bad in _BAD_NUMBERS:
+                    if bad is None and arg in none_ok:
+                        continue
+                    yield pytest.param(name, make, {**args, arg: bad}, arg, bad,
+                                       id=f"{name}-{arg}-{type(bad).__name__}")
+
+
+@pytest.mark.parametrize("name, make, args, arg, bad", list(_wrong_typed_cases()))
+def test_a_wrong_typed_number_names_the_argument_the_same_way(name, make, args, arg, bad):
+    shown = "None" if bad is None else type(bad).__name__
+    with pytest.raises(TypeError) as ei:
+        make(**args)
+    assert str(ei.value) == f"{name}: {arg} must be a number, not {shown}"
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda: lb.estimate(None, 0.01), "n must be a number, not None"),
+    (lambda: lb.estimate("1e6", 0.01), "n must be a number, not str"),
+    (lambda: lb.estimate(100, None), "p must be a number, not None"),
+    (lambda: lb.estimate(100, "0.01"), "p must be a number, not str"),
+    (lambda: lb.geometry(100, b"x"), "p must be a number, not bytes"),
+    (lambda: lb.indices("key", "100", 3), "m must be a number, not str"),
+])
+def test_the_functions_name_a_wrong_typed_argument_the_same_way(call, text):
+    with pytest.raises(TypeError) as ei:
+        call()
+    assert str(ei.value) == text
+
+
 # ---- 4. comparing closed filters ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cls", SAVED)

@@ -68,7 +68,7 @@ def test_a_str_and_its_utf8_are_one_key_in_a_batch(make):
 
 
 @pytest.mark.parametrize("where", [0, 2047, 2048, 4999])
-@pytest.mark.parametrize("bad", ["", b"", None, 7, memoryview(b"abcd")[::2]])
+@pytest.mark.parametrize("bad", ["", b"", None, 7.0, True, memoryview(b"abcd")[::2]])
 def test_a_bad_key_anywhere_in_a_batch_changes_nothing(make, bad, where):
     f = make()
     f.update(mixed_keys(10))

@@ -56,6 +56,33 @@ def test_estimate_accepts_underscores(capsys):
     assert f"m = {lb.estimate(1000, 0.5).m:,}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("text, value", [("1e6", 1e6), ("1E6", 1e6), ("1000000.0", 1e6),
+                                         ("2.5e3", 2.5e3), ("1_000_000", 1_000_000),
+                                         ("1,000,000", 1_000_000)])
+def test_estimate_takes_the_numbers_the_api_takes(capsys, text, value):
+    # lb.estimate(1e6, 0.01) is the same as lb.estimate(1_000_000, 0.01): so is the command.
+    assert main(["estimate", text, "0.01"]) == 0
+    m, k = lb.estimate(value, 0.01)
+    assert f"m = {m:,} bits  k = {k}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n, p", [("1.5", "0.01"), ("0", "0.01"), ("-5", "0.01"),
+                                  ("inf", "0.01"), ("nan", "0.01"), ("1e30", "0.01"),
+                                  ("100", "0"), ("100", "1"), ("100", "1.5"), ("100", "nan")])
+def test_estimate_refuses_what_the_api_refuses_in_its_words(capsys, n, p):
+    with pytest.raises((ValueError, TypeError)) as ei:
+        lb.estimate(float(n), float(p))
+    assert main(["estimate", n, p]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {ei.value}" in err
+
+
+@pytest.mark.parametrize("n, p, text", [("ten", "0.01", "n must be a number, not 'ten'"),
+                                        ("100", "x", "p must be a number, not 'x'")])
+def test_estimate_refuses_text_that_is_no_number(n, p, text):
+    assert text in run("estimate", n, p, check_rc=2).stderr
+
+
 def test_inspect_a_saved_filter(tmp_path, capsys):
     f = lb.CountingFilter(1000, 0.01)
     f.update(["a", "b", "c"])
@@ -120,9 +147,9 @@ def test_fpr_memory_plot(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["nosuch"], "invalid choice"),
     (["estimate", "100"], "required"),
-    (["estimate", "100", "2"], "between 0 and 1"),
-    (["estimate", "0", "0.1"], "at least 1"),
-    (["estimate", "ten", "0.1"], "not a whole number"),
+    (["estimate", "100", "2"], "false-positive rate must be in (0, 1)"),
+    (["estimate", "0", "0.1"], "greater than zero"),
+    (["estimate", "ten", "0.1"], "n must be a number"),
     (["demo", "--error-rate", "0"], "between 0 and 1"),
     (["fpr", "--type", "bitset"], "invalid choice"),
     (["fpr", "--keys", "guid"], "invalid choice"),
@@ -229,6 +256,30 @@ def test_build_warns_when_overfilled(tmp_path, capsys):
     assert "sized for 10" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("n", [1, 2, 10, 100, 1000, 5000, 12345])
+@pytest.mark.parametrize("rate", ["0.001", "0.01", "0.1"])
+def test_build_sized_for_the_keys_it_read_never_warns(tmp_path, capsys, n, rate):
+    # The filter it sizes itself holds every key it read: no "over capacity" warning from
+    # the estimated count (which lands above n about half the time).
+    keys = tmp_path / "ids.txt"
+    keys.write_text("".join(f"{i}\n" for i in range(n)) + "0\n1\n")  # and two repeats
+    out = tmp_path / "out.bloom"
+    assert main(["build", str(keys), str(out), "--error-rate", rate]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == ""
+    assert f"{n + 2:,} keys read" in cap.out
+    f = lb.load(str(out))
+    assert f.capacity == n + 2 and all(f.test_many([str(i) for i in range(n)]))
+    # Sized by hand for exactly the distinct keys there are: no warning either.
+    distinct = max(n, 2)
+    assert main(["build", str(keys), str(out), "--error-rate", rate,
+                 "--capacity", str(distinct)]) == 0
+    assert capsys.readouterr().err == ""
+    if n >= 10:  # and a capacity really too small still warns
+        assert main(["build", str(keys), str(out), "--capacity", str(n // 2)]) == 0
+        assert f"sized for {n // 2:,}" in capsys.readouterr().err
+
+
 def test_test_failures(tmp_path):
     junk = tmp_path / "junk"
     junk.write_bytes(b"x" * 100)
@@ -264,6 +315,24 @@ def test_inspect_redis_filters(bf_server):
     p = run("inspect", url, "cli:plain", check_rc=1)
     assert "WRONGTYPE" in p.stderr or "holds" in p.stderr
     run("inspect", url, check_rc=2)
+
+
+@pytest.mark.parametrize("with_module", [False, True])
+def test_inspect_a_missing_key_says_so(clean_redis, bf_server, with_module):
+    srv = bf_server if with_module else clean_redis
+    with srv.client() as c:
+        c.command("DEL", "cli:gone", "cli:str")
+        c.command("SET", "cli:str", "x")
+    p = run("inspect", srv.url, "cli:gone", check_rc=1)
+    assert "no filter at key 'cli:gone'" in p.stderr and "does not exist" in p.stderr
+    assert "has no RedisBloom module" not in p.stderr
+    p = run("inspect", srv.url, "cli:str", check_rc=1)
+    assert "'cli:str'" in p.stderr and "does not exist" not in p.stderr
+    if not with_module:  # a key the module would have to read: say what is missing
+        assert "holds" in p.stderr and "no RedisBloom module" in p.stderr
+    with srv.client() as c:
+        assert c.command("EXISTS", "cli:gone") == 0  # inspect wrote nothing
+        assert c.command("KEYS", "*cli:gone*") == [] and c.command("KEYS", "*cli:str?*") == []
 
 
 def test_inspect_a_blocked_redis_filter(clean_redis, capsys):

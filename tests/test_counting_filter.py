@@ -169,7 +169,7 @@ def test_batches(scheme):
     with pytest.raises(lb.EmptyKeyError):
         f.add_many(keys(4000, "x") + [""])
     with pytest.raises(TypeError):
-        f.update(["fine", 3])
+        f.update(["fine", 3.0])
     assert f.to_bytes() == before
 
 

@@ -863,7 +863,7 @@ def test_bad_keys_in_a_batch_change_nothing(clean_redis, raw_redis):
         with pytest.raises(lb.EmptyKeyError):
             f.add_many(["a", "b", ""])
         with pytest.raises(TypeError):
-            f.update(["a", 3])
+            f.update(["a", 3.0])
         with pytest.raises(TypeError):
             f.add_many("abc")  # a single key, not an iterable of keys
         with pytest.raises(TypeError):

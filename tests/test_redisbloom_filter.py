@@ -107,7 +107,7 @@ def test_batches(target, key):
         with pytest.raises(TypeError):
             f.add_many("abc")
         with pytest.raises(TypeError):
-            f.add(12)
+            f.add(1.2)
 
 
 def test_chunked_batches(target, key):
@@ -132,7 +132,7 @@ def test_empty_key_batch_changes_nothing(target, key, r):
         with pytest.raises(lb.EmptyKeyError):
             f.add_many(["a", "", "b"])
         with pytest.raises(TypeError):
-            f.add_many(["a", 3])
+            f.add_many(["a", 3.0])
         assert r.exists(key) == 0
         assert f.is_reserved is False
         with pytest.raises(lb.EmptyKeyError):

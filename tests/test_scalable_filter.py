@@ -172,7 +172,7 @@ def test_batch_with_a_bad_key_changes_nothing():
     f = ScalableFilter(10)
     f.update(keys(30))
     before = f.to_bytes()
-    for bad in ("", b"", None, 5, ["nested"]):
+    for bad in ("", b"", None, 5.0, ["nested"]):
         with pytest.raises((TypeError, ValueError)):
             f.add_many(keys(5000, "new") + [bad])
         with pytest.raises((TypeError, ValueError)):

@@ -166,7 +166,7 @@ def test_mypy_sees_through_the_stubs(tmp_path):
         r: Remover = mf                      # line 6: MemoryFilter cannot remove
         f: Filter = lb.CountingFilter(10)    # fine
         s: str = mf.add("x")                 # line 8: add returns bool
-        mf.add(5)                            # line 9: not a key
+        mf.add(5.0)                          # line 9: not a key (an int is)
         lb.ScalableFilter(10).remove("x")    # line 10: ScalableFilter cannot remove
         c: lb.CountingFilter = lb.CountingFilter.from_bytes(b"")
         m: lb.MemoryFilter = lb.CountingFilter.from_bytes(b"")  # line 12

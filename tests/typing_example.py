@@ -49,6 +49,8 @@ def main() -> None:
     assert fill_batched(as_batcher, ["c", "d"]) == [True, True]
     new: bool = mf.add(b"raw") and mf.add(bytearray(b"ba")) and mf.add(memoryview(b"mv"))
     mf.add(array.array("B", b"arr"))
+    by_id: bool = mf.add(42) or 42 in mf or mf.test(-7)  # an int is its decimal text
+    ids: List[bool] = mf.test_many([1, 2, "3"])
     present: bool = "a" in mf
     results: List[bool] = mf.add_many(k for k in ["e", "f"])
     union: MemoryFilter = mf | MemoryFilter(1000, 0.01)
@@ -107,7 +109,7 @@ def main() -> None:
     except lb.GeometryMismatchError:
         pass
 
-    print(nbytes, new, present, results, union, inter, same, rate, approx, count, removed,
+    print(nbytes, new, present, by_id, ids, results, union, inter, same, rate, approx, count, removed,
           stages, info, copy_of, restored, any_filter, loaded, generic, idx, pair, theory)
 
 

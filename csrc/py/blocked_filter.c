@@ -45,8 +45,7 @@ static int none_given(PyObject *obj, const char *what)
 {
     if (obj != Py_None)
         return 0;
-    PyErr_Format(PyExc_TypeError, "BlockedFilter: %s must be a number, not None", what);
-    return -1;
+    return lb_arg_type_error("BlockedFilter", what, obj);
 }
 
 static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
@@ -101,8 +100,8 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
             PyErr_SetString(PyExc_TypeError, "BlockedFilter needs both m and k");
             return -1;
         }
-        if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
-            lb_parse_u64(ko, "k", st->InvalidCapacityError, &k) < 0)
+        if (lb_parse_u64_arg("BlockedFilter", mo, "m", st->InvalidCapacityError, &m) < 0 ||
+            lb_parse_u64_arg("BlockedFilter", ko, "k", st->InvalidCapacityError, &k) < 0)
             return -1;
         lb_status s = lb_blocked_check_geometry(m, k);
         if (s != LB_OK)
@@ -116,7 +115,8 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
                         "BlockedFilter needs capacity (and error_rate), or m and k");
         return -1;
     }
-    if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &out->capacity) < 0)
+    if (lb_parse_u64_arg("BlockedFilter", capacity, "capacity", st->InvalidCapacityError,
+                         &out->capacity) < 0)
         return -1;
     if (out->capacity == 0) {
         lb_raise(st, LB_ERR_CAPACITY, NULL);
@@ -124,8 +124,8 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
     }
     out->error_rate = 0.01;
     if (error_rate) {
-        double p = PyFloat_AsDouble(error_rate);
-        if (p == -1.0 && PyErr_Occurred())
+        double p;
+        if (lb_parse_double_arg("BlockedFilter", error_rate, "error_rate", &p) < 0)
             return -1;
         if (!(p > 0.0 && p < 1.0)) {
             PyErr_Format(st->InvalidFalsePositiveRateError,
@@ -399,10 +399,9 @@ static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t na
     if (!s)
         return NULL;
     uint64_t n, m, k;
-    if (lb_parse_u64(args[0], "n", s->InvalidCapacityError, &n) < 0)
-        return NULL;
-    double p = PyFloat_AsDouble(args[1]);
-    if (p == -1.0 && PyErr_Occurred())
+    double p;
+    if (lb_parse_u64(args[0], "n", s->InvalidCapacityError, &n) < 0 ||
+        lb_parse_double_arg(NULL, args[1], "p", &p) < 0)
         return NULL;
     lb_status r = lb_blocked_size(n, p, &m, &k);
     if (r == LB_ERR_CAPACITY)

@@ -2,19 +2,41 @@
  *
  * A key is a str (hashed as its UTF-8; a compact ASCII str is used in place,
  * with no encoding and no copy; any other str uses the UTF-8 that CPython
- * caches on the object), bytes, or any object with the buffer protocol.
- * Another type is a TypeError; an empty key is EmptyKeyError. */
+ * caches on the object), bytes, any object with the buffer protocol, or an
+ * int (not a bool), hashed as its decimal text: 42 is the key "42", -42 is
+ * "-42", an int past 64 bits its full decimal text (an int subclass by its
+ * value, never its str()).  Another type is a TypeError; an empty key is
+ * EmptyKeyError. */
 #ifndef LB_PY_KEYS_H
 #define LB_PY_KEYS_H
 
 #include "module.h"
 
+/* What a converted key's bytes live in, when they are not the object's own. */
+typedef enum {
+    LB_HOLD_NONE = 0,  /* the bytes of the object itself (str, bytes) */
+    LB_HOLD_VIEW,      /* a buffer view, released after use */
+    LB_HOLD_DIGITS,    /* an int of at most 64 bits, formatted into digits[] */
+    LB_HOLD_TEXT       /* a larger int: its decimal str, a reference dropped after use */
+} lb_hold_kind;
+
+/* Room for the decimal text of any 64-bit integer: "-9223372036854775808" and
+ * "18446744073709551615" are 20 characters. */
+#define LB_KEY_DIGITS 24
+
 typedef struct {
-    Py_buffer view;
-    int has_view;
+    lb_hold_kind held;
+    union {
+        Py_buffer view;
+        char digits[LB_KEY_DIGITS];
+        PyObject *text;
+    } u;
 } lb_key_hold;
 
-/* The slow path of lb_key_get (not str, not bytes). */
+/* The slow path of lb_key_get (not an exact compact-ASCII str, not exact
+ * bytes): a str subclass or non-ASCII str, an int, a buffer.  The key's
+ * bytes may live in *hold (a view, an int's digits, its text): keep the hold
+ * where it is, unmoved, until lb_key_release. */
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold);
 int lb_key_empty(lb_state *st);
 
@@ -37,7 +59,7 @@ static inline int lb_key_direct(PyObject *obj, const void **data, size_t *len)
 
 static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
 {
-    hold->has_view = 0;
+    hold->held = LB_HOLD_NONE;
     if (!lb_key_direct(obj, &key->data, &key->len))
         return lb_key_get_other(st, obj, key, hold);
     if (key->len == 0)
@@ -45,10 +67,15 @@ static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_ho
     return 0;
 }
 
+/* Give back what a converted key held; the key's bytes are gone afterwards.
+ * The hold is NONE again, so a second release does nothing. */
 static inline void lb_key_release(lb_key_hold *hold)
 {
-    if (hold->has_view)
-        PyBuffer_Release(&hold->view);
+    if (hold->held == LB_HOLD_VIEW)
+        PyBuffer_Release(&hold->u.view);
+    else if (hold->held == LB_HOLD_TEXT)
+        Py_DECREF(hold->u.text);
+    hold->held = LB_HOLD_NONE;
 }
 
 /* One key of a single-key call: convert it, then enter the filter (reading

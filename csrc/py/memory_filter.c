@@ -300,7 +300,7 @@ static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
     uint64_t m, k;
     if (lb_parse_hash(hash, &a.scheme) < 0 ||
         lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 ||
-        lb_parse_k(st, ko, &k) < 0)
+        lb_parse_k(st, NULL, ko, &k) < 0)
         goto done;
     lb_status s = lb_check_geometry(m, k);
     if (s != LB_OK) {

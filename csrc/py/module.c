@@ -306,7 +306,19 @@ int lb_parse_hash(PyObject *obj, lb_hash_scheme *out)
     return 0;
 }
 
-int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out)
+int lb_arg_type_error(const char *type_name, const char *what, PyObject *obj)
+{
+    const char *shown = obj == Py_None ? "None" : Py_TYPE(obj)->tp_name;
+    if (type_name)
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a number, not %.200s", type_name, what,
+                     shown);
+    else
+        PyErr_Format(PyExc_TypeError, "%s must be a number, not %.200s", what, shown);
+    return -1;
+}
+
+int lb_parse_u64_arg(const char *type_name, PyObject *obj, const char *what, PyObject *exc,
+                     uint64_t *out)
 {
     PyObject *num;
     if (PyFloat_Check(obj)) {
@@ -318,10 +330,8 @@ int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out)
         }
         num = PyLong_FromDouble(d);
     }
-    else if (PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not bool", what);
-        return -1;
-    }
+    else if (PyBool_Check(obj) || !PyIndex_Check(obj))
+        return lb_arg_type_error(type_name, what, obj);
     else
         num = PyNumber_Index(obj);
     if (!num)
@@ -345,10 +355,30 @@ int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out)
     return 0;
 }
 
-static int parse_rate(lb_state *st, PyObject *obj, double *out)
+int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out)
 {
-    double p = PyFloat_AsDouble(obj);
-    if (p == -1.0 && PyErr_Occurred())
+    return lb_parse_u64_arg(NULL, obj, what, exc, out);
+}
+
+int lb_parse_double_arg(const char *type_name, PyObject *obj, const char *what, double *out)
+{
+    if (obj == Py_None || PyBool_Check(obj))
+        return lb_arg_type_error(type_name, what, obj);
+    double d = PyFloat_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        return lb_arg_type_error(type_name, what, obj);
+    }
+    *out = d;
+    return 0;
+}
+
+static int parse_rate(lb_state *st, const char *type_name, PyObject *obj, double *out)
+{
+    double p;
+    if (lb_parse_double_arg(type_name, obj, "error_rate", &p) < 0)
         return -1;
     if (!(p > 0.0 && p < 1.0)) {
         PyErr_Format(st->InvalidFalsePositiveRateError,
@@ -374,9 +404,9 @@ int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const ch
 
 /* k outside 1..LB_MAX_K is a geometry out of range, as a bad m is:
  * InvalidCapacityError (a BloomError and a ValueError). */
-int lb_parse_k(lb_state *st, PyObject *obj, uint64_t *out)
+int lb_parse_k(lb_state *st, const char *type_name, PyObject *obj, uint64_t *out)
 {
-    if (lb_parse_u64(obj, "k", st->InvalidCapacityError, out) < 0)
+    if (lb_parse_u64_arg(type_name, obj, "k", st->InvalidCapacityError, out) < 0)
         return -1;
     if (*out == 0 || *out > LB_MAX_K) {
         PyErr_Format(st->InvalidCapacityError, "k must be in 1..%d, not %llu", LB_MAX_K,
@@ -391,8 +421,7 @@ static int none_given(PyObject *obj, const char *what, const char *type_name)
 {
     if (obj != Py_None)
         return 0;
-    PyErr_Format(PyExc_TypeError, "%s: %s must be a number, not None", type_name, what);
-    return -1;
+    return lb_arg_type_error(type_name, what, obj);
 }
 
 int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, PyObject *m,
@@ -438,7 +467,8 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
             PyErr_Format(PyExc_TypeError, "%s needs both m and k", type_name);
             return -1;
         }
-        if (lb_parse_u64(m, "m", st->InvalidCapacityError, &mm) < 0 || lb_parse_k(st, k, &kk) < 0)
+        if (lb_parse_u64_arg(type_name, m, "m", st->InvalidCapacityError, &mm) < 0 ||
+            lb_parse_k(st, type_name, k, &kk) < 0)
             return -1;
         lb_status s = lb_check_geometry(mm, kk);
         if (s != LB_OK) {
@@ -454,14 +484,15 @@ int lb_fixed_args_from(lb_state *st, PyObject *capacity, PyObject *error_rate, P
                      type_name);
         return -1;
     }
-    if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &out->capacity) < 0)
+    if (lb_parse_u64_arg(type_name, capacity, "capacity", st->InvalidCapacityError,
+                         &out->capacity) < 0)
         return -1;
     if (out->capacity == 0) {
         lb_raise(st, LB_ERR_CAPACITY, NULL);
         return -1;
     }
     out->error_rate = 0.01;
-    if (error_rate && parse_rate(st, error_rate, &out->error_rate) < 0)
+    if (error_rate && parse_rate(st, type_name, error_rate, &out->error_rate) < 0)
         return -1;
     uint64_t mm, kk;
     lb_status s = lb_size(out->capacity, out->error_rate, out->scheme, LB_FIXED_SLACK, &mm, &kk);
@@ -598,10 +629,9 @@ static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t na
         return PyErr_Format(PyExc_TypeError, "estimate() takes 2 arguments (n, p), %zd given",
                             nargs);
     uint64_t n, m, k;
-    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0)
-        return NULL;
-    double p = PyFloat_AsDouble(args[1]);
-    if (p == -1.0 && PyErr_Occurred())
+    double p;
+    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0 ||
+        lb_parse_double_arg(NULL, args[1], "p", &p) < 0)
         return NULL;
     lb_status s = lb_estimate(n, p, &m, &k);
     return sizing_result(st, s, m, k, "n and p need more than 2**63 bits");
@@ -619,8 +649,8 @@ static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
     if (lb_parse_hash(hash, &scheme) < 0 ||
         lb_parse_u64(no, "n", st->InvalidCapacityError, &n) < 0)
         return NULL;
-    double p = PyFloat_AsDouble(po);
-    if (p == -1.0 && PyErr_Occurred())
+    double p;
+    if (lb_parse_double_arg(NULL, po, "p", &p) < 0)
         return NULL;
     lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
     /* What a constructor would build, or the error it would raise: never a
@@ -648,7 +678,7 @@ static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key 
         if (!PyErr_ExceptionMatches(st->EmptyKeyError))
             return -1;
         PyErr_Clear();
-        hold->has_view = 0;
+        hold->held = LB_HOLD_NONE;
         k->data = "";
         k->len = 0;
     }
@@ -664,7 +694,7 @@ static PyObject *indices(PyObject *module, PyObject *args, PyObject *kwargs)
                                      &hash))
         return NULL;
     uint64_t m, k;
-    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 || lb_parse_k(st, ko, &k) < 0)
+    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 || lb_parse_k(st, NULL, ko, &k) < 0)
         return NULL;
     if (m == 0)
         return lb_raise(st, LB_ERR_CAPACITY, "m must be greater than zero");

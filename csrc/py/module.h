@@ -230,12 +230,25 @@ PyObject *lb_raise(lb_state *st, lb_status status, const char *detail);
 /* Parse a hash= argument (None or "xxh3" or "ling-base"). */
 int lb_parse_hash(PyObject *obj, lb_hash_scheme *out);
 
-/* Read a non-negative Python int into a uint64 (exc is raised, with what
- * naming the argument, for a negative value). */
+/* A wrong-typed number argument, in the one wording every type uses:
+ * TypeError "<type_name>: <what> must be a number, not <type of obj>" ("not
+ * None" for None; no "<type_name>: " when type_name is NULL).  Returns -1. */
+int lb_arg_type_error(const char *type_name, const char *what, PyObject *obj);
+
+/* Read a non-negative Python int (or a float that is a whole number) into a
+ * uint64: exc, with what naming the argument, for a negative, fractional or
+ * too large value; lb_arg_type_error for anything not a number (None, bool,
+ * str, ...).  lb_parse_u64 is lb_parse_u64_arg of no type name. */
+int lb_parse_u64_arg(const char *type_name, PyObject *obj, const char *what, PyObject *exc,
+                     uint64_t *out);
 int lb_parse_u64(PyObject *obj, const char *what, PyObject *exc, uint64_t *out);
 
+/* A real number argument (a float, an int, anything with __float__; not a
+ * bool, not None): lb_arg_type_error otherwise.  The range is the caller's. */
+int lb_parse_double_arg(const char *type_name, PyObject *obj, const char *what, double *out);
+
 /* k, which must be in 1..LB_MAX_K: InvalidCapacityError otherwise. */
-int lb_parse_k(lb_state *st, PyObject *obj, uint64_t *out);
+int lb_parse_k(lb_state *st, const char *type_name, PyObject *obj, uint64_t *out);
 
 /* The geometry arguments shared by MemoryFilter and CountingFilter:
  * (capacity, error_rate) or (m=, k=), and hash=. */

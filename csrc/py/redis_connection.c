@@ -591,6 +591,16 @@ PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble((double)ms / 1000.0);
 }
 
+PyObject *lb_redis_exists(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    long long ms = 0;
+    LB_REDIS_CALL(f, lb_redis_key_pttl(f->conn, PyBytes_AS_STRING(f->key_bytes),
+                                       (size_t)PyBytes_GET_SIZE(f->key_bytes), &ms));
+    return PyBool_FromLong(ms != -2);
+}
+
 PyObject *lb_redis_get_ttl(PyObject *self, void *unused)
 {
     (void)unused;

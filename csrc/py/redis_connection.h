@@ -176,6 +176,10 @@ int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn);
 /* remaining_ttl(): PTTL of the key, in seconds; None when it has no expiry
  * or does not exist. */
 PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused);
+/* _exists(): whether the key exists (PTTL, one round trip, nothing written);
+ * for the command line's inspect, which must tell a missing key from a server
+ * without the RedisBloom module. */
+PyObject *lb_redis_exists(PyObject *self, PyObject *unused);
 PyObject *lb_redis_add(PyObject *self, PyObject *key);
 PyObject *lb_redis_test(PyObject *self, PyObject *key);
 int lb_redis_contains(PyObject *self, PyObject *key);

@@ -269,7 +269,8 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_bf_options opt;
     lb_bf_options_init(&opt);
     if (capacity != Py_None) {
-        if (lb_parse_u64(capacity, "capacity", st->InvalidCapacityError, &opt.capacity) < 0)
+        if (lb_parse_u64_arg("RedisBloomFilter", capacity, "capacity", st->InvalidCapacityError,
+                             &opt.capacity) < 0)
             goto fail;
         if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
             PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
@@ -279,12 +280,12 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     /* None is "not given" for capacity (attach, or the module's defaults), but
      * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
     if (error_rate == Py_None && capacity != Py_None) {
-        PyErr_SetString(PyExc_TypeError, "RedisBloomFilter: error_rate must be a number, not None");
+        lb_arg_type_error("RedisBloomFilter", "error_rate", error_rate);
         goto fail;
     }
     if (error_rate && error_rate != Py_None) {
-        double p = PyFloat_AsDouble(error_rate);
-        if (p == -1.0 && PyErr_Occurred())
+        double p;
+        if (lb_parse_double_arg("RedisBloomFilter", error_rate, "error_rate", &p) < 0)
             goto fail;
         if (!(p > 0.0 && p < 1.0)) {
             PyErr_Format(st->InvalidFalsePositiveRateError,
@@ -704,6 +705,8 @@ static PyMethodDef rb_methods[] = {
     {"remaining_ttl", lb_redis_remaining_ttl, METH_NOARGS,
      "remaining_ttl() -> float | None\n\nSeconds until the key expires (PTTL; one round "
      "trip), None when it has no expiry or does not exist."},
+    {"_exists", lb_redis_exists, METH_NOARGS,
+     "_exists() -> bool\n\nWhether the key exists (PTTL; one round trip, nothing written)."},
     {"card", rb_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
     {"dump", rb_dump, METH_NOARGS,

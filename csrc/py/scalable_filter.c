@@ -68,14 +68,18 @@ static PyObject *sf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_state *st = lb_state_from_type(type);
     if (!st)
         return NULL;
-    PyObject *cap_o, *hash = Py_None;
+    PyObject *cap_o, *rate_o = NULL, *growth_o = NULL, *ratio_o = NULL, *hash = Py_None;
     double error_rate = 0.01, growth = 2.0, ratio = 0.9;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|ddd$O:ScalableFilter", kwlist, &cap_o,
-                                     &error_rate, &growth, &ratio, &hash))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOO$O:ScalableFilter", kwlist, &cap_o,
+                                     &rate_o, &growth_o, &ratio_o, &hash))
         return NULL;
     uint64_t cap;
     lb_hash_scheme scheme;
-    if (lb_parse_u64(cap_o, "initial_capacity", st->InvalidCapacityError, &cap) < 0 ||
+    if (lb_parse_u64_arg("ScalableFilter", cap_o, "initial_capacity", st->InvalidCapacityError,
+                         &cap) < 0 ||
+        (rate_o && lb_parse_double_arg("ScalableFilter", rate_o, "error_rate", &error_rate) < 0) ||
+        (growth_o && lb_parse_double_arg("ScalableFilter", growth_o, "growth_ratio", &growth) < 0) ||
+        (ratio_o && lb_parse_double_arg("ScalableFilter", ratio_o, "fpr_ratio", &ratio) < 0) ||
         lb_parse_hash(hash, &scheme) < 0)
         return NULL;
     lb_status s = lb_scalable_check(cap, error_rate, growth, ratio);
