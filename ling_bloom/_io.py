@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from typing import IO, Union, cast
 
@@ -80,12 +81,15 @@ def atomic_write(path: PathLike, data: bytes) -> None:
 
 # Enough of a saved filter for its header to give the whole length (format.h).
 HEADER_BYTES = 48
+# A file is read in steps of at most this many bytes: a header that claims more than the
+# file holds never gets that much memory allocated for it.
+STEP = 1 << 24
 
 
 def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
     parts = []
     while n > 0:
-        chunk = f.read(min(n, 1 << 24))
+        chunk = f.read(min(n, STEP))
         if not chunk:
             break
         if not isinstance(chunk, (bytes, bytearray)):
@@ -99,13 +103,26 @@ def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
 def _read_stream(f: "IO[bytes]") -> bytes:
     """One saved filter from a binary file object, from its position: the header, then as
     many bytes as it gives, no more (the stream may go on: filters saved one after the
-    other load one after the other)."""
+    other load one after the other).
+
+    The length is asked of the header with the bytes read so far: a chain's header gives
+    first the least its stages need, and sizes them only once that much has been read,
+    so a short stream is refused (by from_bytes) for its length.  A short one is returned
+    as it is, for from_bytes to say what is missing."""
     from ._core import _saved_length
 
-    head = _read_exactly(f, HEADER_BYTES)
-    if len(head) < HEADER_BYTES:
-        return head
-    return head + _read_exactly(f, _saved_length(head) - len(head))
+    data = _read_exactly(f, HEADER_BYTES)
+    if len(data) < HEADER_BYTES:
+        return data
+    head = data
+    while True:
+        total, whole = _saved_length(head, len(data))
+        if total > len(data):
+            data += _read_exactly(f, total - len(data))
+            if len(data) < total:
+                return data
+        if whole:
+            return data
 
 
 def read_file(path: PathLike) -> bytes:
@@ -113,23 +130,39 @@ def read_file(path: PathLike) -> bytes:
     header says it goes.
 
     A file that is not a saved filter (``/dev/zero``, a huge log) raises CorruptFileError
-    (a BloomError and a ValueError) after its first 48 bytes; one longer than its header
-    says raises it too.  A short one is returned as it is, for from_bytes to say what is
-    missing.
+    (a BloomError and a ValueError) after its first 48 bytes.  So does a file whose header
+    claims more bytes than the file has, or fewer, before any more of it is read: the
+    length the header gives is compared with the file's first (for a chain, the least its
+    stages need, before they are sized).  A file shorter than 48 bytes is returned as it
+    is, for from_bytes to say what is missing; so is a stream's (a pipe's) short filter.
     """
     from ._core import CorruptFileError, _saved_length
 
     if hasattr(path, "read"):
         return _read_stream(cast("IO[bytes]", path))
     with open(os.fspath(path), "rb") as f:
-        head = f.read(HEADER_BYTES)
-        if len(head) < HEADER_BYTES:
-            return head
-        total = _saved_length(head)
-        rest = f.read(total - len(head))
-        if len(rest) < total - len(head):
-            return head + rest
+        st = os.fstat(f.fileno())
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if not size:
+            # Not a regular file (a pipe, /dev/zero), or one that gives no length (an
+            # empty file, one of /proc): read as a stream.
+            data = _read_stream(f)
+        else:
+            head = _read_exactly(f, HEADER_BYTES)
+            if len(head) < HEADER_BYTES:
+                return head
+            total, whole = _saved_length(head, size)
+            if not whole or total > size:
+                raise CorruptFileError(
+                    f"not a valid saved filter: the file holds {size} bytes, its header "
+                    f"claims {'' if whole else 'at least '}{total} (truncated)")
+            if total < size:
+                raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
+                                       f"{total} bytes its header describes")
+            data = head + _read_exactly(f, total - len(head))
+            if len(data) < total:  # it shrank while it was read
+                return data
         if f.read(1):
             raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
-                             f"{total} bytes its header describes")
-        return head + rest
+                                   f"{len(data)} bytes its header describes")
+        return data

@@ -82,13 +82,14 @@ lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
     if (r == 0 && headlen)
         WHY("the file shrank while it was read");
     uint64_t total;
-    if (lb_format_length(head, headlen, &total, why) != LB_OK) {
+    int whole;
+    if (lb_format_length(head, headlen, (uint64_t)sb.st_size, &total, &whole, why) != LB_OK) {
         st = LB_ERR_FORMAT;
         goto fail;
     }
     if (head[6] != LB_KIND_MEMORY)
         WHY("open() maps MemoryFilter files only (load() reads the other kinds)");
-    if ((uint64_t)sb.st_size != total)
+    if (!whole || (uint64_t)sb.st_size != total)
         WHY("the file's length does not match its header (truncated or extended)");
     if (total > SIZE_MAX)
         WHY("too large to map");
