@@ -674,6 +674,72 @@ def test_load_of_an_endless_file_stops_at_the_header():
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
 
 
+# ---- padding bits: every kind refuses bits outside its filter ----------------------------
+
+def _flip(data: bytes, at: int, mask: int) -> bytes:
+    return reseal(data, lambda b: b.__setitem__(at, b[at] | mask))
+
+
+def test_a_chain_stage_with_padding_bits_set_is_refused():
+    """Each stage's bits end in a partial byte here (m % 8 != 0): a bit past m in it is
+    outside the filter, and refused as MemoryFilter refuses it; the last bit inside m of
+    the same byte is accepted and counted."""
+    f = ScalableFilter(10, 0.05, 2.0, 0.5)
+    f.update(keys(40))
+    stages = f.stages()
+    assert len(stages) == 3 and all(s["m"] % 8 for s in stages)
+    data = f.to_bytes()
+    pos = 48 + 8 * len(stages)
+    for i, s in enumerate(stages):
+        nbytes = (s["m"] + 7) // 8
+        last = pos + nbytes - 1
+        pos += nbytes
+        padding = 0xFF >> (s["m"] % 8)  # bits m .. 8*nbytes-1 (Redis bit order)
+        for bit in range(8):
+            if not padding & (1 << bit):
+                continue
+            with pytest.raises(lb.CorruptFileError, match="padding"):
+                ScalableFilter.from_bytes(_flip(data, last, 1 << bit))
+            with pytest.raises(lb.CorruptFileError, match="padding"):
+                lb.from_bytes(_flip(data, last, 1 << bit))
+        inside = 0x80 >> ((s["m"] - 1) % 8)  # bit m-1, the filter's last
+        if data[last] & inside:
+            continue
+        ok = ScalableFilter.from_bytes(_flip(data, last, inside))
+        assert ok.stages()[i]["bits_set"] == s["bits_set"] + 1
+        assert ok != f
+    assert ScalableFilter.from_bytes(data) == f
+
+
+@pytest.mark.parametrize("kind", ["memory", "counting", "blocked"])
+def test_the_fixed_kinds_refuse_padding_bits_too(kind):
+    if kind == "blocked":
+        # m is a whole number of 64-byte blocks: every byte of the payload is inside the
+        # filter, so there are no padding bits; a header whose m is not such a number is
+        # refused even when the payload is as long as it says.
+        f = lb.BlockedFilter(m=1024, k=8)
+        data = f.to_bytes()
+        assert len(data) == 40 + f.m // 8 + 8 and f.nbytes * 8 == f.m
+        full = reseal(data, lambda b: b.__setitem__(slice(40, len(b)), b"\xff" * (len(b) - 40)))
+        assert lb.BlockedFilter.from_bytes(full).bits_set == f.m
+        body = bytearray(data[:40])
+        struct.pack_into("<Q", body, 8, 1000)
+        body += bytes((1000 + 7) // 8)
+        with pytest.raises(lb.CorruptFileError):
+            lb.BlockedFilter.from_bytes(seal(body))
+        return
+    # memory: m = 61, bits 61..63 of the last byte are padding; counting: m = 13 cells,
+    # the high nibble of the last byte is padding.
+    f = MemoryFilter(m=61, k=3) if kind == "memory" else CountingFilter(m=13, k=2)
+    data = f.to_bytes()
+    last = len(data) - 9
+    for mask in ((0x04, 0x02, 0x01) if kind == "memory" else (0x10, 0x80)):
+        with pytest.raises(lb.CorruptFileError, match="padding"):
+            type(f).from_bytes(_flip(data, last, mask))
+        with pytest.raises(lb.CorruptFileError, match="padding"):
+            lb.from_bytes(_flip(data, last, mask))
+
+
 # ---- a header that claims more than the file holds -----------------------------------------
 
 def _fixed_header(kind: int, m: int, k: int) -> bytes:

@@ -267,7 +267,8 @@ static lb_status scalable_least(const lb_format_header *h, uint64_t *least, cons
 /* Every stage's geometry (lb_scalable_stage_params: for a small stage the
  * sizing is a search) and the stages' rates; *total = the length of the file.
  * With counts (the stage table), each count against its stage's capacity; with
- * payload (payload_len bytes of stage bits), each stage's bits inside it. */
+ * payload (payload_len bytes of stage bits), each stage's bits inside it and
+ * its padding bits (past m in its last byte) clear. */
 static lb_status scalable_stages(const lb_format_header *h, const uint8_t *counts,
                                  const uint8_t *payload, uint64_t payload_len, uint64_t *total,
                                  const char **why)
@@ -290,8 +291,13 @@ static lb_status scalable_stages(const lb_format_header *h, const uint8_t *count
         pos += nbytes;
         if (pos > LENGTH_CAP)
             FAIL("length does not match the stages");
-        if (payload && pos > payload_len)
-            FAIL("length does not match the stages");
+        if (payload) {
+            if (pos > payload_len)
+                FAIL("length does not match the stages");
+            /* Bits past m (Redis bit order: the low bits of the last byte). */
+            if ((m & 7) && (payload[pos - 1] & (0xffu >> (m & 7))))
+                FAIL("padding bits are set");
+        }
     }
     *total = scalable_table_end(h) + pos + LB_FORMAT_TRAILER;
     return LB_OK;
