@@ -6,6 +6,11 @@ import stat
 import tempfile
 from typing import IO, Union, cast
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no file is mapped (MemoryFilter.open), none marked live
+    fcntl = None  # type: ignore[assignment]
+
 PathLike = Union[str, "os.PathLike[str]", "IO[bytes]"]
 
 
@@ -84,6 +89,8 @@ HEADER_BYTES = 48
 # A file is read in steps of at most this many bytes: a header that claims more than the
 # file holds never gets that much memory allocated for it.
 STEP = 1 << 24
+# The header of a MemoryFilter's file, the kind byte, and its live flag (format.h).
+FIXED_HEADER, KIND_MEMORY, LIVE_FLAG = 40, 1, 2
 
 
 def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
@@ -125,6 +132,41 @@ def _read_stream(f: "IO[bytes]") -> bytes:
             return data
 
 
+def _lock(fd: int, how: int) -> None:
+    try:
+        fcntl.flock(fd, how)
+    except OSError:  # a file system without locks: go on without
+        pass
+
+
+def _as_it_is_now(f: "IO[bytes]", data: bytes) -> bytes:
+    """A MemoryFilter's file read whole, confirmed against the file as it is now.
+
+    A process that opens a sealed file with MemoryFilter.open(path, "r+") marks it live in
+    place: a new header and trailer (the trailer of a live file checksums its header only,
+    its bits change under it).  A read that overlapped the marking holds the old header
+    and the new trailer, or the other way round.  The marking happens under the file's
+    lock (flock, exclusive), so the header and trailer read again under the lock (shared)
+    are a pair: when they are a live file's, they replace the ones read before (any bits
+    go with a live header; from_bytes checks the header against its checksum).  When they
+    are not, the file was sealed all along, and nothing of it changed.
+    """
+    if fcntl is None or len(data) < FIXED_HEADER + 8 or data[6] != KIND_MEMORY:
+        return data
+    fd = f.fileno()
+    _lock(fd, fcntl.LOCK_SH)
+    try:
+        head = os.pread(fd, FIXED_HEADER, 0)
+        trailer = os.pread(fd, 8, len(data) - 8)
+    finally:
+        _lock(fd, fcntl.LOCK_UN)
+    if (len(head) == FIXED_HEADER and len(trailer) == 8 and head[6] == KIND_MEMORY
+            and head[20] & LIVE_FLAG
+            and (head != data[:FIXED_HEADER] or trailer != data[-8:])):
+        return head + data[FIXED_HEADER:-8] + trailer
+    return data
+
+
 def read_file(path: PathLike) -> bytes:
     """The saved filter at path (or from a binary file object), read no further than its
     header says it goes.
@@ -162,6 +204,7 @@ def read_file(path: PathLike) -> bytes:
             data = head + _read_exactly(f, total - len(head))
             if len(data) < total:  # it shrank while it was read
                 return data
+            data = _as_it_is_now(f, data)
         if f.read(1):
             raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
                                    f"{len(data)} bytes its header describes")
