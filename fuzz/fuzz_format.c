@@ -152,16 +152,19 @@ static void one(const uint8_t *data, size_t len)
     const char *why = NULL;
     uint64_t total = 0;
     const char *lwhy = NULL;
-    lb_status ls = lb_format_length(data, len, &total, &lwhy);
+    int whole = 0;
+    lb_status ls = lb_format_length(data, len, len, &total, &whole, &lwhy);
     if (ls != LB_OK)
         CHECK(lwhy && lwhy[0]);
+    else
+        CHECK(whole ? total >= 8 : total > len);
     lb_status st = lb_format_read(data, len, &h, &why);
     if (st != LB_OK) {
         CHECK(st == LB_ERR_FORMAT && why && why[0]);
         return;
     }
     /* The header check of load() agrees with the full read. */
-    CHECK(ls == LB_OK && total == len);
+    CHECK(ls == LB_OK && whole && total == len);
     CHECK(h.payload >= data && h.payload + h.payload_len <= data + len);
     if (h.kind == LB_KIND_SCALABLE)
         scalable_filter(data, len, &h);

@@ -553,6 +553,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, TypeError, OSError, ImportError, lb.BloomError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except MemoryError:
+        print("error: out of memory", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

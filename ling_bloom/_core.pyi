@@ -105,8 +105,10 @@ class RedisProtocolError(RedisError):
 
 # ---- functions ------------------------------------------------------------------------------
 
-def _saved_length(head: bytes) -> int:
-    """The length of the saved filter that starts with head (its first 48 bytes)."""
+def _saved_length(head: bytes, have: Optional[int] = None) -> Tuple[int, bool]:
+    """(total, whole): the length of the saved filter that starts with head (its first 48
+    bytes), worked out as far as have bytes allow (whole False: total is the least a
+    chain's stages need, more than have)."""
 
 def estimate(n: int, p: float) -> Tuple[int, int]:
     """ling-base's Estimate: (m, k) for n keys at false-positive rate p (the bare arithmetic:

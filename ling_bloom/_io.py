@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from typing import IO, Union, cast
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no file is mapped (MemoryFilter.open), none marked live
+    fcntl = None  # type: ignore[assignment]
 
 PathLike = Union[str, "os.PathLike[str]", "IO[bytes]"]
 
@@ -80,12 +86,17 @@ def atomic_write(path: PathLike, data: bytes) -> None:
 
 # Enough of a saved filter for its header to give the whole length (format.h).
 HEADER_BYTES = 48
+# A file is read in steps of at most this many bytes: a header that claims more than the
+# file holds never gets that much memory allocated for it.
+STEP = 1 << 24
+# The header of a MemoryFilter's file, the kind byte, and its live flag (format.h).
+FIXED_HEADER, KIND_MEMORY, LIVE_FLAG = 40, 1, 2
 
 
 def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
     parts = []
     while n > 0:
-        chunk = f.read(min(n, 1 << 24))
+        chunk = f.read(min(n, STEP))
         if not chunk:
             break
         if not isinstance(chunk, (bytes, bytearray)):
@@ -99,13 +110,61 @@ def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
 def _read_stream(f: "IO[bytes]") -> bytes:
     """One saved filter from a binary file object, from its position: the header, then as
     many bytes as it gives, no more (the stream may go on: filters saved one after the
-    other load one after the other)."""
+    other load one after the other).
+
+    The length is asked of the header with the bytes read so far: a chain's header gives
+    first the least its stages need, and sizes them only once that much has been read,
+    so a short stream is refused (by from_bytes) for its length.  A short one is returned
+    as it is, for from_bytes to say what is missing."""
     from ._core import _saved_length
 
-    head = _read_exactly(f, HEADER_BYTES)
-    if len(head) < HEADER_BYTES:
-        return head
-    return head + _read_exactly(f, _saved_length(head) - len(head))
+    data = _read_exactly(f, HEADER_BYTES)
+    if len(data) < HEADER_BYTES:
+        return data
+    head = data
+    while True:
+        total, whole = _saved_length(head, len(data))
+        if total > len(data):
+            data += _read_exactly(f, total - len(data))
+            if len(data) < total:
+                return data
+        if whole:
+            return data
+
+
+def _lock(fd: int, how: int) -> None:
+    try:
+        fcntl.flock(fd, how)
+    except OSError:  # a file system without locks: go on without
+        pass
+
+
+def _as_it_is_now(f: "IO[bytes]", data: bytes) -> bytes:
+    """A MemoryFilter's file read whole, confirmed against the file as it is now.
+
+    A process that opens a sealed file with MemoryFilter.open(path, "r+") marks it live in
+    place: a new header and trailer (the trailer of a live file checksums its header only,
+    its bits change under it).  A read that overlapped the marking holds the old header
+    and the new trailer, or the other way round.  The marking happens under the file's
+    lock (flock, exclusive), so the header and trailer read again under the lock (shared)
+    are a pair: when they are a live file's, they replace the ones read before (any bits
+    go with a live header; from_bytes checks the header against its checksum).  When they
+    are not, the file was sealed all along, and nothing of it changed.
+    """
+    if fcntl is None or len(data) < FIXED_HEADER + 8 or data[6] != KIND_MEMORY:
+        return data
+    fd = f.fileno()
+    _lock(fd, fcntl.LOCK_SH)
+    try:
+        head = os.pread(fd, FIXED_HEADER, 0)
+        trailer = os.pread(fd, 8, len(data) - 8)
+    finally:
+        _lock(fd, fcntl.LOCK_UN)
+    if (len(head) == FIXED_HEADER and len(trailer) == 8 and head[6] == KIND_MEMORY
+            and head[20] & LIVE_FLAG
+            and (head != data[:FIXED_HEADER] or trailer != data[-8:])):
+        return head + data[FIXED_HEADER:-8] + trailer
+    return data
 
 
 def read_file(path: PathLike) -> bytes:
@@ -113,23 +172,40 @@ def read_file(path: PathLike) -> bytes:
     header says it goes.
 
     A file that is not a saved filter (``/dev/zero``, a huge log) raises CorruptFileError
-    (a BloomError and a ValueError) after its first 48 bytes; one longer than its header
-    says raises it too.  A short one is returned as it is, for from_bytes to say what is
-    missing.
+    (a BloomError and a ValueError) after its first 48 bytes.  So does a file whose header
+    claims more bytes than the file has, or fewer, before any more of it is read: the
+    length the header gives is compared with the file's first (for a chain, the least its
+    stages need, before they are sized).  A file shorter than 48 bytes is returned as it
+    is, for from_bytes to say what is missing; so is a stream's (a pipe's) short filter.
     """
     from ._core import CorruptFileError, _saved_length
 
     if hasattr(path, "read"):
         return _read_stream(cast("IO[bytes]", path))
     with open(os.fspath(path), "rb") as f:
-        head = f.read(HEADER_BYTES)
-        if len(head) < HEADER_BYTES:
-            return head
-        total = _saved_length(head)
-        rest = f.read(total - len(head))
-        if len(rest) < total - len(head):
-            return head + rest
+        st = os.fstat(f.fileno())
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        if not size:
+            # Not a regular file (a pipe, /dev/zero), or one that gives no length (an
+            # empty file, one of /proc): read as a stream.
+            data = _read_stream(f)
+        else:
+            head = _read_exactly(f, HEADER_BYTES)
+            if len(head) < HEADER_BYTES:
+                return head
+            total, whole = _saved_length(head, size)
+            if not whole or total > size:
+                raise CorruptFileError(
+                    f"not a valid saved filter: the file holds {size} bytes, its header "
+                    f"claims {'' if whole else 'at least '}{total} (truncated)")
+            if total < size:
+                raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
+                                       f"{total} bytes its header describes")
+            data = head + _read_exactly(f, total - len(head))
+            if len(data) < total:  # it shrank while it was read
+                return data
+            data = _as_it_is_now(f, data)
         if f.read(1):
             raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
-                             f"{total} bytes its header describes")
-        return head + rest
+                                   f"{len(data)} bytes its header describes")
+        return data

@@ -1,6 +1,7 @@
 """python -m ling_bloom: every command, --help, exit codes, errors on stderr without tracebacks."""
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -184,6 +185,24 @@ def test_failures_exit_1(tmp_path):
     # a geometry the library refuses is a failure of the command, not usage
     p = run("fpr", "--m", str(2**62), "--k", "3", "-n", "10", check_rc=1)
     assert p.stderr.startswith("error:")
+
+
+def _sealed(body: bytes) -> bytes:
+    xxhash = pytest.importorskip("xxhash")  # to forge the format's checksum
+    return body + xxhash.xxh3_64_intdigest(body).to_bytes(8, "little")
+
+
+@pytest.mark.parametrize("kind, m, k", [(1, 2**40, 3), (2, 2**48, 3), (4, 2**48, 8)])
+def test_inspect_of_a_header_claiming_terabytes_is_one_line(tmp_path, kind, m, k):
+    # 104 bytes whose header claims m bits (or cells): a one-line error, exit 1, never
+    # an attempt to allocate what it claims (MemoryError and a traceback, before).
+    path = tmp_path / "claims.bloom"
+    header = b"LBLM" + struct.pack("<HBBQIIQd", 1, kind, 2, m, k, 0, 0, 0.0)
+    path.write_bytes(_sealed(header + bytes(56)))
+    p = run("inspect", str(path), check_rc=1)
+    assert p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: not a valid saved filter")
+    assert "header claims" in p.stderr
 
 
 def test_fpr_plot_without_matplotlib_exits_1(tmp_path):

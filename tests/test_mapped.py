@@ -345,3 +345,98 @@ def test_one_copy_in_memory_for_all_processes(path):
         assert rss >= mib * 1024 * 0.9  # each process sees every page ...
         assert private < 1024  # ... but owns almost none of them (kB)
         assert pss <= mib * 1024 / procs * 1.2  # its share is a quarter of one copy
+
+
+# ---- an "r+" open marks a sealed file live while others open it --------------------------
+
+def _open_each_round(path, mode, rounds, barrier, started, done, failures):
+    for _ in range(rounds):
+        barrier.wait()  # a freshly saved (sealed) file is in place
+        if mode == "r+":
+            started.set()
+            opened = [MemoryFilter.open(path, "r+")]
+            done.set()
+        else:
+            # "r" opens, one after the other, for as long as the "r+" open takes: one of
+            # them is checking the file at the moment it is marked live.
+            started.wait(10)
+            opened = []
+            while not done.is_set() or not opened:
+                try:
+                    opened.append(MemoryFilter.open(path, "r") if mode == "r" else lb.load(path))
+                except CorruptFileError as e:
+                    with failures.get_lock():
+                        failures.value += 1
+                    print(f"{mode}: {e}", flush=True)
+                    opened.append(None)
+        for f in opened:
+            if f is not None and f.path is not None:
+                f.close()
+        barrier.wait()  # the opens are over
+        started.clear()
+        done.clear()
+
+
+@pytest.mark.parametrize("reader", ["r", "load"])
+def test_r_plus_marking_a_file_live_never_makes_it_corrupt_to_a_reader(path, reader):
+    """One process opens a freshly saved file "r+" (which marks it live in place) while
+    another opens it "r" (which checks it), or loads it: the reader must see a sealed file
+    or a live one, never a corrupt one, and the bits are the saved ones either way."""
+    ctx = mp.get_context("fork")
+    rounds = 150
+    heap = MemoryFilter(m=8 * 8 * 2**20, k=7)  # 8 MiB: checking it takes a while
+    heap.update(keys("saved", 5000))
+    sealed = heap.to_bytes()
+    barrier = ctx.Barrier(3)
+    failures, started, done = ctx.Value("q", 0), ctx.Event(), ctx.Event()
+    workers = [ctx.Process(target=_open_each_round,
+                           args=(path, mode, rounds, barrier, started, done, failures))
+               for mode in ("r+", reader)]
+    for w in workers:
+        w.start()
+    try:
+        for i in range(rounds):
+            with open(path + ".new", "wb") as out:  # save() without its fsync
+                out.write(sealed)
+            os.replace(path + ".new", path)
+            barrier.wait(60)
+            barrier.wait(60)
+            assert struct.unpack_from("<I", open(path, "rb").read(48), 20)[0] & 2  # live now
+            if i % 10 == 0:
+                assert lb.load(path) == heap
+    except BaseException:
+        barrier.abort()  # the workers stop waiting for the next round
+        raise
+    finally:
+        for w in workers:
+            w.join(60)
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert failures.value == 0, f"{failures.value} opens in {rounds} rounds saw a corrupt file"
+
+
+def test_a_damaged_file_is_refused_by_every_mode(path, tmp_path):
+    heap = MemoryFilter(50_000, 0.01)
+    heap.update(keys("k", 500))
+    heap.save(path)
+    sealed = open(path, "rb").read()
+    for at in (20, 45, len(sealed) // 2, len(sealed) - 9, len(sealed) - 1):
+        raw = bytearray(sealed)
+        raw[at] ^= 0x04  # the live flag's neighbour, a bit, a bit, the last bit, the trailer
+        with open(path, "wb") as out:
+            out.write(raw)
+        for mode in ("r", "r+"):
+            with pytest.raises(CorruptFileError):
+                MemoryFilter.open(path, mode)
+        assert open(path, "rb").read() == bytes(raw)  # "r+" left a refused file as it was
+        with pytest.raises(CorruptFileError):
+            lb.load(path)
+    # A sealed file's damaged payload with the live flag set (its checksum still the
+    # sealed one's): refused, not taken for a live file.
+    raw = bytearray(sealed)
+    raw[20] |= 2
+    raw[len(sealed) // 2] ^= 1
+    with open(path, "wb") as out:
+        out.write(raw)
+    for mode in ("r", "r+"):
+        with pytest.raises(CorruptFileError, match="checksum"):
+            MemoryFilter.open(path, mode)

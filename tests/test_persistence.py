@@ -672,3 +672,184 @@ def test_load_of_an_endless_file_stops_at_the_header():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+# ---- padding bits: every kind refuses bits outside its filter ----------------------------
+
+def _flip(data: bytes, at: int, mask: int) -> bytes:
+    return reseal(data, lambda b: b.__setitem__(at, b[at] | mask))
+
+
+def test_a_chain_stage_with_padding_bits_set_is_refused():
+    """Each stage's bits end in a partial byte here (m % 8 != 0): a bit past m in it is
+    outside the filter, and refused as MemoryFilter refuses it; the last bit inside m of
+    the same byte is accepted and counted."""
+    f = ScalableFilter(10, 0.05, 2.0, 0.5)
+    f.update(keys(40))
+    stages = f.stages()
+    assert len(stages) == 3 and all(s["m"] % 8 for s in stages)
+    data = f.to_bytes()
+    pos = 48 + 8 * len(stages)
+    for i, s in enumerate(stages):
+        nbytes = (s["m"] + 7) // 8
+        last = pos + nbytes - 1
+        pos += nbytes
+        padding = 0xFF >> (s["m"] % 8)  # bits m .. 8*nbytes-1 (Redis bit order)
+        for bit in range(8):
+            if not padding & (1 << bit):
+                continue
+            with pytest.raises(lb.CorruptFileError, match="padding"):
+                ScalableFilter.from_bytes(_flip(data, last, 1 << bit))
+            with pytest.raises(lb.CorruptFileError, match="padding"):
+                lb.from_bytes(_flip(data, last, 1 << bit))
+        inside = 0x80 >> ((s["m"] - 1) % 8)  # bit m-1, the filter's last
+        if data[last] & inside:
+            continue
+        ok = ScalableFilter.from_bytes(_flip(data, last, inside))
+        assert ok.stages()[i]["bits_set"] == s["bits_set"] + 1
+        assert ok != f
+    assert ScalableFilter.from_bytes(data) == f
+
+
+@pytest.mark.parametrize("kind", ["memory", "counting", "blocked"])
+def test_the_fixed_kinds_refuse_padding_bits_too(kind):
+    if kind == "blocked":
+        # m is a whole number of 64-byte blocks: every byte of the payload is inside the
+        # filter, so there are no padding bits; a header whose m is not such a number is
+        # refused even when the payload is as long as it says.
+        f = lb.BlockedFilter(m=1024, k=8)
+        data = f.to_bytes()
+        assert len(data) == 40 + f.m // 8 + 8 and f.nbytes * 8 == f.m
+        full = reseal(data, lambda b: b.__setitem__(slice(40, len(b)), b"\xff" * (len(b) - 40)))
+        assert lb.BlockedFilter.from_bytes(full).bits_set == f.m
+        body = bytearray(data[:40])
+        struct.pack_into("<Q", body, 8, 1000)
+        body += bytes((1000 + 7) // 8)
+        with pytest.raises(lb.CorruptFileError):
+            lb.BlockedFilter.from_bytes(seal(body))
+        return
+    # memory: m = 61, bits 61..63 of the last byte are padding; counting: m = 13 cells,
+    # the high nibble of the last byte is padding.
+    f = MemoryFilter(m=61, k=3) if kind == "memory" else CountingFilter(m=13, k=2)
+    data = f.to_bytes()
+    last = len(data) - 9
+    for mask in ((0x04, 0x02, 0x01) if kind == "memory" else (0x10, 0x80)):
+        with pytest.raises(lb.CorruptFileError, match="padding"):
+            type(f).from_bytes(_flip(data, last, mask))
+        with pytest.raises(lb.CorruptFileError, match="padding"):
+            lb.from_bytes(_flip(data, last, mask))
+
+
+# ---- a header that claims more than the file holds -----------------------------------------
+
+def _fixed_header(kind: int, m: int, k: int) -> bytes:
+    return b"LBLM" + struct.pack("<HBBQIIQd", 1, kind, 2, m, k, 0, 0, 0.0)
+
+
+def _chain_header(n0: int, rate: float, growth: float, ratio: float, stages: int) -> bytes:
+    return (b"LBLM" + struct.pack("<HBB", 1, 3, 2) + struct.pack("<Qddd", n0, rate, growth, ratio)
+            + struct.pack("<II", stages, 0))
+
+
+def _claiming_more_than_they_hold() -> dict:
+    """Sealed files (their checksums right) whose headers claim more bytes than they
+    hold, from one byte more to the most a header can claim."""
+    cases = {}
+    mem, cnt = MemoryFilter(m=60, k=3).to_bytes(), CountingFilter(m=13, k=2).to_bytes()
+    blk = lb.BlockedFilter(m=1024, k=8).to_bytes()
+    chain = small("scalable").to_bytes()
+    for name, data in (("memory", mem), ("counting", cnt), ("blocked", blk),
+                       ("scalable", chain)):
+        cases[f"{name}, one byte short"] = seal(data[:-9])
+    cases["memory, m=1 in 48 bytes"] = seal(_fixed_header(1, 1, 1))
+    for kind, k, name in ((1, 3, "memory"), (2, 3, "counting"), (4, 8, "blocked")):
+        for m in (2**40, 2**48):
+            cases[f"{name}, m=2**{m.bit_length() - 1} in 104 bytes"] = seal(
+                _fixed_header(kind, m, k) + bytes(56))
+    cases["memory, m=2**48-1 in 104 bytes"] = seal(_fixed_header(1, 2**48 - 1, 3) + bytes(56))
+    # A chain whose first stage alone is terabytes, and one of 4096 stages in 56 bytes.
+    cases["scalable, a stage of 2**43 keys"] = seal(
+        _chain_header(2**43, 0.5, 2.0, 0.5, 1) + bytes(8) + bytes(40))
+    cases["scalable, 4096 stages in 56 bytes"] = seal(_chain_header(1000, 0.5, 1.0001, 0.5, 4096))
+    cases["scalable, 4096 stages and their table"] = seal(
+        _chain_header(1000, 0.5, 1.0001, 0.5, 4096) + bytes(8 * 4096 + 4096))
+    return cases
+
+
+LOAD_EVERY_WAY = textwrap.dedent(
+    r"""
+    import io, os, resource, sys
+    # Under a cap of the address space (not under ASan, which needs a huge one), so that
+    # an allocation of the size a header claims fails even where memory is overcommitted.
+    if "asan" not in os.environ.get("LD_PRELOAD", ""):
+        vm = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 512 * 2**20, hard))
+    import ling_bloom as lb
+    CLS = {1: lb.MemoryFilter, 2: lb.CountingFilter, 3: lb.ScalableFilter, 4: lb.BlockedFilter}
+    bad = 0
+    for path in sys.argv[1:]:
+        data = open(path, "rb").read()
+        cls = CLS[data[6]]
+        ways = {"lb.load(path)": lambda: lb.load(path),
+                "cls.load(path)": lambda: cls.load(path),
+                "lb.load(file)": lambda: lb.load(open(path, "rb")),
+                "lb.load(BytesIO)": lambda: lb.load(io.BytesIO(data)),
+                "from_bytes": lambda: cls.from_bytes(data)}
+        for way, load in ways.items():
+            try:
+                load()
+            except lb.CorruptFileError:
+                continue
+            except BaseException as e:
+                print(f"{os.path.basename(path)}: {way} raised {type(e).__name__}: {e}")
+            else:
+                print(f"{os.path.basename(path)}: {way} accepted it")
+            bad += 1
+    print("bad", bad)
+    """
+)
+
+
+def test_a_header_claiming_more_than_the_file_holds_is_corrupt_every_way(tmp_path):
+    """load(path) compares the length the header claims with the file's, and reads a file
+    in bounded steps: it never allocates the claimed size (MemoryError), and says
+    CorruptFileError, as from_bytes and load(file object) do, for every kind."""
+    paths = []
+    for i, (name, data) in enumerate(_claiming_more_than_they_hold().items()):
+        p = tmp_path / f"{i:02d} {name}.bloom"
+        p.write_bytes(data)
+        paths.append(str(p))
+    env = dict(os.environ)
+    root = str(Path(lb.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", LOAD_EVERY_WAY, *paths], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("bad 0"), (r.stdout, r.stderr[-3000:])
+
+
+def test_load_compares_the_claimed_length_with_the_file_first(tmp_path):
+    path = tmp_path / "f.bloom"
+    path.write_bytes(seal(_fixed_header(1, 2**40, 3) + bytes(56)))
+    claimed = 40 + 2**40 // 8 + 8
+    with pytest.raises(lb.CorruptFileError, match=rf"104 bytes.*header claims {claimed} "):
+        lb.load(path)
+    path.write_bytes(seal(_chain_header(1000, 0.5, 1.0001, 0.5, 4096)))
+    with pytest.raises(lb.CorruptFileError, match=r"56 bytes.*header claims at least"):
+        ScalableFilter.load(path)
+
+
+def test_a_chain_header_is_refused_on_its_length_before_any_stage_is_sized():
+    """The bytes a chain's stages need at the least are compared with the bytes present
+    before any stage is sized (the sizing of a small stage is a search, thousands of them
+    a few seconds): a header of 4096 stages in 56 bytes is refused on its length.  The
+    order shows in the reason: this header's second stage is out of range (2**46 keys),
+    and the short file is refused for its length, not for that stage."""
+    late = seal(_chain_header(2**40, 0.5, 64.0, 0.5, 2))
+    with pytest.raises(lb.CorruptFileError, match="stage geometry"):  # with bytes enough
+        ScalableFilter.from_bytes(seal(_chain_header(2**40, 0.5, 64.0, 0.5, 2) + bytes(26)))
+    for data in (late, seal(_chain_header(1000, 0.5, 1.0001, 0.5, 4096)),
+                 seal(_chain_header(1, 0.5, 1.0001, 0.9999, 4096) + bytes(8 * 4096))):
+        for read in (ScalableFilter.from_bytes, lb.from_bytes):
+            with pytest.raises(lb.CorruptFileError, match="shorter than its header says"):
+                read(data)

@@ -186,6 +186,39 @@ static lb_status read_fixed(const uint8_t *data, size_t body, lb_format_header *
     return LB_OK;
 }
 
+/* The parameters of a scalable filter's header (LB_FORMAT_SCALABLE_HEADER
+ * bytes of data), checked as the constructor checks them, and its number of
+ * stages: no stage is looked at. */
+static lb_status scalable_params(const uint8_t *data, lb_format_header *h, const char **why)
+{
+    h->initial_capacity = get_u64(data + 8);
+    h->error_rate = get_f64(data + 16);
+    h->growth = get_f64(data + 24);
+    h->fpr_ratio = get_f64(data + 32);
+    h->nstages = get_u32(data + 40);
+    if (get_u32(data + 44) != 0)
+        FAIL("reserved field is set");
+    if (lb_scalable_check(h->initial_capacity, h->error_rate, h->growth, h->fpr_ratio) != LB_OK)
+        FAIL("bad scalable parameters");
+    if (h->nstages == 0 || h->nstages > LB_FORMAT_MAX_STAGES)
+        FAIL("bad number of stages");
+    return LB_OK;
+}
+
+/* The stages' part of a chain's file before their bits: the header and a count
+ * of each. */
+static uint64_t scalable_table_end(const lb_format_header *h)
+{
+    return LB_FORMAT_SCALABLE_HEADER + 8 * (uint64_t)h->nstages;
+}
+
+/* The least a chain's file can be from its number of stages alone: the table,
+ * a byte of bits for each stage, the trailer. */
+static uint64_t scalable_floor(const lb_format_header *h)
+{
+    return scalable_table_end(h) + h->nstages + LB_FORMAT_TRAILER;
+}
+
 /* A chain with the header's parameters and no stages, for
  * lb_scalable_stage_params: each stage's geometry follows from them (and from
  * the scheme, whose sizing lb_size applies). */
@@ -199,72 +232,106 @@ static void scalable_probe(const lb_format_header *h, lb_scalable *probe)
     probe->scheme = h->scheme;
 }
 
-/* The header of a scalable filter (avail >= LB_FORMAT_SCALABLE_HEADER): the
- * parameters, checked as the constructor checks them, and the stages they
- * imply; *payload_len = the bytes of all stages' bits.  Each stage's geometry
- * follows from the parameters, so this needs no more than the header. */
-static lb_status parse_scalable(const uint8_t *data, lb_format_header *h, uint64_t *payload_len,
-                                const char **why)
+/* A chain never holds a stage that would take it past its bound
+ * (lb_scalable_push_stage): a file with one was not written by it. */
+#define RATES_WITHIN(rates, h) ((rates) <= (h)->error_rate * (1.0 + 1e-9))
+/* Beyond any file: the sums below stop here, far from overflowing. */
+#define LENGTH_CAP ((uint64_t)1 << 62)
+
+/* The least length of a chain's file, from each stage's capacity and rate
+ * and the least m they allow (lb_scalable_stage_least: no sizing search), the
+ * stages' rates checked against the chain's bound on the way.  Every file
+ * this refuses, the full check (scalable_stages) refuses too. */
+static lb_status scalable_least(const lb_format_header *h, uint64_t *least, const char **why)
 {
-    h->initial_capacity = get_u64(data + 8);
-    h->error_rate = get_f64(data + 16);
-    h->growth = get_f64(data + 24);
-    h->fpr_ratio = get_f64(data + 32);
-    h->nstages = get_u32(data + 40);
-    if (get_u32(data + 44) != 0)
-        FAIL("reserved field is set");
-    if (lb_scalable_check(h->initial_capacity, h->error_rate, h->growth, h->fpr_ratio) != LB_OK)
-        FAIL("bad scalable parameters");
-    if (h->nstages == 0 || h->nstages > LB_FORMAT_MAX_STAGES)
-        FAIL("bad number of stages");
     lb_scalable probe;
     scalable_probe(h, &probe);
     uint64_t total = 0;
+    double rates = 0;
+    for (uint32_t i = 0; i < h->nstages; i++) {
+        uint64_t cap, m;
+        double rate;
+        if (lb_scalable_stage_least(&probe, i, &cap, &rate, &m) != LB_OK)
+            FAIL("stage geometry out of range");
+        rates += rate;
+        if (!RATES_WITHIN(rates, h))
+            FAIL("the stages' rates add up to more than error_rate");
+        total += (m + 7) / 8;
+        if (total > LENGTH_CAP)
+            FAIL("length does not match the stages");
+    }
+    *least = scalable_table_end(h) + total + LB_FORMAT_TRAILER;
+    return LB_OK;
+}
+
+/* Every stage's geometry (lb_scalable_stage_params: for a small stage the
+ * sizing is a search) and the stages' rates; *total = the length of the file.
+ * With counts (the stage table), each count against its stage's capacity; with
+ * payload (payload_len bytes of stage bits), each stage's bits inside it and
+ * its padding bits (past m in its last byte) clear. */
+static lb_status scalable_stages(const lb_format_header *h, const uint8_t *counts,
+                                 const uint8_t *payload, uint64_t payload_len, uint64_t *total,
+                                 const char **why)
+{
+    lb_scalable probe;
+    scalable_probe(h, &probe);
+    uint64_t pos = 0;
     double rates = 0;
     for (uint32_t i = 0; i < h->nstages; i++) {
         uint64_t cap, m, k;
         double rate;
         if (lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k) != LB_OK)
             FAIL("stage geometry out of range");
-        /* A chain never holds a stage that would take it past its bound
-         * (lb_scalable_push_stage): such a file was not written by it. */
         rates += rate;
-        if (rates > h->error_rate * (1.0 + 1e-9))
+        if (!RATES_WITHIN(rates, h))
             FAIL("the stages' rates add up to more than error_rate");
-        total += (m + 7) / 8;
-        if (total > ((uint64_t)1 << 62))
+        if (counts && get_u64(counts + 8 * (size_t)i) > cap)
+            FAIL("stage count exceeds its capacity");
+        uint64_t nbytes = (m + 7) / 8;
+        pos += nbytes;
+        if (pos > LENGTH_CAP)
             FAIL("length does not match the stages");
+        if (payload) {
+            if (pos > payload_len)
+                FAIL("length does not match the stages");
+            /* Bits past m (Redis bit order: the low bits of the last byte). */
+            if ((m & 7) && (payload[pos - 1] & (0xffu >> (m & 7))))
+                FAIL("padding bits are set");
+        }
     }
-    *payload_len = total;
+    *total = scalable_table_end(h) + pos + LB_FORMAT_TRAILER;
     return LB_OK;
 }
 
-static lb_status read_scalable(const uint8_t *data, size_t body, lb_format_header *h,
+static lb_status read_scalable(const uint8_t *data, size_t len, lb_format_header *h,
                                const char **why)
 {
-    if (body < LB_FORMAT_SCALABLE_HEADER)
+    if (len - LB_FORMAT_TRAILER < LB_FORMAT_SCALABLE_HEADER)
         FAIL("truncated header");
-    uint64_t total;
-    lb_status st = parse_scalable(data, h, &total, why);
+    lb_status st = scalable_params(data, h, why);
     if (st != LB_OK)
         return st;
-    size_t pos = LB_FORMAT_SCALABLE_HEADER;
-    if (body - pos < 8 * (size_t)h->nstages)
-        FAIL("truncated stage table");
-    h->counts_raw = data + pos;
-    lb_scalable probe;
-    scalable_probe(h, &probe);
-    for (uint32_t i = 0; i < h->nstages; i++, pos += 8) {
-        uint64_t cap, m, k;
-        double rate;
-        lb_scalable_stage_params(&probe, i, &cap, &rate, &m, &k); /* checked above */
-        if (get_u64(data + pos) > cap)
-            FAIL("stage count exceeds its capacity");
-    }
-    if ((uint64_t)(body - pos) != total)
+    /* What the stages need at the least, against the bytes there are, before
+     * any stage is sized. */
+    if (scalable_floor(h) > len)
+        FAIL("shorter than its header says (truncated)");
+    uint64_t least;
+    st = scalable_least(h, &least, why);
+    if (st != LB_OK)
+        return st;
+    if (least > len)
+        FAIL("shorter than its header says (truncated)");
+    size_t pos = (size_t)scalable_table_end(h);
+    uint64_t total;
+    st = scalable_stages(h, data + LB_FORMAT_SCALABLE_HEADER, data + pos,
+                         len - LB_FORMAT_TRAILER - pos, &total, why);
+    if (st != LB_OK)
+        return st;
+    if (total != len)
         FAIL("length does not match the stages");
+    h->counts_raw = data + LB_FORMAT_SCALABLE_HEADER;
     h->payload = data + pos;
-    h->payload_len = (size_t)total;
+    h->payload_len = len - LB_FORMAT_TRAILER - pos;
     return LB_OK;
 }
 
@@ -273,10 +340,13 @@ uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i)
     return get_u64(h->counts_raw + 8 * (size_t)i);
 }
 
-lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, const char **why)
+lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t have, uint64_t *total,
+                           int *whole, const char **why)
 {
     lb_format_header h;
     memset(&h, 0, sizeof(h));
+    *total = 0;
+    *whole = 0;
     if (len < 8)
         FAIL("too short to be a saved filter");
     if (memcmp(data, magic, 4) != 0)
@@ -289,20 +359,30 @@ lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, con
     if (data[7] >= LB_HASH_SCHEME_COUNT)
         FAIL("unknown hash scheme (written by a newer ling_bloom?)");
     h.scheme = (lb_hash_scheme)data[7];
-    uint64_t payload;
     lb_status st;
     if (h.kind == LB_KIND_SCALABLE) {
         if (len < LB_FORMAT_SCALABLE_HEADER)
             FAIL("truncated header");
-        st = parse_scalable(data, &h, &payload, why);
-        *total = LB_FORMAT_SCALABLE_HEADER + 8 * (uint64_t)h.nstages + payload;
+        st = scalable_params(data, &h, why);
+        if (st != LB_OK)
+            return st;
+        /* The stages are sized only when have holds what they need at the
+         * least. */
+        *total = scalable_floor(&h);
+        if (*total > have)
+            return LB_OK;
+        st = scalable_least(&h, total, why);
+        if (st != LB_OK || *total > have)
+            return st;
+        st = scalable_stages(&h, NULL, NULL, 0, total, why);
     } else {
         if (len < LB_FORMAT_FIXED_HEADER)
             FAIL("truncated header");
+        uint64_t payload = 0;
         st = parse_fixed(data, &h, &payload, why);
-        *total = LB_FORMAT_FIXED_HEADER + payload;
+        *total = LB_FORMAT_FIXED_HEADER + payload + LB_FORMAT_TRAILER;
     }
-    *total += LB_FORMAT_TRAILER;
+    *whole = st == LB_OK;
     return st;
 }
 
@@ -328,6 +408,6 @@ lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, c
         FAIL("unknown hash scheme (written by a newer ling_bloom?)");
     h->kind = (lb_kind)data[6];
     h->scheme = (lb_hash_scheme)data[7];
-    return h->kind == LB_KIND_SCALABLE ? read_scalable(data, body, h, why)
+    return h->kind == LB_KIND_SCALABLE ? read_scalable(data, len, h, why)
                                        : read_fixed(data, body, h, why);
 }

@@ -32,7 +32,9 @@
  * ("unknown flags") rather than misread it.
  *
  * Reading checks the length against the header before anything is allocated,
- * so a hostile header can never ask for more memory than the file holds.  It
+ * so a hostile header can never ask for more memory than the file holds, and
+ * a chain's against the least its stages need before any stage is sized, so
+ * that a short file cannot ask for the time thousands of stages take.  It
  * accepts exactly what the writer writes: parameters the constructors would
  * take (m and k derived from capacity and error_rate when those are set, both
  * zero when not; a chain whose stages' rates stay within its error_rate, with
@@ -110,7 +112,14 @@ lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, c
 /* The length of the whole saved filter whose first len bytes are data, from
  * its header alone (LB_FORMAT_SCALABLE_HEADER bytes are always enough), after
  * the same checks of the header as lb_format_read: for reading a file no
- * further than that.  LB_ERR_FORMAT with a reason in why otherwise. */
-lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t *total, const char **why);
+ * further than that.  have: how many bytes there are to read (the file's
+ * length; UINT64_MAX when not known).  A chain's stages are sized only when
+ * have holds what they need at the least (sizing thousands of small stages
+ * takes seconds): when it does not, *total is that least, more than have, and
+ * *whole = 0; otherwise *total is the length and *whole = 1.  A caller with
+ * less than *total bytes has a truncated file; one reading a stream reads up
+ * to *total and asks again.  LB_ERR_FORMAT with a reason in why otherwise. */
+lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t have, uint64_t *total,
+                           int *whole, const char **why);
 
 #endif

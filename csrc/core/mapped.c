@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +51,30 @@ static int pwrite_all(int fd, const uint8_t *buf, size_t n, off_t at)
     return 0;
 }
 
+/* The file's lock (flock) orders the checks of an open with the marking of a
+ * sealed file live, which writes its header and trailer in place: a writer
+ * ("r+") marks the file only while it holds the lock exclusively, and an open
+ * confirms what its check found while it holds the lock (shared by a reader).
+ * The lock is held for the few bytes of that confirmation and of the marking,
+ * never for a whole checksum, so a stream of readers cannot keep a writer
+ * waiting.  Advisory, and taken by ling_bloom's opens only (load() confirms
+ * its read the same way).  Where the file system has no locks (ENOLCK,
+ * EOPNOTSUPP ...) the open goes on without one: the confirmation still sees a
+ * file marked since its check, unless it reads the header in the instant
+ * between the marking's two writes.  Released with LOCK_UN, not by close()
+ * alone: a process forked meanwhile by another thread shares the descriptor,
+ * and would hold the lock for as long as it lives. */
+static void lock_file(int fd, int how)
+{
+    while (flock(fd, how) < 0 && errno == EINTR)
+        ;
+}
+
+static int header_live(const uint8_t *base)
+{
+    return base[6] == LB_KIND_MEMORY && (base[20] & LB_FORMAT_FLAG_LIVE);
+}
+
 lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
                       const char **why)
 {
@@ -82,13 +107,14 @@ lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
     if (r == 0 && headlen)
         WHY("the file shrank while it was read");
     uint64_t total;
-    if (lb_format_length(head, headlen, &total, why) != LB_OK) {
+    int whole;
+    if (lb_format_length(head, headlen, (uint64_t)sb.st_size, &total, &whole, why) != LB_OK) {
         st = LB_ERR_FORMAT;
         goto fail;
     }
     if (head[6] != LB_KIND_MEMORY)
         WHY("open() maps MemoryFilter files only (load() reads the other kinds)");
-    if ((uint64_t)sb.st_size != total)
+    if (!whole || (uint64_t)sb.st_size != total)
         WHY("the file's length does not match its header (truncated or extended)");
     if (total > SIZE_MAX)
         WHY("too large to map");
@@ -98,12 +124,23 @@ lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
         st = sys_fail(err);
         goto fail;
     }
-    close(fd);
-    fd = -1;
     mp->base = base;
     mp->len = (size_t)total;
     mp->writable = writable;
-    if (lb_format_read(mp->base, mp->len, &mp->h, why) != LB_OK) {
+    /* The check, without the lock: a sealed file's checksum reads it whole. */
+    int ok = lb_format_read(mp->base, mp->len, &mp->h, why) == LB_OK;
+    lock_file(fd, writable ? LOCK_EX : LOCK_SH);
+    /* A file marked live never goes back, and it is marked only under the
+     * lock: a header that is not live now was not marked during the check,
+     * whose answer stands.  One that is live now may have been marked during
+     * it, so a check that failed, or that found the file sealed, is done
+     * again, on the live file it is now (its header alone: cheap).  A damaged
+     * file fails that check too (a damaged sealed one is checked once). */
+    if (header_live(mp->base) && (!ok || !mp->h.live))
+        ok = lb_format_read(mp->base, mp->len, &mp->h, why) == LB_OK;
+    if (!ok) {
+        lock_file(fd, LOCK_UN);
+        close(fd);
         lb_map_close(mp);
         return LB_ERR_FORMAT;
     }
@@ -113,6 +150,8 @@ lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
         mp->h.live = 1;
         lb_format_write_live(mp->base, mp->base + mp->len - LB_FORMAT_TRAILER, &mp->h);
     }
+    lock_file(fd, LOCK_UN);
+    close(fd);
     return LB_OK;
 fail:
     if (fd >= 0) {

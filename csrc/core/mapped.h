@@ -30,7 +30,11 @@ typedef struct {
 
 /* Map an existing file, read-only or read-write.  A writable mapping of a
  * sealed file (one save() wrote: its checksum covers the bits) is checked
- * whole, then marked live in place. */
+ * whole, then marked live in place, under the file's lock (flock, exclusive);
+ * every open confirms its check under that lock (shared by a reader), so an
+ * open at the moment another marks the file sees it sealed or live, never
+ * half marked.  The lock is held for a few bytes' reading or writing, never
+ * for a whole checksum. */
 lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
                       const char **why);
 

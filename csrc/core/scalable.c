@@ -21,8 +21,10 @@ lb_status lb_scalable_check(uint64_t initial_capacity, double error_rate, double
     return LB_OK;
 }
 
-lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *capacity,
-                                   double *rate, uint64_t *m, uint64_t *k)
+/* Stage i's capacity and rate: the part of its parameters that costs no
+ * sizing. */
+static lb_status stage_capacity_rate(const lb_scalable *s, uint32_t i, uint64_t *capacity,
+                                     double *rate)
 {
     double cap = round((double)s->initial_capacity * pow(s->growth, (double)i));
     if (!(cap >= 1.0 && cap < (double)LB_MAX_BITS))
@@ -36,11 +38,33 @@ lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *c
         p = LB_SCALABLE_MIN_STAGE_RATE;
     *capacity = (uint64_t)cap;
     *rate = p;
-    lb_status st = lb_size(*capacity, p, s->scheme, 1.0, m, k);
+    return LB_OK;
+}
+
+lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *capacity,
+                                   double *rate, uint64_t *m, uint64_t *k)
+{
+    lb_status st = stage_capacity_rate(s, i, capacity, rate);
+    if (st != LB_OK)
+        return st;
+    st = lb_size(*capacity, *rate, s->scheme, 1.0, m, k);
     if (st != LB_OK)
         return LB_ERR_RANGE;
     st = lb_check_geometry(*m, *k);
     return st == LB_OK ? LB_OK : LB_ERR_RANGE;
+}
+
+lb_status lb_scalable_stage_least(const lb_scalable *s, uint32_t i, uint64_t *capacity,
+                                  double *rate, uint64_t *m_least)
+{
+    lb_status st = stage_capacity_rate(s, i, capacity, rate);
+    if (st != LB_OK)
+        return st;
+    /* lb_size starts from Estimate's m and only ever goes up from it. */
+    uint64_t k;
+    if (lb_estimate(*capacity, *rate, m_least, &k) != LB_OK || *m_least > LB_MAX_BITS)
+        return LB_ERR_RANGE;
+    return LB_OK;
 }
 
 lb_status lb_scalable_push_stage(lb_scalable *s)

@@ -63,6 +63,13 @@ lb_status lb_scalable_reset(lb_scalable *s);
 /* The capacity, rate and geometry stage i gets. */
 lb_status lb_scalable_stage_params(const lb_scalable *s, uint32_t i, uint64_t *capacity,
                                    double *rate, uint64_t *m, uint64_t *k);
+/* Stage i's capacity and rate, as lb_scalable_stage_params gives them, and a
+ * lower bound of its m (Estimate's m, which the sizing never goes below), in
+ * far less time: the sizing of a small stage searches (xxh3-mix), this does
+ * not.  LB_ERR_RANGE only for a stage that lb_scalable_stage_params refuses
+ * too (it may refuse more: a k past LB_MAX_K, a search that finds no m). */
+lb_status lb_scalable_stage_least(const lb_scalable *s, uint32_t i, uint64_t *capacity,
+                                  double *rate, uint64_t *m_least);
 /* Append stage i = nstages (used by growth and by loading). */
 lb_status lb_scalable_push_stage(lb_scalable *s);
 

@@ -741,28 +741,44 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
     return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
 }
 
-/* _saved_length(head) -> int: the length of the saved filter whose header is
- * head (the first 48 bytes, or all there are), for load() to read no more. */
-static PyObject *saved_length(PyObject *module, PyObject *data)
+/* _saved_length(head, have=None) -> (total, whole): the length of the saved
+ * filter whose header is head (the first 48 bytes, or all there are), for
+ * load() to read no more; have: the bytes there are (a file's length), None
+ * when not known.  whole is False when a chain's stages need more than have
+ * at the least: total is then that least (see lb_format_length). */
+static PyObject *saved_length(PyObject *module, PyObject *args)
 {
     lb_state *st = PyModule_GetState(module);
     Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+    PyObject *have_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|O:_saved_length", &view, &have_obj))
         return NULL;
+    uint64_t have = UINT64_MAX;
+    if (have_obj != Py_None) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(have_obj);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        have = v;
+    }
     uint64_t total = 0;
+    int whole = 0;
     const char *why = NULL;
-    lb_status s = lb_format_length(view.buf, (size_t)view.len, &total, &why);
+    lb_status s = lb_format_length(view.buf, (size_t)view.len, have, &total, &whole, &why);
     PyBuffer_Release(&view);
     if (s != LB_OK)
         return PyErr_Format(st->CorruptFileError,
                             "not a valid saved filter: %s", why);
-    return PyLong_FromUnsignedLongLong(total);
+    return Py_BuildValue("(KO)", (unsigned long long)total, whole ? Py_True : Py_False);
 }
 
 static PyMethodDef module_methods[] = {
-    {"_saved_length", saved_length, METH_O,
-     "_saved_length(head) -> int\n\nThe length of the saved filter that starts with head "
-     "(its first 48 bytes), from the header alone."},
+    {"_saved_length", saved_length, METH_VARARGS,
+     "_saved_length(head, have=None) -> (total, whole)\n\nThe length of the saved filter "
+     "that starts with head (its first 48 bytes), from the header alone, worked out as far "
+     "as have bytes allow: whole is False when a chain's stages need more than have at the "
+     "least (total is then that least)."},
     {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
      "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
      "k = max(1, ceil(ln(2)*m/n)) hash functions."},
