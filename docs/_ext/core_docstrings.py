@@ -4,8 +4,9 @@ griffe reads ``ling_bloom/_core.pyi`` statically (signatures, types, the stubs' 
 The compiled module carries docstrings of its own (csrc/py: each type's ``tp_doc`` with its
 constructor forms, each method's doc).  This extension imports the built module and, for every
 object of ``ling_bloom._core`` that the stubs declare, puts the C docstring in the page too:
-the C text first (its leading signature lines kept as a code block for a class, dropped for a
-function, whose signature the stub gives), then the stub's text when it says something else.
+its leading signature lines as a code block for a class (its constructor forms; dropped for
+a function, whose signature the stub gives), the stub's text when it says something the C
+text does not, then the C text.
 Nothing is copied by hand: the reference follows the code on every build.
 """
 from __future__ import annotations
@@ -38,16 +39,14 @@ def _merge(c_doc: Optional[str], stub_doc: Optional[str], is_class: bool) -> Opt
     sigs, body = _split_c_doc(c_doc)
     parts = []
     if is_class and sigs:
-        parts.append("\n".join("    " + sig for sig in sigs))
+        parts.append("```python\n" + "\n".join(sigs) + "\n```")
+    s, b = _norm(stub_doc or ""), _norm(body)
+    if s and b and b in s:      # the stub says all the C text says, and more
+        body = ""
+    if s and s not in b:        # the stub's own words (often a one-line summary) lead
+        parts.append(stub_doc.strip())
     if body:
         parts.append(body)
-    if stub_doc:
-        s, b = _norm(stub_doc), _norm(body)
-        if s and s not in b:
-            if b and b in s:
-                parts[-1] = stub_doc.strip()
-            else:
-                parts.append(stub_doc.strip())
     return "\n\n".join(parts) or stub_doc
 
 
@@ -58,12 +57,20 @@ _ROLE = re.compile(r":(?:func|class|meth|attr|exc|mod|data):`~?([^`]+)`")
 def _escape_prose(text: str) -> str:
     """Plain text, as the docstrings are written, made safe for Markdown: brackets, stars,
     underscores and angle brackets shown as they are (a URL's ``[user:password@]`` is not a
-    link, ``n*-ln p`` not emphasis); code spans and indented blocks left alone."""
+    link, ``n*-ln p`` not emphasis); code spans, fenced and indented blocks left alone."""
     text = _ROLE.sub(lambda m: "`" + m.group(1) + "`", text)
     out = []
     in_block = False
+    in_fence = False
     prev_blank = True
     for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+            out.append(line)
+            continue
+        if in_fence:
+            out.append(line)
+            continue
         blank = not line.strip()
         if line.startswith("    ") and (prev_blank or in_block) and not blank:
             in_block = True
