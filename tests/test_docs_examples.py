@@ -153,6 +153,19 @@ def test_django_example(tmp_path):
     assert (tmp_path / "products.bloom").exists()  # the warm-up saved the filter to FILE
 
 
+def test_make_docs_builds_strict():
+    """`make docs` fails on a warning: --strict, and not --quiet (mkdocs then logs no
+    warning, so --strict has none to count: a broken link passed)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    build = next(line for line in recipe.split("\n") if "mkdocs build" in line)
+    assert "--strict" in build and "--quiet" not in build and " -q" not in build, build
+    assert "check_site.py" in recipe
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for check in ("anchors: warn", "unrecognized_links: warn", "omitted_files: warn"):
+        assert check in config, check
+
+
 # ---- the API reference ----------------------------------------------------------------------
 
 def _api_objects():
