@@ -104,6 +104,7 @@ def geometry(n: int, p: float, hash: Optional[str] = None) -> Params:
 
 if TYPE_CHECKING:
     from .guard import AsyncGuard, Guard, MemoryCache, RedisCache, bloom_guard
+    from .filefilter import UnsharedFilterWarning
     from .warmup import sync, warmup
 
 # The guard and warm-up helpers import asyncio and friends: load them on first use.
@@ -115,6 +116,7 @@ _LAZY = {
     "bloom_guard": "guard",
     "sync": "warmup",
     "warmup": "warmup",
+    "UnsharedFilterWarning": "filefilter",
 }
 
 
@@ -174,6 +176,7 @@ __all__ = [
     "bloom_guard",
     "sync",
     "warmup",
+    "UnsharedFilterWarning",
     "Batcher",
     "BlockedFilter",
     "BloomError",

@@ -781,6 +781,11 @@ class _GuardBase:
             return self._policy(None)
         try:
             hit = self.filter.test(fk)
+        except UnicodeEncodeError:
+            # a str with a lone surrogate (a hostile URL): no key of it can have been added
+            self._breaker.release()
+            self._count(lookups=1, rejected=1)
+            return False
         except self.filter_errors as e:
             return self._policy(e)
         except BaseException:
@@ -824,7 +829,8 @@ class _GuardBase:
         if _bypassed.get() or self._breaker.is_open():
             return  # the backend is failing: do not wait on it again for this lookup
         try:
-            self.filter.add(as_key(key))
+            # a FileFilter's ensure(): no add-log record for a key it already answers
+            getattr(self.filter, "ensure", self.filter.add)(as_key(key))
         except self.filter_errors as e:
             self._add_failed(e)
 
@@ -1121,6 +1127,11 @@ class AsyncGuard(_GuardBase):
             return self._policy(None)
         try:
             hit = await self._ask(self.filter.test, fk)
+        except UnicodeEncodeError:
+            # a str with a lone surrogate (a hostile URL): no key of it can have been added
+            self._breaker.release()
+            self._count(lookups=1, rejected=1)
+            return False
         except self.filter_errors as e:
             return self._policy(e)
         except BaseException:
@@ -1137,7 +1148,7 @@ class AsyncGuard(_GuardBase):
         if _bypassed.get() or self._breaker.is_open():
             return
         try:
-            await self._ask(self.filter.add, as_key(key))
+            await self._ask(getattr(self.filter, "ensure", self.filter.add), as_key(key))
         except self.filter_errors as e:
             self._add_failed(e)
 

@@ -4,10 +4,14 @@
 cursor, the lines of a file) in batches through ``filter.update``, with a progress bar
 on a terminal and a summary at the end.
 
-``sync(filter, fetch, state)`` is the seeds' incremental sync: it asks ``fetch(after,
-limit)`` for the rows with an id greater than the last one seen, adds their keys, and
-remembers the last id (in a file, or through your own callbacks) so the next run resumes
-where this one stopped.
+``sync(filter, fetch, state)`` is the incremental sync of a RedisBloom cache-penetration
+article (its ``SyncFromDB`` loop): it asks ``fetch(after, limit)`` for the rows with an id
+greater than the last one seen, adds their keys, and remembers the last id (in a file, or
+through your own callbacks) so the next run resumes where this one stopped.
+
+``publish(filter, path)`` saves a warmed filter over the file that worker processes serve
+(``FileFilter``), with every key they added since the last publish folded in, so no add
+is lost to the warm-up that replaces the file (``ling_bloom._addlog`` says how).
 
 Keys are converted as the guard converts them (``ling_bloom.guard.as_key``): ``str`` and
 bytes as they are, one-column rows unpacked, anything else (an ``int`` id) with ``str``.
@@ -20,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from itertools import islice
 from typing import (
     Any,
@@ -44,8 +49,11 @@ __all__ = [
     "FileFilter",
     "FileState",
     "SyncResult",
+    "WarmupConflictError",
     "WarmupSummary",
+    "begin",
     "keys_from_file",
+    "publish",
     "sync",
     "sync_forever",
     "warmup",
@@ -325,7 +333,7 @@ def sync(
     batch_size: int = 1000,
     start: Any = None,
 ) -> SyncResult:
-    """One incremental pass, as the seeds' SyncFromDB: repeatedly
+    """One incremental pass, as a RedisBloom cache-penetration article's SyncFromDB, repeatedly:
     ``rows = fetch(after, batch_size)`` (the rows with id > after, in id order; ``after``
     is None the first time), add their keys, remember the last id, until a batch comes
     back shorter than ``batch_size``.
@@ -387,217 +395,20 @@ def sync_forever(
         stop.wait(interval)
 
 
-class FileFilter:
-    """A saved filter file that a running process keeps current: the holder the web
-    integrations use for a FILE that a warm-up command (another process) rewrites.
+# ------------------------------------------------------------- the served file
 
-    ``FileFilter(path, check_every=2.0, unwarmed="serve")``
-
-    At most every ``check_every`` seconds, a lookup stat()s ``path``; when its identity
-    (inode, mtime, size) changed, the file is loaded (``ling_bloom.load``) and swapped in
-    with one assignment, so a lookup sees the old filter or the new one, never a mix.
-    ``save()`` writes a temp file and renames it over ``path``, so a load never reads a torn
-    file; a load that fails anyway keeps the old filter and logs an error.  Keys added in
-    this process since the last load (``add``/``update``, e.g. Django's post_save hook) are
-    added to each newly loaded filter too (the newest 100,000), so a reload from a warm-up
-    that started before a row was saved does not forget it.
-
-    Before the file exists ("unwarmed", logged once as a warning): ``unwarmed="serve"`` (the
-    default) answers True to every test -- requests are served unguarded, with correct
-    answers, until the first warm-up -- and ``"reject"`` answers False (every key unknown).
-    ``warmed`` says which state it is in; ``filter`` is the current filter or None.
-
-    ``mapped=True``: a MemoryFilter file is opened with ``MemoryFilter.open(path, "r")``
-    instead of being read into this process's memory, so every worker process of a server
-    shares one copy of its bits (the page cache) and a reload maps the new file; other
-    kinds are loaded as usual.  The mapping is read-only: keys added in this process
-    (``add``/``update``) are kept beside it (the newest 100,000, as bytes) and answered
-    from there until a warm-up's file holds them.
-    """
-
-    _REPLAY_MAX = 100_000
-
-    def __init__(self, path: Union[str, "os.PathLike[str]"], check_every: float = 2.0,
-                 unwarmed: str = "serve", *, clock: Callable[[], float] = time.monotonic,
-                 logger: Any = None, mapped: bool = False):
-        if unwarmed not in ("serve", "reject"):
-            raise ValueError(f"unwarmed must be 'serve' or 'reject', not {unwarmed!r}")
-        if check_every < 0:
-            raise ValueError("check_every must be >= 0")
-        import logging
-
-        self.path = os.fspath(path)
-        self.check_every = float(check_every)
-        self.unwarmed = unwarmed
-        self._clock = clock
-        self._log = logger if logger is not None else logging.getLogger("ling_bloom.warmup")
-        self._lock = threading.Lock()
-        self._filter: Any = None
-        self._identity: Any = None
-        self._next_check = float("-inf")
-        self._added: List[Any] = []
-        self.mapped = bool(mapped)
-        self._recent: Dict[bytes, None] = {}  # mapped: the keys of _added, as bytes
-        self._warned_unwarmed = False
-        self.reloads = 0
-        self.refresh(force=True)
-
-    # -- the file
-    def refresh(self, force: bool = False) -> bool:
-        """Check the file now (``force``) or when the interval has passed; load it when it
-        changed.  True when a new filter was swapped in."""
-        now = self._clock()
-        if not force and now < self._next_check:
-            return False
-        with self._lock:
-            if not force and now < self._next_check:
-                return False
-            self._next_check = now + self.check_every
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
-                if self._filter is None and not self._warned_unwarmed:
-                    self._warned_unwarmed = True
-                    self._log.warning(
-                        "ling_bloom: %s does not exist yet (no warm-up has run): %s until it "
-                        "does", self.path, "serving every key unguarded" if self.unwarmed == "serve"
-                        else "rejecting every key")
-                return False
-            except OSError as e:
-                self._log.error("ling_bloom: cannot stat %s (%s): keeping the current filter",
-                                self.path, e)
-                return False
-            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if identity == self._identity:
-                return False
-            if (self.mapped and self._identity is not None and st.st_ino == self._identity[0]
-                    and st.st_size != self._identity[2]
-                    and getattr(self._filter, "path", None) is not None):
-                # The mapped file was rewritten in place, not replaced by a rename: its
-                # old pages may be gone (reading them would fault), so drop the mapping.
-                self._log.error("ling_bloom: %s was rewritten in place (replace it by "
-                                "renaming a new file over it): dropping its mapping",
-                                self.path)
-                self._filter.close()
-                self._filter = None
-            try:
-                from . import load
-
-                new = self._open_mapped() if self.mapped else None
-                if new is None:
-                    new = load(self.path)
-                    if self._added:
-                        new.update(self._added)
-            except Exception as e:  # a bad file must not take the server down
-                self._log.error("ling_bloom: reloading %s failed (%s: %s): keeping the %s",
-                                self.path, type(e).__name__, e,
-                                "current filter" if self._filter is not None else "unwarmed state")
-                self._identity = identity  # not retried until the file changes again
-                return False
-            self._identity = identity
-            old, self._filter = self._filter, new
-            self.reloads += 1
-            if old is not None and getattr(old, "path", None) is not None:
-                old.close()  # unmap: requests that hold it finish on the filter they have
-            self._log.info("ling_bloom: loaded %s", self.path)
-            return True
-
-    def _open_mapped(self) -> Any:
-        """The file mapped read-only when it holds a MemoryFilter; None for other kinds."""
-        from ._core import MemoryFilter
-
-        with open(self.path, "rb") as fh:
-            head = fh.read(8)
-        if head[:4] != b"LBLM" or head[6:7] != b"\x01":
-            return None
-        return MemoryFilter.open(self.path, "r")
-
-    @property
-    def filter(self) -> Any:
-        self.refresh()
-        return self._filter
-
-    @property
-    def warmed(self) -> bool:
-        return self.filter is not None
-
-    def swap(self, flt: Any) -> None:
-        """Use ``flt`` now (the warm-up command's own process, after filling and saving
-        it); the file's current identity is taken as seen."""
-        with self._lock:
-            self._filter = flt
-            self._added.clear()
-            try:
-                st = os.stat(self.path)
-                self._identity = (st.st_ino, st.st_mtime_ns, st.st_size)
-            except OSError:
-                pass
-
-    # -- the filter's interface (what a guard and a post_save hook use)
-    def test(self, key: Any) -> bool:
-        f = self.filter
-        if f is None:
-            return self.unwarmed == "serve"
-        try:
-            if f.test(key):
-                return True
-        except ClosedError:  # a reload unmapped it since: ask the new one
-            f = self._filter
-            if f is not None and f.test(key):
-                return True
-        return bool(self._recent) and _key_bytes(key) in self._recent
-
-    __contains__ = test
-
-    def _remember(self, keys: List[Any]) -> None:
-        self._added.extend(keys)
-        if self.mapped:
-            for k in keys:
-                self._recent[_key_bytes(k)] = None
-        if len(self._added) > self._REPLAY_MAX:
-            drop = self._added[: len(self._added) - self._REPLAY_MAX]
-            del self._added[: len(drop)]
-            if self.mapped:
-                for k in drop:
-                    self._recent.pop(_key_bytes(k), None)
-
-    def _writable(self, f: Any) -> bool:
-        return f is not None and getattr(f, "mode", None) != "r"
-
-    def add(self, key: Any) -> Any:
-        was_new = not self.test(key) if self.mapped else None
-        with self._lock:
-            self._remember([key])
-            f = self._filter
-        if self.mapped:
-            return was_new
-        return f.add(key) if f is not None else False
-
-    def update(self, keys: Iterable[Any]) -> Any:
-        keys = list(keys)
-        with self._lock:
-            self._remember(keys)
-            f = self._filter
-        if self.mapped and not self._writable(f):
-            return None
-        return f.update(keys) if f is not None else None
-
-    def __getattr__(self, name: str) -> Any:  # error_rate, capacity, save ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        f = self.filter
-        if f is None:
-            raise AttributeError(f"{name}: {self.path} is not loaded yet (no warm-up has run)")
-        return getattr(f, name)
-
-    def __repr__(self) -> str:
-        return (f"FileFilter({self.path!r}, check_every={self.check_every}, "
-                f"{'mapped, ' if self.mapped else ''}"
-                f"{'warmed' if self._filter is not None else 'unwarmed: ' + self.unwarmed})")
+from ._addlog import WarmupConflictError, begin, publish  # noqa: E402
+from .filefilter import FileFilter  # noqa: E402
 
 
-def _key_bytes(key: Any) -> bytes:
-    """A key as the filters hash it: str as UTF-8, any buffer as its bytes."""
-    if isinstance(key, str):
-        return key.encode("utf-8", "surrogatepass")
-    return bytes(memoryview(key))
+class _CallableModule(types.ModuleType):
+    """``ling_bloom.warmup`` is both this module and its ``warmup`` function: importing the
+    module (``from ling_bloom.warmup import FileState``) sets the package's attribute
+    ``warmup`` to the module, so the module calls the function (``lb.warmup(f, keys)``
+    works either way)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> WarmupSummary:
+        return warmup(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

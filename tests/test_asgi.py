@@ -299,3 +299,37 @@ def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
         f.save(str(path))
         assert client.get("/p/6").status_code == 200              # the new file, no restart
     assert seen == [5, 5, 6]
+
+
+def test_a_path_with_a_lone_surrogate_is_rejected_not_a_500():
+    # A scope path holding a lone surrogate made the filter's UTF-8 encoding raise
+    # UnicodeEncodeError out of the middleware (a 500).  No such key can have been added:
+    # it is rejected like any unknown key, and counted so.
+    import asyncio
+
+    reached = []
+
+    async def inner(scope, receive, send):
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    skus = lb.MemoryFilter(1000, 0.01)
+    skus.add("sku:a")
+    mw = BloomGuardMiddleware(inner, routes=[BloomRoute("/sku/{sku}", "sku", "skus", prefix="sku:")],
+                              filters={"skus": skus}, metrics=False)
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    for path in ("/sku/\ud800", "/sku/a\udfff"):
+        sent.clear()
+        scope = {"type": "http", "method": "GET", "path": path, "root_path": "",
+                 "headers": [], "query_string": b""}
+        asyncio.run(mw(scope, receive, send))
+        assert sent[0]["status"] == 404 and not reached
+    assert mw.get_guard("skus").stats().rejected == 2

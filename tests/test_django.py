@@ -323,15 +323,34 @@ def test_django_cache_adapter_async():
     assert calls == ["1"]
 
 
-def _check_ids(conf):
+def _check_ids(conf, unshared=False):
+    """ling_bloom's check messages; W002 (an in-memory filter) only when ``unshared``: the
+    project's "skus" filter is one on purpose."""
     from django.core import checks
 
     with override_settings(LING_BLOOM=conf):
-        return [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("ling_bloom.")]
+        return [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("ling_bloom.")
+                and (unshared or m.id != "ling_bloom.W002")]
 
 
 def test_system_checks_pass_the_project_settings():
-    assert _check_ids(settings.LING_BLOOM) == []
+    found = _check_ids(settings.LING_BLOOM, unshared=True)
+    # only the in-memory "skus" filter is named: its adds are not shared between workers
+    assert [(i, "'skus'" in msg) for i, msg in found] == [("ling_bloom.W002", True)]
+
+
+@pytest.mark.parametrize("spec,warned", [
+    ({"CLASS": "MemoryFilter", "OPTIONS": {"capacity": 100, "error_rate": 0.01}}, True),
+    ({"CLASS": "ling_bloom.ScalableFilter", "OPTIONS": {"capacity": 100, "error_rate": 0.01}}, True),
+    ({"CLASS": "MemoryFilter", "OPTIONS": {"capacity": 100, "error_rate": 0.01},
+      "FILE": "/tmp/p.bloom"}, False),
+    ({"CLASS": "RedisFilter", "OPTIONS": {}}, False),
+])
+def test_check_warns_of_a_filter_whose_adds_other_workers_cannot_see(spec, warned):
+    found = _check_ids({"FILTERS": {"p": spec}, "ROUTES": []}, unshared=True)
+    assert [i for i, _ in found] == (["ling_bloom.W002"] if warned else [])
+    if warned:
+        assert "not seen by the other workers" in found[0][1]
 
 
 @pytest.mark.parametrize("route,expected", [

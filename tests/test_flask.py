@@ -429,3 +429,55 @@ def test_configured_routes_keys_follow_the_views_annotation(db):
     assert seen == ["007", "abc"]
     assert client.get("/f/2.50").status_code == 200          # float("2.50") -> "2.5"
     assert client.get("/f/3").status_code == 404
+
+
+def test_guard_written_above_the_route_decorator_fails_at_set_up():
+    # @bloom.guard above @app.get: Flask registered the bare view, so the guard was off
+    # and nothing said so.  Now the decorator refuses, or (app bound later) init_app.
+    app = flask.Flask(__name__)
+    bloom = BloomGuard(app, filters={"p": lb.MemoryFilter(100, 0.01)}, metrics=False)
+    with pytest.raises(ValueError, match="above the route decorator"):
+        @bloom.guard("pid", filter="p")
+        @app.get("/p/<int:pid>")
+        def view(pid):
+            return "ok"
+
+    later = BloomGuard(filters={"p": lb.MemoryFilter(100, 0.01)}, metrics=False)
+    app2 = flask.Flask(__name__)
+
+    @later.guard("pid", filter="p")
+    @app2.get("/p/<int:pid>")
+    def view2(pid):
+        return "ok"
+
+    with pytest.raises(ValueError, match="registered endpoint 'view2' with the view unguarded"):
+        later.init_app(app2)
+    # the right order is accepted and guards
+    app3 = flask.Flask(__name__)
+    ok = BloomGuard(app3, filters={"p": lb.MemoryFilter(100, 0.01)}, metrics=False)
+
+    @app3.get("/p/<int:pid>")
+    @ok.guard("pid", filter="p")
+    def view3(pid):
+        return "ok"
+
+    ok.check(app3)
+    assert app3.test_client().get("/p/1").status_code == 404
+
+
+def test_an_in_memory_filter_warns_at_set_up_that_workers_do_not_share_adds(tmp_path):
+    with pytest.warns(lb.UnsharedFilterWarning, match="'p' is an in-memory MemoryFilter"):
+        BloomGuard(flask.Flask(__name__), filters={"p": lb.MemoryFilter(100, 0.01)},
+                   metrics=False)
+    app = flask.Flask(__name__)
+    lazy = BloomGuard(app, filters={"p": lambda: lb.BlockedFilter(100, 0.01)}, metrics=False)
+    with pytest.warns(lb.UnsharedFilterWarning, match="BlockedFilter"):
+        lazy.get_guard("p")                        # a factory's filter: when it is made
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # a file, or Redis: shared, no warning
+        app = flask.Flask(__name__)
+        app.config["LING_BLOOM_FILES"] = {"p": str(tmp_path / "p.bloom")}
+        BloomGuard(app, filters={"p": lambda: lb.MemoryFilter(100, 0.01)},
+                   metrics=False).get_guard("p")

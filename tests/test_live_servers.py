@@ -292,3 +292,290 @@ def test_fastapi_under_uvicorn_reload_and_keys(tmp_path):
         assert get(port, "/products/abc") == 422             # not guarded: FastAPI answers
     finally:
         server.stop()
+
+
+# ---- adds shared by every worker ---------------------------------------------------------
+# A row created through one worker is answered 200 by every worker, at once and every
+# time: while warm-ups replace the file in another process, after a worker restart, in
+# each deployment mode that shares adds (a saved file each worker loads, the file mapped,
+# a Redis filter).  Each answer names the worker that gave it, so the test also checks
+# that more than one worker answered.
+
+SHARED_FLASK_APP = '''
+import os, sqlite3
+import flask
+import ling_bloom as lb
+from ling_bloom.contrib.flask import BloomGuard
+
+DB = os.environ["SHOP_DB"]
+MODE = os.environ["SHOP_MODE"]
+app = flask.Flask(__name__)
+app.config.update(LING_BLOOM_CHECK_EVERY=2.0, LING_BLOOM_REJECT_STATUS=410,
+                  LING_BLOOM_UNWARMED="reject")
+if MODE == "redis":
+    filters = {"products": lambda: lb.RedisFilter.from_url(
+        os.environ["SHOP_REDIS_URL"], "bf:shared-products", 100_000, 0.001)}
+else:
+    app.config.update(LING_BLOOM_FILES={"products": os.environ["SHOP_FILTER"]},
+                      LING_BLOOM_MAPPED=(MODE == "mapped"))
+    filters = {"products": lambda: lb.MemoryFilter(100_000, 0.001)}
+bloom = BloomGuard(app, filters=filters, metrics=False)
+
+def db():
+    conn = sqlite3.connect(DB, timeout=30)
+    return conn
+
+@app.after_request
+def worker(response):
+    response.headers["X-Worker"] = str(os.getpid())
+    return response
+
+@app.get("/products/<int:product_id>")
+@bloom.guard("product_id", filter="products")
+def product(product_id):
+    with db() as conn:
+        row = conn.execute("SELECT id FROM product WHERE id = ?", (product_id,)).fetchone()
+    if row is None:
+        flask.abort(404)
+    return {"id": row[0]}
+
+@app.post("/products")
+def create():
+    with db() as conn:
+        new_id = conn.execute("INSERT INTO product DEFAULT VALUES").lastrowid
+    bloom.get_guard("products").add(new_id)          # the documented way: after the commit
+    return {"id": new_id}, 201
+
+@bloom.source("products")
+def product_ids():
+    with db() as conn:
+        yield from conn.execute("SELECT id FROM product")
+'''
+
+WARMUP_LOOP = '''
+import os, subprocess, sys, time
+argv, stop, done = sys.argv[3:], sys.argv[1], sys.argv[2]
+for _ in range(200):                       # bounded: never outlives a broken test
+    if os.path.exists(stop):
+        break
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    with open(done, "a") as f:
+        f.write("warm-up\\n")
+'''
+
+
+def fetch(port: int, path: str, method: str = "GET"):
+    """(status, the X-Worker header, body) of one request."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers.get("X-Worker"), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("X-Worker"), e.read()
+
+
+class WarmupLoop:
+    """Warm-ups run one after another in another process until stop()."""
+
+    def __init__(self, argv, env, cwd: Path):
+        self.stop_file, self.done_file = cwd / "warmups.stop", cwd / "warmups.done"
+        for f in (self.stop_file, self.done_file):
+            if f.exists():
+                f.unlink()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WARMUP_LOOP, str(self.stop_file), str(self.done_file), *argv],
+            env=env, cwd=cwd, stderr=subprocess.PIPE, text=True)
+
+    def count(self) -> int:
+        return len(self.done_file.read_text().splitlines()) if self.done_file.exists() else 0
+
+    def stop(self) -> int:
+        self.stop_file.write_text("stop")
+        _, err = self.proc.communicate(timeout=120)
+        assert self.proc.returncode == 0, err
+        return self.count()
+
+
+def create_and_read_everywhere(port: int, create_path: str, read_path: str, loop: WarmupLoop,
+                               rows: int = 25, reads: int = 8, min_warmups: int = 3):
+    """Create rows over HTTP while warm-ups run; read each one ``reads`` times right after
+    (every answer must be 200).  Goes on past ``rows`` until ``min_warmups`` warm-ups
+    finished during the creations.  Returns the ids and the workers that answered."""
+    ids, workers = [], set()
+    end = time.monotonic() + 120            # a bound on a hang, not a timed assertion
+    while len(ids) < rows or loop.count() < min_warmups:
+        assert time.monotonic() < end, f"only {loop.count()} warm-ups finished"
+        status, _, body = fetch(port, create_path, "POST")
+        assert status == 201, body
+        new_id = __import__("json").loads(body)["id"]
+        ids.append(new_id)
+        for _ in range(reads):
+            status, worker, body = fetch(port, read_path.format(new_id))
+            assert status == 200, (f"row {new_id} created, then answered {status} by worker "
+                                   f"{worker} (after {loop.count()} warm-ups)")
+            workers.add(worker)
+    return ids, workers
+
+
+def read_all(port: int, read_path: str, ids, reads: int = 4) -> None:
+    for i in ids:
+        for _ in range(reads):
+            status, worker, _ = fetch(port, read_path.format(i))
+            assert status == 200, f"row {i}: {status} from worker {worker}"
+
+
+def gunicorn_workers(app: str, port: int, env, cwd, workers: int) -> Server:
+    require("gunicorn", "test")
+    return Server([sys.executable, "-m", "gunicorn", app, "-b", f"127.0.0.1:{port}",
+                   "-w", str(workers), "--log-level", "warning", "--graceful-timeout", "2"],
+                  env, cwd, port)
+
+
+def restart_workers(server: Server, port: int) -> None:
+    """SIGHUP: gunicorn replaces every worker with a new process."""
+    os.kill(server.proc.pid, signal.SIGHUP)
+    time.sleep(1.0)   # let the old workers go; the new ones load the file (not asserted)
+    for _ in range(100):
+        if fetch(port, "/products/1")[0] == 200:
+            return
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode,workers", [("file", 2), ("mapped", 4), ("redis", 3)])
+def test_flask_row_created_in_one_worker_is_200_in_every_worker(tmp_path, mode, workers,
+                                                                 request):
+    require("flask", "flask")
+    dbpath = tmp_path / "shop.db"
+    with sqlite3.connect(dbpath) as conn:
+        conn.execute("CREATE TABLE product (id INTEGER PRIMARY KEY AUTOINCREMENT)")
+        conn.executemany("INSERT INTO product VALUES (?)", [(i,) for i in range(1, 101)])
+    (tmp_path / "shared_app.py").write_text(SHARED_FLASK_APP, encoding="utf-8")
+    extra = {}
+    if mode == "redis":
+        srv = request.getfixturevalue("clean_redis")
+        extra["SHOP_REDIS_URL"] = f"redis://127.0.0.1:{srv.port}/0"
+    env = env_with(SHOP_DB=str(dbpath), SHOP_FILTER=str(tmp_path / "products.bloom"),
+                   SHOP_MODE=mode, **extra)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    warm = [sys.executable, "-m", "flask", "--app", "shared_app", "bloom-warmup", "products",
+            "--no-progress"]
+    run(warm, env, tmp_path)
+    port = free_port()
+    server = gunicorn_workers("shared_app:app", port, env, tmp_path, workers)
+    try:
+        assert fetch(port, "/products/99999")[0] == REJECTED
+        loop = WarmupLoop(warm, env, tmp_path)
+        try:
+            ids, answered = create_and_read_everywhere(port, "/products", "/products/{}", loop)
+        finally:
+            loop.stop()
+        assert len(answered) >= 2, f"only worker(s) {answered} answered"
+        restart_workers(server, port)
+        read_all(port, "/products/{}", ids)
+        assert fetch(port, "/products/99999")[0] == REJECTED
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("mapped", ["0", "1"])
+def test_django_row_saved_in_one_worker_is_200_in_every_worker(tmp_path, mapped):
+    require("django", "django")
+    env = env_with(DJANGO_SETTINGS_MODULE="django_project.settings",
+                   LING_BLOOM_DJANGO_TMP=str(tmp_path), LING_BLOOM_TEST_MAPPED=mapped,
+                   LING_BLOOM_TEST_REJECT=str(REJECTED))
+    dj = [sys.executable, "-m", "django"]
+    run(dj + ["migrate", "--run-syncdb", "-v", "0"], env, tmp_path)
+    run(dj + ["shell", "-c", "from django_project.shop.models import Product; "
+              "Product.objects.bulk_create([Product(id=i, sku=f's{i}', name=f'p{i}') "
+              "for i in range(1, 101)])"], env, tmp_path)
+    warm = dj + ["bloom_warmup", "products", "--no-progress"]
+    run(warm, env, tmp_path)
+    port = free_port()
+    server = gunicorn_workers("django.core.wsgi:get_wsgi_application()", port, env, tmp_path, 3)
+    try:
+        assert fetch(port, "/products/99999/")[0] == REJECTED
+        loop = WarmupLoop(warm, env, tmp_path)
+        try:
+            # the view saves a row through the ORM: the post_save hook adds its key
+            ids, answered = create_and_read_everywhere(port, "/products/new/",
+                                                       "/products/{}/", loop)
+        finally:
+            loop.stop()
+        assert len(answered) >= 2, f"only worker(s) {answered} answered"
+        restart_workers(server, port)
+        read_all(port, "/products/{}/", ids)
+    finally:
+        server.stop()
+
+
+SHARED_ASGI_APP = '''
+import os, sqlite3
+from fastapi import FastAPI, HTTPException, Response
+from ling_bloom.contrib.asgi import BloomGuardMiddleware
+from ling_bloom.warmup import FileFilter
+
+DB = os.environ["SHOP_DB"]
+products = FileFilter(os.environ["SHOP_FILTER"], unwarmed="reject",
+                      mapped=os.environ["SHOP_MODE"] == "mapped")
+app = FastAPI()
+guarded = BloomGuardMiddleware(app, filters={"products": products},
+                               routes={"/products/{product_id}": ("product_id", "products")},
+                               reject_status=410, metrics=False)
+
+@app.get("/products/{product_id}")
+def read(product_id: int, response: Response):
+    response.headers["X-Worker"] = str(os.getpid())
+    with sqlite3.connect(DB, timeout=30) as conn:
+        row = conn.execute("SELECT id FROM product WHERE id = ?", (product_id,)).fetchone()
+    if row is None:
+        raise HTTPException(404)
+    return {"id": row[0]}
+
+@app.post("/products", status_code=201)
+async def create():
+    with sqlite3.connect(DB, timeout=30) as conn:
+        new_id = conn.execute("INSERT INTO product DEFAULT VALUES").lastrowid
+    await guarded.get_guard("products").add(new_id)
+    return {"id": new_id}
+'''
+
+ASGI_WARMUP = '''
+import os, sqlite3
+import ling_bloom as lb
+from ling_bloom.warmup import publish
+f = lb.MemoryFilter(100_000, 0.001)
+with sqlite3.connect(os.environ["SHOP_DB"], timeout=30) as conn:
+    f.update(str(i) for (i,) in conn.execute("SELECT id FROM product"))
+publish(f, os.environ["SHOP_FILTER"])
+'''
+
+
+@pytest.mark.parametrize("mode", ["file", "mapped"])
+def test_asgi_row_created_in_one_worker_is_200_in_every_worker(tmp_path, mode):
+    require("fastapi", "test")
+    require("uvicorn", "test")
+    dbpath = tmp_path / "shop.db"
+    with sqlite3.connect(dbpath) as conn:
+        conn.execute("CREATE TABLE product (id INTEGER PRIMARY KEY AUTOINCREMENT)")
+        conn.executemany("INSERT INTO product VALUES (?)", [(i,) for i in range(1, 101)])
+    (tmp_path / "shared_asgi.py").write_text(SHARED_ASGI_APP, encoding="utf-8")
+    env = env_with(SHOP_DB=str(dbpath), SHOP_FILTER=str(tmp_path / "products.bloom"),
+                   SHOP_MODE=mode)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    warm = [sys.executable, "-c", ASGI_WARMUP]
+    run(warm, env, tmp_path)
+    port = free_port()
+    server = Server([sys.executable, "-m", "uvicorn", "shared_asgi:guarded", "--host",
+                     "127.0.0.1", "--port", str(port), "--workers", "2",
+                     "--log-level", "warning"], env, tmp_path, port)
+    try:
+        assert fetch(port, "/products/99999")[0] == REJECTED
+        loop = WarmupLoop(warm, env, tmp_path)
+        try:
+            ids, answered = create_and_read_everywhere(port, "/products", "/products/{}", loop)
+        finally:
+            loop.stop()
+        assert len(answered) >= 2, f"only worker(s) {answered} answered"
+        read_all(port, "/products/{}", ids)
+    finally:
+        server.stop()

@@ -6,6 +6,8 @@ import io
 import sqlite3
 import threading
 
+import time
+
 import pytest
 
 import ling_bloom as lb
@@ -277,11 +279,13 @@ def test_file_filter_mapped_shares_the_file_and_remaps_on_replace(tmp_path, capl
     first.add("a")
     first.save(str(path))
     ff = FileFilter(path, check_every=2.0, clock=lambda: now[0], mapped=True)
-    assert ff.filter.path == str(path) and ff.filter.mode == "r"   # mapped, not read in
+    # mapped, not read in; "r+": an add sets its bits in the file every worker maps
+    assert ff.filter.path == str(path) and ff.filter.mode == "r+"
     assert ff.test("a") and not ff.test("b")
-    assert ff.add("local") is True and ff.add("local") is False   # kept beside the mapping
+    assert ff.add("local") is True and ff.add("local") is False
     ff.update(["local2"])
-    assert ff.test("local") and ff.test(b"local2") and ff.filter.bits_set == first.bits_set
+    assert ff.test("local") and ff.test(b"local2") and ff.filter.bits_set > first.bits_set
+    assert lb.MemoryFilter.open(str(path)).test("local")    # in the shared file itself
     held = ff.filter
     second = lb.MemoryFilter(1000, 0.01)
     second.add("b")
@@ -305,3 +309,185 @@ def test_file_filter_mapped_shares_the_file_and_remaps_on_replace(tmp_path, capl
         now[0] = 8.0
         assert ff.test("anything")                          # unwarmed="serve" again
     assert any("rewritten in place" in msg for msg in caplog.messages)
+
+
+# ---- adds shared through the file's add log ----------------------------------------------
+# Two FileFilters of one path stand for two worker processes (and real processes below):
+# a key added through either is present in both from the moment add() returns, across a
+# publish (a warm-up replacing the file) and a reload.
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_file_filter_add_in_one_is_seen_by_another_at_once(tmp_path, mapped):
+    from ling_bloom.warmup import FileFilter, begin, publish
+
+    path = str(tmp_path / "f.bloom")
+    a = FileFilter(path, check_every=3600, unwarmed="reject", mapped=mapped)
+    b = FileFilter(path, check_every=3600, unwarmed="reject", mapped=mapped)
+    assert not b.test("early")
+    a.add("early")                                   # before any file: kept aside
+    assert b.test("early") and not b.test("other")
+    warm = lb.MemoryFilter(10_000, 0.001)
+    warm.update(["1", "2"])
+    since = begin(path)                              # the warm-up's snapshot starts
+    b.update(["late-1", "late-2"])                   # rows created while it runs
+    assert publish(warm, path, since) == 3           # early, late-1, late-2 carried over
+    assert lb.load(path).test("late-2") and lb.load(path).test("early")
+    for ff in (a, b):                                # the old log is sealed: both reload
+        assert ff.test("1") and ff.test("late-1") and ff.test("early") and not ff.test("3")
+    a.add("after")
+    assert b.test("after") and b.reloads == 1
+    c = FileFilter(path, check_every=3600, mapped=mapped)   # a restarted worker
+    assert c.test("after") and c.test("late-2") and c.test("1")
+    for ff in (a, b, c):
+        ff.close()
+
+
+def test_publish_refuses_when_another_warm_up_published_in_between(tmp_path):
+    from ling_bloom.warmup import FileFilter, WarmupConflictError, begin, publish
+
+    path = str(tmp_path / "f.bloom")
+    ff = FileFilter(path, check_every=3600)
+    first, second = lb.MemoryFilter(1000, 0.01), lb.MemoryFilter(1000, 0.01)
+    since = begin(path)
+    publish(second, path)                            # another warm-up, in between
+    ff.add("k")
+    with pytest.raises(WarmupConflictError, match="run it again"):
+        publish(first, path, since)
+    assert lb.load(path) == second and ff.test("k")  # nothing written, nothing lost
+    ff.close()
+
+
+def test_add_log_survives_a_torn_record_and_ignores_garbage(tmp_path):
+    from ling_bloom.warmup import FileFilter
+
+    path = str(tmp_path / "f.bloom")
+    lb.MemoryFilter(1000, 0.01).save(path)
+    a = FileFilter(path, check_every=3600)
+    b = FileFilter(path, check_every=3600)
+    with open(path + ".adds", "ab") as log:
+        log.write(b"\n6162")                         # a writer died mid-record
+    a.add("next")                                    # the next record still parses
+    assert b.test("next")
+    with open(path + ".adds", "ab") as log:
+        log.write(b"\nzz-not-hex\n")
+    a.add(b"\x00\xff\n")                             # any bytes, newlines included
+    assert b.test(b"\x00\xff\n") and FileFilter(path).test(b"\x00\xff\n")
+    a.close(); b.close()
+
+
+def test_file_filter_keys_are_the_filters_keys(tmp_path):
+    from ling_bloom.warmup import FileFilter
+
+    path = str(tmp_path / "f.bloom")
+    lb.MemoryFilter(1000, 0.01).save(path)
+    a, b = FileFilter(path), FileFilter(path)
+    a.update(["é", b"raw", bytearray(b"buf")])
+    assert b.test("é") and b.test("é".encode()) and b.test(b"buf") and b.test("raw")
+    with pytest.raises(TypeError):
+        a.add(1.5)
+    with pytest.raises(TypeError):
+        a.add(True)
+    assert not hasattr(a, "remove")                  # removes are not shared: none at all
+    a.close(); b.close()
+
+
+_WORKER = '''
+import os, sys
+from ling_bloom.warmup import FileFilter
+path, db, me, n, mapped = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+ff = FileFilter(path, check_every=3600, unwarmed="reject", mapped=mapped)
+rows = os.open(db, os.O_WRONLY | os.O_APPEND)
+done = os.open(db + ".done", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+for i in range(n):
+    key = f"{me}-{i}"
+    os.write(rows, (key + "\\n").encode())   # the row is committed ...
+    ff.add(key)                                # ... then its key added, as a view does
+    assert ff.test(key)
+    os.write(done, (key + "\\n").encode())   # add() returned
+print("ok")
+'''
+
+
+@pytest.mark.parametrize("mapped", ["0", "1"])
+def test_processes_adding_while_warm_ups_publish_lose_nothing(tmp_path, mapped):
+    """Four processes create rows and add their keys while this one runs warm-ups: each a
+    snapshot of the rows (a file of lines, the database here) published over the file.
+    Afterwards every key is present for a fresh reader and for one open all along."""
+    import subprocess
+    import sys
+
+    from ling_bloom.warmup import FileFilter, begin, publish
+
+    path, db = str(tmp_path / "f.bloom"), tmp_path / "rows.txt"
+    db.write_text("")
+    lb.MemoryFilter(100_000, 0.001).save(path)
+    reader = FileFilter(path, check_every=3600, mapped=mapped == "1")
+    names = ["w0", "w1", "w2", "w3"]
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, path, str(db), w, "300", mapped],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in names]
+    done = tmp_path / "rows.txt.done"
+    done.write_text("")
+    publishes, lost = 0, set()
+    while any(p.poll() is None for p in procs):
+        since = begin(path)                           # the warm-up starts ...
+        snapshot = lb.MemoryFilter(100_000, 0.001)
+        snapshot.update(k for k in db.read_text().split("\n") if k)   # ... reads the rows
+        time.sleep(0.02)                              # rows created now are not in it
+        returned = [k for k in done.read_text().split("\n") if k]
+        publish(snapshot, path, since)
+        publishes += 1
+        after = FileFilter(path, check_every=3600, mapped=mapped == "1")  # a new worker
+        lost.update(k for k in returned if not after.test(k))
+        after.close()
+    assert publishes >= 3 and not lost, f"{len(lost)} added keys absent after a publish"
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "ok", err
+    fresh = FileFilter(path, check_every=3600, mapped=mapped == "1")
+    missing = [f"{w}-{i}" for w in names for i in range(300)
+               if not (fresh.test(f"{w}-{i}") and reader.test(f"{w}-{i}"))]
+    assert missing == [], f"{len(missing)} keys lost over {publishes} publishes"
+    reader.close(); fresh.close()
+
+
+def test_file_filter_in_a_forked_child_shares_with_the_parent(tmp_path):
+    import os
+
+    from ling_bloom.warmup import FileFilter
+
+    path = str(tmp_path / "f.bloom")
+    lb.MemoryFilter(1000, 0.01).save(path)
+    ff = FileFilter(path, check_every=3600)          # made before the fork (a preloaded app)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ff.add("from-child")
+            os._exit(0 if ff.test("from-child") else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert ff.test("from-child")                     # the parent reads the child's record
+    ff.add("from-parent")
+    assert FileFilter(path).test("from-parent")
+    ff.close()
+
+
+def test_warmup_is_a_function_even_after_its_module_is_imported():
+    import importlib
+
+    import ling_bloom.warmup  # noqa: F401  (sets the package attribute to the module)
+
+    importlib.import_module("ling_bloom.contrib.flask") if _has("flask") else None
+    f = lb.MemoryFilter(100, 0.01)
+    summary = lb.warmup(f, ["a", "b"], progress=False)
+    assert summary.keys == 2 and "a" in f
+    from ling_bloom import warmup as w
+    assert w(lb.MemoryFilter(100, 0.01), ["x"], progress=False).keys == 1
+
+
+def _has(module):
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -38,6 +38,7 @@ except ImportError as exc:  # name the extra, not the first missing dependency
                       f"({exc})", name=exc.name) from exc
 
 from ling_bloom.guard import AsyncGuard, Guard, as_key
+from ling_bloom.filefilter import warn_unshared
 
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]
 
@@ -184,6 +185,7 @@ class BloomGuardMiddleware:
             filters[_DEFAULT] = filter
         self.guards: Dict[str, Union[Guard, AsyncGuard]] = dict(guards or {})
         for name, f in filters.items():
+            warn_unshared(name, f, "a ling_bloom.warmup.FileFilter", stacklevel=3)
             if name not in self.guards:
                 self.guards[name] = AsyncGuard(f, name=name, metrics=metrics,
                                                **(guard_options or {}))

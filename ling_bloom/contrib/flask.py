@@ -49,7 +49,9 @@ except ImportError as exc:  # name the extra, not the first missing dependency
 
 from ling_bloom.guard import Guard, as_key
 import ling_bloom as lb
-from ling_bloom.warmup import FileFilter, FileState, sync, warmup
+from ling_bloom._addlog import AddLog
+from ling_bloom.filefilter import warn_unshared
+from ling_bloom.warmup import FileFilter, FileState, begin, publish, sync, warmup
 
 __all__ = ["BloomGuard", "bloom_warmup_command"]
 
@@ -98,6 +100,10 @@ class BloomGuard:
         self.unwarmed = unwarmed
         self.mapped = False  # LING_BLOOM_MAPPED
         self._checked: "set[int]" = set()
+        self._apps: list = []
+        # the views given to @bloom.guard (the function, not its guarded wrapper): one the
+        # app registered itself means the decorator order put the guard off
+        self._guarded_views: list = []
         if app is not None:
             self.init_app(app)
 
@@ -120,7 +126,13 @@ class BloomGuard:
             raise ValueError(f"LING_BLOOM_UNWARMED must be 'serve' or 'reject', not {self.unwarmed!r}")
         for name in self.files:
             self._require_filter(name, "LING_BLOOM_FILES")
+        for name, f in self._filters.items():  # made ones; a factory's filter at first use
+            if name not in self.files and hasattr(f, "test"):
+                warn_unshared(name, f, "LING_BLOOM_FILES", stacklevel=4)
         app.extensions["ling_bloom"] = self
+        self._apps.append(app)
+        for view, where in self._guarded_views:
+            self._check_unguarded(app, view, where)
         for name, where in self._wanted:
             self._require_filter(name, where)
         for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
@@ -157,7 +169,9 @@ class BloomGuard:
                                        unwarmed=self.unwarmed or "serve",
                                        mapped=self.mapped)
                     elif callable(f) and not hasattr(f, "test"):
+                        # a factory's filter, made now (a made one was checked at init_app)
                         f = self._filters[name] = f()
+                        warn_unshared(name, f, "LING_BLOOM_FILES", stacklevel=4)
                     guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
                                                        **self.guard_options)
         return guard
@@ -198,14 +212,25 @@ class BloomGuard:
                 raise ValueError(f"{where}: the URL rule {rule.rule!r} has no parameter "
                                  f"{spec[0]!r} (it has: {', '.join(sorted(rule.arguments)) or 'none'})")
 
+    def _check_unguarded(self, app: Flask, view: Any, where: str) -> None:
+        for endpoint, registered in app.view_functions.items():
+            if registered is view:
+                raise ValueError(
+                    f"{where}: the app registered endpoint {endpoint!r} with the view "
+                    f"unguarded -- @bloom.guard is written above the route decorator; put "
+                    f"it below (@app.get(...) first, then @bloom.guard(...))")
+
     def check(self, app: Optional[Flask] = None) -> None:
         """Check the configuration: every LING_BLOOM_ROUTES endpoint exists and has the URL
-        parameter, every filter name used is known.  Raises ValueError.  Runs by itself
-        before the app's first request (and in part at init_app and at each
+        parameter, every filter name used is known, no view given to ``@bloom.guard`` was
+        registered without it (the decorator above the route's).  Raises ValueError.  Runs
+        by itself before the app's first request (and in part at init_app and at each
         ``@bloom.guard``); call it at the end of an app factory to fail at start-up."""
         app = app or current_app
         for name, where in self._wanted:
             self._require_filter(name, where)
+        for view, where in self._guarded_views:
+            self._check_unguarded(app, view, where)
         for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
             self._check_route(app, endpoint, spec, registered_only=False)
         self._checked.add(id(app))
@@ -264,6 +289,9 @@ class BloomGuard:
             self._wanted.append((filter, where))
             if self._filters:  # else checked at init_app / before the first request
                 self._require_filter(filter, where)
+            for app in self._apps:  # registered already: the route decorator came first
+                self._check_unguarded(app, view, where)
+            self._guarded_views.append((view, where))
             convert = _annotated_converter(view, arg)
 
             @functools.wraps(view)
@@ -368,37 +396,56 @@ def bloom_warmup_command(names: Tuple[str, ...], batch_size: int, save_path: Opt
     if save_path and len(todo) > 1:
         raise click.UsageError("--save takes one filter name")
     for name in todo:
-        try:
-            flt = ext.warmup_filter(name, incremental)
-        except KeyError as e:
-            raise click.UsageError(str(e.args[0])) from None
-        target = save_path or ext.files.get(name)
-        if target is None and isinstance(flt, (lb.MemoryFilter, lb.CountingFilter,
-                                               lb.ScalableFilter)):
-            click.echo(f"warning: {name} is an in-memory filter of this process: a running "
-                       f"server does not see what this command adds (it exits). Give the "
-                       f"filter a file (LING_BLOOM_FILES / BloomGuard(files=...)), which running "
-                       f"servers reload, or use a Redis filter.", err=True)
-        if incremental:
-            if name not in ext.fetchers:
-                raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
-            if not state_path:
-                raise click.UsageError("--incremental needs --state FILE")
-            res = sync(flt, ext.fetchers[name], FileState(state_path), batch_size=batch_size)
-            click.echo(f"{name}: {res.keys:,} new keys in {res.batches} batches, "
-                       f"last id {res.last_id}")
-        else:
-            if name not in ext.sources:
-                raise click.UsageError(f"{name}: no source: register one with "
-                                       f"@bloom.source({name!r})")
-            summary = warmup(flt, ext.sources[name](), batch_size=batch_size,
-                             progress=progress, stream=sys.stderr,
-                             desc=name, summary=False)
-            click.echo(f"{name}: {summary}")
-        if target:
+        if name in ext.files and not save_path:
             import os
 
-            flt.save(os.fspath(target))
-            click.echo(f"{name}: saved to {os.fspath(target)}"
-                       + (f" (running servers reload it within {ext.check_every:g} s)"
-                          if name in ext.files and not save_path else ""))
+            path = os.fspath(ext.files[name])
+            with AddLog(path).warmup_lock():  # one warm-up of a file at a time
+                _fill(ext, name, incremental, state_path, batch_size, progress, None,
+                      path, begin(path))
+        else:
+            _fill(ext, name, incremental, state_path, batch_size, progress, save_path,
+                  None, None)
+
+
+def _fill(ext: BloomGuard, name: str, incremental: bool, state_path: Optional[str],
+          batch_size: int, progress: Optional[bool], save_path: Optional[str],
+          served: Optional[str], since: Any) -> None:
+    """Fill one filter; save it to ``save_path``, or publish it to ``served`` (a file the
+    running workers serve: the keys they added since the last warm-up are folded in)."""
+    try:
+        flt = ext.warmup_filter(name, incremental)
+    except KeyError as e:
+        raise click.UsageError(str(e.args[0])) from None
+    if served is None and save_path is None and isinstance(
+            flt, (lb.MemoryFilter, lb.BlockedFilter, lb.CountingFilter, lb.ScalableFilter)):
+        click.echo(f"warning: {name} is an in-memory filter of this process: a running "
+                   f"server does not see what this command adds (it exits). Give the "
+                   f"filter a file (LING_BLOOM_FILES / BloomGuard(files=...)), which running "
+                   f"servers reload, or use a Redis filter.", err=True)
+    if incremental:
+        if name not in ext.fetchers:
+            raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
+        if not state_path:
+            raise click.UsageError("--incremental needs --state FILE")
+        res = sync(flt, ext.fetchers[name], FileState(state_path), batch_size=batch_size)
+        click.echo(f"{name}: {res.keys:,} new keys in {res.batches} batches, "
+                   f"last id {res.last_id}")
+    else:
+        if name not in ext.sources:
+            raise click.UsageError(f"{name}: no source: register one with "
+                                   f"@bloom.source({name!r})")
+        summary = warmup(flt, ext.sources[name](), batch_size=batch_size,
+                         progress=progress, stream=sys.stderr,
+                         desc=name, summary=False)
+        click.echo(f"{name}: {summary}")
+    if save_path:
+        import os
+
+        flt.save(os.fspath(save_path))
+        click.echo(f"{name}: saved to {os.fspath(save_path)}")
+    elif served is not None:
+        carried = publish(flt, served, since)
+        click.echo(f"{name}: saved to {served} (running servers reload it within "
+                   f"{ext.check_every:g} s"
+                   + (f"; {carried:,} keys they added carried over)" if carried else ")"))

@@ -6,6 +6,7 @@ shop_patterns = ([path("sku/<slug:sku>/", views.by_sku, name="by-sku")], "shop")
 
 urlpatterns = [
     path("products/<int:pk>/", views.product_detail, name="product-detail"),
+    path("products/new/", views.create_product, name="product-create"),
     path("plain/<pk>/", views.product_detail, name="plain-product"),   # a str converter
     path("cached/<int:pk>/", views.cached_product, name="cached-product"),
     path("legacy/product/<int:pk>/", views.legacy),

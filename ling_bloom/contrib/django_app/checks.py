@@ -39,6 +39,11 @@ def _url_kwargs_by_name() -> Dict[str, List[Set[str]]]:
     return out
 
 
+_IN_MEMORY = ("MemoryFilter", "BlockedFilter", "CountingFilter", "ScalableFilter",
+              "ling_bloom.MemoryFilter", "ling_bloom.BlockedFilter",
+              "ling_bloom.CountingFilter", "ling_bloom.ScalableFilter")
+
+
 @checks.register(checks.Tags.urls)
 def check_ling_bloom(app_configs: Any = None, **kwargs: Any) -> List[checks.CheckMessage]:
     from ling_bloom.contrib import django as lbd
@@ -56,6 +61,14 @@ def check_ling_bloom(app_configs: Any = None, **kwargs: Any) -> List[checks.Chec
             errors.append(checks.Error(str(e), id="ling_bloom.E001"))
             continue
         path = spec.get("FILE")
+        if not path and "FILTER" not in spec and spec.get("CLASS") in _IN_MEMORY:
+            from ling_bloom.filefilter import unshared_message
+
+            errors.append(checks.Warning(
+                unshared_message(name, spec["CLASS"].rsplit(".", 1)[-1], "a FILE"),
+                hint="give the filter a FILE (each worker then serves it and sees every "
+                     "worker's adds), or CLASS RedisFilter",
+                id="ling_bloom.W002"))
         if path and "FILTER" not in spec:
             folder = os.path.dirname(os.path.abspath(os.fspath(path)))
             if not os.path.isdir(folder):

@@ -1,3 +1,5 @@
+import os
+
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 
@@ -11,7 +13,18 @@ def _json(p):
 
 
 def product_detail(request, pk):
-    return JsonResponse(_json(get_object_or_404(Product, pk=pk)))
+    response = JsonResponse(_json(get_object_or_404(Product, pk=pk)))
+    response["X-Worker"] = str(os.getpid())   # which worker process answered
+    return response
+
+
+def create_product(request):
+    """POST: a new row; the post_save hook adds its key (tests/test_live_servers.py)."""
+    if request.method != "POST":
+        return JsonResponse({"error": "POST only"}, status=405)
+    p = Product.objects.create(sku=f"new-{os.getpid()}-{Product.objects.count()}-{id(request)}",
+                               name="created over HTTP")
+    return JsonResponse({"id": p.pk}, status=201)
 
 
 def by_sku(request, sku):

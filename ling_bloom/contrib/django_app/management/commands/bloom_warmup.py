@@ -1,7 +1,10 @@
 """python manage.py bloom_warmup NAME [NAME ...]
 
-Fill the filters of settings.LING_BLOOM["FILTERS"] from their MODEL.FIELD, then save each
-to its FILE (when it has one; a Redis filter is shared already).
+Fill the filters of settings.LING_BLOOM["FILTERS"] from their MODEL.FIELD, then publish each
+to its FILE (when it has one; a Redis filter is shared already): the keys running workers
+added since the last warm-up (their add log) are folded into the new file, so none is lost
+to the replacement (ling_bloom.warmup.publish).  Two warm-ups of one FILE never overlap:
+the second waits for the first.
 
   --incremental     only rows with a primary key above the last run's (kept in
                     --state, default FILE + ".sync.json"); adds to the saved filter
@@ -18,7 +21,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ling_bloom.contrib import django as lbd
-from ling_bloom.warmup import FileState, sync, warmup
+from ling_bloom._addlog import AddLog
+from ling_bloom.warmup import FileState, begin, publish, sync, warmup
 
 
 class Command(BaseCommand):
@@ -54,8 +58,15 @@ class Command(BaseCommand):
                 raise CommandError(str(e)) from e
 
     def _one(self, name: str, opts: Any) -> None:
-        spec = lbd.filter_settings(name)
-        path = spec.get("FILE")
+        path = lbd.filter_settings(name).get("FILE")
+        if not path:
+            return self._fill(name, opts, None, None)
+        with AddLog(os.fspath(path)).warmup_lock():
+            # The add log's generation before the snapshot: publish refuses if another
+            # warm-up replaced FILE in between (it cannot, while this one holds the lock).
+            return self._fill(name, opts, path, begin(path))
+
+    def _fill(self, name: str, opts: Any, path: Any, since: Any) -> None:
         flt = lbd.build_filter(name, fresh=opts["fresh"])
         err = getattr(self.stderr, "_out", self.stderr)
         progress = False if opts["no_progress"] else None
@@ -80,13 +91,15 @@ class Command(BaseCommand):
             if state_path and last is not None:
                 FileState(state_path).save(last)
         if path and hasattr(flt, "save"):
-            flt.save(os.fspath(path))
-            self.stdout.write(f"{name}: saved to {os.fspath(path)}")
+            carried = publish(flt, os.fspath(path), since)
+            self.stdout.write(f"{name}: saved to {os.fspath(path)}"
+                              + (f" ({carried:,} keys added by running workers carried over)"
+                                 if carried else ""))
         # This process's own filter is now the filled one.
         with lbd._lock:
             live = lbd._filters.get(name)
             if hasattr(live, "swap"):  # a FileFilter: other processes reload FILE themselves
-                live.swap(flt)
+                live.swap()
                 return
             lbd._filters[name] = flt
             for g in [lbd._guards.get(name), *lbd._full_guards.get(name, ())]:
