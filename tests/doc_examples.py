@@ -16,9 +16,10 @@ Every fenced block has a language, and each language has one treatment:
     ```bash                commands a reader types that install packages or run for minutes
                            (make, pip, apt-get, the benchmarks): each line is checked, not run:
                            a make target must exist in the Makefile, a pip extra in
-                           pyproject.toml, a script's path in the repository, and
-                           `python -m ling_bloom ...` must parse with the command line's own
-                           parser.
+                           pyproject.toml, a script's path in the repository, a
+                           `python manage.py` command one that ling_bloom's Django app
+                           ships, and `python -m ling_bloom ...` must parse with the command
+                           line's own parser.
     ```text                output or a picture (a file tree), not code: nothing to run.
 
 Any other block, or a block without a language, fails the tests.
@@ -258,6 +259,11 @@ def check_bash_line(line: str) -> Optional[str]:
             return None
         if words[1] == "-m":
             return None
+        if words[1] == "manage.py":  # a Django project's: the command must be one we ship
+            commands = ROOT / "ling_bloom" / "contrib" / "django_app" / "management" / "commands"
+            ok = len(words) > 2 and ((commands / f"{words[2]}.py").exists()
+                                     or words[2] in ("check", "migrate", "runserver", "shell"))
+            return None if ok else f"no management command {words[2:3]}"
         path = ROOT / words[1]
         return None if path.exists() else f"no file {words[1]}"
     if cmd in ("git", "apt-get", "redis-server", "gunicorn", "uvicorn", "flask", "jupyter",
