@@ -1,7 +1,8 @@
 # ling_bloom: the two commands of the README, and the steps they need.
 #
-#   make demo    the filters at work (the main job)
+#   make demo    the filters at work, and the guard in front of a web app (the main job)
 #   make test    every test: pytest, and the C tests of the core's Redis layer
+#   make docs    the documentation site (MkDocs, Material), built strict into site/
 #   make bench   the benchmarks against the peers
 #   make sanitize every test (the stress runs included) and the C tests, on builds with
 #                AddressSanitizer and UndefinedBehaviorSanitizer (clang 19); CI runs it
@@ -12,7 +13,7 @@
 #   make every-python dist-check on every CPython 3.9-3.13 that pyenv has
 #   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
 #                each (default 60); make fuzz-brief: 20 s each, as CI runs them
-#   make ci      what CI runs (.ci/run): test, sanitize, every-python, fuzz-brief
+#   make ci      what CI runs (.ci/run): test, docs, sanitize, every-python, fuzz-brief
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -26,11 +27,21 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Build: a C compiler, pkg-config, the two C libraries.  Tests and demo: a redis-server.
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev openssl redis-server
 
-.PHONY: demo test test-python test-c bench build deps venv venv-test venv-bench clean sanitize \
-        sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps sanitize-deps
+.PHONY: demo docs test test-python test-c bench build deps venv venv-test venv-bench venv-demo \
+        venv-docs clean sanitize sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps \
+        sanitize-deps
 
-demo: build
+demo: build venv-demo
 	$(VPY) -m ling_bloom demo
+
+# The site: strict (a warning, or a link to a page or heading that is not there, fails;
+# not with --quiet, which hides the warnings from the count that --strict fails on),
+# NO_MKDOCS_2_WARNING quiets a notice the Material theme prints about its future.  Then
+# check_site.py: every public class of ling_bloom has each public method and property in
+# the API reference.
+docs: build venv-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+	$(VPY) docs/_ext/check_site.py site
 
 test: test-python test-c
 
@@ -70,6 +81,8 @@ $(VENV)/.stamp-%: pyproject.toml $(VENV)/.stamp-base
 venv: $(VENV)/.stamp-base
 venv-test: $(VENV)/.stamp-test
 venv-bench: $(VENV)/.stamp-bench
+venv-demo: $(VENV)/.stamp-demo
+venv-docs: $(VENV)/.stamp-docs
 
 # The extension, rebuilt in place when a C file changed (a no-op otherwise).
 build: venv
@@ -152,8 +165,8 @@ fuzz: fuzz-deps
 fuzz-brief: fuzz-deps
 	$(MAKE) -C fuzz run FUZZ_SECONDS=20
 
-ci: test sanitize every-python fuzz-brief
+ci: test docs sanitize every-python fuzz-brief
 
 clean:
-	rm -rf build dist ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)
+	rm -rf build dist site ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)
 	$(MAKE) -C tests/c clean

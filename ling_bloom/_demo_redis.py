@@ -144,12 +144,12 @@ def run(say: Callable[[str], None], present: List[str], absent: List[str],
         web1.close()
         web2.close()
 
-        # hash="ling-base": the same bits a Go ling-base service sets for the same key.
+        # hash="ling-base": the same bits a Go service using the ling-base Go library sets.
         with cls.from_url(url, "demo:go", 1_000_000, 0.01, hash="ling-base") as go:
             go.add("user:42")
             offsets = lb.indices("user:42", go.m, go.k, "ling-base")
             bits = [_int(port, "GETBIT", "demo:go", o) for o in offsets]
             say(f"  hash=\"ling-base\": add('user:42') set bits {offsets} of the plain Redis "
-                f"string 'demo:go' (GETBIT -> {bits}): the offsets Go's ling-base computes, so "
-                "Go services read and write the same filter")
+                f"string 'demo:go' (GETBIT -> {bits}): the offsets the ling-base Go library "
+                "computes, so Go services read and write the same filter")
     say("  redis-server stopped")

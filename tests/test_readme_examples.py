@@ -1,87 +1,85 @@
-"""Every ```python block of README.md is a test.
-
-A block marked ```python file=NAME is a file of the Django example: it must stand, to the
-letter, in docs/integrations.md, whose test builds the project around it and runs it.  Every
-other block runs as a script in a fresh interpreter (REDIS_URL points at a private
-redis-server for the Redis example, REDIS_TLS_URL and REDIS_TLS_CA at a TLS one,
-REDIS_SENTINEL_URL at a sentinel, REDIS_CLUSTER_URL at a real cluster).
-"""
+"""README.md: short, with every code block run or checked as the docs' blocks are
+(tests/doc_examples.py), links that lead somewhere, and the web guard within its first
+screenful."""
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from redis_server import in_ci
+import doc_examples as dx
+from test_docs_examples import FILES, UNTOLD, run_block, untold_words
 
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-DOCS = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
-_BLOCK = re.compile(r"^```python(?:[ \t]+file=(\S+))?[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
-BLOCKS = [(m.group(1), m.group(2), README.count("\n", 0, m.start()) + 1)
-          for m in _BLOCK.finditer(README)]
-OPTIONAL = {"flask": "flask", "starlette": "asgi"}
+ROOT = dx.ROOT
+README_PATH = ROOT / "README.md"
+README = README_PATH.read_text(encoding="utf-8")
+BLOCKS = dx.blocks(README_PATH)
+
+
+def test_the_readme_is_short():
+    assert README.count("\n") <= 250
+
+
+def test_the_first_screenful_links_the_web_guard():
+    """A newcomer finds how to protect a Flask view in the links of the first screen."""
+    first = "\n".join(README.split("\n")[:24])
+    assert re.search(r"\[[^\]]*Flask[^\]]*\]\(docs/integrations\.md\)", first), first
 
 
 def test_the_readme_has_its_examples():
-    names = [name for name, _, _ in BLOCKS]
-    assert "settings_ling_bloom.py" in names
-    scripts = [code for name, code, _ in BLOCKS if name is None]
+    scripts = [b.code for b in BLOCKS if b.lang == "python" and b.file is None]
+    assert any("BlockedFilter" in c or "MemoryFilter" in c for c in scripts)
     assert any("RedisFilter" in c for c in scripts)
-    assert any("Guard(" in c for c in scripts)
-    assert any("flask" in c for c in scripts) and any("starlette" in c for c in scripts)
+    assert any("flask" in c and "bloom.guard" in c for c in scripts)
+    quickstart = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    code_lines = sum(b.code.count("\n") for b in dx.blocks_of_text(quickstart))
+    assert 20 <= code_lines <= 45, code_lines
 
 
-@pytest.mark.parametrize("name,code", [(n, c) for n, c, _ in BLOCKS if n],
-                         ids=[n for n, _, _ in BLOCKS if n])
-def test_project_files_are_the_tested_ones(name, code):
-    assert f"```python file={name}\n{code}```" in DOCS
+def test_the_speed_table_names_its_command():
+    speed = README.split("## Speed", 1)[1].split("\n## ", 1)[0]
+    assert "python benchmarks/bench_memory.py --rounds 3" in speed
+    results = (ROOT / "benchmarks" / "results" / "bench_memory.md").read_text(encoding="utf-8")
+    assert "command: python benchmarks/bench_memory.py --rounds 3" in results
+    # each figure of the table is one the results file has, in the same row
+    for row in re.findall(r"^\| ling_bloom `(\w+)` \|(.+)\|$", speed, re.M):
+        name = "ling_bloom" if row[0] == "MemoryFilter" else f"ling_bloom {row[0]}"
+        line = next(l for l in results.split("\n") if l.startswith(f"| {name} |"))
+        for cell in row[1].split("|")[:4]:
+            assert cell.strip() in line, (cell, line)
 
 
-@pytest.mark.parametrize("code", [c for n, c, _ in BLOCKS if n is None],
-                         ids=[f"line{line}" for n, _, line in BLOCKS if n is None])
-def test_script_runs(code, tmp_path, request):
-    modules = set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", code, re.M))
-    for mod, extra in OPTIONAL.items():
-        if mod in modules and importlib.util.find_spec(mod) is None:
-            if in_ci():
-                pytest.fail(f"{mod} not installed: CI=true needs ling_bloom[{extra}]")
-            pytest.skip(f"{mod} not installed (ling_bloom[{extra}])")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    if "REDIS_URL" in code:
-        server = request.getfixturevalue("clean_redis")
-        env["REDIS_URL"] = server.url
-    if "REDIS_TLS_URL" in code:  # the TLS example: a --tls-port server and its CA
-        from tls_certs import make_certs, server_args
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.file is None],
+                         ids=[b.id for b in BLOCKS if b.file is None])
+def test_block(block, tmp_path, request):
+    run_block(block, tmp_path, request)
 
-        certs = make_certs(str(tmp_path))
-        server = request.getfixturevalue("redis_server_factory")(server_args(certs), tls=True)
-        env["REDIS_TLS_URL"] = server.url
-        env["REDIS_TLS_CA"] = certs["ca"]
-    if "REDIS_SENTINEL_URL" in code:  # a primary (with RedisBloom) and a sentinel
-        from redis_server import SentinelServer
 
-        module = request.getfixturevalue("redisbloom_module")
-        primary = request.getfixturevalue("redis_server_factory")(["--loadmodule", module])
-        sentinel = SentinelServer("mymaster", primary.port)
-        sentinel.start()
-        request.addfinalizer(sentinel.stop)
-        env["REDIS_SENTINEL_URL"] = f"redis+sentinel://{sentinel.host}:{sentinel.port}/mymaster"
-    if "REDIS_CLUSTER_URL" in code:  # 3 primaries with a replica each, RedisBloom loaded
-        from redis_server import RedisClusterServers
+def test_project_files_are_the_tested_ones():
+    """A ```python file=NAME block here is a file of the Django example the docs' test runs."""
+    for block in BLOCKS:
+        if block.file:
+            assert FILES.get(block.file) == block.code, block.file
 
-        module = request.getfixturevalue("redisbloom_module")
-        cluster = RedisClusterServers(3, 1, extra_args=["--loadmodule", module]).start()
-        request.addfinalizer(cluster.stop)
-        env["REDIS_CLUSTER_URL"] = cluster.url
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+
+def _anchors(text):
+    """GitHub's and MkDocs' anchors of a page's headings (lower case, punctuation dropped,
+    spaces to dashes)."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)}
+
+
+def test_links_lead_somewhere():
+    for target in re.findall(r"\]\(([^)\s]+)\)", README):
+        if re.match(r"^[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        page = ROOT / path if path else README_PATH
+        assert page.exists(), target
+        if anchor:
+            assert anchor in _anchors(page.read_text(encoding="utf-8")), target
+
+
+def test_no_word_a_user_cannot_know():
+    assert not untold_words(README)
+    assert UNTOLD
