@@ -103,7 +103,7 @@ build: venv
 # tests/c/Makefile) and removed afterwards.
 #
 # Compiler and runtime: clang 19 and its compiler-rt, not gcc's libasan.  The stress tests
-# and issue 10's items 1 and 2 fork a process while other threads run batches and Redis
+# and the fork tests fork a process while other threads run batches and Redis
 # round trips, and the child then allocates.  GCC 12's libasan (Debian 12) takes no lock
 # around fork(): a child forked while another thread held one of its allocator's locks
 # waits forever (gdb: FutexWait <- SizeClassAllocator64::GetFromAllocator <- asan_malloc

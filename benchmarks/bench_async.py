@@ -16,7 +16,7 @@ same keys, each on its own Redis key, on one event loop:
 
 Rows: single add/test awaited one after another; batches of 100 and 10,000 keys; and 200
 concurrent tasks each testing one key (asyncio.gather), both clients with 4 connections.
-Goals (issue 13): batches >= 3x redis.asyncio, single calls >= 1x.  Each figure is the
+Goals: batches >= 3x redis.asyncio, single calls >= 1x.  Each figure is the
 best of --repeat runs, in keys per second; the ratio is ling_bloom / redis.asyncio.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ k = 7) and the same keys are used by every contender, each on its own Redis key:
   10,000-key batches (INFO cpu), i.e. what a client that costs nothing could reach.
 
 Sizes: single keys (add/test, one round trip each), batches of 100 and of 10,000 keys.
-Goals (issue 4): batches >= 3x redis-py, single keys no slower than redis-py, 10,000-key
+Goals: batches >= 3x redis-py, single keys no slower than redis-py, 10,000-key
 batch throughput >= 70% of the server's limit.  Each figure is the best of --repeat runs;
 other load on the machine shows up as noise, so compare the ratios, taken in the same run.
 """

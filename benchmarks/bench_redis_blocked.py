@@ -1,4 +1,4 @@
-"""Would a blocked (split-block) layout make RedisFilter cheaper for the server?  (issue 15)
+"""Would a blocked (split-block) layout make RedisFilter cheaper for the server?
 
     .venv/bin/python benchmarks/bench_redis_blocked.py          # writes results/redis_blocked.md
     .venv/bin/python benchmarks/bench_redis_blocked.py --quick  # 100,000 keys, one run: a smoke test
@@ -153,7 +153,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     load = _load()
     with RedisServer() as srv:
         s = Server(srv, cli)
-        say("# Blocked layout for RedisFilter: the server's side (issue 15)")
+        say("# Blocked layout for RedisFilter: the server's side")
         say("")
         say(f"redis-server {_server_version()} on 127.0.0.1 (no persistence), "
             f"{platform.machine()}, {os.cpu_count()} CPUs.  redis-cli --pipe on the exact "

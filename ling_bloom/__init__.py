@@ -8,7 +8,7 @@ reset, close, context manager):
   fastest, sized for its own false-positive rate.
 - CountingFilter: 4-bit saturating counters; can remove keys.
 - ScalableFilter: a chain of bit arrays that grows (Almeida et al. 2007).
-- RedisFilter: a Redis bitmap, hashing on the client (added by the Redis issue).
+- RedisFilter: a Redis bitmap, hashing on the client.
 - RedisBloomFilter: the RedisBloom module's BF.* commands.
 
 AsyncRedisFilter and AsyncRedisBloomFilter (ling_bloom.aio) are the two Redis filters for
@@ -77,7 +77,7 @@ class Params(NamedTuple):
 
 
 def estimate(n: int, p: float) -> Params:
-    """m and k for n keys at false-positive rate p, as ling-base's Estimate computes them.
+    """m and k for n keys at false-positive rate p, as the ling-base Go library's Estimate computes them.
 
     m = ceil(n * -ln(p) / ln(2)**2), k = max(1, ceil(ln(2) * m / n)).
     InvalidCapacityError for n <= 0 (or an m beyond 2**63), InvalidFalsePositiveRateError
@@ -95,7 +95,7 @@ def geometry(n: int, p: float, hash: Optional[str] = None) -> Params:
     ``estimate(n, p)``, except where its asymptotic formula undershoots: for small n (below
     about a thousand keys) the default hash ("xxh3-mix") gets more bits, so that the rate at n
     keys (with ideal hashing, :func:`ideal_false_positive_rate`) stays within 1% of p.  The
-    "ling-base" and "xxh3" schemes keep ``estimate``'s values (Go services and files of 0.1
+    "ling-base" and "xxh3" schemes keep ``estimate``'s values (Go services and files written with the unmixed walk
     compute them the same way).  Sizes no filter can have raise what the constructors
     raise: InvalidCapacityError for m beyond MAX_BITS (2**48), InvalidFalsePositiveRateError
     for k beyond MAX_K (64).

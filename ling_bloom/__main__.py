@@ -1,7 +1,7 @@
 """The command line: `python -m ling_bloom` (or `ling-bloom`).
 
 Commands:
-  demo                the filters at work (the README's main job)
+  demo                the filters and the guard at work
   estimate N P        m, k and memory for N keys at false-positive rate P (exit 2, with
                       the reason on stderr, when no filter can be that large)
   fpr [options]       a false-positive-rate experiment as a table (and a plot)
@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P",
-                       description="ling-base's Estimate: m = ceil(n*-ln p / ln^2 2), "
+                       description="the ling-base Go library's Estimate: m = ceil(n*-ln p / ln^2 2), "
                                    "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.  "
                                    "Exit 2 when m exceeds 2**48 bits or k exceeds 64, which "
                                    "no filter can have.",
@@ -455,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "of -p")
     f.add_argument("--k", type=_positive_int, help="hash functions, with --m")
     f.add_argument("--hash", choices=HASHES, default="xxh3-mix",
-                   help="hashing scheme (default xxh3-mix; xxh3: the 0.1 walk; ling-base: the Go library's FNV-1a)")
+                   help="hashing scheme (default xxh3-mix; xxh3: the unmixed walk; ling-base: the Go library's FNV-1a)")
     f.add_argument("--keys", choices=("sequential", "uuid", "url", "random"),
                    default="sequential", help="shape of the added keys (default sequential)")
     f.add_argument("--probe-keys", choices=("sequential", "uuid", "url", "random"),

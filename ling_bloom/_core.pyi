@@ -111,7 +111,7 @@ def _saved_length(head: bytes, have: Optional[int] = None) -> Tuple[int, bool]:
     chain's stages need, more than have)."""
 
 def estimate(n: int, p: float) -> Tuple[int, int]:
-    """ling-base's Estimate: (m, k) for n keys at false-positive rate p (the bare arithmetic:
+    """The ling-base Go library's Estimate: (m, k) for n keys at false-positive rate p (the bare arithmetic:
     m may exceed MAX_BITS and k MAX_K)."""
 
 def geometry(n: int, p: float, hash: Optional[str] = ...) -> Tuple[int, int]:
@@ -197,7 +197,7 @@ class _Fixed(_Saved):
         """Hash functions."""
     @property
     def hash(self) -> str:
-        """Hashing scheme: "xxh3-mix" (the default), "xxh3" (the 0.1 walk) or "ling-base"."""
+        """Hashing scheme: "xxh3-mix" (the default), "xxh3" (the unmixed walk, for filters written before the mixing) or "ling-base"."""
     @property
     def capacity(self) -> Optional[int]:
         """The capacity it was sized for, or None (built from m and k)."""

@@ -1,4 +1,4 @@
-"""The three interfaces of the seeds (ling-base's Filter, Remover and Batcher) as typing
+"""The three interfaces of the ling-base Go library (Filter, Remover and Batcher) as typing
 Protocols.  Every ling_bloom filter is a Filter and a Batcher; CountingFilter is also a
 Remover."""
 from __future__ import annotations

@@ -80,6 +80,7 @@ class FileFilter:
         self._aside: Set[bytes] = set()    # logged keys no filter of ours holds
         self._warned_unwarmed = False
         self._warned_log = False
+        self._failed: Any = None  # the identity of a file that failed to load
         self.reloads = 0
         self._pid = os.getpid()
         self.refresh(force=True)
@@ -161,7 +162,11 @@ class FileFilter:
                 self._log.error("ling_bloom: reloading %s failed (%s: %s): keeping the %s",
                                 self.path, type(e).__name__, e,
                                 "current filter" if old_filter is not None else "unwarmed state")
-                self._identity = identity  # not retried until the file changes again
+                # Tried once more at the next check (a passing fault), then not until the
+                # file changes again.
+                retry = self._failed != identity
+                self._failed = identity
+                self._identity = None if retry else identity
                 # The new log is still followed, over the filter kept: that filter holds
                 # the old file and the old log, so with the new log's keys nothing is lost.
         elif identity is None and old_filter is None and not self._warned_unwarmed:
@@ -224,11 +229,11 @@ class FileFilter:
         self._after_fork()
         with self._lock:
             reader = self._reader
-            if reader is not seen:
-                return True  # reloaded meanwhile: the caller asks the new filter
             if reader is None:
                 return self._reload() if self._addlog.current_ino() is not None else False
-            moved = reader.offset > offset  # another thread applied records meanwhile
+            # Reloaded meanwhile (the caller asks the new filter, after the new log's
+            # records are read below), or another thread applied records.
+            moved = reader is not seen or reader.offset > offset
             try:
                 if not reader.grew():
                     return moved

@@ -1,4 +1,4 @@
-"""A cache-penetration guard: the seeds' flow for one lookup, framework-neutral.
+"""A cache-penetration guard: the lookup flow of a RedisBloom cache-penetration article, framework-neutral.
 
     filter --(unseen: rejected, nothing else touched)--> cache --(miss)--> loader (the DB)
 
@@ -36,7 +36,7 @@ guard follows its ``on_filter_error`` policy instead of failing the request:
   into an error or a wrong 404 because a cache-side helper is down.
 - ``"closed"``: the lookup is rejected (``default``, a 404 in the middleware), for services
   where the database must never see unfiltered traffic.
-- ``"raise"``: the error propagates (the 0.1 behaviour).
+- ``"raise"``: the error propagates.
 
 A circuit breaker keeps a dead backend from costing a timeout per request: after a failure
 the filter is not asked for ``breaker_seconds`` (5 by default; 0 turns the breaker off); then
@@ -743,7 +743,7 @@ class _GuardBase:
         self._promise_of = (flt, p)
         return p
 
-    # -- the seeds' monitoring advice: warn when the observed rate drifts above the promise
+    # -- monitoring: warn when the observed rate drifts above the promise
     def _check_drift(self, fp: int, n: int) -> None:
         # The rate only rises at a false positive, so this runs only then.
         if n < self.drift_min_samples:
@@ -926,7 +926,7 @@ class _Flight:
 
 
 class Guard(_GuardBase):
-    """The seeds' flow for threads (WSGI apps, scripts).
+    """The lookup flow for threads (WSGI apps, scripts).
 
     ``Guard(filter, cache=None, loader=None, *, null_ttl=60, value_ttl=None,
     key_prefix="", name=None, metrics=None, logger=None, drift_factor=1.5,

@@ -2,7 +2,7 @@
  * CountingFilter.
  *
  * Cell i lives in byte i/2: even cells in the low nibble, odd cells in the
- * high nibble (ling-base's layout).  A counter stops at 15 and a counter at 15
+ * high nibble (the ling-base Go library's layout).  A counter stops at 15 and a counter at 15
  * is never decremented again: it no longer knows how many keys it holds, so
  * decrementing it could make a key that is still present test absent. */
 #ifndef LB_COUNTERS_H

@@ -4,7 +4,7 @@
  *   0  "LBLM"                 magic
  *   4  u16 version            1
  *   6  u8  kind               1 memory, 2 counting, 3 scalable, 4 blocked
- *   7  u8  hash scheme        0 xxh3 (the 0.1 walk), 1 ling-base, 2 xxh3-mix
+ *   7  u8  hash scheme        0 xxh3 (the unmixed walk), 1 ling-base, 2 xxh3-mix
  *                             (blocked: always 2; its walk is blocked.h's)
  * memory, counting, blocked:
  *   8  u64 m                  bits or cells

@@ -16,7 +16,7 @@
  *     the same on every machine and Python version: a saved filter or a shared
  *     Redis bitmap stays valid.  This layout is part of the file format.
  *
- *   LB_HASH_XXH3 (name "xxh3": the walk of ling_bloom 0.1, kept to read what
+ *   LB_HASH_XXH3 (name "xxh3": the unmixed walk, kept to read what
  *     it wrote)
  *     the same (h1, h2); index_i = floor(((h1 + i*h2) mod 2^64) * m / 2^64).
  *     Its probes collide within a key as described above: small filters
@@ -89,7 +89,7 @@ void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out
  * cells, the x_i >> 32 term does not, so the probes of one key scatter.
  * Chosen by measurement (benchmarks/fpr_table.py --small, bench_index_walk.py):
  * averaged over many filters it matches ideal hashing from m = 10 bits up, at
- * 3-5% of the 0.1 walk's batch time, where SplitMix64's two-round finalizer
+ * 3-5% of the unmixed walk's batch time, where SplitMix64's two-round finalizer
  * measured no more accurate at 17-23%. */
 static inline uint64_t lb_mix64(uint64_t x)
 {

@@ -6,7 +6,7 @@
 #include "common.h"
 #include "hash.h"
 
-/* ling-base's Estimate, same formulas and rounding:
+/* The ling-base Go library's Estimate, same formulas and rounding:
  *   m = ceil(n * -ln(p) / ln(2)^2),  k = max(1, ceil(ln(2) * m / n)).
  * LB_ERR_CAPACITY for n == 0 (checked first), LB_ERR_FPR unless 0 < p < 1,
  * LB_ERR_RANGE when m would not fit in 63 bits. */
@@ -24,8 +24,8 @@ lb_status lb_estimate(uint64_t n, double p, uint64_t *m, uint64_t *k);
 double lb_fpr_bound(uint64_t m, uint32_t k, double n);
 
 /* The m and k a filter of the given scheme is built with for n keys at rate p.
- * ling-base and xxh3 (the 0.1 walk) take lb_estimate's (m, k) unchanged, so
- * that Go services and files of 0.1 agree on them.  xxh3-mix keeps Estimate's
+ * ling-base and xxh3 (the unmixed walk) take lb_estimate's (m, k) unchanged, so
+ * that Go services and its files agree on them.  xxh3-mix keeps Estimate's
  * (m, k) when lb_fpr_bound(m, k, n) <= p * slack, and otherwise takes the
  * smallest m (with the best k for it, k <= LB_MAX_K) whose bound is within
  * p * slack: only small n need it (n < about 1000 at slack 1.01).  Errors as

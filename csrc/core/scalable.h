@@ -4,7 +4,7 @@
  * error_rate is the bound the whole chain keeps, as in RedisBloom and the
  * paper: stage i is built for rate error_rate * (1 - r) * r^i (r = fpr_ratio),
  * and those rates sum to at most error_rate however many stages there are.
- * (ling-base's option means the rate of the first stage alone; its chain's
+ * (the ling-base Go library's option means the rate of the first stage alone; its chain's
  * bound is p0 / (1 - r), ten times more with the defaults.)
  * Stage i holds round(initial_capacity * s^i) keys (s = growth_ratio) before
  * the next one is added.  (A stage rate below 2^-63 is raised to it: see

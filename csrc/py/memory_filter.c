@@ -587,7 +587,7 @@ static PyMethodDef mf_methods[] = {
 static PyGetSetDef mf_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
-    {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3-mix\" (default), \"xxh3\" (0.1 walk) or \"ling-base\"",
+    {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3-mix\" (default), \"xxh3\" (the unmixed walk) or \"ling-base\"",
      LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},

@@ -654,7 +654,7 @@ static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
     /* What a constructor would build, or the error it would raise: never a
-     * geometry past the limits (estimate() is ling-base's bare arithmetic). */
+     * geometry past the limits (estimate() is the ling-base Go library's bare arithmetic). */
     if (s == LB_OK && m > LB_MAX_BITS)
         return PyErr_Format(st->InvalidCapacityError,
                             "%llu keys at rate %R need m = %llu bits: more than the 2**48 a "
@@ -780,7 +780,7 @@ static PyMethodDef module_methods[] = {
      "as have bytes allow: whole is False when a chain's stages need more than have at the "
      "least (total is then that least)."},
     {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
-     "estimate(n, p) -> (m, k)\n\nling-base's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
+     "estimate(n, p) -> (m, k)\n\nThe ling-base Go library's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
      "k = max(1, ceil(ln(2)*m/n)) hash functions."},
     {"geometry", (PyCFunction)(void (*)(void))geometry, METH_VARARGS | METH_KEYWORDS,
      "geometry(n, p, hash=\"xxh3-mix\") -> (m, k)\n\nThe m and k a filter built for n keys at "

@@ -507,7 +507,7 @@ static PyType_Slot sf_slots[] = {
                 "fpr_ratio=0.9, *, hash=\"xxh3-mix\")\n\n"
                 "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
                 "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
-                "however far it grows (ling-base's option is the first stage's rate)."},
+                "however far it grows (the ling-base Go library's option is the first stage's rate)."},
     {Py_tp_new, sf_new},
     {Py_tp_dealloc, sf_dealloc},
     {Py_tp_traverse, sf_traverse},
