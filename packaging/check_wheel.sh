@@ -110,7 +110,8 @@ if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
   git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
     | grep -z -v -E '^(ling_bloom/|\.ci/)' | xargs -0 cp --parents -t "$SUITE"
 else
-  cp -r tests docs examples benchmarks README.md pyproject.toml "$SUITE"/
+  cp -r tests docs examples benchmarks fuzz packaging README.md CHANGELOG.md Makefile mkdocs.yml \
+    pyproject.toml setup.py LICENSE "$SUITE"/
 fi
 [ ! -e "$SUITE/ling_bloom" ]
 echo "== CPython $MINOR: pytest against the installed wheel (in $SUITE)"
