@@ -336,8 +336,13 @@ def test_a_demoted_primary_readonly_sends_the_filter_back_to_the_sentinels(redis
     try:
         f = lb.RedisFilter.from_url(fake.url, "ro:bits", 10_000, 0.01)
         f.update(["one"])
-        with a.client() as c:
-            assert c.command("WAIT", 1, 5000) == 1      # "one" is on the replica too
+        # "one" is on the replica too.  (A WAIT from another connection proves nothing: it
+        # waits for that connection's own writes, none, and answered 1 at once; under the
+        # sanitizers b was promoted before the bit arrived.)
+        def bits(srv):
+            with srv.client() as c:
+                return c.command("GET", "ro:bits")
+        wait_for('"one" on the replica', lambda: bits(a) is not None and bits(b) == bits(a))
         asked = fake.asked
         with b.client() as c:
             c.command("REPLICAOF", "NO", "ONE")
