@@ -333,3 +333,22 @@ def test_a_path_with_a_lone_surrogate_is_rejected_not_a_500():
         asyncio.run(mw(scope, receive, send))
         assert sent[0]["status"] == 404 and not reached
     assert mw.get_guard("skus").stats().rejected == 2
+
+
+def test_an_in_memory_filter_warns_that_workers_do_not_share_adds(tmp_path):
+    import warnings
+
+    from ling_bloom.warmup import FileFilter
+
+    async def inner(scope, receive, send):  # pragma: no cover - never called
+        pass
+
+    routes = {"/p/{pid}": ("pid", "p")}
+    with pytest.warns(lb.UnsharedFilterWarning, match="'p' is an in-memory MemoryFilter"):
+        BloomGuardMiddleware(inner, routes=routes, filters={"p": lb.MemoryFilter(100, 0.01)},
+                             metrics=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # a served file shares adds: no warning
+        BloomGuardMiddleware(inner, routes=routes,
+                             filters={"p": FileFilter(str(tmp_path / "p.bloom"))},
+                             metrics=False)
