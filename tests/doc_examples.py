@@ -198,7 +198,11 @@ def console_env(cwd: Path) -> Dict[str, str]:
     bindir = cwd / ".bin"
     bindir.mkdir(exist_ok=True)
     # `python` (and `ling-bloom`) in a block mean this interpreter and this checkout.
-    (bindir / "python").symlink_to(sys.executable)
+    # A script, not a symlink: a venv's python found through a symlink elsewhere does not
+    # see its pyvenv.cfg, so it would run without the venv's site-packages (the installed
+    # wheel, when the suite runs against one).
+    (bindir / "python").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    (bindir / "python").chmod(0o755)
     (bindir / "ling-bloom").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m ling_bloom \"$@\"\n")
     (bindir / "ling-bloom").chmod(0o755)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
@@ -260,9 +264,13 @@ def check_bash_line(line: str) -> Optional[str]:
         if words[1] == "-m":
             return None
         if words[1] == "manage.py":  # a Django project's: the command must be one we ship
-            commands = ROOT / "ling_bloom" / "contrib" / "django_app" / "management" / "commands"
-            ok = len(words) > 2 and ((commands / f"{words[2]}.py").exists()
-                                     or words[2] in ("check", "migrate", "runserver", "shell"))
+            # the command module of the ling_bloom that is imported (a checkout or a wheel)
+            import importlib.util
+
+            pkg = "ling_bloom.contrib.django_app.management.commands"
+            ok = len(words) > 2 and (
+                words[2] in ("check", "migrate", "runserver", "shell")
+                or importlib.util.find_spec(f"{pkg}.{words[2]}") is not None)
             return None if ok else f"no management command {words[2:3]}"
         path = ROOT / words[1]
         return None if path.exists() else f"no file {words[1]}"
