@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -62,3 +64,29 @@ def test_the_asgi_extra_installs_what_starlettes_testclient_imports():
     asgi = [r for r in reqs if re.search(r"extra\s*==\s*['\"]asgi['\"]", r)]
     names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in asgi}
     assert {"starlette", "httpx2", "httpx"} <= names, asgi
+
+
+def test_importing_the_package_loads_neither_asyncio_nor_ssl(tmp_path):
+    # A script or a WSGI worker that imports ling_bloom for its filters pays for nothing
+    # else: the asyncio filters (ling_bloom.aio: asyncio, ssl) and the guard load on first
+    # use.  A fresh interpreter, importing the same package as this one.
+    pkg_parent = str(Path(ling_bloom.__file__).parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    code = (
+        "import sys, ling_bloom\n"
+        "print(ling_bloom.__file__)\n"
+        "print(sorted(m for m in ('asyncio', 'ssl', 'ling_bloom.aio', 'ling_bloom.guard') "
+        "if m in sys.modules))\n"
+        "from ling_bloom import AsyncRedisFilter, AsyncRedisBloomFilter, Guard\n"
+        "print(AsyncRedisFilter.__module__, AsyncRedisBloomFilter.__module__, Guard.__module__)\n"
+        "print(ling_bloom.aio.AsyncRedisFilter is AsyncRedisFilter)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    where, loaded, modules, same = out.stdout.splitlines()
+    assert where == ling_bloom.__file__
+    assert loaded == "[]", f"import ling_bloom loaded {loaded}"
+    assert modules == "ling_bloom.aio ling_bloom.aio ling_bloom.guard"
+    assert same == "True"
