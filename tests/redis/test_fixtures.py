@@ -42,3 +42,19 @@ def test_the_module_server_answers_bf(bf_server):
         assert b"bf" in names
         assert c.command("BF.ADD", "fixture:probe", "a") == 1
         c.command("DEL", "fixture:probe")
+
+
+def test_no_folder_of_tests_passes_for_a_module():
+    # tests/ off sys.path (tests/conftest.py): otherwise, where redis-py is not installed,
+    # `import redis` would find the folder tests/redis as a namespace package, and
+    # pytest.importorskip("redis") would run the tests it should skip.
+    import importlib.util
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    assert all(Path(p or ".").resolve() != tests for p in sys.path)
+    for folder in sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name.isidentifier()):
+        spec = importlib.util.find_spec(folder)
+        places = [] if spec is None else [*(spec.submodule_search_locations or []), spec.origin]
+        assert not any(p and Path(p).resolve().is_relative_to(tests) for p in places), (
+            folder, places)
