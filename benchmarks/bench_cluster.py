@@ -33,7 +33,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))  # redis_server.py
 
 import ling_bloom as lb  # noqa: E402
 from redis_server import RedisClusterServers  # noqa: E402

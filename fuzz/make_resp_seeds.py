@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 from redis_server import RawRedis, RedisServer  # noqa: E402
 
 SEP = b"\n--\n"

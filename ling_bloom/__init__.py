@@ -57,7 +57,6 @@ from ._core import (
     indices,
 )
 from ._core import RedisBloomFilter
-from .aio import AsyncRedisBloomFilter, AsyncRedisFilter
 from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
@@ -105,12 +104,16 @@ def geometry(n: int, p: float, hash: Optional[str] = None) -> Params:
 
 
 if TYPE_CHECKING:
+    from .aio import AsyncRedisBloomFilter, AsyncRedisFilter
     from .guard import AsyncGuard, Guard, MemoryCache, RedisCache, bloom_guard
     from .filefilter import UnsharedFilterWarning
     from .warmup import sync, warmup
 
-# The guard and warm-up helpers import asyncio and friends: load them on first use.
+# Loaded on first use, so that ``import ling_bloom`` stays light: the asyncio filters and
+# the guard import asyncio (and aio ssl), the warm-up helpers their own modules.
 _LAZY = {
+    "AsyncRedisBloomFilter": "aio",
+    "AsyncRedisFilter": "aio",
     "AsyncGuard": "guard",
     "Guard": "guard",
     "MemoryCache": "guard",
@@ -123,11 +126,13 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    import importlib
+
+    if name == "aio":  # ling_bloom.aio without importing it first, as when it was eager
+        return importlib.import_module(f"{__name__}.aio")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ling_bloom' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value

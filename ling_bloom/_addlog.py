@@ -35,6 +35,7 @@ import uuid
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 from ._io import _umask  # the process's umask, read without changing it
+from ._keys import key_bytes  # noqa: F401  (re-exported: ling_bloom._addlog.key_bytes)
 
 __all__ = ["AddLog", "WarmupConflictError", "key_bytes", "publish", "begin"]
 
@@ -45,21 +46,6 @@ SEALED = b"sealed"
 class WarmupConflictError(RuntimeError):
     """Another warm-up replaced the file while this one ran: publishing now could drop
     keys added in between, so nothing was written.  Run the warm-up again."""
-
-
-def key_bytes(key: Any) -> bytes:
-    """A key as the filters hash it: ``str`` as UTF-8, ``int`` (not bool) as its decimal
-    text, a buffer as its bytes."""
-    if isinstance(key, str):
-        return key.encode("utf-8")
-    if isinstance(key, int) and not isinstance(key, bool):
-        return str(int(key)).encode("ascii")
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key)
-    try:
-        return bytes(memoryview(key))
-    except TypeError:
-        raise TypeError(f"a key is str, int, bytes or a buffer, not {type(key).__name__}") from None
 
 
 def _encode(keys: Iterable[bytes]) -> bytes:

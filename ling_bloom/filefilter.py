@@ -15,8 +15,9 @@ import threading
 import time
 from typing import Any, Callable, Iterable, List, Optional, Set, Union
 
-from ._addlog import AddLog, LogReader, key_bytes
+from ._addlog import AddLog, LogReader
 from ._core import ClosedError
+from ._keys import key_bytes
 
 __all__ = ["FileFilter", "UnsharedFilterWarning", "shares_adds"]
 

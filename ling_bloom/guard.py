@@ -53,29 +53,34 @@ import functools
 import inspect
 import logging
 import math
-import pickle
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from typing import (
     Any,
     Awaitable,
     Callable,
     Dict,
-    Iterable,
-    NamedTuple,
     Optional,
     Tuple,
     Type,
     TypeVar,
-    Union,
 )
 
-try:
-    from typing import Protocol, runtime_checkable
-except ImportError:  # pragma: no cover - Python < 3.8
-    from typing_extensions import Protocol, runtime_checkable  # type: ignore
+# The guard's parts, a module each; their public names are imported from here.
+from ._breaker import POLICIES, _Breaker, _default_filter_errors
+from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
+from ._cache import _Null  # noqa: F401  (the marker's class, where its pickles name it)
+from ._keys import Key, as_key  # noqa: F401  (Key: the type of a converted key)
+from ._keys import key_text as _text
+from ._metrics import (
+    _COUNTERS,
+    GuardStats,
+    _filter_rate,
+    _prometheus_installed,
+    _register_metrics,
+    _rename,
+)
 
 __all__ = [
     "AsyncGuard",
@@ -91,509 +96,15 @@ __all__ = [
 ]
 
 V = TypeVar("V")
-Key = Union[str, bytes, bytearray, memoryview]
 
 log = logging.getLogger("ling_bloom.guard")
 
-
-# ------------------------------------------------------------------------- keys
-
-
-def as_key(key: Any) -> Key:
-    """The filter's form of a key: ``str`` and bytes-like keys as they are, a one-column
-    row (a 1-tuple or 1-list, as DB cursors yield) unpacked, anything else ``str(key)``
-    (``42`` and ``"42"`` are the same key)."""
-    if isinstance(key, (str, bytes, bytearray, memoryview)):
-        return key
-    if isinstance(key, (tuple, list)) and len(key) == 1:
-        return as_key(key[0])
-    if isinstance(key, bool) or key is None:
-        raise TypeError(f"not a key: {key!r}")
-    return str(key)
-
-
-def _text(key: Key) -> str:
-    if isinstance(key, str):
-        return key
-    return bytes(key).decode("utf-8", "backslashreplace")
-
-
-# ------------------------------------------------------------------ null marker
-
-
-class _Null:
-    """The null marker: "the loader found nothing", cached for a short TTL.
-
-    A singleton that survives pickling (it pickles as a reference to ``NULL``), so any
-    pickling cache (Django's, redis with pickle) gives the same object back."""
-
-    _instance: Optional["_Null"] = None
-
-    def __new__(cls) -> "_Null":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __reduce__(self) -> str:
-        return "NULL"
-
-    def __repr__(self) -> str:
-        return "ling_bloom.guard.NULL"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-NULL = _Null()
-
-
-def is_null(value: Any) -> bool:
-    """True for the null marker (however the cache returned it)."""
-    return value is NULL or isinstance(value, _Null)
-
-
-# ----------------------------------------------------------------------- caches
-
-
-@runtime_checkable
-class Cache(Protocol):
-    """What the guard needs from a cache.  ``get`` returns None on a miss (found values are
-    never None: None is the loader's "not found"); ``ttl`` is in seconds, None for no
-    expiry.  AsyncGuard also accepts these three as coroutine functions."""
-
-    def get(self, key: str) -> Any: ...
-
-    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None: ...
-
-    def delete(self, key: str) -> None: ...
-
-
-class MemoryCache:
-    """An in-process TTL cache, thread-safe, bounded: at most ``maxsize`` entries, the least
-    recently used go first.  ``clock`` (seconds, monotonic) can be replaced in tests."""
-
-    def __init__(self, maxsize: int = 100_000, clock: Callable[[], float] = time.monotonic):
-        if maxsize <= 0:
-            raise ValueError("maxsize must be positive")
-        self.maxsize = maxsize
-        self.clock = clock
-        self._data: "OrderedDict[str, Tuple[Any, float]]" = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> Any:
-        with self._lock:
-            item = self._data.get(key)
-            if item is None:
-                return None
-            value, expires = item
-            if expires <= self.clock():
-                del self._data[key]
-                return None
-            self._data.move_to_end(key)
-            return value
-
-    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
-        expires = math.inf if ttl is None else self.clock() + ttl
-        with self._lock:
-            self._data[key] = (value, expires)
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def delete(self, key: str) -> None:
-        with self._lock:
-            self._data.pop(key, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-_NULL_BYTES = b"\x00ling_bloom:null"
-
-
-class RedisCache:
-    """The cache protocol over a redis-py client (``redis.Redis``; for ``redis.asyncio``
-    clients use ``RedisCache(client, asynchronous=True)`` with AsyncGuard).
-
-    Values are stored with ``dumps``/``loads`` (pickle by default: use it only with a
-    Redis you trust, or pass json.dumps/json.loads); the null marker is stored as a short
-    byte string of its own.  TTLs are sent in milliseconds (PX)."""
-
-    def __init__(
-        self,
-        client: Any,
-        prefix: str = "",
-        dumps: Callable[[Any], bytes] = pickle.dumps,
-        loads: Callable[[bytes], Any] = pickle.loads,
-        asynchronous: bool = False,
-    ):
-        self.client = client
-        self.prefix = prefix
-        self.dumps = dumps
-        self.loads = loads
-        if asynchronous:
-            self.get = self._aget  # type: ignore[method-assign,assignment]
-            self.set = self._aset  # type: ignore[method-assign,assignment]
-            self.delete = self._adelete  # type: ignore[method-assign,assignment]
-
-    def _decode(self, raw: Any) -> Any:
-        if raw is None:
-            return None
-        if isinstance(raw, str):
-            raw = raw.encode("utf-8", "surrogateescape")
-        if raw == _NULL_BYTES:
-            return NULL
-        return self.loads(raw)
-
-    def _encode(self, value: Any) -> bytes:
-        return _NULL_BYTES if is_null(value) else self.dumps(value)
-
-    @staticmethod
-    def _px(ttl: Optional[float]) -> Optional[int]:
-        return None if ttl is None else max(1, int(ttl * 1000))
-
-    def get(self, key: str) -> Any:
-        return self._decode(self.client.get(self.prefix + key))
-
-    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
-        self.client.set(self.prefix + key, self._encode(value), px=self._px(ttl))
-
-    def delete(self, key: str) -> None:
-        self.client.delete(self.prefix + key)
-
-    async def _aget(self, key: str) -> Any:
-        return self._decode(await self.client.get(self.prefix + key))
-
-    async def _aset(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
-        await self.client.set(self.prefix + key, self._encode(value), px=self._px(ttl))
-
-    async def _adelete(self, key: str) -> None:
-        await self.client.delete(self.prefix + key)
-
-
-class _NoCache:
-    """cache=None: nothing is cached (the filter and single flight still work)."""
-
-    def get(self, key: str) -> Any:
-        return None
-
-    def set(self, key: str, value: Any, ttl: Optional[float] = None) -> None:
-        pass
-
-    def delete(self, key: str) -> None:
-        pass
-
-
-# ------------------------------------------------------------------------ stats
-
-
-class GuardStats(NamedTuple):
-    """A guard's counters at one moment.
-
-    lookups          every lookup (get, or check in the framework middleware)
-    rejected         the filter said "never seen": nothing else was touched
-    passed           the filter said "maybe": lookups - rejected
-    found            passed lookups that resolved to a value
-    not_found        passed lookups that resolved to "not found": observed false positives
-    errors           passed lookups whose loader raised
-    cache_hits       values or null markers served by the cache
-    null_hits        of those, null markers
-    loads            loader calls (at most one per key at a time)
-    coalesced        lookups that waited for another lookup's loader call
-    false_positive_rate   observed: not_found / (not_found + rejected); None before any
-    error_rate       the filter's promise (None when the filter does not say)
-    estimated_error_rate  the filter's own estimate from its fill now (None if unknown)
-    filter_errors    calls to the filter that failed (its backend: down, timed out, refused)
-    bypassed         lookups the failure policy decided (after an error, or while the
-                     circuit was open), not the filter; their outcomes are not counted as
-                     found/not_found
-    circuit_open     whether the circuit is open now (the filter is not being asked)
-    circuit_open_seconds  the time the circuit has been open, in all
-    deleted          passed lookups that resolved to "not found" for a key reported deleted
-                     (``guard.deleted(key)``) within ``deleted_ttl``: not false positives
-    """
-
-    lookups: int
-    rejected: int
-    passed: int
-    found: int
-    not_found: int
-    errors: int
-    cache_hits: int
-    null_hits: int
-    loads: int
-    coalesced: int
-    false_positive_rate: Optional[float]
-    error_rate: Optional[float]
-    estimated_error_rate: Optional[float]
-    filter_errors: int = 0
-    bypassed: int = 0
-    circuit_open: bool = False
-    circuit_open_seconds: float = 0.0
-    deleted: int = 0
-
-    def as_dict(self) -> Dict[str, Any]:
-        return dict(self._asdict())
-
-
-_COUNTERS = (
-    "lookups", "rejected", "found", "not_found", "errors",
-    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed", "deleted",
-)
-
-POLICIES = ("open", "closed", "raise")
 
 # Set by check() for the lookup it starts: True when the failure policy, not the filter,
 # let it through.  Its outcome is then not an observed false positive.  A context variable,
 # so each thread and each asyncio task has its own.
 _bypassed: "contextvars.ContextVar[bool]" = contextvars.ContextVar("ling_bloom_bypassed",
                                                                    default=False)
-
-
-def _default_filter_errors() -> Tuple[Type[BaseException], ...]:
-    from ._core import RedisError
-
-    # RedisError: every failure of a ling_bloom Redis filter; OSError: ConnectionError and
-    # TimeoutError of any other backend (a filter over redis-py, say).
-    return (RedisError, OSError)
-
-
-class _Breaker:
-    """A circuit breaker for the filter's backend: closed (ask the filter), open for
-    ``seconds`` after a failure (do not), then half-open (one caller asks; its success
-    closes the circuit, its failure opens it again)."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
-        if not seconds >= 0 or math.isinf(seconds):
-            raise ValueError("breaker_seconds must be a finite number >= 0")
-        self.seconds = float(seconds)
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._opened_at: Optional[float] = None
-        self._retry_at = 0.0
-        self._probing = False
-        self._closed_total = 0.0  # open time of the circuits that closed again
-        self._last_log = -math.inf
-
-    def allow(self) -> bool:
-        """True: ask the filter.  False: the circuit is open, decide without it."""
-        if self._opened_at is None:  # the common case, without the lock
-            return True
-        with self._lock:
-            if self._opened_at is None:
-                return True
-            if self.clock() < self._retry_at or self._probing:
-                return False
-            self._probing = True  # this caller tries the backend; the others wait it out
-            return True
-
-    def success(self) -> bool:
-        """The filter answered.  True when this closed an open circuit."""
-        if self._opened_at is None:
-            return False
-        with self._lock:
-            if self._opened_at is None:
-                return False
-            self._closed_total += self.clock() - self._opened_at
-            self._opened_at = None
-            self._probing = False
-            return True
-
-    def failure(self) -> bool:
-        """The filter's backend failed.  True when the caller should log it (once per
-        interval)."""
-        with self._lock:
-            now = self.clock()
-            if self.seconds > 0 and self._opened_at is None:
-                self._opened_at = now
-            self._retry_at = now + self.seconds
-            self._probing = False
-            if now - self._last_log >= max(self.seconds, 1.0):
-                self._last_log = now
-                return True
-            return False
-
-    def release(self) -> None:
-        """The caller that was let through left without an answer either way (cancelled,
-        or an error that says nothing of the backend): let the next caller try."""
-        if self._probing:
-            with self._lock:
-                self._probing = False
-
-    def is_open(self) -> bool:
-        return self._opened_at is not None
-
-    def open_seconds(self) -> float:
-        with self._lock:
-            total = self._closed_total
-            if self._opened_at is not None:
-                total += self.clock() - self._opened_at
-            return total
-
-
-def _filter_rate(flt: Any, name: str) -> Optional[float]:
-    try:
-        value = getattr(flt, name)
-    except Exception:  # closed filter, Redis down: no number
-        return None
-    if callable(value):
-        try:
-            value = value()
-        except Exception:
-            return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-# -------------------------------------------------------------- prometheus
-
-_collectors: "weakref.WeakKeyDictionary[Any, _GuardCollector]" = weakref.WeakKeyDictionary()
-_collectors_lock = threading.Lock()
-
-
-class _GuardCollector:
-    """One per Prometheus registry: reads the counters of every live guard at scrape time
-    (no cost per lookup).  Names are unique among the live guards of one registry
-    (_check_unique_name)."""
-
-    def __init__(self) -> None:
-        self.guards: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
-
-    def describe(self) -> list:
-        return list(self._families({}))
-
-    def collect(self) -> Iterable[Any]:
-        by_name: Dict[str, list] = {}
-        for g in list(self.guards):
-            by_name.setdefault(g.name, []).append(g)
-        return self._families(by_name)
-
-    @staticmethod
-    def _families(by_name: Dict[str, list]) -> Iterable[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        lookups = CounterMetricFamily(
-            "ling_bloom_guard_lookups",
-            "Lookups by the guard, by result: rejected by the filter, or after passing it "
-            "found, not_found (an observed false positive), deleted (not found, but reported "
-            "deleted: not a false positive) or error",
-            labels=["guard", "result"])
-        cache = CounterMetricFamily(
-            "ling_bloom_guard_cache_hits",
-            "Lookups served by the cache: kind=value, or kind=null (a cached not-found)",
-            labels=["guard", "kind"])
-        loads = CounterMetricFamily(
-            "ling_bloom_guard_loads", "Loader (database) calls", labels=["guard"])
-        coalesced = CounterMetricFamily(
-            "ling_bloom_guard_coalesced",
-            "Lookups that waited for a concurrent loader call of the same key",
-            labels=["guard"])
-        observed = GaugeMetricFamily(
-            "ling_bloom_guard_false_positive_rate",
-            "Observed false-positive rate: not_found / (not_found + rejected)",
-            labels=["guard"])
-        promised = GaugeMetricFamily(
-            "ling_bloom_guard_filter_error_rate",
-            "The false-positive rate the filter promises (its error_rate)",
-            labels=["guard"])
-        backend = CounterMetricFamily(
-            "ling_bloom_guard_filter_errors",
-            "Calls to the filter that failed (its backend was down, timed out or refused)",
-            labels=["guard"])
-        bypassed = CounterMetricFamily(
-            "ling_bloom_guard_bypassed",
-            "Lookups the failure policy decided instead of the filter, by policy",
-            labels=["guard", "policy"])
-        open_time = CounterMetricFamily(
-            "ling_bloom_guard_circuit_open_seconds",
-            "Time the circuit breaker kept the filter out of lookups", labels=["guard"])
-        open_now = GaugeMetricFamily(
-            "ling_bloom_guard_circuit_open",
-            "1 while the circuit breaker keeps the filter out of lookups", labels=["guard"])
-        for name, guards in sorted(by_name.items()):
-            totals = dict.fromkeys(_COUNTERS, 0)
-            promise: Optional[float] = None
-            for g in guards:
-                for c, v in g._counts().items():
-                    totals[c] += v
-                p = _filter_rate(g.filter, "error_rate")
-                if p is not None:
-                    promise = p if promise is None else max(promise, p)
-            for result in ("rejected", "found", "not_found", "deleted", "errors"):
-                lookups.add_metric([name, "error" if result == "errors" else result],
-                                   totals[result])
-            cache.add_metric([name, "value"], totals["cache_hits"] - totals["null_hits"])
-            cache.add_metric([name, "null"], totals["null_hits"])
-            loads.add_metric([name], totals["loads"])
-            coalesced.add_metric([name], totals["coalesced"])
-            negatives = totals["not_found"] + totals["rejected"]
-            if negatives:
-                observed.add_metric([name], totals["not_found"] / negatives)
-            if promise is not None:
-                promised.add_metric([name], promise)
-            backend.add_metric([name], totals["filter_errors"])
-            by_policy: Dict[str, int] = {}
-            for g in guards:
-                by_policy[g.on_filter_error] = by_policy.get(g.on_filter_error, 0) + g._counts()["bypassed"]
-            for policy, n in sorted(by_policy.items()):
-                bypassed.add_metric([name, policy], n)
-            open_time.add_metric([name], sum(g._breaker.open_seconds() for g in guards))
-            open_now.add_metric([name], float(any(g._breaker.is_open() for g in guards)))
-        return [lookups, cache, loads, coalesced, observed, promised, backend, bypassed,
-                open_time, open_now]
-
-
-def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
-    # Live guards of one name in one registry are one Prometheus series (their counters
-    # summed).  That is allowed only when every one of them was given that name explicitly
-    # (e.g. Django's middleware and guard_for() guards of one filter); a name derived from
-    # a loader (two lambdas are both "<lambda>") that collides is refused, not merged.
-    # Raising rather than deriving "name-2" keeps series names stable across restarts.
-    for other in list(collector.guards):
-        if other is not guard and other.name == name and not (
-                guard._explicit_name and other._explicit_name):
-            raise ValueError(
-                f"a live guard named {name!r} already exports to this metrics registry: "
-                f"pass a unique name=... (or the same name= to both, to sum them on purpose; "
-                f"or metrics=False)")
-
-
-def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
-    if registry is None:
-        from prometheus_client import REGISTRY as registry  # type: ignore[no-redef]
-    with _collectors_lock:
-        collector = _collectors.get(registry)
-        if collector is None:
-            collector = _GuardCollector()
-            registry.register(collector)
-            _collectors[registry] = collector
-        if guard.loader is not None or guard.name != "default":
-            # (an unnamed guard without a loader yet is checked when a decorated loader
-            # names it: see _set_loader)
-            _check_unique_name(collector, guard, guard.name)
-        collector.guards.add(guard)
-
-
-def _rename(guard: "_GuardBase", name: str) -> None:
-    with _collectors_lock:
-        collector = _collectors.get(guard.metrics_registry) if guard.metrics_registry is not None else None
-        if collector is not None:
-            _check_unique_name(collector, guard, name)
-        guard.name = name
-
-
-def _prometheus_installed() -> bool:
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 # -------------------------------------------------------------------- the guard
@@ -913,16 +424,6 @@ class _GuardBase:
         self.loader = func
         if self.name == "default":
             _rename(self, getattr(func, "__qualname__", "default"))
-
-
-class _Flight:
-    __slots__ = ("event", "value", "error", "waiters")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.value: Any = None
-        self.error: Optional[BaseException] = None
-        self.waiters = 0
 
 
 class Guard(_GuardBase):

@@ -42,7 +42,7 @@ from typing import (
 )
 
 from ._core import ClosedError
-from .guard import as_key
+from ._keys import as_key
 
 __all__ = [
     "CallbackState",

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real redis-server on a free port of 127.0.0.1 (see redis_server.py).
+"""Shared fixtures: a real redis-server on a free port of 127.0.0.1 (support/redis_server.py).
 
     redis_server    session-wide server (do not kill it: use private_redis for that)
     clean_redis     the session server, running and flushed before the test
@@ -17,9 +17,21 @@ installs both, so a missing one there is a broken setup.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from redis_server import (
+# The shared helpers (redis_server.py, the Django project, ...) are imported by name from
+# tests/support/, by the tests and by the processes they start.  tests/ itself leaves
+# sys.path (pytest put it there to import this file): its folders would pass for modules
+# of their names -- redis/ for redis-py, docs/, packaging/ -- where those are not installed.
+TESTS = Path(__file__).resolve().parent
+SUPPORT = TESTS / "support"
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != TESTS]
+sys.path.insert(0, str(SUPPORT))
+
+from redis_server import (  # noqa: E402
     RawRedis,
     RedisServer,
     RedisServerNotInstalled,
@@ -27,6 +39,40 @@ from redis_server import (
     in_ci,
     redisbloom_module as _find_module,
 )
+
+
+# ---- markers (registered in pyproject.toml; tests/README.md says when to use which) -------
+
+# A test that asks for one of these needs a redis-server (or the RedisBloom module).
+REDIS_FIXTURES = {"redis_server", "clean_redis", "raw_redis", "private_redis",
+                  "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``redis`` on every test under tests/redis/ and on any other that needs a
+    redis-server (a Redis fixture, or a docs example that asks for one); ``cluster``
+    implies ``redis``.  ``cluster`` and ``slow`` are set by the tests themselves."""
+    import doc_examples
+
+    for item in items:
+        try:
+            folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
+        except ValueError:
+            folder = ""
+        marks = set()
+        if folder == "redis" or REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            marks.add("redis")
+        block = getattr(getattr(item, "callspec", None), "params", {}).get("block")
+        if isinstance(block, doc_examples.Block):
+            marks |= set(doc_examples.markers(block))
+        if item.get_closest_marker("cluster") is not None:
+            marks.add("redis")
+        for name in sorted(marks):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(getattr(pytest.mark, name))
+
+
+# ---- Redis fixtures -----------------------------------------------------------------------
 
 
 def _new_server(**kwargs) -> RedisServer:

@@ -37,7 +37,8 @@ except ImportError as exc:  # name the extra, not the first missing dependency
     raise ImportError(f"ling_bloom.contrib.asgi needs Starlette: pip install 'ling_bloom[asgi]' "
                       f"({exc})", name=exc.name) from exc
 
-from ling_bloom.guard import AsyncGuard, Guard, as_key
+from ling_bloom._keys import as_key
+from ling_bloom.guard import AsyncGuard, Guard
 from ling_bloom.filefilter import warn_unshared
 
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]

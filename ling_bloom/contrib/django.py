@@ -63,7 +63,8 @@ except ImportError as exc:  # name the extra, not the first missing dependency
                       f"({exc})", name=exc.name) from exc
 
 import ling_bloom as lb
-from ling_bloom.guard import AsyncGuard, Guard, NULL, as_key, is_null  # noqa: F401
+from ling_bloom._keys import as_key
+from ling_bloom.guard import AsyncGuard, Guard, NULL, is_null  # noqa: F401
 
 __all__ = [
     "BloomGuardMiddleware",

@@ -47,7 +47,8 @@ except ImportError as exc:  # name the extra, not the first missing dependency
     raise ImportError(f"ling_bloom.contrib.flask needs Flask: pip install 'ling_bloom[flask]' "
                       f"({exc})", name=exc.name) from exc
 
-from ling_bloom.guard import Guard, as_key
+from ling_bloom._keys import as_key
+from ling_bloom.guard import Guard
 import ling_bloom as lb
 from ling_bloom._addlog import AddLog
 from ling_bloom.filefilter import warn_unshared

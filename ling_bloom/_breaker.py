@@ -1,0 +1,92 @@
+"""The guard's failure policies (what a lookup does when the filter's backend fails) and the
+circuit breaker that keeps a dead backend from costing a timeout per lookup; the module
+docstring of ``ling_bloom.guard`` describes both."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Callable, Optional, Tuple, Type
+
+POLICIES = ("open", "closed", "raise")
+
+
+def _default_filter_errors() -> Tuple[Type[BaseException], ...]:
+    from ._core import RedisError
+
+    # RedisError: every failure of a ling_bloom Redis filter; OSError: ConnectionError and
+    # TimeoutError of any other backend (a filter over redis-py, say).
+    return (RedisError, OSError)
+
+
+class _Breaker:
+    """A circuit breaker for the filter's backend: closed (ask the filter), open for
+    ``seconds`` after a failure (do not), then half-open (one caller asks; its success
+    closes the circuit, its failure opens it again)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        if not seconds >= 0 or math.isinf(seconds):
+            raise ValueError("breaker_seconds must be a finite number >= 0")
+        self.seconds = float(seconds)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._opened_at: Optional[float] = None
+        self._retry_at = 0.0
+        self._probing = False
+        self._closed_total = 0.0  # open time of the circuits that closed again
+        self._last_log = -math.inf
+
+    def allow(self) -> bool:
+        """True: ask the filter.  False: the circuit is open, decide without it."""
+        if self._opened_at is None:  # the common case, without the lock
+            return True
+        with self._lock:
+            if self._opened_at is None:
+                return True
+            if self.clock() < self._retry_at or self._probing:
+                return False
+            self._probing = True  # this caller tries the backend; the others wait it out
+            return True
+
+    def success(self) -> bool:
+        """The filter answered.  True when this closed an open circuit."""
+        if self._opened_at is None:
+            return False
+        with self._lock:
+            if self._opened_at is None:
+                return False
+            self._closed_total += self.clock() - self._opened_at
+            self._opened_at = None
+            self._probing = False
+            return True
+
+    def failure(self) -> bool:
+        """The filter's backend failed.  True when the caller should log it (once per
+        interval)."""
+        with self._lock:
+            now = self.clock()
+            if self.seconds > 0 and self._opened_at is None:
+                self._opened_at = now
+            self._retry_at = now + self.seconds
+            self._probing = False
+            if now - self._last_log >= max(self.seconds, 1.0):
+                self._last_log = now
+                return True
+            return False
+
+    def release(self) -> None:
+        """The caller that was let through left without an answer either way (cancelled,
+        or an error that says nothing of the backend): let the next caller try."""
+        if self._probing:
+            with self._lock:
+                self._probing = False
+
+    def is_open(self) -> bool:
+        return self._opened_at is not None
+
+    def open_seconds(self) -> float:
+        with self._lock:
+            total = self._closed_total
+            if self._opened_at is not None:
+                total += self.clock() - self._opened_at
+            return total

@@ -1,0 +1,234 @@
+"""The guard's numbers: ``GuardStats`` (its counters at one moment, ``guard.stats()``) and
+the Prometheus export (one collector per registry, reading every live guard's counters at
+scrape time; a guard's name unique among the live guards of a registry).
+
+``GuardStats`` is imported from ``ling_bloom.guard``.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, Iterable, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    from .guard import _GuardBase
+
+__all__ = ["GuardStats"]
+
+
+# ------------------------------------------------------------------------ stats
+
+
+class GuardStats(NamedTuple):
+    """A guard's counters at one moment.
+
+    lookups          every lookup (get, or check in the framework middleware)
+    rejected         the filter said "never seen": nothing else was touched
+    passed           the filter said "maybe": lookups - rejected
+    found            passed lookups that resolved to a value
+    not_found        passed lookups that resolved to "not found": observed false positives
+    errors           passed lookups whose loader raised
+    cache_hits       values or null markers served by the cache
+    null_hits        of those, null markers
+    loads            loader calls (at most one per key at a time)
+    coalesced        lookups that waited for another lookup's loader call
+    false_positive_rate   observed: not_found / (not_found + rejected); None before any
+    error_rate       the filter's promise (None when the filter does not say)
+    estimated_error_rate  the filter's own estimate from its fill now (None if unknown)
+    filter_errors    calls to the filter that failed (its backend: down, timed out, refused)
+    bypassed         lookups the failure policy decided (after an error, or while the
+                     circuit was open), not the filter; their outcomes are not counted as
+                     found/not_found
+    circuit_open     whether the circuit is open now (the filter is not being asked)
+    circuit_open_seconds  the time the circuit has been open, in all
+    deleted          passed lookups that resolved to "not found" for a key reported deleted
+                     (``guard.deleted(key)``) within ``deleted_ttl``: not false positives
+    """
+
+    lookups: int
+    rejected: int
+    passed: int
+    found: int
+    not_found: int
+    errors: int
+    cache_hits: int
+    null_hits: int
+    loads: int
+    coalesced: int
+    false_positive_rate: Optional[float]
+    error_rate: Optional[float]
+    estimated_error_rate: Optional[float]
+    filter_errors: int = 0
+    bypassed: int = 0
+    circuit_open: bool = False
+    circuit_open_seconds: float = 0.0
+    deleted: int = 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dict(self._asdict())
+
+
+_COUNTERS = (
+    "lookups", "rejected", "found", "not_found", "errors",
+    "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed", "deleted",
+)
+
+def _filter_rate(flt: Any, name: str) -> Optional[float]:
+    try:
+        value = getattr(flt, name)
+    except Exception:  # closed filter, Redis down: no number
+        return None
+    if callable(value):
+        try:
+            value = value()
+        except Exception:
+            return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# -------------------------------------------------------------- prometheus
+
+_collectors: "weakref.WeakKeyDictionary[Any, _GuardCollector]" = weakref.WeakKeyDictionary()
+_collectors_lock = threading.Lock()
+
+
+class _GuardCollector:
+    """One per Prometheus registry: reads the counters of every live guard at scrape time
+    (no cost per lookup).  Names are unique among the live guards of one registry
+    (_check_unique_name)."""
+
+    def __init__(self) -> None:
+        self.guards: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
+
+    def describe(self) -> list:
+        return list(self._families({}))
+
+    def collect(self) -> Iterable[Any]:
+        by_name: Dict[str, list] = {}
+        for g in list(self.guards):
+            by_name.setdefault(g.name, []).append(g)
+        return self._families(by_name)
+
+    @staticmethod
+    def _families(by_name: Dict[str, list]) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        lookups = CounterMetricFamily(
+            "ling_bloom_guard_lookups",
+            "Lookups by the guard, by result: rejected by the filter, or after passing it "
+            "found, not_found (an observed false positive), deleted (not found, but reported "
+            "deleted: not a false positive) or error",
+            labels=["guard", "result"])
+        cache = CounterMetricFamily(
+            "ling_bloom_guard_cache_hits",
+            "Lookups served by the cache: kind=value, or kind=null (a cached not-found)",
+            labels=["guard", "kind"])
+        loads = CounterMetricFamily(
+            "ling_bloom_guard_loads", "Loader (database) calls", labels=["guard"])
+        coalesced = CounterMetricFamily(
+            "ling_bloom_guard_coalesced",
+            "Lookups that waited for a concurrent loader call of the same key",
+            labels=["guard"])
+        observed = GaugeMetricFamily(
+            "ling_bloom_guard_false_positive_rate",
+            "Observed false-positive rate: not_found / (not_found + rejected)",
+            labels=["guard"])
+        promised = GaugeMetricFamily(
+            "ling_bloom_guard_filter_error_rate",
+            "The false-positive rate the filter promises (its error_rate)",
+            labels=["guard"])
+        backend = CounterMetricFamily(
+            "ling_bloom_guard_filter_errors",
+            "Calls to the filter that failed (its backend was down, timed out or refused)",
+            labels=["guard"])
+        bypassed = CounterMetricFamily(
+            "ling_bloom_guard_bypassed",
+            "Lookups the failure policy decided instead of the filter, by policy",
+            labels=["guard", "policy"])
+        open_time = CounterMetricFamily(
+            "ling_bloom_guard_circuit_open_seconds",
+            "Time the circuit breaker kept the filter out of lookups", labels=["guard"])
+        open_now = GaugeMetricFamily(
+            "ling_bloom_guard_circuit_open",
+            "1 while the circuit breaker keeps the filter out of lookups", labels=["guard"])
+        for name, guards in sorted(by_name.items()):
+            totals = dict.fromkeys(_COUNTERS, 0)
+            promise: Optional[float] = None
+            for g in guards:
+                for c, v in g._counts().items():
+                    totals[c] += v
+                p = _filter_rate(g.filter, "error_rate")
+                if p is not None:
+                    promise = p if promise is None else max(promise, p)
+            for result in ("rejected", "found", "not_found", "deleted", "errors"):
+                lookups.add_metric([name, "error" if result == "errors" else result],
+                                   totals[result])
+            cache.add_metric([name, "value"], totals["cache_hits"] - totals["null_hits"])
+            cache.add_metric([name, "null"], totals["null_hits"])
+            loads.add_metric([name], totals["loads"])
+            coalesced.add_metric([name], totals["coalesced"])
+            negatives = totals["not_found"] + totals["rejected"]
+            if negatives:
+                observed.add_metric([name], totals["not_found"] / negatives)
+            if promise is not None:
+                promised.add_metric([name], promise)
+            backend.add_metric([name], totals["filter_errors"])
+            by_policy: Dict[str, int] = {}
+            for g in guards:
+                by_policy[g.on_filter_error] = by_policy.get(g.on_filter_error, 0) + g._counts()["bypassed"]
+            for policy, n in sorted(by_policy.items()):
+                bypassed.add_metric([name, policy], n)
+            open_time.add_metric([name], sum(g._breaker.open_seconds() for g in guards))
+            open_now.add_metric([name], float(any(g._breaker.is_open() for g in guards)))
+        return [lookups, cache, loads, coalesced, observed, promised, backend, bypassed,
+                open_time, open_now]
+
+
+def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
+    # Live guards of one name in one registry are one Prometheus series (their counters
+    # summed).  That is allowed only when every one of them was given that name explicitly
+    # (e.g. Django's middleware and guard_for() guards of one filter); a name derived from
+    # a loader (two lambdas are both "<lambda>") that collides is refused, not merged.
+    # Raising rather than deriving "name-2" keeps series names stable across restarts.
+    for other in list(collector.guards):
+        if other is not guard and other.name == name and not (
+                guard._explicit_name and other._explicit_name):
+            raise ValueError(
+                f"a live guard named {name!r} already exports to this metrics registry: "
+                f"pass a unique name=... (or the same name= to both, to sum them on purpose; "
+                f"or metrics=False)")
+
+
+def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
+    if registry is None:
+        from prometheus_client import REGISTRY as registry  # type: ignore[no-redef]
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = _GuardCollector()
+            registry.register(collector)
+            _collectors[registry] = collector
+        if guard.loader is not None or guard.name != "default":
+            # (an unnamed guard without a loader yet is checked when a decorated loader
+            # names it: see _set_loader)
+            _check_unique_name(collector, guard, guard.name)
+        collector.guards.add(guard)
+
+
+def _rename(guard: "_GuardBase", name: str) -> None:
+    with _collectors_lock:
+        collector = _collectors.get(guard.metrics_registry) if guard.metrics_registry is not None else None
+        if collector is not None:
+            _check_unique_name(collector, guard, name)
+        guard.name = name
+
+
+def _prometheus_installed() -> bool:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True

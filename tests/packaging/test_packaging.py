@@ -1,0 +1,92 @@
+"""Packaging: the version the package reports, its metadata, and where it is imported from.
+
+The version is written once (ling_bloom/_version.py); the installed metadata, the
+CHANGELOG's newest heading and ``ling_bloom.__version__`` must all say the same.
+packaging/check_wheel.sh runs the whole suite against an installed wheel with
+LING_BLOOM_EXPECT_PREFIX set to that venv: then the package must come from there,
+never from the source tree.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import ling_bloom
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_version_is_a_release_number():
+    assert re.fullmatch(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?", ling_bloom.__version__)
+
+
+def test_installed_metadata_has_the_packages_version():
+    assert metadata.version("ling_bloom") == ling_bloom.__version__
+
+
+def test_changelog_names_the_version_first():
+    text = (ROOT / "CHANGELOG.md").read_text("utf-8")
+    first = re.search(r"^## (\S+)", text, re.M)
+    assert first is not None, "CHANGELOG.md has no release heading"
+    assert first.group(1) == ling_bloom.__version__
+
+
+def test_license_metadata_is_the_spdx_expression_of_the_license_file():
+    meta = metadata.metadata("ling_bloom")
+    assert meta["License-Expression"] == "MIT"
+    assert "LICENSE" in meta.get_all("License-File", [])
+    assert (ROOT / "LICENSE").read_text("utf-8").startswith("MIT License")
+
+
+def test_imported_from_the_expected_place():
+    prefix = os.environ.get("LING_BLOOM_EXPECT_PREFIX")
+    here = Path(ling_bloom.__file__).resolve()
+    if not prefix:
+        # the source tree's own run (make test): the package is the one beside tests/
+        if (ROOT / "ling_bloom" / "__init__.py").exists():
+            assert here == (ROOT / "ling_bloom" / "__init__.py").resolve()
+            return
+        pytest.skip("LING_BLOOM_EXPECT_PREFIX not set and no source package beside tests/")
+    assert here.is_relative_to(Path(prefix).resolve()), (here, prefix)
+    assert not (ROOT / "ling_bloom").exists(), "the source package is beside the tests"
+
+
+def test_the_asgi_extra_installs_what_starlettes_testclient_imports():
+    # Issue 16: `pip install 'ling_bloom[asgi]'` then the README's ASGI example failed at
+    # `from starlette.testclient import TestClient` (httpx missing; Starlette does not require it).
+    reqs = metadata.requires("ling_bloom") or []
+    asgi = [r for r in reqs if re.search(r"extra\s*==\s*['\"]asgi['\"]", r)]
+    names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in asgi}
+    assert {"starlette", "httpx2", "httpx"} <= names, asgi
+
+
+def test_importing_the_package_loads_neither_asyncio_nor_ssl(tmp_path):
+    # A script or a WSGI worker that imports ling_bloom for its filters pays for nothing
+    # else: the asyncio filters (ling_bloom.aio: asyncio, ssl) and the guard load on first
+    # use.  A fresh interpreter, importing the same package as this one.
+    pkg_parent = str(Path(ling_bloom.__file__).parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    code = (
+        "import sys, ling_bloom\n"
+        "print(ling_bloom.__file__)\n"
+        "print(sorted(m for m in ('asyncio', 'ssl', 'ling_bloom.aio', 'ling_bloom.guard') "
+        "if m in sys.modules))\n"
+        "from ling_bloom import AsyncRedisFilter, AsyncRedisBloomFilter, Guard\n"
+        "print(AsyncRedisFilter.__module__, AsyncRedisBloomFilter.__module__, Guard.__module__)\n"
+        "print(ling_bloom.aio.AsyncRedisFilter is AsyncRedisFilter)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    where, loaded, modules, same = out.stdout.splitlines()
+    assert where == ling_bloom.__file__
+    assert loaded == "[]", f"import ling_bloom loaded {loaded}"
+    assert modules == "ling_bloom.aio ling_bloom.aio ling_bloom.guard"
+    assert same == "True"

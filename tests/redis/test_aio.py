@@ -1,0 +1,506 @@
+"""AsyncRedisFilter (ling_bloom.aio): the blocking RedisFilter's results and errors, awaited,
+against real redis-servers (plain, unix socket, password and db, TLS), a hung one, a
+restarted one, and tests/support/hostile_server.py in front of a real one for the wire rules."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+import ling_bloom as lb
+from hostile_server import HostileServer, array, integer
+from key_names import ALL_BYTES, NUL_KEYS, bitmap_names, server_keys
+from ling_bloom import AsyncRedisFilter, RedisFilter
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def af(srv, key="abf", capacity=1000, **kw):
+    kw.setdefault("socket_timeout", 10)
+    return AsyncRedisFilter.from_url(srv.url, key, capacity, 0.01, **kw)
+
+
+# ---- results: the same as the blocking filter, on the same bitmap --------------------------
+
+
+def test_results_match_the_blocking_filter_on_the_same_key(clean_redis):
+    keys = [f"user:{i}" for i in range(30_000)]  # three chunks of 10,000
+    probe = [f"other:{i}" for i in range(5000)]
+
+    async def main():
+        async with af(clean_redis, capacity=50_000) as f:
+            assert await f.add("user:1") is True
+            assert await f.add("user:1") is False
+            assert await f.test("user:1") is True and await f.test("nobody") is False
+            assert await f.add_many(["a", "b", "a"]) == [True, True, False]
+            await f.update(keys)
+            assert await f.test_many(keys) == [True] * len(keys)
+            return await f.test_many(probe), (f.m, f.k, f.hash, f.key)
+
+    got, geometry = run(main())
+    with RedisFilter.from_url(clean_redis.url, "abf", 50_000, 0.01) as s:
+        assert (s.m, s.k, s.hash, s.key) == geometry
+        assert s.test_many(keys) == [True] * len(keys)   # what async wrote, blocking reads
+        assert s.test_many(probe) == got                 # the same answers, false positives too
+        s.add("written-by-blocking")
+
+    async def read_back():
+        async with af(clean_redis, capacity=50_000) as f:
+            return await f.test("written-by-blocking")
+
+    assert run(read_back()) is True
+
+
+def test_reset_and_ttl(clean_redis, raw_redis):
+    async def main():
+        async with af(clean_redis, key="att", ttl=100) as f:
+            await f.add("x")
+            assert 0 < raw_redis.command("PTTL", "att") <= 100_000
+            assert 0 < raw_redis.command("PTTL", "{att}:meta") <= 100_000
+            await f.reset()
+            assert await f.test("x") is False
+            assert raw_redis.command("EXISTS", "{att}:meta") == 1  # the geometry stays
+
+    run(main())
+
+
+def test_empty_batch_and_iterables(clean_redis):
+    async def main():
+        async with af(clean_redis) as f:
+            assert await f.add_many([]) == [] and await f.test_many(iter([])) == []
+            await f.update(f"g{i}" for i in range(10))
+            assert await f.test_many(f"g{i}" for i in range(10)) == [True] * 10
+
+    run(main())
+
+
+def test_unix_socket_password_and_db(redis_server_factory, tmp_path):
+    sock = str(tmp_path / "r.sock")
+    srv = redis_server_factory(["--requirepass", "s3cret", "--unixsocket", sock,
+                                "--unixsocketperm", "700"])
+
+    async def main():
+        async with AsyncRedisFilter("k", 1000, url=f"unix://:s3cret@{sock}?db=3") as f:
+            await f.add("x")
+            assert await f.test("x")
+        async with AsyncRedisFilter("k", 1000, url=f"redis://:wrong@127.0.0.1:{srv.port}") as f:
+            with pytest.raises(lb.RedisConnectionError, match="AUTH"):
+                await f.add("x")
+
+    run(main())
+    with srv.client() as c:
+        c.command("AUTH", "s3cret")
+        c.command("SELECT", "3")
+        assert c.command("EXISTS", "k") == 1
+
+
+# ---- errors: those of the blocking filter ---------------------------------------------------
+
+
+def test_bad_keys_and_arguments_raise_before_anything_is_sent(clean_redis, raw_redis):
+    with pytest.raises(lb.InvalidFalsePositiveRateError):
+        AsyncRedisFilter.from_url(clean_redis.url, "bad", 1000, 2.0)
+    with pytest.raises(TypeError):
+        AsyncRedisFilter.from_url(None, "bad", 1000)
+    with pytest.raises(ValueError):
+        AsyncRedisFilter.from_url(clean_redis.url, "bad", 1000, max_connections=0)
+
+    async def main():
+        async with af(clean_redis, key="bk") as f:
+            with pytest.raises(TypeError):
+                await f.add(4.2)
+            with pytest.raises(lb.EmptyKeyError):
+                await f.test("")
+            with pytest.raises(TypeError):
+                await f.update("not-a-list-of-keys")
+            keys = [f"k{i}" for i in range(25_000)] + [b""]
+            with pytest.raises(lb.EmptyKeyError):
+                await f.update(keys)  # the bad key is the last: nothing was sent
+            with pytest.raises(TypeError, match="await f.test"):
+                "x" in f  # noqa: B015
+
+    run(main())
+    assert raw_redis.command("EXISTS", "bk") == 0
+
+
+def test_ownership_geometry_and_wrong_type(clean_redis, raw_redis):
+    raw_redis.command("SET", "users-string", "hello")
+    raw_redis.command("LPUSH", "a-list", "x")
+    with RedisFilter.from_url(clean_redis.url, "geo", 1000, 0.01) as s:
+        s.add("x")
+
+    async def main():
+        async with af(clean_redis, key="users-string") as f:
+            with pytest.raises(lb.KeyNotOwnedError):
+                await f.add("x")
+        async with af(clean_redis, key="a-list") as f:
+            with pytest.raises(lb.WrongTypeError) as ei:
+                await f.test("x")
+            assert ei.value.key == "a-list"
+        async with af(clean_redis, key="geo", capacity=5000) as f:
+            with pytest.raises(lb.GeometryMismatchError):
+                await f.add("y")
+
+    run(main())
+    assert raw_redis.command("GET", "users-string") == b"hello"  # untouched
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, layout):
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]
+
+    async def main():
+        fs = {k: af(clean_redis, key=k, capacity=3000, layout=layout)
+              for k in NUL_KEYS + [ALL_BYTES]}
+        try:
+            await fs[b"a\x00b"].update(items)
+            with redis.Redis(host=clean_redis.host, port=clean_redis.port) as client:
+                assert server_keys(client) == bitmap_names(b"a\x00b")  # nothing stray
+                assert not any(await fs[b"a"].test_many(items))
+                assert not any(await fs[b"a\x00c"].test_many(items))
+                for k in (b"a", b"a\x00c", ALL_BYTES):
+                    await fs[k].add("other")
+                assert not any(await fs[b"a"].test_many(items))
+                assert all(await fs[b"a\x00b"].test_many(items))
+                assert server_keys(client) == set().union(*(bitmap_names(k) for k in fs))
+        finally:
+            for f in fs.values():
+                await f.aclose()
+
+    run(main())
+
+
+def test_closed_filter(clean_redis):
+    async def main():
+        f = af(clean_redis)
+        await f.add("x")
+        await f.aclose()
+        await f.aclose()  # idempotent
+        assert f.closed
+        for call in (f.add("x"), f.test("x"), f.test_many(["x"]), f.reset()):
+            with pytest.raises(lb.ClosedError):
+                await call
+
+    run(main())
+
+
+def test_server_down_and_silent(silent_listener):
+    port = _free_port()
+
+    async def main():
+        f = AsyncRedisFilter("k", 1000, url=f"redis://127.0.0.1:{port}",
+                             socket_connect_timeout=2)
+        with pytest.raises(lb.RedisConnectionError, match="error connecting"):
+            await f.add("x")
+        g = AsyncRedisFilter("k", 1000, url=silent_listener.url, socket_timeout=0.3)
+        t0 = time.monotonic()
+        with pytest.raises(lb.RedisTimeoutError) as ei:
+            await g.test("x")
+        assert isinstance(ei.value, TimeoutError)
+        assert time.monotonic() - t0 < 5
+        await f.aclose()
+        await g.aclose()
+
+    run(main())
+
+
+def _free_port():
+    from redis_server import free_port
+
+    return free_port()
+
+
+# ---- concurrency, cancellation, restart ----------------------------------------------------
+
+
+def test_many_concurrent_tasks_on_one_filter(clean_redis):
+    async def main():
+        async with af(clean_redis, key="conc", capacity=10_000, max_connections=3) as f:
+            added = await asyncio.gather(*[f.add(f"k{i}") for i in range(200)])
+            assert added == [True] * 200
+            hits = await asyncio.gather(*[f.test(f"k{i}") for i in range(200)],
+                                        *[f.test_many([f"k{i}", f"no{i}"]) for i in range(50)])
+            assert hits[:200] == [True] * 200
+            assert all(h[0] for h in hits[200:])
+            assert len(f._slots) == 3  # the pool grew to its bound, no further
+
+    run(main())
+    assert clean_redis.client().command("CLIENT", "LIST").count(b"cmd=") >= 1
+
+
+def test_a_cancelled_call_never_leaves_a_reply_for_the_next(redis_server_factory):
+    srv = redis_server_factory()
+
+    async def main():
+        async with af(srv, key="cx", max_connections=1) as f:
+            await f.add("present")
+            srv.pause()
+            try:
+                call = asyncio.ensure_future(f.test("present"))
+                await asyncio.sleep(0.3)
+                assert not call.done()  # waiting on the hung server
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                # a write queued behind the hung reply would read its answer if the
+                # connection were kept: a test of an absent key must stay False
+            finally:
+                srv.resume()
+            await asyncio.sleep(0.2)  # the late reply reaches a connection that is gone
+            assert await f.test("absent") is False
+            assert await f.test("present") is True
+
+    run(main())
+
+
+def test_a_timeout_drops_the_connection_and_the_next_call_is_answered(redis_server_factory):
+    srv = redis_server_factory()
+
+    async def main():
+        async with af(srv, key="tx", socket_timeout=0.3, max_connections=1) as f:
+            await f.add("present")
+            srv.pause()
+            try:
+                with pytest.raises(lb.RedisTimeoutError):
+                    await f.test("absent")
+            finally:
+                srv.resume()
+            await asyncio.sleep(0.2)
+            assert await f.test("absent") is False
+            assert await f.test("present") is True
+
+    run(main())
+
+
+def test_server_restart_is_survived(redis_server_factory):
+    srv = redis_server_factory()
+
+    async def main():
+        async with af(srv, key="rs", max_connections=1) as f:
+            await f.add("a")
+            srv.restart()  # empty: no persistence
+            # the kept connection is dead; the call goes out again on a new one, which
+            # claims the meta key anew before writing
+            assert await f.add("b") is True
+            assert await f.test("b") is True and await f.test("a") is False
+
+    run(main())
+    with srv.client() as c:
+        assert c.command("EXISTS", "{rs}:meta") == 1
+
+
+# ---- the wire rules, through the same core ----------------------------------------------------
+
+
+def test_late_reply_is_not_taken_as_the_next_answer(clean_redis):
+    with HostileServer(lambda c, args: None, upstream_port=clean_redis.port) as srv:
+
+        async def main():
+            async with af(srv, key="late", max_connections=1) as f:
+                await f.add("x")
+                srv.send_to(0, array(*[integer(0)] * f.k))  # one BITFIELD answer too many
+                await asyncio.sleep(0.1)
+                assert await f.test("x") is True  # not the late answer
+                assert srv.connections == 2
+                assert srv.names(1)[:3] == ["GET", "TYPE", "INFO"]  # the new one checks first
+
+        run(main())
+
+
+@pytest.mark.parametrize("reply", [
+    b"*0\r\n",                                   # no element at all
+    lambda a: array(*[integer(7)] * (len(a[2:]) // 3)),  # u1 values of 7
+    b"*2147483647\r\n",                          # a header announcing 2^31 elements
+])
+def test_reply_that_does_not_fit_is_a_protocol_error(clean_redis, reply):
+    state = {"n": 0}
+
+    def script(c, args):
+        if args[0].upper() == b"BITFIELD" and state["n"] == 0:
+            state["n"] += 1
+            return reply(args) if callable(reply) else reply
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+
+        async def main():
+            async with af(srv, key="fit", max_connections=1) as f:
+                with pytest.raises(lb.RedisProtocolError, match="protocol error"):
+                    await f.test("never-added")
+                conns = srv.connections
+                assert await f.test("never-added") is False  # on a new connection
+                assert srv.connections == conns + 1
+
+        run(main())
+
+
+# ---- TLS -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    from tls_certs import make_certs
+
+    return make_certs(str(tmp_path_factory.mktemp("tls")))
+
+
+def test_tls_verified_and_refused(redis_server_factory, certs):
+    from tls_certs import server_args
+
+    srv = redis_server_factory(server_args(certs, "server", False), tls=True)
+
+    async def main():
+        async with AsyncRedisFilter("tls:a", 1000, url=srv.url, ssl_ca_certs=certs["ca"]) as f:
+            await f.add("a")
+            assert await f.test("a") and not await f.test("b")
+        async with AsyncRedisFilter("tls:a", 1000, url=srv.url) as f:  # the system's CAs
+            with pytest.raises(lb.RedisConnectionError, match="certificate verify failed"):
+                await f.test("a")
+        async with AsyncRedisFilter("tls:a", 1000, url=srv.url, ssl_cert_reqs="none") as f:
+            assert await f.test("a")
+
+    run(main())
+    with RedisFilter("tls:a", 1000, url=srv.url, ssl_ca_certs=certs["ca"]) as s:
+        assert s.test("a")  # the blocking filter reads what the async one wrote over TLS
+
+
+def test_forked_child_uses_a_connection_of_its_own(clean_redis):
+    f = af(clean_redis, key="fork", max_connections=1)
+    run(f.add("parent"))
+    pid = os.fork()
+    if pid == 0:  # the child: its own loop, its own connection
+        code = 1
+        try:
+            code = 0 if asyncio.run(f.test("parent")) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert run(f.test("parent")) is True
+
+
+# ---- AsyncRedisBloomFilter, on the real RedisBloom module ------------------------------------
+
+
+def abf(srv, key, *args, **kw):
+    kw.setdefault("socket_timeout", 10)
+    return lb.AsyncRedisBloomFilter.from_url(srv.url, key, *args, **kw)
+
+
+def test_redisbloom_results_match_the_blocking_filter(bf_server):
+    keys = [f"item:{i}" for i in range(2500)]  # three BF.INSERTs of 1,000
+
+    async def main():
+        async with abf(bf_server, "arb:1", 10_000, 0.01) as f:
+            assert await f.add("x") is True and await f.add("x") is False
+            assert await f.test("x") is True and await f.test("nope") is False
+            added = await f.add_many(keys)
+            assert await f.test_many(keys) == [True] * len(keys)
+            return added, (f.capacity, f.error_rate, f.expansion, f.key)
+
+    added, facts = run(main())
+    assert facts == (10_000, 0.01, 2, "arb:1")
+    with lb.RedisBloomFilter.from_url(bf_server.url, "arb:1", 10_000, 0.01) as s:
+        assert s.test_many(keys) == [True] * len(keys)
+        assert s.card() == 1 + sum(added)
+
+    async def reset():
+        async with abf(bf_server, "arb:1", 10_000, 0.01) as f:
+            await f.reset()
+            return await f.test("x")
+
+    assert run(reset()) is False
+
+
+def test_redisbloom_keys_with_a_nul_byte_are_distinct_filters(bf_server):
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]
+
+    async def main():
+        fs = {k: lb.AsyncRedisBloomFilter(k, 3000, 0.01, url=bf_server.url + "/9")
+              for k in NUL_KEYS + [ALL_BYTES]}
+        with redis.Redis(host=bf_server.host, port=bf_server.port, db=9) as client:
+            client.flushdb()
+            try:
+                await fs[b"a\x00b"].update(items)
+                assert server_keys(client) == {b"a\x00b"}       # nothing stray
+                assert not any(await fs[b"a"].test_many(items))
+                assert not any(await fs[b"a\x00c"].test_many(items))
+                for k in (b"a", b"a\x00c", ALL_BYTES):
+                    await fs[k].add("other")
+                assert all(await fs[b"a\x00b"].test_many(items))
+                assert server_keys(client) == set(fs)
+            finally:
+                for f in fs.values():
+                    await f.aclose()
+                client.flushdb()
+
+    run(main())
+
+
+def test_redisbloom_full_filter_counts_the_whole_batch(bf_server):
+    async def main():
+        async with abf(bf_server, "arb:full", 5, 0.01, non_scaling=True, chunk_size=3) as f:
+            with pytest.raises(lb.FilterFullError) as ei:
+                await f.update(list("aabbcdefg"))  # the README's example, in chunks of 3
+            assert (ei.value.processed, ei.value.added) == (7, 5)
+
+    run(main())
+
+
+def test_redisbloom_errors(bf_server, clean_redis):
+    with bf_server.client() as c:
+        c.command("DEL", "arb:list", "arb:other")
+        c.command("LPUSH", "arb:list", "x")
+    with lb.RedisBloomFilter.from_url(bf_server.url, "arb:other", 100, 0.01,
+                                      non_scaling=True) as s:
+        s.add("x")
+
+    async def main():
+        async with abf(bf_server, "arb:list", 100, 0.01) as f:
+            with pytest.raises(lb.WrongTypeError):  # the module answers 0: the TYPE follow-up
+                await f.test("x")
+            with pytest.raises(lb.WrongTypeError):
+                await f.add("x")
+        async with abf(bf_server, "arb:other", 1000, 0.01) as f:
+            with pytest.raises(lb.GeometryMismatchError):
+                await f.add("y")
+        async with abf(bf_server, "arb:missing", no_create=True) as f:
+            with pytest.raises(lb.FilterNotFoundError):
+                await f.add("y")
+        async with abf(clean_redis, "arb:nomodule") as f:
+            with pytest.raises(lb.ModuleMissingError):
+                await f.add("y")
+
+    run(main())
+
+
+def test_redisbloom_restart_and_cancel(bf_server_factory):
+    srv = bf_server_factory()
+
+    async def main():
+        async with abf(srv, "arb:r", 1000, 0.01, max_connections=1) as f:
+            await f.add("a")
+            srv.pause()
+            try:
+                call = asyncio.ensure_future(f.test("a"))
+                await asyncio.sleep(0.3)
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+            finally:
+                srv.resume()
+            assert await f.test("never") is False
+            srv.restart()
+            assert await f.add("b") is True  # created again with our parameters
+            assert (await f.test_many(["a", "b"])) == [False, True]
+
+    run(main())
+    with lb.RedisBloomFilter.from_url(srv.url, "arb:r", 1000, 0.01) as s:
+        info = s.info()
+        assert info.capacity == 1000 and info.expansion == 2

@@ -1,0 +1,727 @@
+"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half).
+
+One cluster for the module: 3 primaries with one replica each, every node on free ports
+of 127.0.0.1 with the RedisBloom module loaded, created by ``redis-cli --cluster create``
+(tests/support/redis_server.py, RedisClusterServers), stopped afterwards.  A node timeout
+of 1 s makes a killed primary's replica take over within a few seconds.
+
+The slot of a key is computed here as the cluster does (CRC16/XMODEM, which is
+binascii.crc_hqx with 0, of the hash tag or the key), so that each test can put its
+filter on the node it wants.  What the client did on the wire is read from the servers:
+INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO commandstats the
+commands a replica served.  Also here: wait_replicas (WAIT after every write; on a single
+primary too) and the sharded RedisFilter (shards=N, redis_sharded.c).
+"""
+from __future__ import annotations
+
+import binascii
+import threading
+import time
+
+import pytest
+
+import ling_bloom as lb
+from hostile_server import HostileServer, array, bulk, integer
+from key_names import ALL_BYTES, bitmap_names, sharded_names
+from redis_server import (HOST, ClusterNode, RedisClusterServers, SilentListener,
+                          exit_code_in_forked_child, free_port)
+
+pytestmark = pytest.mark.cluster
+
+
+def key_slot(key: bytes) -> int:
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return binascii.crc_hqx(key, 0) % 16384
+
+
+@pytest.fixture(scope="module")
+def cluster(redisbloom_module):
+    with RedisClusterServers(3, 1, extra_args=["--loadmodule", redisbloom_module]) as cl:
+        yield cl
+
+
+def url(cluster, **opts) -> str:
+    q = {"socket_timeout": 5, "socket_connect_timeout": 1, **opts}
+    return cluster.url + "?" + "&".join(f"{k}={v}" for k, v in q.items())
+
+
+def tag_on(cluster, node: ClusterNode, prefix: str) -> str:
+    """A hash tag "{prefix:N}" whose slot node serves."""
+    owners = cluster._slot_owners(cluster.live()[0])
+    for i in range(100000):
+        tag = f"{prefix}:{i}"
+        s = key_slot(tag.encode())
+        if any(lo <= s <= hi and port == node.port for lo, hi, port in owners):
+            return "{" + tag + "}"
+    raise AssertionError("no tag found")
+
+
+def primaries(cluster):
+    return [n for n in cluster.live() if n.role() == "master"]
+
+
+def errorstat(node: ClusterNode, name: str) -> int:
+    with node.client() as c:
+        text = c.command("INFO", "errorstats").decode()
+    for line in text.split("\r\n"):
+        if line.startswith(f"errorstat_{name}:count="):
+            return int(line.split("=", 1)[1])
+    return 0
+
+
+def exists(node: ClusterNode, key: str) -> bool:
+    with node.client() as c:
+        return c.command("EXISTS", key) == 1
+
+
+def test_cluster_urls_are_checked():
+    for bad, msg in [
+        ("redis+cluster://", "empty cluster node"),
+        ("redis+cluster://h:0", "cluster node port"),
+        ("redis+cluster://h:1,,h:2", "empty cluster node"),
+        ("redis+cluster://h:1/2", "database 0"),
+        ("redis+cluster://h:1?db=3", "database 0"),
+        ("redis+cluster://h:1?read_from_replicas=maybe", "read_from_replicas"),
+        ("redis+cluster://h:1?cluster_retry_timeout=-1", "cluster_retry_timeout"),
+        ("redis://h:1?read_from_replicas=true", "redis\\+cluster://"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            lb.RedisFilter.from_url(bad, "k", 100, 0.01)
+    for kw in ({"host": "h"}, {"port": 1}, {"db": 2}):
+        with pytest.raises(TypeError, match="cluster"):
+            lb.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
+
+
+def test_a_server_that_is_no_cluster_node(redis_server):
+    u = f"redis+cluster://{HOST}:{redis_server.port}"
+    with pytest.raises(lb.RedisResponseError, match="cluster"):
+        lb.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
+
+
+def slot_map(kind: str, ports) -> bytes:
+    """A CLUSTER SLOTS / SHARDS reply (RESP2) giving the slots to the nodes at ports of
+    127.0.0.1 in equal ranges, then one entry that is not a slot map's: the map is refused."""
+    step = 16384 // len(ports)
+    entries = []
+    for i, port in enumerate(ports):
+        lo, hi = i * step, (i + 1) * step - 1 if i + 1 < len(ports) else 16383
+        if kind == "slots":
+            entries.append(array(integer(lo), integer(hi),
+                                 array(bulk(HOST.encode()), integer(port), bulk(b"id%d" % i))))
+        else:
+            node = array(*(bulk(x) for x in (b"id", b"id%d" % i, b"port")), integer(port),
+                         *(bulk(x) for x in (b"ip", HOST.encode(), b"endpoint", HOST.encode(),
+                                             b"role", b"master", b"health", b"online")))
+            entries.append(array(bulk(b"slots"), array(integer(lo), integer(hi)),
+                                 bulk(b"nodes"), array(node)))
+    if kind == "slots":  # a range that ends before it starts
+        entries.append(array(integer(9), integer(2), array(bulk(HOST.encode()), integer(1))))
+    else:                # slots in pairs, and one left over
+        entries.append(array(bulk(b"slots"), array(integer(9)), bulk(b"nodes"), array()))
+    return array(*entries)
+
+
+@pytest.mark.parametrize("kind", ["shards", "slots"])
+def test_a_refused_slot_map_adds_no_nodes(kind):
+    # A seed answers with a map naming 8 nodes that never answer, then a bad entry: the map is
+    # refused whole, the error names it, and no call asks (or even connects to) those nodes.
+    silent = [SilentListener() for _ in range(8)]
+    answer = slot_map(kind, [s.port for s in silent])
+
+    def script(ctx, args):
+        cmd = [a.upper() for a in args[:2]]
+        if cmd == [b"CLUSTER", b"SHARDS"] and kind == "slots":  # before Redis 7
+            return b"-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n"
+        if cmd[:1] == [b"CLUSTER"]:
+            return answer
+        return b"-ERR no such command here\r\n"
+
+    try:
+        with HostileServer(script) as srv:
+            # a second seed where nothing listens: the map is still the error told
+            for seeds in (f"{HOST}:{srv.port}", f"{HOST}:{srv.port},{HOST}:{free_port()}"):
+                u = (f"redis+cluster://{seeds}?socket_timeout=0.5&socket_connect_timeout=0.5"
+                     "&cluster_retry_timeout=0.2")
+                for f in (lb.RedisFilter.from_url(u, "k", 100, 0.01),
+                          lb.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+                    for call in (lambda: f.add("x"), lambda: f.test_many(["x", "y"]), f.reset):
+                        with pytest.raises(lb.RedisProtocolError,
+                                           match=f"{srv.port} answered CLUSTER {kind.upper()} "
+                                                 "with something that is not a slot map"):
+                            call()
+                    f.close()
+            assert sum(len(s.accepted) for s in silent) == 0   # none of them was asked
+            asked = [a for _, a in srv.commands if a[:1] == [b"CLUSTER"]]
+            assert len(asked) == 12 * (2 if kind == "slots" else 1)  # one map read a call
+    finally:
+        for s in silent:
+            s.close()
+
+
+def test_every_operation_on_every_primary(cluster):
+    keys = [f"user:{i}" for i in range(2000)]
+    others = [f"other:{i}" for i in range(2000)]
+    for node in primaries(cluster):
+        tag = tag_on(cluster, node, "ops")
+        bits_key, bf_key = f"{tag}:bits", f"{tag}:bf"
+        with lb.RedisFilter.from_url(url(cluster), bits_key, 5000, 0.01) as f:
+            assert f.add("first") is True and f.add("first") is False and "first" in f
+            f.update(keys)
+            assert all(f.test_many(keys)) and f.add_many(["first", "new"]) == [False, True]
+            # Bit for bit the filter a MemoryFilter of the same geometry builds.
+            mem = lb.MemoryFilter(m=f.m, k=f.k, hash=f.hash)
+            mem.update(["first", "new", *keys])
+            assert f.snapshot() == mem and f.bits_set() == mem.bits_set
+            assert sum(f.test_many(others)) == sum(mem.test_many(others))
+            for name in f.key_names():
+                assert exists(node, name.decode())   # on the node that serves the tag
+            f.reset()
+            assert not any(f.test_many(keys)) and f.bits_set() == 0
+            f.load(mem)
+            assert all(f.test_many(keys))
+        with lb.RedisBloomFilter.from_url(url(cluster), bf_key, 5000, 0.01) as bf:
+            assert bf.add("first") is True and bf.add("first") is False and "first" in bf
+            bf.update(keys)
+            assert all(bf.test_many(keys)) and bf.card() == 2001
+            assert bf.info().capacity == 5000
+            dump = bf.dump()
+            bf.reset()
+            assert not any(bf.test_many(keys))
+            bf.restore(dump, replace=True)
+            assert all(bf.test_many(keys))
+            assert exists(node, bf_key)
+        # Keyless and single-key calls of other shapes route too.
+        assert lb.RedisFilter.open(url(cluster), bits_key).m == mem.m
+
+
+def both_filters(cluster, node, prefix, capacity=5000, **opts):
+    """A RedisFilter and a RedisBloomFilter in one slot that node serves: (tag, slot, f, bf)."""
+    tag = tag_on(cluster, node, prefix)
+    u = url(cluster, **opts)
+    f = lb.RedisFilter.from_url(u, f"{tag}:bits", capacity, 0.01)
+    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", capacity, 0.01)
+    return tag, key_slot(tag.encode()), f, bf
+
+
+class Writer:
+    """A thread that adds batches of `size` new keys to both filters until stop(): the
+    batches that returned in .acked, the errors raised in .errors."""
+
+    def __init__(self, f, bf, size):
+        self.acked, self.errors = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(f, bf, size))
+        self._thread.start()
+
+    def _run(self, f, bf, size):
+        i = 0
+        while not self._stop.is_set():
+            batch = [f"w{i}:{j}" for j in range(size)]
+            i += 1
+            try:
+                f.update(batch)
+                bf.update(batch)
+                self.acked.append(batch)
+            except lb.BloomError as e:
+                self.errors.append(e)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+
+
+def test_moved_after_a_slot_migration(cluster):
+    src = primaries(cluster)[0]
+    dst = primaries(cluster)[1]
+    tag, slot, f, bf = both_filters(cluster, src, "moved")
+    before = [f"before:{i}" for i in range(500)]
+    f.update(before)
+    bf.update(before)
+    moved = errorstat(src, "MOVED")
+    cluster.begin_migration(slot, src, dst)
+    cluster.move_keys(slot, src, dst)
+    cluster.end_migration(slot, dst)
+    # The filters' connections still think src serves the slot: -MOVED, map read again.
+    after = [f"after:{i}" for i in range(500)]
+    f.update(after)
+    bf.update(after)
+    assert all(f.test_many(before + after)) and all(bf.test_many(before + after))
+    assert errorstat(src, "MOVED") > moved
+    assert exists(dst, f"{tag}:bits") and exists(dst, f"{tag}:bf")
+    with src.client() as c:
+        assert c.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    f.close()
+    bf.close()
+
+
+def test_ask_while_a_slot_migrates(cluster):
+    src = primaries(cluster)[1]
+    dst = primaries(cluster)[2]
+    tag, slot, f, bf = both_filters(cluster, src, "ask")
+    before = [f"before:{i}" for i in range(500)]
+    f.update(before)
+    bf.update(before)
+    asked = errorstat(src, "ASK")
+    cluster.begin_migration(slot, src, dst)
+    try:
+        # Half way: the bitmap and the RedisBloom key are on dst, the meta key still on src.
+        cluster.move_keys(slot, src, dst, [f"{tag}:bits".encode(), f"{tag}:bf".encode()])
+        assert all(f.test_many(before)) and all(bf.test_many(before))   # -ASK, then dst
+        during = [f"during:{i}" for i in range(500)]
+        f.update(during)
+        bf.update(during)
+        assert errorstat(src, "ASK") > asked
+        cluster.move_keys(slot, src, dst)                 # the rest (the meta key)
+    finally:
+        cluster.end_migration(slot, dst)
+    assert all(f.test_many(before + during)) and all(bf.test_many(before + during))
+    assert all(exists(dst, name.decode()) for name in f.key_names())   # bits and meta
+    f.close()
+    bf.close()
+
+
+def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
+    """A writer thread adds to both filters while their slot moves to another primary one
+    key at a time (the way redis-cli --cluster reshard does): every add succeeds, whether
+    its keys answer from the old node, through -ASK from the new one, or after -MOVED."""
+    src, dst = primaries(cluster)[2], primaries(cluster)[0]
+    tag, slot, f, bf = both_filters(cluster, src, "live", 50_000)
+    f.add("first")
+    bf.add("first")
+    w = Writer(f, bf, 50)
+    acked, errors = w.acked, w.errors
+    try:
+        time.sleep(0.1)
+        cluster.begin_migration(slot, src, dst)
+        for name in sorted(n.decode() for n in f.key_names()) + [f"{tag}:bf"]:
+            time.sleep(0.05)
+            cluster.move_keys(slot, src, dst, [name.encode()])
+        time.sleep(0.05)
+        cluster.end_migration(slot, dst)
+        n = len(acked)
+        deadline = time.monotonic() + 20
+        while len(acked) < n + 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        w.stop()
+    assert not errors, errors[:3]
+    keys = ["first"] + [k for batch in acked for k in batch]
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))
+    with src.client() as c:
+        assert c.command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    f.close()
+    bf.close()
+
+
+def test_a_hung_node_times_out_and_is_not_retried(cluster):
+    node = primaries(cluster)[0]
+    tag = tag_on(cluster, node, "hung")
+    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), f"{tag}:bits", 1000, 0.01)
+    f.add("a")
+    node.pause()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(lb.RedisTimeoutError, match=str(node.port)):
+            f.add("b")
+        assert time.monotonic() - t0 < 5  # a margin of seconds: the timeout, no retries
+    finally:
+        node.resume()
+    assert f.add("c") is True and "a" in f
+    cluster.wait_ok()
+    f.close()
+
+
+def test_a_forked_child_opens_its_own_connections(cluster):
+    node = primaries(cluster)[2]
+    tag = tag_on(cluster, node, "fork")
+    f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
+    f.add("parent")
+
+    def child():
+        return f.add("child") and "parent" in f
+
+    assert exit_code_in_forked_child(child) == 0
+    assert "child" in f and f.add("again")
+    f.close()
+
+
+def test_the_asyncio_filters_refuse_a_cluster_url(cluster):
+    import asyncio
+
+    async def main():
+        with pytest.raises(lb.NotSupportedError, match="Cluster"):
+            f = lb.AsyncRedisFilter.from_url(cluster.url, "k", 100, 0.01)
+            await f.add("a")
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_a_primary_killed_mid_batch(cluster):
+    """A writer adds batches while the primary of its slot is killed.  The cluster
+    promotes the replica; the writer's next calls go there.
+
+    What "acknowledged" means: an update() that returned.  Redis replicates
+    asynchronously, so a write the primary answered just before it died may not have
+    reached the replica.  With wait_replicas=1 the filters send WAIT 1 after every write
+    batch, on the same connection, and return only once the replica has it: then nothing
+    acknowledged is lost, which is what this test checks, for every batch."""
+    victim = primaries(cluster)[0]
+    replica = cluster.replica_of(victim)
+    tag, _, f, bf = both_filters(cluster, victim, "kill", 100_000, cluster_retry_timeout=20,
+                                 wait_replicas=1, wait_timeout=2)
+    w = Writer(f, bf, 200)
+    acked, errors = w.acked, w.errors
+    try:
+        while len(acked) < 5:
+            time.sleep(0.01)
+        victim.kill()
+        deadline = time.monotonic() + 30
+        while replica.role() != "master":
+            assert time.monotonic() < deadline, "the replica was never promoted"
+            time.sleep(0.1)
+        # The new primary has no replica until the old one comes back as its replica:
+        # until then every write fails its WAIT (RedisTimeoutError), as it should.
+        n = len(acked)
+        while not any(isinstance(e, lb.RedisTimeoutError) for e in errors):
+            assert time.monotonic() < deadline, f"no WAIT timeout: {errors}"
+            time.sleep(0.05)
+        assert len(acked) == n
+        victim.restart()
+        while len(acked) < n + 5:                       # writing resumed, replicated again
+            assert time.monotonic() < deadline, f"no write after the failover: {errors[-1:]}"
+            time.sleep(0.05)
+    finally:
+        w.stop()
+    keys = [k for batch in acked for k in batch]
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))   # every acknowledged key
+    assert all(isinstance(e, (lb.RedisConnectionError, lb.RedisTimeoutError)) for e in errors)
+    cluster.wait_ok()
+    assert victim.role() == "slave"
+    f.close()
+    bf.close()
+
+
+def test_reads_from_replicas_when_asked(cluster):
+    node = primaries(cluster)[1]
+    replica = cluster.replica_of(node)
+    tag = tag_on(cluster, node, "ro")
+
+    def reads(srv, name):
+        with srv.client() as c:
+            text = c.command("INFO", "commandstats").decode()
+        for line in text.split("\r\n"):
+            if line.startswith(f"cmdstat_{name}:calls="):
+                return int(line.split("=")[1].split(",")[0])
+        return 0
+
+    u = url(cluster, read_from_replicas="true", wait_replicas=1)
+    f = lb.RedisFilter.from_url(u, f"{tag}:bits", 1000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", 1000, 0.01)
+    keys = [f"k{i}" for i in range(100)]
+    f.update(keys)          # writes go to the primary, and wait for the replica
+    bf.update(keys)
+    before = reads(replica, "bitfield_ro"), reads(replica, "bf.mexists")
+    assert all(f.test_many(keys)) and all(bf.test_many(keys))
+    assert reads(replica, "bitfield_ro") > before[0] and reads(replica, "bf.mexists") > before[1]
+    assert reads(node, "bitfield_ro") == 0
+    # Without the option, reads stay on the primary.
+    g = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
+    n = reads(replica, "bitfield_ro")
+    assert all(g.test_many(keys)) and reads(replica, "bitfield_ro") == n
+    for x in (f, bf, g):
+        x.close()
+
+
+def test_a_blocked_filter_on_a_cluster(cluster):
+    """layout="blocked" through the slot's node: the answers and bytes of a BlockedFilter."""
+    node = primaries(cluster)[2]
+    tag = tag_on(cluster, node, "blk")
+    keys = [f"user:{i}" for i in range(1000)]
+    with lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01, layout="blocked") as f:
+        bf = lb.BlockedFilter(1000, 0.01)
+        assert f.add_many(keys) == bf.add_many(keys)
+        probe = keys + [f"absent:{i}" for i in range(1000)]
+        assert f.test_many(probe) == bf.test_many(probe)
+        assert f.snapshot() == bf
+        for name in f.key_names():
+            assert exists(node, name.decode())
+
+
+def test_wait_replicas_on_one_server(bf_server_factory):
+    """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
+    acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
+    primary = bf_server_factory(["--repl-diskless-sync-delay", "0"])  # a replica syncs at once
+    alone = f"{primary.url}?wait_replicas=1&wait_timeout=0.2"
+    f = lb.RedisFilter.from_url(alone, "w:bits", 1000, 0.01)
+    with pytest.raises(lb.RedisTimeoutError, match="only 0 of the 1 replicas"):
+        f.add("a")
+    assert "a" in f                         # done on the primary, not known to be replicated
+    bf = lb.RedisBloomFilter.from_url(alone, "w:bf", 1000, 0.01)
+    with pytest.raises(lb.RedisTimeoutError, match="wait_replicas"):
+        bf.update(["a", "b"])
+    replica = bf_server_factory(["--replicaof", HOST, str(primary.port)])
+    deadline = time.monotonic() + 20
+    while True:     # the primary counts the replica once it is online and acknowledged
+        with primary.client() as c:
+            info = c.command("INFO", "replication")
+        if b"state=online" in info and b"lag=0" in info:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    f.close()
+    bf.close()
+    synced = f"{primary.url}?wait_replicas=1&wait_timeout=3"   # a first sync may take a moment
+    f = lb.RedisFilter.from_url(synced, "w:bits", 1000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(synced, "w:bf", 1000, 0.01)
+    assert f.add("b") is True and bf.add("c") is True   # now acknowledged by the replica
+    with replica.client() as c:
+        assert c.command("EXISTS", "w:bits") == 1 and c.command("BF.EXISTS", "w:bf", "c") == 1
+    for x in (f, bf):
+        x.close()
+    with pytest.raises(ValueError, match="wait_timeout"):
+        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=1, wait_timeout=5,
+                       socket_timeout=1)
+    with pytest.raises(ValueError, match="wait_replicas"):
+        lb.RedisFilter.from_url(primary.url + "?wait_replicas=x", "k", 100, 0.01)
+    with pytest.raises(ValueError, match="wait_replicas"):
+        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=-1)
+
+    import asyncio
+
+    async def main():
+        with pytest.raises(lb.NotSupportedError, match="WAIT"):
+            await lb.AsyncRedisFilter.from_url(alone, "k", 100, 0.01).add("a")
+
+    asyncio.run(main())
+
+
+def test_from_redis_takes_a_redis_py_cluster_client(cluster):
+    pytest.importorskip("redis")
+    from redis.cluster import RedisCluster
+
+    rc = RedisCluster(host=HOST, port=cluster.nodes[0].port, socket_timeout=5)
+    try:
+        tag = tag_on(cluster, primaries(cluster)[2], "rp")
+        with lb.RedisFilter.from_redis(rc, f"{tag}:bits", 1000, 0.01) as f:
+            f.update(["a", "b"])
+            assert f.test_many(["a", "b", "zz"])[:2] == [True, True]
+        with lb.RedisBloomFilter.from_redis(rc, f"{tag}:bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True
+        # redis-py reads what the filters wrote, through its own slot map
+        assert rc.exists(f"{tag}:bits") == 1
+        assert rc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
+        try:
+            from redis.cluster import LoadBalancingStrategy
+            replicas = {"load_balancing_strategy": LoadBalancingStrategy.ROUND_ROBIN_REPLICAS}
+        except ImportError:   # redis-py before 5.3
+            replicas = {"read_from_replicas": True}
+        ro = RedisCluster(host=HOST, port=cluster.nodes[0].port, **replicas)
+        from ling_bloom._redis_client import connection_kwargs
+        assert connection_kwargs(ro)["url"].endswith("?read_from_replicas=true")
+        ro.close()
+    finally:
+        rc.close()
+
+
+def test_a_sharded_filter_spreads_over_the_primaries(cluster):
+    keys = [f"user:{i}" for i in range(20_000)]
+    with lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=6) as f:
+        assert f.shards == 6 and f.m % 6 == 0 and f.capacity == 20_000
+        assert f.add_many(["a", "a"]) == [True, False]
+        f.update(keys)
+        assert all(f.test_many(keys)) and "a" in f
+        negatives = [f"other:{i}" for i in range(20_000)]
+        assert sum(f.test_many(negatives)) / len(negatives) <= 0.013   # the rate holds
+        names = [n.decode() for n in f.key_names()]
+        assert names[0] == "{sh:users}:shards" and "{sh:users:5}:meta" in names
+        holders = set()
+        for name in names[1:]:
+            node = cluster.node_for_slot(key_slot(name.encode()))
+            assert exists(node, name)
+            holders.add(node.port)
+        assert len(holders) == 3                        # every primary holds shards
+        assert abs(f.approximate_count() - 20_001) < 1000
+        # Another process opens it the same way, from the record.
+        with lb.RedisFilter.open(url(cluster), "sh:users") as g:
+            assert g.shards == 6 and g.m == f.m and all(g.test_many(keys[:100]))
+        with pytest.raises(lb.GeometryMismatchError, match="shards=6"):
+            lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=4).add("x")
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            f.snapshot()
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            f.load(lb.MemoryFilter(m=f.m, k=f.k))
+        f.reset()
+        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+    # A key with braces gets hashed tags; a shard key held by someone else is refused.
+    with lb.RedisFilter.from_url(url(cluster), "{x}y", 1000, 0.01, shards=2) as f:
+        tagged = [n.decode() for n in f.key_names()]
+        assert all(len(n.split("}")[0]) == 1 + 16 + 2 for n in tagged[1:])
+        shard1 = tagged[1].replace(":meta", "")
+        node = cluster.node_for_slot(key_slot(shard1.encode()))
+        with node.client() as c:
+            c.command("SET", shard1, "not a filter")
+        with pytest.raises(lb.KeyNotOwnedError):
+            f.update([f"k{i}" for i in range(50)])
+    # The record's key holding another type: WRONGTYPE, with the server's text and the key.
+    rec = "{sh:wrong}:shards"
+    with cluster.node_for_slot(key_slot(rec.encode())).client() as c:
+        c.command("HSET", rec, "a", "b")
+    with pytest.raises(lb.WrongTypeError, match=r"^WRONGTYPE .* \(key '\{sh:wrong\}:shards'\)"):
+        lb.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
+
+
+def test_a_sharded_redisbloom_filter(cluster):
+    keys = [f"user:{i}" for i in range(6000)]
+    with lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=3) as bf:
+        assert bf.shards == 3 and bf.capacity == 6000 and "shards=3" in repr(bf)
+        assert bf.add_many(["a", "a"]) == [True, False]
+        bf.update(keys)
+        assert all(bf.test_many(keys)) and "a" in bf
+        assert abs(bf.card() - 6001) < 30                       # BF.CARD summed
+        negatives = [f"other:{i}" for i in range(6000)]
+        assert sum(bf.test_many(negatives)) / len(negatives) <= 0.015
+        holders = set()
+        for i in range(3):
+            name = f"{{sh:bf:{i}}}"
+            node = cluster.node_for_slot(key_slot(name.encode()))
+            with node.client() as c:
+                assert c.command("TYPE", name) == "MBbloom--"   # a status reply
+                info = c.command("BF.INFO", name, "CAPACITY")
+            assert info == [2000 + 135]                         # n/S + 3 sqrt(n/S)
+            holders.add(node.port)
+        assert len(holders) > 1
+        for method in (bf.info, bf.dump, bf.reserve):
+            with pytest.raises(lb.NotSupportedError, match="sharded"):
+                method()
+        with pytest.raises(lb.NotSupportedError, match="sharded"):
+            bf.restore([])
+        with pytest.raises(lb.GeometryMismatchError, match="shards=3"):
+            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=2).add("x")
+        with pytest.raises(lb.GeometryMismatchError, match="capacity=2135"):  # per shard
+            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 9000, 0.01, shards=3).add("x")
+        bf.reset()
+        assert not any(bf.test_many(keys[:500])) and bf.card() == 0
+    for kw, msg in (({"non_scaling": True}, "non_scaling"), ({"no_create": True}, "no_create"),
+                    ({"ttl": 5}, "ttl")):
+        with pytest.raises(lb.NotSupportedError, match=msg):
+            lb.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
+
+
+def test_keys_with_nul_and_brace_bytes_on_a_cluster(cluster):
+    # Every name is built from all the bytes of the key (a NUL too) and lands in its slot.
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(300)]  # every shard gets some
+    want, filters = set(), []
+    for k in (b"nul:a", b"nul:a\x00b", b"nul:a\x00c", ALL_BYTES + b"nul:a", b"{nul:a\x00}"):
+        filters.append(lb.RedisFilter.from_url(url(cluster), k, 3000, 0.01))
+        want |= bitmap_names(k)
+        filters.append(lb.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3,
+                                               layout="blocked"))
+        want |= sharded_names(k + b":sh", 3)
+        filters.append(lb.RedisBloomFilter.from_url(url(cluster), k + b":bf", 3000, 0.01,
+                                                    shards=3))
+        want |= sharded_names(k + b":bf", 3, redisbloom=True)
+    try:
+        for f in filters:
+            f.update(items)
+            assert all(f.test_many(items))
+        found = set()
+        for node in primaries(cluster):
+            with redis.Redis(host=HOST, port=node.port) as c:
+                for name in c.scan_iter(match=b"*nul:a*", count=1000):
+                    found.add(name)
+                    assert cluster.node_for_slot(key_slot(name)).port == node.port
+        hashed = {n for n in want if b"nul:a" not in n}  # the tags of keys with braces
+        for name in hashed:
+            with redis.Redis(host=HOST, port=cluster.node_for_slot(key_slot(name)).port) as c:
+                assert c.exists(name) == 1
+        assert found == want - hashed
+    finally:
+        for f in filters:
+            f.close()
+
+
+def test_sharded_filter_arguments():
+    for bad, exc in [(0, ValueError), (1025, ValueError), (True, TypeError), ("2", TypeError)]:
+        with pytest.raises(exc, match="shards"):
+            lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=bad)
+    with pytest.raises(lb.NotSupportedError, match="ttl"):
+        lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2, ttl=10)
+    f = lb.RedisFilter("k", m=1000, k=3, url="redis://127.0.0.1:1", shards=3)
+    assert f.shards == 3 and f.m == 1002 and f.nbytes == 3 * 42
+    assert "shards=3" in repr(f)
+    with pytest.raises(lb.NotSupportedError, match="sharded"):
+        lb.AsyncRedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    with pytest.raises(lb.NotSupportedError, match="sharded"):
+        lb.AsyncRedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    with pytest.raises(ValueError, match="shards"):
+        lb.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=0)
+
+
+def test_a_sharded_blocked_filter_spreads_over_the_primaries(cluster):
+    keys = [f"user:{i}" for i in range(20_000)]
+    with lb.RedisFilter.from_url(url(cluster), "shb:users", 20_000, 0.01, shards=6,
+                                 layout="blocked") as f:
+        assert (f.shards, f.layout, f.m % (6 * 512), f.k % 8) == (6, "blocked", 0, 0)
+        f.update(keys)
+        assert all(f.test_many(keys))
+        negatives = [f"other:{i}" for i in range(20_000)]
+        assert sum(f.test_many(negatives)) / len(negatives) <= 0.013
+        holders = {cluster.node_for_slot(key_slot(n)).port for n in f.key_names()[1:]}
+        assert len(holders) == 3
+        with lb.RedisFilter.open(url(cluster), "shb:users") as g:
+            assert (g.layout, g.shards, g.m) == ("blocked", 6, f.m)
+            assert all(g.test_many(keys[:100]))
+
+
+def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
+    # Without a cluster the shards share the server: the same filter, other connections.
+    with lb.RedisFilter.from_url(redis_server.url, "sh:one", 1000, 0.01, shards=3) as f:
+        f.update(["a", "b", "c"])
+        assert f.test_many(["a", "b", "c"]) == [True, True, True]
+    # A node that hangs: the batch raises the timeout (naming the node); the shards on the
+    # other nodes did their part; after it resumes everything answers.
+    node = primaries(cluster)[1]
+    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), "sh:hung", 3000, 0.01,
+                                shards=6)
+    keys = [f"k{i}" for i in range(300)]
+    f.update(keys)
+    node.pause()
+    try:
+        with pytest.raises(lb.RedisTimeoutError, match=str(node.port)):
+            f.update([f"late{i}" for i in range(300)])
+    finally:
+        node.resume()
+    cluster.wait_ok()
+    assert all(f.test_many(keys))
+
+    def child():
+        return f.add("from the child") and all(f.test_many(keys[:10]))
+
+    assert exit_code_in_forked_child(child) == 0 and "from the child" in f
+    f.close()
+
+
+def test_the_command_line_inspects_filters_on_a_cluster(cluster):
+    import subprocess
+    import sys
+
+    u = url(cluster)
+    with lb.RedisFilter.from_url(u, "cli:sharded", 1000, 0.01, shards=3) as f:
+        f.update(["a", "b"])
+    with lb.RedisFilter.from_url(u, "cli:shb", 1000, 0.01, shards=2, layout="blocked") as f:
+        f.update(["a", "b"])
+    with lb.RedisBloomFilter.from_url(u, "cli:bf", 1000, 0.01) as bf:
+        bf.add("a")
+    for key, want in (("cli:sharded", "in 3 shards, hash=xxh3"),
+                      ("cli:shb", "in 2 shards (blocked layout), hash=xxh3-block"),
+                      ("cli:bf", "RedisBloomFilter")):
+        r = subprocess.run([sys.executable, "-m", "ling_bloom", "inspect", u, key],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and want in r.stdout, r.stdout + r.stderr

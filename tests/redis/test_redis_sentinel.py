@@ -1,0 +1,364 @@
+"""Both Redis filters behind Redis Sentinel (issue 14, the Sentinel half).
+
+A real set on free ports of 127.0.0.1: a primary and a replica (the RedisBloom module
+loaded on both) and one sentinel with quorum 1, started once for the module.  One
+sentinel is enough to find the primary and to run a failover on its own (it is its own
+majority); SENTINEL FAILOVER and a killed primary both move the service to the replica.
+
+What "acknowledged" means here: an add whose call returned was answered by the primary;
+Redis replicates asynchronously, so an add the primary answered just before it died may
+not have reached the replica.  `WAIT` is not sent by these filters; the tests below use
+their own WAIT (through a plain client) before killing the primary, the way a caller who
+needs the replica's copy would.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import ling_bloom as lb
+from conftest import _new_server
+from redis_server import HOST, RedisReplyError, SentinelServer, free_port
+
+SERVICE = "lbprimary"
+
+
+def wait_for(what, cond, deadline=20.0):
+    end = time.monotonic() + deadline
+    while not cond():
+        assert time.monotonic() < end, f"never: {what}"
+        time.sleep(0.1)
+
+
+def role(srv) -> str:
+    """The server's ROLE; "" when the connection was cut, as a sentinel does while it
+    reconfigures a server (it kills that server's normal clients), so polls ask again."""
+    try:
+        with srv.client() as c:
+            return c.command("ROLE")[0].decode()
+    except ConnectionError:
+        return ""
+
+
+class SentinelSet:
+    def __init__(self, module):
+        load = ["--loadmodule", module]
+        self.a = _new_server(extra_args=load, unix_socket=False)
+        self.a.start()
+        self.b = _new_server(extra_args=load + ["--replicaof", HOST, str(self.a.port)],
+                             unix_socket=False)
+        self.b.start()
+        wait_for("replica in sync", lambda: self._synced())
+        self.sentinel = SentinelServer(SERVICE, self.a.port)
+        self.sentinel.start()
+        wait_for("the sentinel sees the replica", self._sentinel_sees_replica)
+
+    def _synced(self) -> bool:
+        return self._link_up(self.b)
+
+    @staticmethod
+    def _link_up(srv) -> bool:
+        with srv.client() as c:
+            info = c.command("INFO", "replication").decode()
+        return "master_link_status:up" in info
+
+    def _sentinel_sees_replica(self) -> bool:
+        """The sentinel knows the replica and has its INFO: a replica it may promote."""
+        with self.sentinel.client() as c:
+            replicas = c.command("SENTINEL", "replicas", SERVICE)
+        if len(replicas) != 1:
+            return False
+        fields = dict(zip(replicas[0][::2], replicas[0][1::2]))
+        return fields.get(b"flags") == b"slave" and fields.get(b"master-link-status") == b"ok"
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://{HOST}:{self.sentinel.port}/{SERVICE}"
+
+    def primary(self):
+        host, port = self.sentinel.primary()
+        return self.a if port == self.a.port else self.b
+
+    def replica(self):
+        return self.b if self.primary() is self.a else self.a
+
+    def failover(self):
+        """SENTINEL FAILOVER; returns when the sentinel names the old replica and it is a
+        master, and the old primary is its replica again."""
+        old, new = self.primary(), self.replica()
+        wait_for("a replica the sentinel may promote", self._sentinel_sees_replica)
+        wait_for("the replica in sync", lambda: self._link_up(new))
+
+        def started() -> bool:
+            with self.sentinel.client() as c:
+                try:
+                    c.command("SENTINEL", "FAILOVER", SERVICE)
+                    return True
+                except RedisReplyError as e:  # NOGOODSLAVE until its INFO is fresh
+                    assert "NOGOODSLAVE" in str(e) or "INPROG" in str(e), e
+                    return False
+
+        wait_for("SENTINEL FAILOVER accepted", started)
+        wait_for("failover", lambda: self.primary() is new and role(new) == "master")
+        wait_for("old primary demoted", lambda: role(old) == "slave")
+        return old, new
+
+    def stop(self):
+        for s in (self.sentinel, self.b, self.a):
+            s.stop()
+
+
+@pytest.fixture(scope="module")
+def sentinels(redisbloom_module):
+    s = SentinelSet(redisbloom_module)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_urls_are_checked():
+    for url, msg in [
+        ("redis+sentinel://127.0.0.1:1", "names the service"),
+        ("redis+sentinel://127.0.0.1:1/", "names the service"),
+        ("redis+sentinel://127.0.0.1:0/s", "sentinel port"),
+        ("redis+sentinel://,127.0.0.1:1/s", "empty sentinel"),
+        ("redis+sentinel://[::1]:1/s", "invalid character"),
+        ("redis+sentinel://h:1/s/x", "database"),
+        ("redis+sentinel://h:1/s?sentinel_pass=x", "unknown URL option"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            lb.RedisFilter.from_url(url, "k", 100, 0.01)
+    with pytest.raises(TypeError, match="sentinel"):
+        lb.RedisFilter.from_url("redis+sentinel://h:1/s", "k", 100, 0.01, host="other")
+
+
+def test_both_filters_through_the_sentinels(sentinels):
+    url = sentinels.url + "?socket_timeout=5"
+    with lb.RedisFilter.from_url(url, "sent:bits", 10_000, 0.01) as f:
+        assert f.add("a") is True and "a" in f
+        f.update([f"k{i}" for i in range(1000)])
+        assert all(f.test_many([f"k{i}" for i in range(1000)]))
+    with lb.RedisBloomFilter.from_url(url, "sent:bf", 10_000, 0.01) as bf:
+        assert bf.add("a") is True and "a" in bf
+    # What was written is on the primary the sentinel names.
+    with sentinels.primary().client() as c:
+        assert c.command("EXISTS", "sent:bits") == 1 and c.command("EXISTS", "sent:bf") == 1
+
+
+def test_from_redis_takes_a_redis_py_sentinel_client(sentinels):
+    pytest.importorskip("redis")
+    from redis.sentinel import Sentinel
+
+    s = Sentinel([(HOST, sentinels.sentinel.port)], socket_timeout=5)
+    client = s.master_for(SERVICE, socket_timeout=5)
+    with lb.RedisFilter.from_redis(client, "sent:rp", 1000, 0.01) as f:
+        f.update(["a", "b"])
+        assert f.test_many(["a", "b"]) == [True, True]
+    with lb.RedisBloomFilter.from_redis(client, "sent:rpbf", 1000, 0.01) as bf:
+        assert bf.add("a")
+    assert client.exists("sent:rp") == 1 and client.execute_command("BF.EXISTS", "sent:rpbf", "a")
+    with pytest.raises(ValueError, match="master_for"):
+        lb.RedisFilter.from_redis(s.slave_for(SERVICE), "sent:rp", 1000, 0.01)
+    client.close()
+
+
+@pytest.mark.slow
+def test_failover_moves_the_filter_to_the_new_primary(sentinels):
+    url = sentinels.url + "?socket_timeout=5"
+    f = lb.RedisFilter.from_url(url, "sent:fo", 10_000, 0.01)
+    bf = lb.RedisBloomFilter.from_url(url, "sent:fobf", 10_000, 0.01)
+    before = [f"before:{i}" for i in range(500)]
+    f.update(before)
+    bf.update(before)
+    with sentinels.primary().client() as c:
+        assert c.command("WAIT", 1, 5000) == 1      # the caller's WAIT: on the replica too
+    old, new = sentinels.failover()
+    # The kept connections point at the demoted primary: the next calls find the new one
+    # (a -READONLY write, or a closed connection, sends them back to the sentinels).
+    after = [f"after:{i}" for i in range(500)]
+    f.update(after)
+    bf.update(after)
+    assert all(f.test_many(before + after)) and all(bf.test_many(before + after))
+    with new.client() as c:
+        assert c.command("EXISTS", "sent:fo") == 1
+    f.close()
+    bf.close()
+
+
+@pytest.mark.slow
+def test_killed_primary_and_a_new_connection(sentinels):
+    url = sentinels.url + "?socket_timeout=5&socket_connect_timeout=1"
+    f = lb.RedisFilter.from_url(url, "sent:kill", 10_000, 0.01)
+    f.update(["x", "y"])
+    primary, replica = sentinels.primary(), sentinels.replica()
+    wait_for("the replica in sync", lambda: sentinels._link_up(replica))
+    with primary.client() as c:
+        assert c.command("WAIT", 1, 5000) == 1
+    primary.kill()
+    try:
+        wait_for("sentinel promotes the replica", lambda: sentinels.primary() is replica, 30)
+        wait_for("promoted", lambda: role(replica) == "master")
+        # The first call may fail (its connection died under it); then the filter reconnects
+        # through the sentinel.  Nothing acknowledged (and waited for) is lost.
+        try:
+            f.add("z")
+        except lb.RedisConnectionError:
+            f.add("z")
+        assert f.test_many(["x", "y", "z"]) == [True, True, True]
+    finally:
+        primary.restart()  # as a replica of the new primary, once the sentinel tells it
+        f.close()
+    wait_for("the old primary rejoins as a replica", lambda: role(primary) == "slave", 30)
+
+
+def test_unknown_service_and_sentinels_down(sentinels):
+    url = f"redis+sentinel://{HOST}:{sentinels.sentinel.port}/nosuchservice"
+    with pytest.raises(lb.RedisConnectionError, match="nosuchservice"):
+        lb.RedisFilter.from_url(url, "k", 100, 0.01).add("a")
+    dead = free_port()
+    url = f"redis+sentinel://{HOST}:{dead}/{SERVICE}?socket_connect_timeout=1"
+    with pytest.raises(lb.RedisConnectionError, match=SERVICE):
+        lb.RedisFilter.from_url(url, "k", 100, 0.01).add("a")
+    # A dead sentinel first, a live one second: the second answers.
+    url = f"redis+sentinel://{HOST}:{dead},{HOST}:{sentinels.sentinel.port}/{SERVICE}"
+    with lb.RedisFilter.from_url(url, "sent:second", 100, 0.01) as f:
+        assert f.add("a")
+
+
+def test_a_hung_sentinel_times_out_and_the_next_is_asked(sentinels):
+    hung = socket.socket()
+    hung.bind((HOST, 0))
+    hung.listen(5)  # accepts the connection, never answers
+    try:
+        port = hung.getsockname()[1]
+        url = (f"redis+sentinel://{HOST}:{port},{HOST}:{sentinels.sentinel.port}/{SERVICE}"
+               "?socket_connect_timeout=0.5")
+        t0 = time.monotonic()
+        with lb.RedisFilter.from_url(url, "sent:hung", 100, 0.01) as f:
+            assert f.add("a")
+        assert time.monotonic() - t0 < 10  # a margin of seconds: the probe has a timeout
+        url = f"redis+sentinel://{HOST}:{port}/{SERVICE}?socket_connect_timeout=0.5"
+        with pytest.raises(lb.RedisTimeoutError, match="sentinel"):
+            lb.RedisFilter.from_url(url, "sent:hung", 100, 0.01).add("a")
+    finally:
+        hung.close()
+
+
+def test_a_sentinel_that_answers_garbage(sentinels):
+    srv = socket.socket()
+    srv.bind((HOST, 0))
+    srv.listen(5)
+    port = srv.getsockname()[1]
+    replies = [b"*2\r\n$9\r\n127.0.0.1\r\n$5\r\nnotnb\r\n", b":42\r\n",
+               b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"]
+
+    def serve():
+        for reply in replies:
+            conn, _ = srv.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(reply)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        for _ in replies:
+            with pytest.raises(lb.RedisProtocolError, match="protocol error"):
+                lb.RedisFilter.from_url(f"redis+sentinel://{HOST}:{port}/{SERVICE}", "k", 100,
+                                        0.01).add("a")
+    finally:
+        srv.close()
+        t.join(5)
+
+
+def test_the_asyncio_filters_refuse_a_sentinel_url(sentinels):
+    import asyncio
+
+    async def main():
+        with pytest.raises(lb.NotSupportedError, match="sentinel"):
+            f = lb.AsyncRedisFilter.from_url(sentinels.url, "k", 100, 0.01)
+            await f.add("a")
+
+    asyncio.run(main())
+
+
+class ScriptedSentinel:
+    """A sentinel stand-in that names whatever primary the test sets (``self.port``)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.asked = 0
+        self.srv = socket.socket()
+        self.srv.bind((HOST, 0))
+        self.srv.listen(16)
+        self.srv.settimeout(0.2)
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"redis+sentinel://{HOST}:{self.srv.getsockname()[1]}/{SERVICE}"
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    if b"get-master-addr-by-name" in conn.recv(4096):
+                        self.asked += 1
+                        port = str(self.port).encode()
+                        conn.sendall(b"*2\r\n$9\r\n127.0.0.1\r\n$%d\r\n%s\r\n" % (len(port), port))
+                except OSError:
+                    pass
+
+    def stop(self):
+        self.stopped = True
+        self.thread.join(5)
+        self.srv.close()
+
+
+@pytest.mark.slow
+def test_a_demoted_primary_readonly_sends_the_filter_back_to_the_sentinels(redis_server_factory):
+    # A failover that leaves the client's connection open: the old primary answers writes
+    # with -READONLY.  The filter drops that connection, asks the sentinels again, and sends
+    # the (idempotent) batch to the new primary: the caller sees no error.
+    a = redis_server_factory()
+    b = redis_server_factory(["--replicaof", HOST, str(a.port)])
+    wait_for("b in sync", lambda: SentinelSet._link_up(b))
+    fake = ScriptedSentinel(a.port)
+    try:
+        f = lb.RedisFilter.from_url(fake.url, "ro:bits", 10_000, 0.01)
+        f.update(["one"])
+        # "one" is on the replica too.  (A WAIT from another connection proves nothing: it
+        # waits for that connection's own writes, none, and answered 1 at once; under the
+        # sanitizers b was promoted before the bit arrived.)
+        def bits(srv):
+            with srv.client() as c:
+                return c.command("GET", "ro:bits")
+        wait_for('"one" on the replica', lambda: bits(a) is not None and bits(b) == bits(a))
+        asked = fake.asked
+        with b.client() as c:
+            c.command("REPLICAOF", "NO", "ONE")
+        with a.client() as c:
+            c.command("REPLICAOF", HOST, b.port)            # a is a replica now: READONLY
+            assert c.command("ROLE")[0] == b"slave"
+        wait_for("a in sync with b", lambda: SentinelSet._link_up(a))
+        fake.port = b.port                                   # what the sentinels now say
+        f.update(["two"])                                    # -READONLY, then b
+        assert fake.asked > asked
+        assert f.test_many(["one", "two"]) == [True, True]
+        with b.client() as c:
+            assert c.command("EXISTS", "ro:bits") == 1
+        f.close()
+    finally:
+        fake.stop()
