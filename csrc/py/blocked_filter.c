@@ -1,7 +1,10 @@
 /* blocked_filter.c: BlockedFilter, a split-block Bloom filter (csrc/core/blocked.h):
  * one 64-byte block per key. */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +23,7 @@ typedef struct {
 /* What the hash property says: XXH3-64 of the key, the split-block walk. */
 #define BLOCKED_HASH_NAME "xxh3-block"
 
-static const lb_fixed_kind bf_kind;
+static const lb_fixed_impl bf_kind;
 
 static lb_status bf_init(lb_fixed_filter *f, uint64_t m)
 {
@@ -242,7 +245,7 @@ static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hash
                                       bf_key_scheme};
 static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
 static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
+static const lb_fixed_impl bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
                                       &bf_batch, NULL,
                                       offsetof(lb_state, BlockedFilter), bf_copy_kind,
                                       bf_merge};

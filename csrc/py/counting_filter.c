@@ -1,7 +1,10 @@
 /* counting_filter.c: CountingFilter, a Bloom filter of 4-bit saturating
  * counters that can remove keys. */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -16,7 +19,7 @@ typedef struct {
 
 #define CF(o) ((CountingFilter *)(o))
 
-static const lb_fixed_kind cf_kind;
+static const lb_fixed_impl cf_kind;
 
 static lb_status cf_init(lb_fixed_filter *f, uint64_t m)
 {
@@ -130,7 +133,7 @@ static const lb_batch_ops cf_batch = {NULL, NULL, 0, cf_add_hashed, cf_test_hash
                                       lb_fixed_key_scheme};
 static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f);
 static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,
+static const lb_fixed_impl cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,
                                       &cf_batch, NULL,
                                       offsetof(lb_state, CountingFilter), cf_copy_kind,
                                       cf_merge};

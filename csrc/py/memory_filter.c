@@ -1,7 +1,10 @@
 /* memory_filter.c: MemoryFilter, a Bloom filter in one bit array: in this
  * process's memory, or in a file that processes map and share (open()). */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,7 +26,7 @@ typedef struct {
 
 #define MF(o) ((MemoryFilter *)(o))
 
-static const lb_fixed_kind mf_kind;
+static const lb_fixed_impl mf_kind;
 
 static lb_status mf_init(lb_fixed_filter *f, uint64_t m)
 {
@@ -154,11 +157,11 @@ static const lb_batch_ops mf_batch = {NULL, NULL, 0, mf_add_hashed, mf_test_hash
                                       lb_fixed_key_scheme};
 static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src);
 static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
+static const lb_fixed_impl mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
                                       &mf_batch, NULL, offsetof(lb_state, MemoryFilter),
                                       mf_copy_kind, mf_merge};
 /* A mapped filter's union or copy is a filter in memory (mf_copy_of). */
-static const lb_fixed_kind mf_mapped_kind = {"MemoryFilter", "bits", 8, mf_init_mapped,
+static const lb_fixed_impl mf_mapped_kind = {"MemoryFilter", "bits", 8, mf_init_mapped,
                                              mf_release_mapped, &mf_batch, mf_recount,
                                              offsetof(lb_state, MemoryFilter), mf_copy_kind,
                                              mf_merge};

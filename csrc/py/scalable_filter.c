@@ -1,6 +1,11 @@
 /* scalable_filter.c: ScalableFilter, a chain of bit arrays that grows. */
+#include "args.h"
+#include "base.h"
+#include "batch.h"
+#include "errors.h"
+#include "filters.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <structmember.h>
