@@ -18,28 +18,28 @@ typedef struct {
     lb_blocked bits;
 } BlockedFilter;
 
-#define BF(o) ((BlockedFilter *)(o))
+#define AS_BLOCKED(o) ((BlockedFilter *)(o))
 
 /* What the hash property says: XXH3-64 of the key, the split-block walk. */
 #define BLOCKED_HASH_NAME "xxh3-block"
 
-static const lb_fixed_impl bf_kind;
+static const lb_fixed_impl blocked_impl;
 
-static lb_status bf_init(lb_fixed_filter *f, uint64_t m)
+static lb_status blocked_init(lb_fixed_filter *f, uint64_t m)
 {
     BlockedFilter *self = (BlockedFilter *)f;
     f->cells_used = &self->bits.bits_set;
     return lb_blocked_init(&self->bits, m, f->args.k);
 }
 
-static void bf_release(lb_base *b)
+static void blocked_release(lb_base *b)
 {
     lb_blocked_free(&((BlockedFilter *)b)->bits);
 }
 
-static BlockedFilter *bf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+static BlockedFilter *blocked_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    return (BlockedFilter *)lb_fixed_new(type, a, &bf_kind);
+    return (BlockedFilter *)lb_fixed_new(type, a, &blocked_impl);
 }
 
 /* ---- construction ------------------------------------------------------- */
@@ -51,7 +51,7 @@ static int none_given(PyObject *obj, const char *what)
     return lb_arg_type_error("BlockedFilter", what, obj);
 }
 
-static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
+static int blocked_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
 {
     if (s == LB_ERR_CAPACITY)
         PyErr_Format(st->InvalidCapacityError,
@@ -68,7 +68,7 @@ static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
 
 /* The error of a capacity and rate that no blocked filter holds: the rate, when even
  * one key cannot be held at it (it needs more than 64 bits per key); else the size. */
-static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
+static PyObject *blocked_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
 {
     uint64_t m, k;
     if (s == LB_ERR_RANGE && lb_blocked_size(1, p, &m, &k) == LB_ERR_RANGE)
@@ -80,7 +80,7 @@ static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *ra
                                              : NULL);
 }
 
-static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixed_args *out)
+static int blocked_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixed_args *out)
 {
     static char *kwlist[] = {"capacity", "error_rate", "m", "k", NULL};
     PyObject *capacity = NULL, *error_rate = NULL, *mo = NULL, *ko = NULL;
@@ -108,7 +108,7 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
             return -1;
         lb_status s = lb_blocked_check_geometry(m, k);
         if (s != LB_OK)
-            return bf_geometry_error(st, s, m, k);
+            return blocked_geometry_error(st, s, m, k);
         out->m = m;
         out->k = (uint32_t)k;
         return 0;
@@ -142,7 +142,7 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
     if (s != LB_OK) {
         PyObject *rate = error_rate ? Py_NewRef(error_rate) : PyFloat_FromDouble(0.01);
         if (rate) {
-            bf_size_error(st, s, out->error_rate, rate);
+            blocked_size_error(st, s, out->error_rate, rate);
             Py_DECREF(rate);
         }
         return -1;
@@ -153,19 +153,19 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
     return 0;
 }
 
-static PyObject *bf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *blocked_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     lb_state *st = lb_state_from_type(type);
     lb_fixed_args a;
-    if (!st || bf_parse_args(st, args, kwargs, &a) < 0)
+    if (!st || blocked_parse_args(st, args, kwargs, &a) < 0)
         return NULL;
-    return (PyObject *)bf_new_from(type, &a);
+    return (PyObject *)blocked_new_from(type, &a);
 }
 
 /* ---- single keys ------------------------------------------------------- */
 
 /* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *bf_add_full(BlockedFilter *f, PyObject *key)
+static LB_NOINLINE PyObject *blocked_add_full(BlockedFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -176,7 +176,7 @@ static LB_NOINLINE PyObject *bf_add_full(BlockedFilter *f, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static LB_NOINLINE int bf_contains_full(BlockedFilter *f, PyObject *key)
+static LB_NOINLINE int blocked_contains_full(BlockedFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -187,29 +187,29 @@ static LB_NOINLINE int bf_contains_full(BlockedFilter *f, PyObject *key)
     return r;
 }
 
-static PyObject *bf_add(PyObject *self, PyObject *key)
+static PyObject *blocked_add(PyObject *self, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len)))
         return Py_NewRef(lb_blocked_add_key(&f->bits, data, len) ? Py_True : Py_False);
-    return bf_add_full(f, key);
+    return blocked_add_full(f, key);
 }
 
-static int bf_contains(PyObject *self, PyObject *key)
+static int blocked_contains(PyObject *self, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
         return lb_blocked_test_key(&f->bits, data, len);
-    return bf_contains_full(f, key);
+    return blocked_contains_full(f, key);
 }
 
-static PyObject *bf_test(PyObject *self, PyObject *key)
+static PyObject *blocked_test(PyObject *self, PyObject *key)
 {
-    int r = bf_contains(self, key);
+    int r = blocked_contains(self, key);
     if (r < 0)
         return NULL;
     return Py_NewRef(r ? Py_True : Py_False);
@@ -217,7 +217,7 @@ static PyObject *bf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status bf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+static lb_status blocked_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
                                size_t *done)
 {
     lb_blocked_add_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
@@ -225,7 +225,7 @@ static lb_status bf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, 
     return LB_OK;
 }
 
-static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+static lb_status blocked_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
                                 size_t *done)
 {
     lb_blocked_test_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
@@ -235,56 +235,56 @@ static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
 
 /* The batches hash keys with lb_hash_blocked (args.scheme is LB_HASH_XXH3_MIX,
  * which a saved BlockedFilter records; the key hash is the layout's own). */
-static lb_hash_scheme bf_key_scheme(lb_base *b)
+static lb_hash_scheme blocked_key_scheme(lb_base *b)
 {
     (void)b;
     return LB_HASH_BLOCKED;
 }
 
-static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hashed,
-                                      bf_key_scheme};
-static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
-static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_impl bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
-                                      &bf_batch, NULL,
-                                      offsetof(lb_state, BlockedFilter), bf_copy_kind,
-                                      bf_merge};
+static const lb_batch_ops blocked_batch = {NULL, NULL, 0, blocked_add_hashed, blocked_test_hashed,
+                                      blocked_key_scheme};
+static lb_fixed_filter *blocked_impl_copy(lb_fixed_filter *src);
+static void blocked_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
+static const lb_fixed_impl blocked_impl = {"BlockedFilter", "bits", 8, blocked_init, blocked_release,
+                                      &blocked_batch, NULL,
+                                      offsetof(lb_state, BlockedFilter), blocked_impl_copy,
+                                      blocked_merge};
 
 /* ---- whole filter ------------------------------------------------------- */
 
-static PyObject *bf_reset(PyObject *self, PyObject *unused)
+static PyObject *blocked_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&BF(self)->f.base) < 0)
+    if (lb_enter(&AS_BLOCKED(self)->f.base) < 0)
         return NULL;
-    lb_blocked_clear(&BF(self)->bits);
-    lb_leave(&BF(self)->f.base);
+    lb_blocked_clear(&AS_BLOCKED(self)->bits);
+    lb_leave(&AS_BLOCKED(self)->f.base);
     Py_RETURN_NONE;
 }
 
-static PyObject *bf_bits_set(PyObject *self, void *unused)
+static PyObject *blocked_bits_set(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(BF(self)->bits.bits_set);
+    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->bits.bits_set);
 }
 
-static PyObject *bf_nbytes(PyObject *self, void *unused)
+static PyObject *blocked_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(BF(self)->f.args.m / 8);
+    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->f.args.m / 8);
 }
 
-static PyObject *bf_hash(PyObject *self, void *unused)
+static PyObject *blocked_hash(PyObject *self, void *unused)
 {
     (void)self;
     (void)unused;
     return PyUnicode_FromString(BLOCKED_HASH_NAME);
 }
 
-static PyObject *bf_current_error_rate(PyObject *self, PyObject *unused)
+static PyObject *blocked_current_error_rate(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     double r = lb_blocked_current_fpr(&f->bits);
@@ -292,9 +292,9 @@ static PyObject *bf_current_error_rate(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(r);
 }
 
-static BlockedFilter *bf_copy_of(BlockedFilter *src)
+static BlockedFilter *blocked_copy_of(BlockedFilter *src)
 {
-    BlockedFilter *dst = bf_new_from(Py_TYPE(src), &src->f.args);
+    BlockedFilter *dst = blocked_new_from(Py_TYPE(src), &src->f.args);
     if (!dst)
         return NULL;
     memcpy(dst->bits.words, src->bits.words, (size_t)src->bits.nblocks * 64);
@@ -302,12 +302,12 @@ static BlockedFilter *bf_copy_of(BlockedFilter *src)
     return dst;
 }
 
-static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src)
+static lb_fixed_filter *blocked_impl_copy(lb_fixed_filter *src)
 {
-    return (lb_fixed_filter *)bf_copy_of((BlockedFilter *)src);
+    return (lb_fixed_filter *)blocked_copy_of((BlockedFilter *)src);
 }
 
-static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+static void blocked_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     if (is_union)
         lb_blocked_or(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
@@ -315,16 +315,16 @@ static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_un
         lb_blocked_and(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
 }
 
-static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *blocked_richcompare(PyObject *self, PyObject *other, int op)
 {
-    lb_state *st = BF(self)->f.base.st;
+    lb_state *st = AS_BLOCKED(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->BlockedFilter))
         Py_RETURN_NOTIMPLEMENTED;
     /* As MemoryFilter: a filter equals itself without its storage; a closed
      * filter against another raises ClosedError. */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    BlockedFilter *a = BF(self), *b = BF(other);
+    BlockedFilter *a = AS_BLOCKED(self), *b = AS_BLOCKED(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
@@ -336,10 +336,10 @@ static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
 
 /* ---- bytes -------------------------------------------------------------- */
 
-static PyObject *bf_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *blocked_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     uint8_t *tmp = NULL;
@@ -352,7 +352,7 @@ static PyObject *bf_to_bytes(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *bf_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *blocked_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -363,23 +363,23 @@ static PyObject *bf_from_bytes(PyObject *cls, PyObject *data)
     size_t len;
     if (lb_fixed_read(st, data, &view, LB_KIND_BLOCKED, "BlockedFilter", &a, &payload, &len) < 0)
         return NULL;
-    BlockedFilter *f = bf_new_from((PyTypeObject *)cls, &a);
+    BlockedFilter *f = blocked_new_from((PyTypeObject *)cls, &a);
     if (f)
         lb_blocked_import(&f->bits, payload);
     PyBuffer_Release(&view);
     return (PyObject *)f;
 }
 
-static PyObject *bf_sizeof(PyObject *self, PyObject *unused)
+static PyObject *blocked_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (BF(self)->bits.raw ? (size_t)BF(self)->bits.nblocks * 64 + 64 : 0));
+                             (AS_BLOCKED(self)->bits.raw ? (size_t)AS_BLOCKED(self)->bits.nblocks * 64 + 64 : 0));
 }
 
-static PyObject *bf_repr(PyObject *self)
+static PyObject *blocked_repr(PyObject *self)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const char *tname = strrchr(Py_TYPE(self)->tp_name, '.');
     tname = tname ? tname + 1 : Py_TYPE(self)->tp_name;
     if (f->f.base.closed)
@@ -393,7 +393,7 @@ static PyObject *bf_repr(PyObject *self)
 
 /* ---- the theory, as static methods --------------------------------------- */
 
-static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *blocked_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "geometry() takes 2 arguments (n, p), %zd given",
@@ -410,11 +410,11 @@ static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t na
     if (r == LB_ERR_CAPACITY)
         return lb_raise(s, r, "n must be greater than zero");
     if (r != LB_OK)
-        return bf_size_error(s, r, p, args[1]);
+        return blocked_size_error(s, r, p, args[1]);
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
-static PyObject *bf_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *blocked_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError,
@@ -430,13 +430,13 @@ static PyObject *bf_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t 
         return NULL;
     lb_status r = lb_blocked_check_geometry(m, k);
     if (r != LB_OK) {
-        bf_geometry_error(s, r, m, k);
+        blocked_geometry_error(s, r, m, k);
         return NULL;
     }
     return PyFloat_FromDouble(lb_blocked_fpr(m, (uint32_t)k, n));
 }
 
-static PyObject *bf_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *blocked_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)cls;
     if (nargs > 1)
@@ -459,11 +459,11 @@ static PyObject *bf_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
     return PyUnicode_FromString(lb_blocked_impl_name());
 }
 
-static PyMethodDef bf_methods[] = {
-    {"add", bf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", bf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+static PyMethodDef blocked_methods[] = {
+    {"add", blocked_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", blocked_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", bf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", blocked_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -472,74 +472,74 @@ static PyMethodDef bf_methods[] = {
      "number of set bits (Swamidass and Baldi: each key sets each bit with probability k/m "
      "in this layout too)."},
     {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
-    {"current_error_rate", bf_current_error_rate, METH_NOARGS,
+    {"current_error_rate", blocked_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe false-positive rate now, from each block's lanes: "
      "the mean over blocks of the product over lanes of (bits set / 64) ** (k / 8)."},
     {"union", lb_fixed_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> BlockedFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", bf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
+    {"to_bytes", blocked_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
                                            "format (versioned header, checksum)."},
-    {"from_bytes", bf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> BlockedFilter"},
+    {"from_bytes", blocked_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> BlockedFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> BlockedFilter"},
-    {"geometry", (PyCFunction)(void (*)(void))bf_geometry, METH_FASTCALL | METH_CLASS,
+    {"geometry", (PyCFunction)(void (*)(void))blocked_geometry, METH_FASTCALL | METH_CLASS,
      "geometry(n, p) -> (m, k)\n\nThe m and k BlockedFilter(n, p) gets: the fewest 512-bit "
      "blocks whose expected rate after n keys (ideal_false_positive_rate) is at most p, "
      "over k = 8, 16, ..., 64 (least memory; then the smallest k)."},
-    {"ideal_false_positive_rate", (PyCFunction)(void (*)(void))bf_ideal_rate,
+    {"ideal_false_positive_rate", (PyCFunction)(void (*)(void))blocked_ideal_rate,
      METH_FASTCALL | METH_CLASS,
      "ideal_false_positive_rate(m, k, n) -> float\n\nThe expected false-positive rate of a "
      "blocked filter of m bits and k bits per key after n distinct keys, with ideal hashing: "
      "the mean over each block's load (Binomial(n, 512/m)) of the chance that a new key's "
      "k/8 bits in each of the 8 lanes are all set (Putze et al.)."},
-    {"_simd", (PyCFunction)(void (*)(void))bf_simd, METH_FASTCALL | METH_CLASS,
+    {"_simd", (PyCFunction)(void (*)(void))blocked_simd, METH_FASTCALL | METH_CLASS,
      "_simd(name=None) -> str\n\nThe implementation in use (\"avx2\" or \"portable\"); "
      "name (\"auto\", \"portable\", \"avx2\") switches every BlockedFilter of the process "
      "(for tests and benchmarks)."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", bf_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", blocked_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef bf_getset[] = {
+static PyGetSetDef blocked_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits: 512 per block", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "bits per key: 8 per round, one in each lane", LB_FIXED_ARGS},
-    {"hash", bf_hash, NULL, "\"xxh3-block\": XXH3-64 of the key and the split-block walk",
+    {"hash", blocked_hash, NULL, "\"xxh3-block\": XXH3-64 of the key and the split-block walk",
      NULL},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", bf_nbytes, NULL, "bytes of bits: m / 8", NULL},
-    {"bits_set", bf_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", blocked_nbytes, NULL, "bytes of bits: m / 8", NULL},
+    {"bits_set", blocked_bits_set, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef bf_members[] = {
+static PyMemberDef blocked_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot bf_slots[] = {
+static PyType_Slot blocked_slots[] = {
     {Py_tp_doc, "BlockedFilter(capacity, error_rate=0.01)\n"
                 "BlockedFilter(*, m, k)\n\n"
                 "A split-block Bloom filter: each key sets k bits in one 64-byte block "
                 "(one cache line), k/8 in each of its eight 64-bit lanes.  Sized for its "
                 "own, higher, rate at equal memory: the error_rate holds at capacity."},
-    {Py_tp_new, bf_new},
+    {Py_tp_new, blocked_new},
     {Py_tp_dealloc, lb_fixed_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
-    {Py_tp_methods, bf_methods},
-    {Py_tp_getset, bf_getset},
-    {Py_tp_members, bf_members},
-    {Py_tp_repr, bf_repr},
-    {Py_tp_richcompare, bf_richcompare},
+    {Py_tp_methods, blocked_methods},
+    {Py_tp_getset, blocked_getset},
+    {Py_tp_members, blocked_members},
+    {Py_tp_repr, blocked_repr},
+    {Py_tp_richcompare, blocked_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, bf_contains},
+    {Py_sq_contains, blocked_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},
@@ -549,14 +549,14 @@ static PyType_Slot bf_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec bf_spec = {
+static PyType_Spec blocked_spec = {
     .name = "ling_bloom.BlockedFilter",
     .basicsize = sizeof(BlockedFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = bf_slots,
+    .slots = blocked_slots,
 };
 
 PyTypeObject *lb_blocked_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &bf_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &blocked_spec, NULL);
 }
