@@ -44,13 +44,6 @@ static BlockedFilter *blocked_new_from(PyTypeObject *type, const lb_fixed_args *
 
 /* ---- construction ------------------------------------------------------- */
 
-static int none_given(PyObject *obj, const char *what)
-{
-    if (obj != Py_None)
-        return 0;
-    return lb_arg_type_error("BlockedFilter", what, obj);
-}
-
 static int blocked_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
 {
     if (s == LB_ERR_CAPACITY)
@@ -89,8 +82,9 @@ static int blocked_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb
         return -1;
     memset(out, 0, sizeof(*out));
     out->scheme = LB_HASH_XXH3_MIX; /* recorded as saved files have it; keys hash with lb_hash_blocked */
-    if (none_given(capacity, "capacity") < 0 || none_given(error_rate, "error_rate") < 0 ||
-        none_given(mo, "m") < 0 || none_given(ko, "k") < 0)
+    if (lb_none_given("BlockedFilter", "capacity", capacity) < 0 ||
+        lb_none_given("BlockedFilter", "error_rate", error_rate) < 0 ||
+        lb_none_given("BlockedFilter", "m", mo) < 0 || lb_none_given("BlockedFilter", "k", ko) < 0)
         return -1;
     if ((mo || ko) && (capacity || error_rate)) {
         PyErr_SetString(PyExc_TypeError,
@@ -126,17 +120,8 @@ static int blocked_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb
         return -1;
     }
     out->error_rate = 0.01;
-    if (error_rate) {
-        double p;
-        if (lb_parse_double_arg("BlockedFilter", error_rate, "error_rate", &p) < 0)
-            return -1;
-        if (!(p > 0.0 && p < 1.0)) {
-            PyErr_Format(st->InvalidFalsePositiveRateError,
-                         "false-positive rate must be in (0, 1), not %R", error_rate);
-            return -1;
-        }
-        out->error_rate = p;
-    }
+    if (error_rate && lb_parse_rate(st, "BlockedFilter", error_rate, &out->error_rate) < 0)
+        return -1;
     uint64_t m, k;
     lb_status s = lb_blocked_size(out->capacity, out->error_rate, &m, &k);
     if (s != LB_OK) {
@@ -398,19 +383,19 @@ static PyObject *blocked_geometry(PyObject *cls, PyObject *const *args, Py_ssize
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "geometry() takes 2 arguments (n, p), %zd given",
                             nargs);
-    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
-    if (!s)
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
         return NULL;
     uint64_t n, m, k;
     double p;
-    if (lb_parse_u64(args[0], "n", s->InvalidCapacityError, &n) < 0 ||
+    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0 ||
         lb_parse_double_arg(NULL, args[1], "p", &p) < 0)
         return NULL;
-    lb_status r = lb_blocked_size(n, p, &m, &k);
-    if (r == LB_ERR_CAPACITY)
-        return lb_raise(s, r, "n must be greater than zero");
-    if (r != LB_OK)
-        return blocked_size_error(s, r, p, args[1]);
+    lb_status status = lb_blocked_size(n, p, &m, &k);
+    if (status == LB_ERR_CAPACITY)
+        return lb_raise(st, status, "n must be greater than zero");
+    if (status != LB_OK)
+        return blocked_size_error(st, status, p, args[1]);
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
@@ -420,17 +405,17 @@ static PyObject *blocked_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssi
         return PyErr_Format(PyExc_TypeError,
                             "ideal_false_positive_rate() takes 3 arguments (m, k, n), %zd given",
                             nargs);
-    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
-    if (!s)
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
         return NULL;
     uint64_t m, k, n;
-    if (lb_parse_u64(args[0], "m", s->InvalidCapacityError, &m) < 0 ||
-        lb_parse_u64(args[1], "k", s->InvalidCapacityError, &k) < 0 ||
-        lb_parse_u64(args[2], "n", s->InvalidCapacityError, &n) < 0)
+    if (lb_parse_u64(args[0], "m", st->InvalidCapacityError, &m) < 0 ||
+        lb_parse_u64(args[1], "k", st->InvalidCapacityError, &k) < 0 ||
+        lb_parse_u64(args[2], "n", st->InvalidCapacityError, &n) < 0)
         return NULL;
-    lb_status r = lb_blocked_check_geometry(m, k);
-    if (r != LB_OK) {
-        blocked_geometry_error(s, r, m, k);
+    lb_status status = lb_blocked_check_geometry(m, k);
+    if (status != LB_OK) {
+        blocked_geometry_error(st, status, m, k);
         return NULL;
     }
     return PyFloat_FromDouble(lb_blocked_fpr(m, (uint32_t)k, n));

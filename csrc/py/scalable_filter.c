@@ -27,21 +27,18 @@ static void scalable_release(lb_base *b)
     lb_scalable_free(&((ScalableFilter *)b)->s);
 }
 
+/* The exception of a status of the chain, with what it means for one. */
 static lb_status scalable_raise(lb_state *st, lb_status s)
 {
-    switch (s) {
-    case LB_ERR_ARG:
-        PyErr_SetString(PyExc_ValueError, "growth_ratio must be greater than 1 and at most 64, "
-                                          "and fpr_ratio must be in (0, 1)");
-        break;
-    case LB_ERR_RANGE:
-        lb_raise(st, s, "the filter cannot grow further: its next stage would need more than "
-                        "2**48 bits, or it has 4096 stages, or its stages' rates would add up to more than "
-                        "error_rate");
-        break;
-    default:
-        lb_raise(st, s, NULL);
-    }
+    const char *detail = NULL;
+    if (s == LB_ERR_ARG)
+        detail = "growth_ratio must be greater than 1 and at most 64, and fpr_ratio must be in "
+                 "(0, 1)";
+    else if (s == LB_ERR_RANGE)
+        detail = "the filter cannot grow further: its next stage would need more than 2**48 "
+                 "bits, or it has 4096 stages, or its stages' rates would add up to more than "
+                 "error_rate";
+    lb_raise(st, s, detail);
     return s;
 }
 
