@@ -63,6 +63,43 @@ static PyObject *keys_sequence(PyObject *iterable)
     return PySequence_Fast(iterable, "expected an iterable of keys");
 }
 
+/* Check every key of the batch before anything changes: 0, or -1 with the
+ * first bad key's exception. */
+static int check_keys(lb_state *st, PyObject *seq, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lb_key key;
+        lb_key_hold hold;
+        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
+            return -1;
+        lb_key_release(&hold);
+    }
+    return 0;
+}
+
+/* Convert the len keys of seq from start into w, holding each key's object:
+ * how many were converted (fewer than len: the next one raised). */
+static size_t chunk_fill(lb_state *st, PyObject *seq, Py_ssize_t start, size_t len,
+                         chunk_space *w)
+{
+    size_t got = 0;
+    for (; got < len; got++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
+        Py_INCREF(obj);
+        w->objs[got] = obj;
+        /* str and bytes (nearly every key) need no hold: keep one only for
+         * a key whose bytes live in it (a buffer view, an int's digits or
+         * text), packed, so the chunk's work space stays small. */
+        lb_key_hold *hold = &w->holds[w->nviews];
+        if (lb_key_get(st, obj, &w->keys[got], hold) < 0) {
+            Py_DECREF(obj);
+            break;
+        }
+        w->nviews += (size_t)(hold->held != LB_HOLD_NONE);
+    }
+    return got;
+}
+
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
                        lb_gil_mode gil, size_t chunk)
 {
@@ -75,15 +112,8 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
 
-    /* Check every key before changing anything. */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        lb_key key;
-        lb_key_hold hold;
-        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
-            goto done;
-        lb_key_release(&hold);
-    }
-    if (lb_enter(self) < 0)
+    /* Every key is checked before anything changes. */
+    if (check_keys(st, seq, n) < 0 || lb_enter(self) < 0)
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
@@ -115,21 +145,7 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
         if (start >= now)
             break;
         size_t len = (size_t)(now - start) < chunk ? (size_t)(now - start) : chunk;
-        size_t got = 0;
-        for (; got < len; got++) {
-            PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
-            Py_INCREF(obj);
-            w->objs[got] = obj;
-            /* str and bytes (nearly every key) need no hold: keep one only for
-             * a key whose bytes live in it (a buffer view, an int's digits or
-             * text), packed, so the chunk's work space stays small. */
-            lb_key_hold *hold = &w->holds[w->nviews];
-            if (lb_key_get(st, obj, &w->keys[got], hold) < 0) {
-                Py_DECREF(obj);
-                break;
-            }
-            w->nviews += (size_t)(hold->held != LB_HOLD_NONE);
-        }
+        size_t got = chunk_fill(st, seq, start, len, w);
         /* The batch holds its claim from the first chunk to the last; each
          * chunk waits for other threads' sections and stops at a close(). */
         if (got < len || lb_wait_open(self, 0) < 0) {

@@ -389,6 +389,83 @@ static int new_file_mode(unsigned *out)
     return 0;
 }
 
+/* open()'s mode: its name (kept for repr and .mode) and what it does. */
+typedef struct {
+    const char *name;
+    int create, exclusive, writable;
+} open_mode;
+
+static int parse_open_mode(const char *mode, open_mode *out)
+{
+    static const open_mode modes[] = {
+        {"r", 0, 0, 0}, {"r+", 0, 0, 1}, {"w", 1, 0, 1}, {"x", 1, 1, 1}};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(mode, modes[i].name) == 0) {
+            *out = modes[i];
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "mode must be 'r', 'r+', 'w' or 'x', not '%s'", mode);
+    return -1;
+}
+
+/* Create (with a's geometry) or open the file at cpath, with the GIL released:
+ * 0 and *map, or -1 with OSError naming path_obj, CorruptFileError, or the
+ * exception of the status. */
+static int map_file(lb_state *st, const char *cpath, PyObject *path_obj, PyObject *path_str,
+                    const open_mode *om, const lb_fixed_args *a, unsigned file_mode,
+                    lb_mapping *map)
+{
+    lb_status s;
+    int err = 0;
+    const char *why = NULL;
+    if (om->create) {
+        lb_format_header h;
+        memset(&h, 0, sizeof(h));
+        h.kind = LB_KIND_MEMORY;
+        h.scheme = a->scheme;
+        h.m = a->m;
+        h.k = a->k;
+        h.has_capacity = a->has_capacity;
+        h.capacity = a->capacity;
+        h.error_rate = a->error_rate;
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_create(cpath, &h, om->exclusive, file_mode, map, &err);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        /* A sealed file is read whole (its checksum) before it is used. */
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_open(cpath, om->writable, map, &err, &why);
+        Py_END_ALLOW_THREADS
+    }
+    if (s == LB_ERR_BACKEND) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        return -1;
+    }
+    if (s == LB_ERR_FORMAT) {
+        PyErr_Format(st->CorruptFileError, "%R is not a MemoryFilter file: %s", path_str, why);
+        return -1;
+    }
+    if (s != LB_OK) {
+        lb_raise(st, s, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static void args_of_header(const lb_format_header *h, lb_fixed_args *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->m = h->m;
+    out->k = h->k;
+    out->scheme = h->scheme;
+    out->has_capacity = h->has_capacity;
+    out->capacity = h->capacity;
+    out->error_rate = h->error_rate;
+}
+
 static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "mode", "capacity", "error_rate", "m", "k", "hash", NULL};
@@ -398,27 +475,16 @@ static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
     if (!st || !PyArg_ParseTupleAndKeywords(args, kwargs, "O|sOO$OOO:open", kwlist, &path_obj,
                                             &mode, &capacity, &error_rate, &m, &k, &hash))
         return NULL;
-    int create = 0, exclusive = 0, writable = 0;
-    const char *mode_name;
-    if (strcmp(mode, "r") == 0)
-        mode_name = "r";
-    else if (strcmp(mode, "r+") == 0)
-        mode_name = "r+", writable = 1;
-    else if (strcmp(mode, "w") == 0)
-        mode_name = "w", writable = create = 1;
-    else if (strcmp(mode, "x") == 0)
-        mode_name = "x", writable = create = exclusive = 1;
-    else {
-        PyErr_Format(PyExc_ValueError, "mode must be 'r', 'r+', 'w' or 'x', not '%s'", mode);
+    open_mode om;
+    if (parse_open_mode(mode, &om) < 0)
         return NULL;
-    }
     lb_fixed_args a;
     int absent = lb_fixed_args_from(st, capacity, error_rate, m, k, hash, "MemoryFilter.open", 1, &a);
     if (absent < 0)
         return NULL;
-    if (create && absent) {
+    if (om.create && absent) {
         PyErr_Format(PyExc_TypeError, "MemoryFilter.open(path, '%s') creates a file: give "
-                     "capacity (and error_rate) or m and k", mode_name);
+                     "capacity (and error_rate) or m and k", om.name);
         return NULL;
     }
     PyObject *fs = NULL;
@@ -430,55 +496,13 @@ static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     unsigned file_mode = 0;
-    if (create && new_file_mode(&file_mode) < 0)
-        goto fail;
     lb_mapping map;
-    lb_status s;
-    int err = 0;
-    const char *why = NULL;
-    const char *cpath = PyBytes_AS_STRING(fs);
-    if (create) {
-        lb_format_header h;
-        memset(&h, 0, sizeof(h));
-        h.kind = LB_KIND_MEMORY;
-        h.scheme = a.scheme;
-        h.m = a.m;
-        h.k = a.k;
-        h.has_capacity = a.has_capacity;
-        h.capacity = a.capacity;
-        h.error_rate = a.error_rate;
-        Py_BEGIN_ALLOW_THREADS
-        s = lb_map_create(cpath, &h, exclusive, file_mode, &map, &err);
-        Py_END_ALLOW_THREADS
-    }
-    else {
-        /* A sealed file is read whole (its checksum) before it is used. */
-        Py_BEGIN_ALLOW_THREADS
-        s = lb_map_open(cpath, writable, &map, &err, &why);
-        Py_END_ALLOW_THREADS
-    }
-    if (s == LB_ERR_BACKEND) {
-        errno = err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+    if ((om.create && new_file_mode(&file_mode) < 0) ||
+        map_file(st, PyBytes_AS_STRING(fs), path_obj, path_str, &om, &a, file_mode, &map) < 0)
         goto fail;
-    }
-    if (s == LB_ERR_FORMAT) {
-        PyErr_Format(st->CorruptFileError, "%R is not a MemoryFilter file: %s", path_str, why);
-        goto fail;
-    }
-    if (s != LB_OK) {
-        lb_raise(st, s, NULL);
-        goto fail;
-    }
     lb_fixed_args fa;
-    memset(&fa, 0, sizeof(fa));
-    fa.m = map.h.m;
-    fa.k = map.h.k;
-    fa.scheme = map.h.scheme;
-    fa.has_capacity = map.h.has_capacity;
-    fa.capacity = map.h.capacity;
-    fa.error_rate = map.h.error_rate;
-    if (!create && (!absent || (hash && hash != Py_None)) &&
+    args_of_header(&map.h, &fa);
+    if (!om.create && (!absent || (hash && hash != Py_None)) &&
         (a.scheme != fa.scheme || (!absent && (a.m != fa.m || a.k != fa.k)))) {
         PyErr_Format(st->GeometryMismatchError,
                      "%R holds m=%llu k=%u hash=%s, not the filter asked for", path_str,
@@ -493,11 +517,11 @@ static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
     }
     f->map = map;
     f->bits.data = map.base + LB_FORMAT_FIXED_HEADER;
-    f->bits.shared = writable;
+    f->bits.shared = om.writable;
     f->bits.bits_set = lb_bits_popcount(&f->bits);
-    f->f.base.read_only = !writable;
+    f->f.base.read_only = !om.writable;
     f->path = path_str;
-    f->mode = mode_name;
+    f->mode = om.name;
     Py_DECREF(fs);
     return (PyObject *)f;
 fail:
