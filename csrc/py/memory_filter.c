@@ -26,22 +26,22 @@ typedef struct {
 
 #define AS_MEMORY(o) ((MemoryFilter *)(o))
 
-static const lb_fixed_impl memory_impl;
+static const lb_fixed_impl MemoryFilter_impl;
 
-static lb_status memory_init(lb_fixed_filter *f, uint64_t m)
+static lb_status MemoryFilter_init(lb_fixed_filter *f, uint64_t m)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     f->cells_used = &self->bits.bits_set;
     return lb_bits_init(&self->bits, m);
 }
 
-static void memory_release(lb_base *b)
+static void MemoryFilter_release(lb_base *b)
 {
     lb_bits_free(&((MemoryFilter *)b)->bits);
 }
 
 /* Mapped filters: the storage is the file, given by open() after lb_fixed_new. */
-static lb_status memory_init_mapped(lb_fixed_filter *f, uint64_t m)
+static lb_status MemoryFilter_init_mapped(lb_fixed_filter *f, uint64_t m)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     f->cells_used = &self->bits.bits_set;
@@ -51,7 +51,7 @@ static lb_status memory_init_mapped(lb_fixed_filter *f, uint64_t m)
     return LB_OK;
 }
 
-static void memory_release_mapped(lb_base *b)
+static void MemoryFilter_release_mapped(lb_base *b)
 {
     MemoryFilter *self = (MemoryFilter *)b;
     self->bits.data = NULL;
@@ -59,27 +59,27 @@ static void memory_release_mapped(lb_base *b)
 }
 
 /* Other processes add to the file: count its bits when the count is asked. */
-static void memory_recount(lb_fixed_filter *f)
+static void MemoryFilter_recount(lb_fixed_filter *f)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     if (self->bits.data)
         self->bits.bits_set = lb_bits_popcount(&self->bits);
 }
 
-static MemoryFilter *memory_new_from(PyTypeObject *type, const lb_fixed_args *a)
+static MemoryFilter *MemoryFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    return (MemoryFilter *)lb_fixed_new(type, a, &memory_impl);
+    return (MemoryFilter *)lb_fixed_new(type, a, &MemoryFilter_impl);
 }
 
-static PyObject *memory_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *MemoryFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    return lb_fixed_type_new(type, args, kwargs, &memory_impl);
+    return lb_fixed_type_new(type, args, kwargs, &MemoryFilter_impl);
 }
 
 /* ---- single keys ------------------------------------------------------- */
 
 /* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *memory_add_full(MemoryFilter *f, PyObject *key)
+static LB_NOINLINE PyObject *MemoryFilter_add_full(MemoryFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -92,7 +92,7 @@ static LB_NOINLINE PyObject *memory_add_full(MemoryFilter *f, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static LB_NOINLINE int memory_contains_full(MemoryFilter *f, PyObject *key)
+static LB_NOINLINE int MemoryFilter_contains_full(MemoryFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -103,7 +103,7 @@ static LB_NOINLINE int memory_contains_full(MemoryFilter *f, PyObject *key)
     return r;
 }
 
-static PyObject *memory_add(PyObject *self, PyObject *key)
+static PyObject *MemoryFilter_add(PyObject *self, PyObject *key)
 {
     MemoryFilter *f = AS_MEMORY(self);
     const void *data;
@@ -112,22 +112,22 @@ static PyObject *memory_add(PyObject *self, PyObject *key)
         int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
         return Py_NewRef(r ? Py_True : Py_False);
     }
-    return memory_add_full(f, key);
+    return MemoryFilter_add_full(f, key);
 }
 
-static int memory_contains(PyObject *self, PyObject *key)
+static int MemoryFilter_contains(PyObject *self, PyObject *key)
 {
     MemoryFilter *f = AS_MEMORY(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
         return lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
-    return memory_contains_full(f, key);
+    return MemoryFilter_contains_full(f, key);
 }
 
-static PyObject *memory_test(PyObject *self, PyObject *key)
+static PyObject *MemoryFilter_test(PyObject *self, PyObject *key)
 {
-    int r = memory_contains(self, key);
+    int r = MemoryFilter_contains(self, key);
     if (r < 0)
         return NULL;
     return Py_NewRef(r ? Py_True : Py_False);
@@ -135,8 +135,8 @@ static PyObject *memory_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status memory_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status MemoryFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                         uint8_t *out, size_t *done)
 {
     MemoryFilter *f = (MemoryFilter *)b;
     lb_bits_add_hashed(&f->bits, &f->f.geo, pairs, n, out);
@@ -144,8 +144,8 @@ static lb_status memory_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t
     return LB_OK;
 }
 
-static lb_status memory_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status MemoryFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                          uint8_t *out, size_t *done)
 {
     MemoryFilter *f = (MemoryFilter *)b;
     lb_bits_test_hashed(&f->bits, &f->f.geo, pairs, n, out);
@@ -153,22 +153,42 @@ static lb_status memory_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_
     return LB_OK;
 }
 
-static const lb_batch_ops memory_batch = {NULL, NULL, 0, memory_add_hashed, memory_test_hashed,
-                                      lb_fixed_key_scheme};
-static lb_fixed_filter *memory_impl_copy(lb_fixed_filter *src);
-static void memory_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_impl memory_impl = {"MemoryFilter", "bits", 8, memory_init, memory_release,
-                                      &memory_batch, NULL, offsetof(lb_state, MemoryFilter),
-                                      memory_impl_copy, memory_merge};
-/* A mapped filter's union or copy is a filter in memory (memory_copy_of). */
-static const lb_fixed_impl memory_mapped_impl = {"MemoryFilter", "bits", 8, memory_init_mapped,
-                                             memory_release_mapped, &memory_batch, memory_recount,
-                                             offsetof(lb_state, MemoryFilter), memory_impl_copy,
-                                             memory_merge};
+static const lb_batch_ops MemoryFilter_batch = {
+    .add_hashed = MemoryFilter_add_hashed,
+    .test_hashed = MemoryFilter_test_hashed,
+    .key_scheme = lb_fixed_key_scheme,
+};
+static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src);
+static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
+static const lb_fixed_impl MemoryFilter_impl = {
+    .name = "MemoryFilter",
+    .cells = "bits",
+    .cells_per_byte = 8,
+    .init = MemoryFilter_init,
+    .release = MemoryFilter_release,
+    .batch = &MemoryFilter_batch,
+    .recount = NULL,
+    .type_slot = offsetof(lb_state, MemoryFilter),
+    .copy = MemoryFilter_impl_copy,
+    .merge = MemoryFilter_merge,
+};
+/* A mapped filter's union or copy is a filter in memory (MemoryFilter_copy_of). */
+static const lb_fixed_impl MemoryFilter_mapped_impl = {
+    .name = "MemoryFilter",
+    .cells = "bits",
+    .cells_per_byte = 8,
+    .init = MemoryFilter_init_mapped,
+    .release = MemoryFilter_release_mapped,
+    .batch = &MemoryFilter_batch,
+    .recount = MemoryFilter_recount,
+    .type_slot = offsetof(lb_state, MemoryFilter),
+    .copy = MemoryFilter_impl_copy,
+    .merge = MemoryFilter_merge,
+};
 
 /* ---- whole filter ------------------------------------------------------- */
 
-static PyObject *memory_reset(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (AS_MEMORY(self)->f.base.read_only)
@@ -180,23 +200,23 @@ static PyObject *memory_reset(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *memory_bits_set(PyObject *self, void *unused)
+static PyObject *MemoryFilter_bits_set(PyObject *self, void *unused)
 {
     (void)unused;
     if (AS_MEMORY(self)->path)
-        memory_recount(&AS_MEMORY(self)->f);
+        MemoryFilter_recount(&AS_MEMORY(self)->f);
     return PyLong_FromUnsignedLongLong(AS_MEMORY(self)->bits.bits_set);
 }
 
-static PyObject *memory_nbytes(PyObject *self, void *unused)
+static PyObject *MemoryFilter_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLongLong((AS_MEMORY(self)->bits.m + 7) / 8);
 }
 
-static MemoryFilter *memory_copy_of(MemoryFilter *src)
+static MemoryFilter *MemoryFilter_copy_of(MemoryFilter *src)
 {
-    MemoryFilter *dst = memory_new_from(Py_TYPE(src), &src->f.args);
+    MemoryFilter *dst = MemoryFilter_new_from(Py_TYPE(src), &src->f.args);
     if (!dst)
         return NULL;
     memcpy(dst->bits.data, src->bits.data, (size_t)src->bits.nbytes);
@@ -205,12 +225,12 @@ static MemoryFilter *memory_copy_of(MemoryFilter *src)
     return dst;
 }
 
-static lb_fixed_filter *memory_impl_copy(lb_fixed_filter *src)
+static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src)
 {
-    return (lb_fixed_filter *)memory_copy_of((MemoryFilter *)src);
+    return (lb_fixed_filter *)MemoryFilter_copy_of((MemoryFilter *)src);
 }
 
-static void memory_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     if (is_union)
         lb_bits_or(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
@@ -218,7 +238,7 @@ static void memory_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int i
         lb_bits_and(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
 }
 
-static PyObject *memory_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *MemoryFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = AS_MEMORY(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
@@ -231,9 +251,9 @@ static PyObject *memory_richcompare(PyObject *self, PyObject *other, int op)
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     if (a->path)
-        memory_recount(&a->f);
+        MemoryFilter_recount(&a->f);
     if (b->path)
-        memory_recount(&b->f);
+        MemoryFilter_recount(&b->f);
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
              memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
@@ -243,7 +263,7 @@ static PyObject *memory_richcompare(PyObject *self, PyObject *other, int op)
 
 /* ---- bytes -------------------------------------------------------------- */
 
-static PyObject *memory_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
     MemoryFilter *f = AS_MEMORY(self);
@@ -254,7 +274,7 @@ static PyObject *memory_to_bytes(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *memory_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *MemoryFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -265,7 +285,7 @@ static PyObject *memory_from_bytes(PyObject *cls, PyObject *data)
     size_t len;
     if (lb_fixed_read(st, data, &view, LB_KIND_MEMORY, "MemoryFilter", &a, &payload, &len) < 0)
         return NULL;
-    MemoryFilter *f = memory_new_from((PyTypeObject *)cls, &a);
+    MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
     if (f) {
         memcpy(f->bits.data, payload, len);
         f->bits.bits_set = lb_bits_popcount(&f->bits);
@@ -275,7 +295,7 @@ static PyObject *memory_from_bytes(PyObject *cls, PyObject *data)
 }
 
 /* The raw bit array: ceil(m/8) bytes in Redis's SETBIT order. */
-static PyObject *memory_to_bitmap(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_to_bitmap(PyObject *self, PyObject *unused)
 {
     (void)unused;
     MemoryFilter *f = AS_MEMORY(self);
@@ -286,7 +306,7 @@ static PyObject *memory_to_bitmap(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *memory_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
+static PyObject *MemoryFilter_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"data", "m", "k", "hash", NULL};
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
@@ -324,7 +344,7 @@ static PyObject *memory_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwa
         PyErr_SetString(PyExc_ValueError, "bitmap has bits set past m");
         goto done;
     }
-    MemoryFilter *f = memory_new_from((PyTypeObject *)cls, &a);
+    MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
     if (f) {
         memcpy(f->bits.data, view.buf, (size_t)view.len);
         f->bits.bits_set = lb_bits_popcount(&f->bits);
@@ -335,20 +355,20 @@ done:
     return result;
 }
 
-static PyObject *memory_sizeof(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
     /* A mapped filter's bits are the file's pages, not this object's memory. */
+    MemoryFilter *f = AS_MEMORY(self);
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (AS_MEMORY(self)->bits.data && !AS_MEMORY(self)->path ? (size_t)AS_MEMORY(self)->bits.nbytes
-                                                                     : 0));
+                             (f->bits.data && !f->path ? (size_t)f->bits.nbytes : 0));
 }
 
-static PyObject *memory_repr(PyObject *self)
+static PyObject *MemoryFilter_repr(PyObject *self)
 {
     MemoryFilter *f = AS_MEMORY(self);
     if (f->path && !f->f.base.closed) {
-        memory_recount(&f->f);
+        MemoryFilter_recount(&f->f);
         const char *tname = strrchr(Py_TYPE(f)->tp_name, '.');
         tname = tname ? tname + 1 : Py_TYPE(f)->tp_name;
         return PyUnicode_FromFormat("<%s m=%llu k=%u hash=%s bits_set=%llu mapped=%R mode=%s>",
@@ -363,7 +383,7 @@ static PyObject *memory_repr(PyObject *self)
 
 /* ---- a file mapped by several processes ---------------------------------- */
 
-static void memory_dealloc(PyObject *self)
+static void MemoryFilter_dealloc(PyObject *self)
 {
     PyObject *path = AS_MEMORY(self)->path;
     AS_MEMORY(self)->path = NULL;
@@ -466,7 +486,7 @@ static void args_of_header(const lb_format_header *h, lb_fixed_args *out)
     out->error_rate = h->error_rate;
 }
 
-static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
+static PyObject *MemoryFilter_open(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "mode", "capacity", "error_rate", "m", "k", "hash", NULL};
     PyObject *path_obj, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = NULL;
@@ -510,7 +530,8 @@ static PyObject *memory_open(PyObject *cls, PyObject *args, PyObject *kwargs)
         lb_map_close(&map);
         goto fail;
     }
-    MemoryFilter *f = (MemoryFilter *)lb_fixed_new((PyTypeObject *)cls, &fa, &memory_mapped_impl);
+    MemoryFilter *f = (MemoryFilter *)
+        lb_fixed_new((PyTypeObject *)cls, &fa, &MemoryFilter_mapped_impl);
     if (!f) {
         lb_map_close(&map);
         goto fail;
@@ -530,7 +551,7 @@ fail:
     return NULL;
 }
 
-static PyObject *memory_flush(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_flush(PyObject *self, PyObject *unused)
 {
     (void)unused;
     MemoryFilter *f = AS_MEMORY(self);
@@ -551,13 +572,13 @@ static PyObject *memory_flush(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *memory_get_path(PyObject *self, void *unused)
+static PyObject *MemoryFilter_get_path(PyObject *self, void *unused)
 {
     (void)unused;
     return Py_NewRef(AS_MEMORY(self)->path ? AS_MEMORY(self)->path : Py_None);
 }
 
-static PyObject *memory_get_mode(PyObject *self, void *unused)
+static PyObject *MemoryFilter_get_mode(PyObject *self, void *unused)
 {
     (void)unused;
     if (!AS_MEMORY(self)->path)
@@ -565,11 +586,12 @@ static PyObject *memory_get_mode(PyObject *self, void *unused)
     return PyUnicode_FromString(AS_MEMORY(self)->mode);
 }
 
-static PyMethodDef memory_methods[] = {
-    {"add", memory_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", memory_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+static PyMethodDef MemoryFilter_methods[] = {
+    {"add", MemoryFilter_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", MemoryFilter_test, METH_O,
+     "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", memory_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", MemoryFilter_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -583,12 +605,14 @@ static PyMethodDef memory_methods[] = {
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> MemoryFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", memory_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
-                                           "format (versioned header, checksum)."},
-    {"from_bytes", memory_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> MemoryFilter"},
-    {"to_bitmap", memory_to_bitmap, METH_NOARGS,
+    {"to_bytes", MemoryFilter_to_bytes, METH_NOARGS,
+     "to_bytes() -> bytes\n\nThe filter in the saved "
+     "format (versioned header, checksum)."},
+    {"from_bytes", MemoryFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> MemoryFilter"},
+    {"to_bitmap", MemoryFilter_to_bitmap, METH_NOARGS,
      "to_bitmap() -> bytes\n\nThe raw bits, bit i at byte i//8, bit 7 - i%8 (Redis's order)."},
-    {"from_bitmap", (PyCFunction)(void (*)(void))memory_from_bitmap,
+    {"from_bitmap", (PyCFunction)(void (*)(void))MemoryFilter_from_bitmap,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_bitmap(data, m, k, hash=\"xxh3-mix\") -> MemoryFilter\n\nA filter over raw bits (a "
      "shorter bitmap is padded with zeros, as Redis does)."},
@@ -596,55 +620,57 @@ static PyMethodDef memory_methods[] = {
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
-    {"open", (PyCFunction)(void (*)(void))memory_open, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+    {"open", (PyCFunction)(void (*)(void))MemoryFilter_open,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "open(path, mode=\"r\", capacity=None, error_rate=0.01, *, m=None, k=None, hash=None) "
      "-> MemoryFilter\n\nA filter whose bits are a file mapped into memory and shared with "
      "every process that opens it: \"r\" read-only, \"r+\" read and add, \"w\" create (or "
      "replace, by renaming a new file over path), \"x\" create a file that must not exist.  "
      "Adds from several processes are atomic; the file stays loadable with load()."},
-    {"flush", memory_flush, METH_NOARGS,
+    {"flush", MemoryFilter_flush, METH_NOARGS,
      "flush()\n\nWrite a mapped filter's changed pages to its file now (msync); nothing for "
      "a filter in memory."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", memory_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", MemoryFilter_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef memory_getset[] = {
+static PyGetSetDef MemoryFilter_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
     {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3-mix\" (default), \"xxh3\" (the unmixed walk) or \"ling-base\"",
      LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", memory_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
-    {"bits_set", memory_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", MemoryFilter_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
+    {"bits_set", MemoryFilter_bits_set, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
-    {"path", memory_get_path, NULL, "the mapped file (open()), or None for a filter in memory", NULL},
-    {"mode", memory_get_mode, NULL, "the mode the file was opened with, or None", NULL},
+    {"path", MemoryFilter_get_path, NULL,
+     "the mapped file (open()), or None for a filter in memory", NULL},
+    {"mode", MemoryFilter_get_mode, NULL, "the mode the file was opened with, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef memory_members[] = {
+static PyMemberDef MemoryFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot memory_slots[] = {
+static PyType_Slot MemoryFilter_slots[] = {
     {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
                 "MemoryFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
-    {Py_tp_new, memory_new},
-    {Py_tp_dealloc, memory_dealloc},
+    {Py_tp_new, MemoryFilter_new},
+    {Py_tp_dealloc, MemoryFilter_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
-    {Py_tp_methods, memory_methods},
-    {Py_tp_getset, memory_getset},
-    {Py_tp_members, memory_members},
-    {Py_tp_repr, memory_repr},
-    {Py_tp_richcompare, memory_richcompare},
+    {Py_tp_methods, MemoryFilter_methods},
+    {Py_tp_getset, MemoryFilter_getset},
+    {Py_tp_members, MemoryFilter_members},
+    {Py_tp_repr, MemoryFilter_repr},
+    {Py_tp_richcompare, MemoryFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, memory_contains},
+    {Py_sq_contains, MemoryFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},
@@ -654,14 +680,14 @@ static PyType_Slot memory_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec memory_spec = {
+static PyType_Spec MemoryFilter_spec = {
     .name = "ling_bloom.MemoryFilter",
     .basicsize = sizeof(MemoryFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = memory_slots,
+    .slots = MemoryFilter_slots,
 };
 
 PyTypeObject *lb_memory_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &memory_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &MemoryFilter_spec, NULL);
 }

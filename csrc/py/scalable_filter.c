@@ -20,15 +20,15 @@ typedef struct {
 
 #define AS_SCALABLE(o) ((ScalableFilter *)(o))
 
-static const lb_batch_ops scalable_batch;
+static const lb_batch_ops ScalableFilter_batch;
 
-static void scalable_release(lb_base *b)
+static void ScalableFilter_release(lb_base *b)
 {
     lb_scalable_free(&((ScalableFilter *)b)->s);
 }
 
 /* The exception of a status of the chain, with what it means for one. */
-static lb_status scalable_raise(lb_state *st, lb_status s)
+static lb_status ScalableFilter_raise(lb_state *st, lb_status s)
 {
     const char *detail = NULL;
     if (s == LB_ERR_ARG)
@@ -42,12 +42,12 @@ static lb_status scalable_raise(lb_state *st, lb_status s)
     return s;
 }
 
-static void scalable_raise_growth(lb_base *b)
+static void ScalableFilter_raise_growth(lb_base *b)
 {
-    scalable_raise(b->st, ((ScalableFilter *)b)->growth_error);
+    ScalableFilter_raise(b->st, ((ScalableFilter *)b)->growth_error);
 }
 
-static ScalableFilter *scalable_alloc(PyTypeObject *type)
+static ScalableFilter *ScalableFilter_alloc(PyTypeObject *type)
 {
     ScalableFilter *self = (ScalableFilter *)type->tp_alloc(type, 0);
     if (!self)
@@ -58,12 +58,12 @@ static ScalableFilter *scalable_alloc(PyTypeObject *type)
         Py_DECREF(self);
         return NULL;
     }
-    self->base.raise_backend = scalable_raise_growth;
-    self->base.batch = &scalable_batch;
+    self->base.raise_backend = ScalableFilter_raise_growth;
+    self->base.batch = &ScalableFilter_batch;
     return self;
 }
 
-static PyObject *scalable_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *ScalableFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"initial_capacity", "error_rate", "growth_ratio", "fpr_ratio", "hash",
                              NULL};
@@ -86,22 +86,22 @@ static PyObject *scalable_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return NULL;
     lb_status s = lb_scalable_check(cap, error_rate, growth, ratio);
     if (s != LB_OK) {
-        scalable_raise(st, s);
+        ScalableFilter_raise(st, s);
         return NULL;
     }
-    ScalableFilter *self = scalable_alloc(type);
+    ScalableFilter *self = ScalableFilter_alloc(type);
     if (!self)
         return NULL;
     s = lb_scalable_init(&self->s, cap, error_rate, growth, ratio, scheme);
     if (s != LB_OK) {
         Py_DECREF(self);
-        scalable_raise(st, s);
+        ScalableFilter_raise(st, s);
         return NULL;
     }
     return (PyObject *)self;
 }
 
-static void scalable_dealloc(PyObject *self)
+static void ScalableFilter_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
@@ -111,13 +111,13 @@ static void scalable_dealloc(PyObject *self)
     Py_DECREF(tp);
 }
 
-static int scalable_traverse(PyObject *self, visitproc visit, void *arg)
+static int ScalableFilter_traverse(PyObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
 
-static PyObject *scalable_add(PyObject *self, PyObject *key)
+static PyObject *ScalableFilter_add(PyObject *self, PyObject *key)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
@@ -128,13 +128,13 @@ static PyObject *scalable_add(PyObject *self, PyObject *key)
     lb_status s = lb_scalable_add(&f->s, k.data, k.len, &added);
     lb_key_leave(&f->base, &hold);
     if (s != LB_OK) {
-        scalable_raise(f->base.st, s);
+        ScalableFilter_raise(f->base.st, s);
         return NULL;
     }
     return PyBool_FromLong(added);
 }
 
-static int scalable_contains(PyObject *self, PyObject *key)
+static int ScalableFilter_contains(PyObject *self, PyObject *key)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
@@ -146,14 +146,14 @@ static int scalable_contains(PyObject *self, PyObject *key)
     return r;
 }
 
-static PyObject *scalable_test(PyObject *self, PyObject *key)
+static PyObject *ScalableFilter_test(PyObject *self, PyObject *key)
 {
-    int r = scalable_contains(self, key);
+    int r = ScalableFilter_contains(self, key);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static lb_status scalable_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status ScalableFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                           uint8_t *out, size_t *done)
 {
     ScalableFilter *f = (ScalableFilter *)b;
     lb_status s = lb_scalable_add_hashed(&f->s, pairs, n, out, done);
@@ -163,23 +163,26 @@ static lb_status scalable_add_hashed(lb_base *b, const lb_hash_pair *pairs, size
     return LB_ERR_BACKEND;
 }
 
-static lb_status scalable_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status ScalableFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                            uint8_t *out, size_t *done)
 {
     lb_scalable_test_hashed(&((ScalableFilter *)b)->s, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static lb_hash_scheme scalable_key_scheme(lb_base *b)
+static lb_hash_scheme ScalableFilter_key_scheme(lb_base *b)
 {
     return ((ScalableFilter *)b)->s.scheme;
 }
 
-static const lb_batch_ops scalable_batch = {NULL, NULL, 0, scalable_add_hashed, scalable_test_hashed,
-                                      scalable_key_scheme};
+static const lb_batch_ops ScalableFilter_batch = {
+    .add_hashed = ScalableFilter_add_hashed,
+    .test_hashed = ScalableFilter_test_hashed,
+    .key_scheme = ScalableFilter_key_scheme,
+};
 
-static PyObject *scalable_reset(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -191,13 +194,13 @@ static PyObject *scalable_reset(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *scalable_close(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    return lb_close_with(&AS_SCALABLE(self)->base, scalable_release);
+    return lb_close_with(&AS_SCALABLE(self)->base, ScalableFilter_release);
 }
 
-static PyObject *scalable_approximate_count(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_approximate_count(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -207,7 +210,7 @@ static PyObject *scalable_approximate_count(PyObject *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *scalable_current_error_rate(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_current_error_rate(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -217,7 +220,7 @@ static PyObject *scalable_current_error_rate(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(r);
 }
 
-static PyObject *scalable_stages(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_stages(PyObject *self, PyObject *unused)
 {
     (void)unused;
     ScalableFilter *f = AS_SCALABLE(self);
@@ -247,7 +250,7 @@ static PyObject *scalable_stages(PyObject *self, PyObject *unused)
 
 static PyObject *entered_to_bytes(ScalableFilter *f);
 
-static PyObject *scalable_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
     ScalableFilter *f = AS_SCALABLE(self);
@@ -298,7 +301,7 @@ static PyObject *entered_to_bytes(ScalableFilter *f)
     return out;
 }
 
-static PyObject *scalable_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *ScalableFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -307,7 +310,7 @@ static PyObject *scalable_from_bytes(PyObject *cls, PyObject *data)
     lb_format_header h;
     if (lb_read_saved(st, data, &view, &h, LB_KIND_SCALABLE) < 0)
         return NULL;
-    ScalableFilter *f = scalable_alloc((PyTypeObject *)cls);
+    ScalableFilter *f = ScalableFilter_alloc((PyTypeObject *)cls);
     lb_status s = LB_OK;
     if (f)
         s = lb_scalable_init(&f->s, h.initial_capacity, h.error_rate, h.growth, h.fpr_ratio,
@@ -327,18 +330,18 @@ static PyObject *scalable_from_bytes(PyObject *cls, PyObject *data)
     PyBuffer_Release(&view);
     if (f && s != LB_OK) {
         Py_CLEAR(f);
-        scalable_raise(st, s);
+        ScalableFilter_raise(st, s);
     }
     return (PyObject *)f;
 }
 
-static PyObject *scalable_copy(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_copy(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *data = scalable_to_bytes(self, NULL);
+    PyObject *data = ScalableFilter_to_bytes(self, NULL);
     if (!data)
         return NULL;
-    PyObject *r = scalable_from_bytes((PyObject *)Py_TYPE(self), data);
+    PyObject *r = ScalableFilter_from_bytes((PyObject *)Py_TYPE(self), data);
     Py_DECREF(data);
     return r;
 }
@@ -346,7 +349,7 @@ static PyObject *scalable_copy(PyObject *self, PyObject *unused)
 /* Not defined for a chain: OR-ing stage i of two chains puts up to twice its
  * capacity in it (past the rate its stage promises), and a key that went to
  * stage 0 of one and stage 1 of the other is in no stage of an AND. */
-static PyObject *scalable_no_setop(PyObject *self, PyObject *other)
+static PyObject *ScalableFilter_no_setop(PyObject *self, PyObject *other)
 {
     (void)other;
     PyErr_SetString(AS_SCALABLE(self)->base.st->NotSupportedError,
@@ -357,7 +360,7 @@ static PyObject *scalable_no_setop(PyObject *self, PyObject *other)
     return NULL;
 }
 
-static PyObject *scalable_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = AS_SCALABLE(self)->base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
@@ -366,10 +369,10 @@ static PyObject *scalable_richcompare(PyObject *self, PyObject *other, int op)
      * A closed filter against another one raises ClosedError (lb_enter2). */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    PyObject *a = scalable_to_bytes(self, NULL);
+    PyObject *a = ScalableFilter_to_bytes(self, NULL);
     if (!a)
         return NULL;
-    PyObject *b = scalable_to_bytes(other, NULL);
+    PyObject *b = ScalableFilter_to_bytes(other, NULL);
     if (!b) {
         Py_DECREF(a);
         return NULL;
@@ -380,44 +383,44 @@ static PyObject *scalable_richcompare(PyObject *self, PyObject *other, int op)
     return r;
 }
 
-static PyObject *scalable_get_initial_capacity(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_initial_capacity(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLongLong(AS_SCALABLE(self)->s.initial_capacity);
 }
 
-static PyObject *scalable_get_error_rate(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_error_rate(PyObject *self, void *unused)
 {
     (void)unused;
     return PyFloat_FromDouble(AS_SCALABLE(self)->s.error_rate);
 }
 
-static PyObject *scalable_get_growth(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_growth(PyObject *self, void *unused)
 {
     (void)unused;
     return PyFloat_FromDouble(AS_SCALABLE(self)->s.growth);
 }
 
-static PyObject *scalable_get_ratio(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_ratio(PyObject *self, void *unused)
 {
     (void)unused;
     return PyFloat_FromDouble(AS_SCALABLE(self)->s.fpr_ratio);
 }
 
-static PyObject *scalable_get_hash(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_hash(PyObject *self, void *unused)
 {
     (void)unused;
     return PyUnicode_FromString(lb_hash_scheme_name(AS_SCALABLE(self)->s.scheme));
 }
 
-static PyObject *scalable_get_nsub(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_nsub(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLong(AS_SCALABLE(self)->s.nstages);
 }
 
 /* The stage array moves when a batch grows the chain: what reads it enters. */
-static PyObject *scalable_get_capacity(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_capacity(PyObject *self, void *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -427,7 +430,7 @@ static PyObject *scalable_get_capacity(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *scalable_get_nbytes(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -437,7 +440,7 @@ static PyObject *scalable_get_nbytes(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *scalable_repr(PyObject *self)
+static PyObject *ScalableFilter_repr(PyObject *self)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     if (lb_enter(&f->base) < 0) {
@@ -453,31 +456,32 @@ static PyObject *scalable_repr(PyObject *self)
                                 (unsigned long long)count);
 }
 
-static PyMethodDef scalable_methods[] = {
-    {"add", scalable_add, METH_O,
+static PyMethodDef ScalableFilter_methods[] = {
+    {"add", ScalableFilter_add, METH_O,
      "add(key) -> bool\n\nAdd key to the newest stage unless some stage holds it already; True "
      "when it was added."},
-    {"test", scalable_test, METH_O, "test(key) -> bool"},
+    {"test", ScalableFilter_test, METH_O, "test(key) -> bool"},
     LB_BATCH_METHOD_DEFS,
-    {"reset", scalable_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
-    {"close", scalable_close, METH_NOARGS, "close()"},
+    {"reset", ScalableFilter_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
+    {"close", ScalableFilter_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
-    {"approximate_count", scalable_approximate_count, METH_NOARGS,
+    {"approximate_count", ScalableFilter_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nKeys added that tested absent when they were added (a "
      "lower bound on the distinct keys)."},
-    {"current_error_rate", scalable_current_error_rate, METH_NOARGS,
+    {"current_error_rate", ScalableFilter_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe rate now: 1 - prod(1 - fill_i ** k_i)."},
-    {"stages", scalable_stages, METH_NOARGS,
+    {"stages", ScalableFilter_stages, METH_NOARGS,
      "stages() -> list[dict]\n\ncapacity, count, m, k, error_rate, bits_set of each stage."},
-    {"union", scalable_no_setop, METH_O,
+    {"union", ScalableFilter_no_setop, METH_O,
      "union(other)\n\nNotSupportedError: not defined for a chain of stages (see the error)."},
-    {"intersection", scalable_no_setop, METH_O,
+    {"intersection", ScalableFilter_no_setop, METH_O,
      "intersection(other)\n\nNotSupportedError: not defined for a chain of stages."},
-    {"copy", scalable_copy, METH_NOARGS, "copy() -> ScalableFilter"},
-    {"__copy__", scalable_copy, METH_NOARGS, NULL},
-    {"to_bytes", scalable_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
-    {"from_bytes", scalable_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
+    {"copy", ScalableFilter_copy, METH_NOARGS, "copy() -> ScalableFilter"},
+    {"__copy__", ScalableFilter_copy, METH_NOARGS, NULL},
+    {"to_bytes", ScalableFilter_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", ScalableFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> ScalableFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
@@ -487,53 +491,55 @@ static PyMethodDef scalable_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef scalable_getset[] = {
-    {"initial_capacity", scalable_get_initial_capacity, NULL, "capacity of the first stage", NULL},
-    {"error_rate", scalable_get_error_rate, NULL, "the bound the whole chain keeps", NULL},
-    {"growth_ratio", scalable_get_growth, NULL, "each stage holds this many times the last", NULL},
-    {"fpr_ratio", scalable_get_ratio, NULL, "each stage's rate is this times the last", NULL},
-    {"hash", scalable_get_hash, NULL, "hashing scheme", NULL},
-    {"num_sub_filters", scalable_get_nsub, NULL, "number of stages", NULL},
-    {"capacity", scalable_get_capacity, NULL, "keys the present stages take", NULL},
-    {"nbytes", scalable_get_nbytes, NULL, "bytes of all stages' bits", NULL},
+static PyGetSetDef ScalableFilter_getset[] = {
+    {"initial_capacity", ScalableFilter_get_initial_capacity, NULL,
+     "capacity of the first stage", NULL},
+    {"error_rate", ScalableFilter_get_error_rate, NULL, "the bound the whole chain keeps", NULL},
+    {"growth_ratio", ScalableFilter_get_growth, NULL,
+     "each stage holds this many times the last", NULL},
+    {"fpr_ratio", ScalableFilter_get_ratio, NULL, "each stage's rate is this times the last", NULL},
+    {"hash", ScalableFilter_get_hash, NULL, "hashing scheme", NULL},
+    {"num_sub_filters", ScalableFilter_get_nsub, NULL, "number of stages", NULL},
+    {"capacity", ScalableFilter_get_capacity, NULL, "keys the present stages take", NULL},
+    {"nbytes", ScalableFilter_get_nbytes, NULL, "bytes of all stages' bits", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef scalable_members[] = {
+static PyMemberDef ScalableFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot scalable_slots[] = {
+static PyType_Slot ScalableFilter_slots[] = {
     {Py_tp_doc, "ScalableFilter(initial_capacity, error_rate=0.01, growth_ratio=2.0, "
                 "fpr_ratio=0.9, *, hash=\"xxh3-mix\")\n\n"
                 "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
                 "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
                 "however far it grows (the ling-base Go library's option is the first stage's rate)."},
-    {Py_tp_new, scalable_new},
-    {Py_tp_dealloc, scalable_dealloc},
-    {Py_tp_traverse, scalable_traverse},
-    {Py_tp_methods, scalable_methods},
-    {Py_tp_getset, scalable_getset},
-    {Py_tp_members, scalable_members},
-    {Py_tp_repr, scalable_repr},
-    {Py_tp_richcompare, scalable_richcompare},
+    {Py_tp_new, ScalableFilter_new},
+    {Py_tp_dealloc, ScalableFilter_dealloc},
+    {Py_tp_traverse, ScalableFilter_traverse},
+    {Py_tp_methods, ScalableFilter_methods},
+    {Py_tp_getset, ScalableFilter_getset},
+    {Py_tp_members, ScalableFilter_members},
+    {Py_tp_repr, ScalableFilter_repr},
+    {Py_tp_richcompare, ScalableFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, scalable_contains},
+    {Py_sq_contains, ScalableFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 
-static PyType_Spec scalable_spec = {
+static PyType_Spec ScalableFilter_spec = {
     .name = "ling_bloom.ScalableFilter",
     .basicsize = sizeof(ScalableFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = scalable_slots,
+    .slots = ScalableFilter_slots,
 };
 
 PyTypeObject *lb_scalable_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &scalable_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &ScalableFilter_spec, NULL);
 }
