@@ -1,7 +1,10 @@
 /* errors.h: the exceptions of ling_bloom, made from one table, and the one map
  * from a status of the core (an lb_status, or an lb_redis_status of the
- * Redis client) to the exception it raises.  Every status the binding turns
- * into an exception goes through this map. */
+ * Redis client) to the exception it raises: which exception, its message
+ * when the caller has none, and the attributes it carries (.reply, .key,
+ * .processed, .added).  Every status -> exception decision belongs here
+ * (redis_connection.c's lb_raise_redis and RedisBloomFilter's rb_raise still
+ * make their own until they call lb_raise_redis_status). */
 #ifndef LB_PY_ERRORS_H
 #define LB_PY_ERRORS_H
 

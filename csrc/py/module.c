@@ -7,8 +7,6 @@
 #include "functions.h"
 #include "state.h"
 
-static PyModuleDef lb_module_def;
-
 static int add_type(PyObject *module, PyTypeObject **slot, PyTypeObject *type)
 {
     *slot = type;
