@@ -1,7 +1,10 @@
 /* blocked_filter.c: BlockedFilter, a split-block Bloom filter (csrc/core/blocked.h):
  * one 64-byte block per key. */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,40 +18,33 @@ typedef struct {
     lb_blocked bits;
 } BlockedFilter;
 
-#define BF(o) ((BlockedFilter *)(o))
+#define AS_BLOCKED(o) ((BlockedFilter *)(o))
 
 /* What the hash property says: XXH3-64 of the key, the split-block walk. */
 #define BLOCKED_HASH_NAME "xxh3-block"
 
-static const lb_fixed_kind bf_kind;
+static const lb_fixed_impl BlockedFilter_impl;
 
-static lb_status bf_init(lb_fixed_filter *f, uint64_t m)
+static lb_status BlockedFilter_init(lb_fixed_filter *f, uint64_t m)
 {
     BlockedFilter *self = (BlockedFilter *)f;
     f->cells_used = &self->bits.bits_set;
     return lb_blocked_init(&self->bits, m, f->args.k);
 }
 
-static void bf_release(lb_base *b)
+static void BlockedFilter_release(lb_base *b)
 {
     lb_blocked_free(&((BlockedFilter *)b)->bits);
 }
 
-static BlockedFilter *bf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+static BlockedFilter *BlockedFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    return (BlockedFilter *)lb_fixed_new(type, a, &bf_kind);
+    return (BlockedFilter *)lb_fixed_new(type, a, &BlockedFilter_impl);
 }
 
 /* ---- construction ------------------------------------------------------- */
 
-static int none_given(PyObject *obj, const char *what)
-{
-    if (obj != Py_None)
-        return 0;
-    return lb_arg_type_error("BlockedFilter", what, obj);
-}
-
-static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
+static int BlockedFilter_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
 {
     if (s == LB_ERR_CAPACITY)
         PyErr_Format(st->InvalidCapacityError,
@@ -65,7 +61,7 @@ static int bf_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
 
 /* The error of a capacity and rate that no blocked filter holds: the rate, when even
  * one key cannot be held at it (it needs more than 64 bits per key); else the size. */
-static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
+static PyObject *BlockedFilter_size_error(lb_state *st, lb_status s, double p, PyObject *rate)
 {
     uint64_t m, k;
     if (s == LB_ERR_RANGE && lb_blocked_size(1, p, &m, &k) == LB_ERR_RANGE)
@@ -77,7 +73,8 @@ static PyObject *bf_size_error(lb_state *st, lb_status s, double p, PyObject *ra
                                              : NULL);
 }
 
-static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixed_args *out)
+static int BlockedFilter_parse_args(lb_state *st, PyObject *args, PyObject *kwargs,
+                                    lb_fixed_args *out)
 {
     static char *kwlist[] = {"capacity", "error_rate", "m", "k", NULL};
     PyObject *capacity = NULL, *error_rate = NULL, *mo = NULL, *ko = NULL;
@@ -86,8 +83,9 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
         return -1;
     memset(out, 0, sizeof(*out));
     out->scheme = LB_HASH_XXH3_MIX; /* recorded as saved files have it; keys hash with lb_hash_blocked */
-    if (none_given(capacity, "capacity") < 0 || none_given(error_rate, "error_rate") < 0 ||
-        none_given(mo, "m") < 0 || none_given(ko, "k") < 0)
+    if (lb_none_given("BlockedFilter", "capacity", capacity) < 0 ||
+        lb_none_given("BlockedFilter", "error_rate", error_rate) < 0 ||
+        lb_none_given("BlockedFilter", "m", mo) < 0 || lb_none_given("BlockedFilter", "k", ko) < 0)
         return -1;
     if ((mo || ko) && (capacity || error_rate)) {
         PyErr_SetString(PyExc_TypeError,
@@ -105,7 +103,7 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
             return -1;
         lb_status s = lb_blocked_check_geometry(m, k);
         if (s != LB_OK)
-            return bf_geometry_error(st, s, m, k);
+            return BlockedFilter_geometry_error(st, s, m, k);
         out->m = m;
         out->k = (uint32_t)k;
         return 0;
@@ -123,23 +121,14 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
         return -1;
     }
     out->error_rate = 0.01;
-    if (error_rate) {
-        double p;
-        if (lb_parse_double_arg("BlockedFilter", error_rate, "error_rate", &p) < 0)
-            return -1;
-        if (!(p > 0.0 && p < 1.0)) {
-            PyErr_Format(st->InvalidFalsePositiveRateError,
-                         "false-positive rate must be in (0, 1), not %R", error_rate);
-            return -1;
-        }
-        out->error_rate = p;
-    }
+    if (error_rate && lb_parse_rate(st, "BlockedFilter", error_rate, &out->error_rate) < 0)
+        return -1;
     uint64_t m, k;
     lb_status s = lb_blocked_size(out->capacity, out->error_rate, &m, &k);
     if (s != LB_OK) {
         PyObject *rate = error_rate ? Py_NewRef(error_rate) : PyFloat_FromDouble(0.01);
         if (rate) {
-            bf_size_error(st, s, out->error_rate, rate);
+            BlockedFilter_size_error(st, s, out->error_rate, rate);
             Py_DECREF(rate);
         }
         return -1;
@@ -150,19 +139,19 @@ static int bf_parse_args(lb_state *st, PyObject *args, PyObject *kwargs, lb_fixe
     return 0;
 }
 
-static PyObject *bf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *BlockedFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     lb_state *st = lb_state_from_type(type);
     lb_fixed_args a;
-    if (!st || bf_parse_args(st, args, kwargs, &a) < 0)
+    if (!st || BlockedFilter_parse_args(st, args, kwargs, &a) < 0)
         return NULL;
-    return (PyObject *)bf_new_from(type, &a);
+    return (PyObject *)BlockedFilter_new_from(type, &a);
 }
 
 /* ---- single keys ------------------------------------------------------- */
 
 /* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *bf_add_full(BlockedFilter *f, PyObject *key)
+static LB_NOINLINE PyObject *BlockedFilter_add_full(BlockedFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -173,7 +162,7 @@ static LB_NOINLINE PyObject *bf_add_full(BlockedFilter *f, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static LB_NOINLINE int bf_contains_full(BlockedFilter *f, PyObject *key)
+static LB_NOINLINE int BlockedFilter_contains_full(BlockedFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -184,29 +173,29 @@ static LB_NOINLINE int bf_contains_full(BlockedFilter *f, PyObject *key)
     return r;
 }
 
-static PyObject *bf_add(PyObject *self, PyObject *key)
+static PyObject *BlockedFilter_add(PyObject *self, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len)))
         return Py_NewRef(lb_blocked_add_key(&f->bits, data, len) ? Py_True : Py_False);
-    return bf_add_full(f, key);
+    return BlockedFilter_add_full(f, key);
 }
 
-static int bf_contains(PyObject *self, PyObject *key)
+static int BlockedFilter_contains(PyObject *self, PyObject *key)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
         return lb_blocked_test_key(&f->bits, data, len);
-    return bf_contains_full(f, key);
+    return BlockedFilter_contains_full(f, key);
 }
 
-static PyObject *bf_test(PyObject *self, PyObject *key)
+static PyObject *BlockedFilter_test(PyObject *self, PyObject *key)
 {
-    int r = bf_contains(self, key);
+    int r = BlockedFilter_contains(self, key);
     if (r < 0)
         return NULL;
     return Py_NewRef(r ? Py_True : Py_False);
@@ -214,16 +203,16 @@ static PyObject *bf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status bf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status BlockedFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                          uint8_t *out, size_t *done)
 {
     lb_blocked_add_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status BlockedFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                           uint8_t *out, size_t *done)
 {
     lb_blocked_test_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
     *done = n;
@@ -232,56 +221,67 @@ static lb_status bf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
 
 /* The batches hash keys with lb_hash_blocked (args.scheme is LB_HASH_XXH3_MIX,
  * which a saved BlockedFilter records; the key hash is the layout's own). */
-static lb_hash_scheme bf_key_scheme(lb_base *b)
+static lb_hash_scheme BlockedFilter_key_scheme(lb_base *b)
 {
     (void)b;
     return LB_HASH_BLOCKED;
 }
 
-static const lb_batch_ops bf_batch = {NULL, NULL, 0, bf_add_hashed, bf_test_hashed,
-                                      bf_key_scheme};
-static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src);
-static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind bf_kind = {"BlockedFilter", "bits", 8, bf_init, bf_release,
-                                      &bf_batch, NULL,
-                                      offsetof(lb_state, BlockedFilter), bf_copy_kind,
-                                      bf_merge};
+static const lb_batch_ops BlockedFilter_batch = {
+    .add_hashed = BlockedFilter_add_hashed,
+    .test_hashed = BlockedFilter_test_hashed,
+    .key_scheme = BlockedFilter_key_scheme,
+};
+static lb_fixed_filter *BlockedFilter_impl_copy(lb_fixed_filter *src);
+static void BlockedFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
+static const lb_fixed_impl BlockedFilter_impl = {
+    .name = "BlockedFilter",
+    .cells = "bits",
+    .cells_per_byte = 8,
+    .init = BlockedFilter_init,
+    .release = BlockedFilter_release,
+    .batch = &BlockedFilter_batch,
+    .recount = NULL,
+    .type_slot = offsetof(lb_state, BlockedFilter),
+    .copy = BlockedFilter_impl_copy,
+    .merge = BlockedFilter_merge,
+};
 
 /* ---- whole filter ------------------------------------------------------- */
 
-static PyObject *bf_reset(PyObject *self, PyObject *unused)
+static PyObject *BlockedFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&BF(self)->f.base) < 0)
+    if (lb_enter(&AS_BLOCKED(self)->f.base) < 0)
         return NULL;
-    lb_blocked_clear(&BF(self)->bits);
-    lb_leave(&BF(self)->f.base);
+    lb_blocked_clear(&AS_BLOCKED(self)->bits);
+    lb_leave(&AS_BLOCKED(self)->f.base);
     Py_RETURN_NONE;
 }
 
-static PyObject *bf_bits_set(PyObject *self, void *unused)
+static PyObject *BlockedFilter_bits_set(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(BF(self)->bits.bits_set);
+    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->bits.bits_set);
 }
 
-static PyObject *bf_nbytes(PyObject *self, void *unused)
+static PyObject *BlockedFilter_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(BF(self)->f.args.m / 8);
+    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->f.args.m / 8);
 }
 
-static PyObject *bf_hash(PyObject *self, void *unused)
+static PyObject *BlockedFilter_hash(PyObject *self, void *unused)
 {
     (void)self;
     (void)unused;
     return PyUnicode_FromString(BLOCKED_HASH_NAME);
 }
 
-static PyObject *bf_current_error_rate(PyObject *self, PyObject *unused)
+static PyObject *BlockedFilter_current_error_rate(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     double r = lb_blocked_current_fpr(&f->bits);
@@ -289,9 +289,9 @@ static PyObject *bf_current_error_rate(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(r);
 }
 
-static BlockedFilter *bf_copy_of(BlockedFilter *src)
+static BlockedFilter *BlockedFilter_copy_of(BlockedFilter *src)
 {
-    BlockedFilter *dst = bf_new_from(Py_TYPE(src), &src->f.args);
+    BlockedFilter *dst = BlockedFilter_new_from(Py_TYPE(src), &src->f.args);
     if (!dst)
         return NULL;
     memcpy(dst->bits.words, src->bits.words, (size_t)src->bits.nblocks * 64);
@@ -299,12 +299,12 @@ static BlockedFilter *bf_copy_of(BlockedFilter *src)
     return dst;
 }
 
-static lb_fixed_filter *bf_copy_kind(lb_fixed_filter *src)
+static lb_fixed_filter *BlockedFilter_impl_copy(lb_fixed_filter *src)
 {
-    return (lb_fixed_filter *)bf_copy_of((BlockedFilter *)src);
+    return (lb_fixed_filter *)BlockedFilter_copy_of((BlockedFilter *)src);
 }
 
-static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+static void BlockedFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     if (is_union)
         lb_blocked_or(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
@@ -312,16 +312,16 @@ static void bf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_un
         lb_blocked_and(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
 }
 
-static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *BlockedFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
-    lb_state *st = BF(self)->f.base.st;
+    lb_state *st = AS_BLOCKED(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->BlockedFilter))
         Py_RETURN_NOTIMPLEMENTED;
     /* As MemoryFilter: a filter equals itself without its storage; a closed
      * filter against another raises ClosedError. */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    BlockedFilter *a = BF(self), *b = BF(other);
+    BlockedFilter *a = AS_BLOCKED(self), *b = AS_BLOCKED(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
@@ -333,10 +333,10 @@ static PyObject *bf_richcompare(PyObject *self, PyObject *other, int op)
 
 /* ---- bytes -------------------------------------------------------------- */
 
-static PyObject *bf_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *BlockedFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     uint8_t *tmp = NULL;
@@ -349,7 +349,7 @@ static PyObject *bf_to_bytes(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *bf_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *BlockedFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -360,23 +360,24 @@ static PyObject *bf_from_bytes(PyObject *cls, PyObject *data)
     size_t len;
     if (lb_fixed_read(st, data, &view, LB_KIND_BLOCKED, "BlockedFilter", &a, &payload, &len) < 0)
         return NULL;
-    BlockedFilter *f = bf_new_from((PyTypeObject *)cls, &a);
+    BlockedFilter *f = BlockedFilter_new_from((PyTypeObject *)cls, &a);
     if (f)
         lb_blocked_import(&f->bits, payload);
     PyBuffer_Release(&view);
     return (PyObject *)f;
 }
 
-static PyObject *bf_sizeof(PyObject *self, PyObject *unused)
+static PyObject *BlockedFilter_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
+    BlockedFilter *f = AS_BLOCKED(self);
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (BF(self)->bits.raw ? (size_t)BF(self)->bits.nblocks * 64 + 64 : 0));
+                             (f->bits.raw ? (size_t)f->bits.nblocks * 64 + 64 : 0));
 }
 
-static PyObject *bf_repr(PyObject *self)
+static PyObject *BlockedFilter_repr(PyObject *self)
 {
-    BlockedFilter *f = BF(self);
+    BlockedFilter *f = AS_BLOCKED(self);
     const char *tname = strrchr(Py_TYPE(self)->tp_name, '.');
     tname = tname ? tname + 1 : Py_TYPE(self)->tp_name;
     if (f->f.base.closed)
@@ -390,50 +391,50 @@ static PyObject *bf_repr(PyObject *self)
 
 /* ---- the theory, as static methods --------------------------------------- */
 
-static PyObject *bf_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *BlockedFilter_geometry(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2)
         return PyErr_Format(PyExc_TypeError, "geometry() takes 2 arguments (n, p), %zd given",
                             nargs);
-    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
-    if (!s)
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
         return NULL;
     uint64_t n, m, k;
     double p;
-    if (lb_parse_u64(args[0], "n", s->InvalidCapacityError, &n) < 0 ||
+    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0 ||
         lb_parse_double_arg(NULL, args[1], "p", &p) < 0)
         return NULL;
-    lb_status r = lb_blocked_size(n, p, &m, &k);
-    if (r == LB_ERR_CAPACITY)
-        return lb_raise(s, r, "n must be greater than zero");
-    if (r != LB_OK)
-        return bf_size_error(s, r, p, args[1]);
+    lb_status status = lb_blocked_size(n, p, &m, &k);
+    if (status == LB_ERR_CAPACITY)
+        return lb_raise(st, status, "n must be greater than zero");
+    if (status != LB_OK)
+        return BlockedFilter_size_error(st, status, p, args[1]);
     return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
 }
 
-static PyObject *bf_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *BlockedFilter_ideal_rate(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3)
         return PyErr_Format(PyExc_TypeError,
                             "ideal_false_positive_rate() takes 3 arguments (m, k, n), %zd given",
                             nargs);
-    lb_state *s = lb_state_from_type((PyTypeObject *)cls);
-    if (!s)
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
         return NULL;
     uint64_t m, k, n;
-    if (lb_parse_u64(args[0], "m", s->InvalidCapacityError, &m) < 0 ||
-        lb_parse_u64(args[1], "k", s->InvalidCapacityError, &k) < 0 ||
-        lb_parse_u64(args[2], "n", s->InvalidCapacityError, &n) < 0)
+    if (lb_parse_u64(args[0], "m", st->InvalidCapacityError, &m) < 0 ||
+        lb_parse_u64(args[1], "k", st->InvalidCapacityError, &k) < 0 ||
+        lb_parse_u64(args[2], "n", st->InvalidCapacityError, &n) < 0)
         return NULL;
-    lb_status r = lb_blocked_check_geometry(m, k);
-    if (r != LB_OK) {
-        bf_geometry_error(s, r, m, k);
+    lb_status status = lb_blocked_check_geometry(m, k);
+    if (status != LB_OK) {
+        BlockedFilter_geometry_error(st, status, m, k);
         return NULL;
     }
     return PyFloat_FromDouble(lb_blocked_fpr(m, (uint32_t)k, n));
 }
 
-static PyObject *bf_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *BlockedFilter_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)cls;
     if (nargs > 1)
@@ -456,11 +457,13 @@ static PyObject *bf_simd(PyObject *cls, PyObject *const *args, Py_ssize_t nargs)
     return PyUnicode_FromString(lb_blocked_impl_name());
 }
 
-static PyMethodDef bf_methods[] = {
-    {"add", bf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", bf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+static PyMethodDef BlockedFilter_methods[] = {
+    {"add", BlockedFilter_add, METH_O,
+     "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", BlockedFilter_test, METH_O,
+     "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", bf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", BlockedFilter_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -469,74 +472,77 @@ static PyMethodDef bf_methods[] = {
      "number of set bits (Swamidass and Baldi: each key sets each bit with probability k/m "
      "in this layout too)."},
     {"fill_ratio", lb_fixed_fill_ratio, METH_NOARGS, "fill_ratio() -> float\n\nSet bits / m."},
-    {"current_error_rate", bf_current_error_rate, METH_NOARGS,
+    {"current_error_rate", BlockedFilter_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe false-positive rate now, from each block's lanes: "
      "the mean over blocks of the product over lanes of (bits set / 64) ** (k / 8)."},
     {"union", lb_fixed_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> BlockedFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", bf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
-                                           "format (versioned header, checksum)."},
-    {"from_bytes", bf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> BlockedFilter"},
+    {"to_bytes", BlockedFilter_to_bytes, METH_NOARGS,
+     "to_bytes() -> bytes\n\nThe filter in the saved "
+     "format (versioned header, checksum)."},
+    {"from_bytes", BlockedFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> BlockedFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> BlockedFilter"},
-    {"geometry", (PyCFunction)(void (*)(void))bf_geometry, METH_FASTCALL | METH_CLASS,
+    {"geometry", (PyCFunction)(void (*)(void))BlockedFilter_geometry, METH_FASTCALL | METH_CLASS,
      "geometry(n, p) -> (m, k)\n\nThe m and k BlockedFilter(n, p) gets: the fewest 512-bit "
      "blocks whose expected rate after n keys (ideal_false_positive_rate) is at most p, "
      "over k = 8, 16, ..., 64 (least memory; then the smallest k)."},
-    {"ideal_false_positive_rate", (PyCFunction)(void (*)(void))bf_ideal_rate,
+    {"ideal_false_positive_rate", (PyCFunction)(void (*)(void))BlockedFilter_ideal_rate,
      METH_FASTCALL | METH_CLASS,
      "ideal_false_positive_rate(m, k, n) -> float\n\nThe expected false-positive rate of a "
      "blocked filter of m bits and k bits per key after n distinct keys, with ideal hashing: "
      "the mean over each block's load (Binomial(n, 512/m)) of the chance that a new key's "
      "k/8 bits in each of the 8 lanes are all set (Putze et al.)."},
-    {"_simd", (PyCFunction)(void (*)(void))bf_simd, METH_FASTCALL | METH_CLASS,
+    {"_simd", (PyCFunction)(void (*)(void))BlockedFilter_simd, METH_FASTCALL | METH_CLASS,
      "_simd(name=None) -> str\n\nThe implementation in use (\"avx2\" or \"portable\"); "
      "name (\"auto\", \"portable\", \"avx2\") switches every BlockedFilter of the process "
      "(for tests and benchmarks)."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", bf_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", BlockedFilter_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef bf_getset[] = {
+static PyGetSetDef BlockedFilter_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits: 512 per block", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "bits per key: 8 per round, one in each lane", LB_FIXED_ARGS},
-    {"hash", bf_hash, NULL, "\"xxh3-block\": XXH3-64 of the key and the split-block walk",
+    {"hash", BlockedFilter_hash, NULL,
+     "\"xxh3-block\": XXH3-64 of the key and the split-block walk",
      NULL},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", bf_nbytes, NULL, "bytes of bits: m / 8", NULL},
-    {"bits_set", bf_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", BlockedFilter_nbytes, NULL, "bytes of bits: m / 8", NULL},
+    {"bits_set", BlockedFilter_bits_set, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef bf_members[] = {
+static PyMemberDef BlockedFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot bf_slots[] = {
+static PyType_Slot BlockedFilter_slots[] = {
     {Py_tp_doc, "BlockedFilter(capacity, error_rate=0.01)\n"
                 "BlockedFilter(*, m, k)\n\n"
                 "A split-block Bloom filter: each key sets k bits in one 64-byte block "
                 "(one cache line), k/8 in each of its eight 64-bit lanes.  Sized for its "
                 "own, higher, rate at equal memory: the error_rate holds at capacity."},
-    {Py_tp_new, bf_new},
+    {Py_tp_new, BlockedFilter_new},
     {Py_tp_dealloc, lb_fixed_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
-    {Py_tp_methods, bf_methods},
-    {Py_tp_getset, bf_getset},
-    {Py_tp_members, bf_members},
-    {Py_tp_repr, bf_repr},
-    {Py_tp_richcompare, bf_richcompare},
+    {Py_tp_methods, BlockedFilter_methods},
+    {Py_tp_getset, BlockedFilter_getset},
+    {Py_tp_members, BlockedFilter_members},
+    {Py_tp_repr, BlockedFilter_repr},
+    {Py_tp_richcompare, BlockedFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, bf_contains},
+    {Py_sq_contains, BlockedFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},
@@ -546,14 +552,14 @@ static PyType_Slot bf_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec bf_spec = {
+static PyType_Spec BlockedFilter_spec = {
     .name = "ling_bloom.BlockedFilter",
     .basicsize = sizeof(BlockedFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = bf_slots,
+    .slots = BlockedFilter_slots,
 };
 
 PyTypeObject *lb_blocked_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &bf_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &BlockedFilter_spec, NULL);
 }

@@ -1,7 +1,10 @@
 /* counting_filter.c: CountingFilter, a Bloom filter of 4-bit saturating
  * counters that can remove keys. */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -14,30 +17,30 @@ typedef struct {
     lb_counters c;
 } CountingFilter;
 
-#define CF(o) ((CountingFilter *)(o))
+#define AS_COUNTING(o) ((CountingFilter *)(o))
 
-static const lb_fixed_kind cf_kind;
+static const lb_fixed_impl CountingFilter_impl;
 
-static lb_status cf_init(lb_fixed_filter *f, uint64_t m)
+static lb_status CountingFilter_init(lb_fixed_filter *f, uint64_t m)
 {
     CountingFilter *self = (CountingFilter *)f;
     f->cells_used = &self->c.nonzero;
     return lb_counters_init(&self->c, m);
 }
 
-static void cf_release(lb_base *b)
+static void CountingFilter_release(lb_base *b)
 {
     lb_counters_free(&((CountingFilter *)b)->c);
 }
 
-static PyObject *cf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *CountingFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    return lb_fixed_type_new(type, args, kwargs, &cf_kind);
+    return lb_fixed_type_new(type, args, kwargs, &CountingFilter_impl);
 }
 
 /* Convert the key, enter the filter and hash: 0 (the caller leaves), or -1
  * with an exception. */
-static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int read_only)
+static int CountingFilter_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int read_only)
 {
     lb_key k;
     lb_key_hold hold;
@@ -48,49 +51,49 @@ static int cf_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int rea
     return 0;
 }
 
-static PyObject *cf_add(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_add(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h, 0) < 0)
+    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
         return NULL;
-    int r = lb_counters_add(&CF(self)->c, &CF(self)->f.geo, h);
-    lb_leave(&CF(self)->f.base);
+    int r = lb_counters_add(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
+    lb_leave(&AS_COUNTING(self)->f.base);
     return PyBool_FromLong(r);
 }
 
-static int cf_contains(PyObject *self, PyObject *key)
+static int CountingFilter_contains(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h, 1) < 0)
+    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 1) < 0)
         return -1;
-    int r = lb_counters_test(&CF(self)->c, &CF(self)->f.geo, h);
-    lb_leave(&CF(self)->f.base);
+    int r = lb_counters_test(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
+    lb_leave(&AS_COUNTING(self)->f.base);
     return r;
 }
 
-static PyObject *cf_test(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_test(PyObject *self, PyObject *key)
 {
-    int r = cf_contains(self, key);
+    int r = CountingFilter_contains(self, key);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static PyObject *cf_discard(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_discard(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h, 0) < 0)
+    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
         return NULL;
-    int r = lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h);
-    lb_leave(&CF(self)->f.base);
+    int r = lb_counters_remove(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
+    lb_leave(&AS_COUNTING(self)->f.base);
     return PyBool_FromLong(r);
 }
 
-static PyObject *cf_remove(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_remove(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h, 0) < 0)
+    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
         return NULL;
-    int r = lb_counters_remove(&CF(self)->c, &CF(self)->f.geo, h);
-    lb_leave(&CF(self)->f.base);
+    int r = lb_counters_remove(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
+    lb_leave(&AS_COUNTING(self)->f.base);
     if (!r) {
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
@@ -98,18 +101,18 @@ static PyObject *cf_remove(PyObject *self, PyObject *key)
     Py_RETURN_NONE;
 }
 
-static PyObject *cf_count(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_count(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (cf_prepare(CF(self), key, &h, 1) < 0)
+    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 1) < 0)
         return NULL;
-    unsigned long n = lb_counters_count(&CF(self)->c, &CF(self)->f.geo, h);
-    lb_leave(&CF(self)->f.base);
+    unsigned long n = lb_counters_count(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
+    lb_leave(&AS_COUNTING(self)->f.base);
     return PyLong_FromUnsignedLong(n);
 }
 
-static lb_status cf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status CountingFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                           uint8_t *out, size_t *done)
 {
     CountingFilter *f = (CountingFilter *)b;
     lb_counters_add_hashed(&f->c, &f->f.geo, pairs, n, out);
@@ -117,8 +120,8 @@ static lb_status cf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, 
     return LB_OK;
 }
 
-static lb_status cf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status CountingFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                            uint8_t *out, size_t *done)
 {
     CountingFilter *f = (CountingFilter *)b;
     lb_counters_test_hashed(&f->c, &f->f.geo, pairs, n, out);
@@ -126,35 +129,47 @@ static lb_status cf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
     return LB_OK;
 }
 
-static const lb_batch_ops cf_batch = {NULL, NULL, 0, cf_add_hashed, cf_test_hashed,
-                                      lb_fixed_key_scheme};
-static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f);
-static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind cf_kind = {"CountingFilter", "counters", 2, cf_init, cf_release,
-                                      &cf_batch, NULL,
-                                      offsetof(lb_state, CountingFilter), cf_copy_kind,
-                                      cf_merge};
+static const lb_batch_ops CountingFilter_batch = {
+    .add_hashed = CountingFilter_add_hashed,
+    .test_hashed = CountingFilter_test_hashed,
+    .key_scheme = lb_fixed_key_scheme,
+};
+static lb_fixed_filter *CountingFilter_impl_copy(lb_fixed_filter *f);
+static void CountingFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
+static const lb_fixed_impl CountingFilter_impl = {
+    .name = "CountingFilter",
+    .cells = "counters",
+    .cells_per_byte = 2,
+    .init = CountingFilter_init,
+    .release = CountingFilter_release,
+    .batch = &CountingFilter_batch,
+    .recount = NULL,
+    .type_slot = offsetof(lb_state, CountingFilter),
+    .copy = CountingFilter_impl_copy,
+    .merge = CountingFilter_merge,
+};
 
-static PyObject *cf_reset(PyObject *self, PyObject *unused)
+static PyObject *CountingFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&CF(self)->f.base) < 0)
+    if (lb_enter(&AS_COUNTING(self)->f.base) < 0)
         return NULL;
-    lb_counters_clear(&CF(self)->c);
-    lb_leave(&CF(self)->f.base);
+    lb_counters_clear(&AS_COUNTING(self)->c);
+    lb_leave(&AS_COUNTING(self)->f.base);
     Py_RETURN_NONE;
 }
 
-static PyObject *cf_nbytes(PyObject *self, void *unused)
+static PyObject *CountingFilter_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong((CF(self)->c.m + 1) / 2);
+    return PyLong_FromUnsignedLongLong((AS_COUNTING(self)->c.m + 1) / 2);
 }
 
-static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f)
+static lb_fixed_filter *CountingFilter_impl_copy(lb_fixed_filter *f)
 {
     CountingFilter *src = (CountingFilter *)f;
-    CountingFilter *dst = (CountingFilter *)lb_fixed_new(Py_TYPE(src), &src->f.args, &cf_kind);
+    CountingFilter *dst = (CountingFilter *)
+        lb_fixed_new(Py_TYPE(src), &src->f.args, &CountingFilter_impl);
     if (dst) {
         memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
         dst->c.nonzero = src->c.nonzero;
@@ -163,21 +178,21 @@ static lb_fixed_filter *cf_copy_kind(lb_fixed_filter *f)
 }
 
 /* Union: the saturating sum of the counters; intersection: their minimum. */
-static void cf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+static void CountingFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     lb_counters_merge(&((CountingFilter *)dst)->c, &((const CountingFilter *)src)->c, is_union);
 }
 
-static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *CountingFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
-    lb_state *st = CF(self)->f.base.st;
+    lb_state *st = AS_COUNTING(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
         Py_RETURN_NOTIMPLEMENTED;
     /* A filter is itself, open or closed: identity answers without the storage.
      * A closed filter against another one raises ClosedError (lb_enter2). */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    CountingFilter *a = CF(self), *b = CF(other);
+    CountingFilter *a = AS_COUNTING(self), *b = AS_COUNTING(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
@@ -188,10 +203,10 @@ static PyObject *cf_richcompare(PyObject *self, PyObject *other, int op)
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 
-static PyObject *cf_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *CountingFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    CountingFilter *f = CF(self);
+    CountingFilter *f = AS_COUNTING(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_COUNTING, f->c.data, (size_t)f->c.nbytes);
@@ -199,7 +214,7 @@ static PyObject *cf_to_bytes(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *CountingFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -211,7 +226,8 @@ static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
     if (lb_fixed_read(st, data, &view, LB_KIND_COUNTING, "CountingFilter", &a, &payload, &len) <
         0)
         return NULL;
-    CountingFilter *f = (CountingFilter *)lb_fixed_new((PyTypeObject *)cls, &a, &cf_kind);
+    CountingFilter *f = (CountingFilter *)
+        lb_fixed_new((PyTypeObject *)cls, &a, &CountingFilter_impl);
     if (f) {
         memcpy(f->c.data, payload, len);
         lb_counters_recount(&f->c);
@@ -220,26 +236,28 @@ static PyObject *cf_from_bytes(PyObject *cls, PyObject *data)
     return (PyObject *)f;
 }
 
-static PyObject *cf_repr(PyObject *self)
+static PyObject *CountingFilter_repr(PyObject *self)
 {
     char extra[64];
-    PyOS_snprintf(extra, sizeof(extra), "cells_used=%llu", (unsigned long long)CF(self)->c.nonzero);
-    return lb_fixed_repr(&CF(self)->f, extra);
+    PyOS_snprintf(extra, sizeof(extra), "cells_used=%llu",
+                  (unsigned long long)AS_COUNTING(self)->c.nonzero);
+    return lb_fixed_repr(&AS_COUNTING(self)->f, extra);
 }
 
-static PyMethodDef cf_methods[] = {
-    {"add", cf_add, METH_O,
+static PyMethodDef CountingFilter_methods[] = {
+    {"add", CountingFilter_add, METH_O,
      "add(key) -> bool\n\nAdd key (its counters go up); True when it was not present."},
-    {"test", cf_test, METH_O, "test(key) -> bool"},
-    {"remove", cf_remove, METH_O,
+    {"test", CountingFilter_test, METH_O, "test(key) -> bool"},
+    {"remove", CountingFilter_remove, METH_O,
      "remove(key)\n\nRemove one occurrence of key; KeyError when it tests absent (nothing "
      "changes).  Counters at 15 are never decremented.  Remove only keys you added: removing "
      "a false positive can make other keys test absent."},
-    {"discard", cf_discard, METH_O,
+    {"discard", CountingFilter_discard, METH_O,
      "discard(key) -> bool\n\nremove() without the KeyError; True when something was removed."},
-    {"count", cf_count, METH_O, "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
+    {"count", CountingFilter_count, METH_O,
+     "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", cf_reset, METH_NOARGS, "reset()"},
+    {"reset", CountingFilter_reset, METH_NOARGS, "reset()"},
     {"close", lb_fixed_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -258,8 +276,9 @@ static PyMethodDef cf_methods[] = {
      "the others present."},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> CountingFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", cf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
-    {"from_bytes", cf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> CountingFilter"},
+    {"to_bytes", CountingFilter_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", CountingFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> CountingFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
@@ -269,37 +288,37 @@ static PyMethodDef cf_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef cf_getset[] = {
+static PyGetSetDef CountingFilter_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of counters", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
     {"hash", lb_fixed_get_hash, NULL, "hashing scheme", LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", cf_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
+    {"nbytes", CountingFilter_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef cf_members[] = {
+static PyMemberDef CountingFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot cf_slots[] = {
+static PyType_Slot CountingFilter_slots[] = {
     {Py_tp_doc, "CountingFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
                 "CountingFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter of m 4-bit saturating counters (two per byte) that can remove "
                 "keys."},
-    {Py_tp_new, cf_new},
+    {Py_tp_new, CountingFilter_new},
     {Py_tp_dealloc, lb_fixed_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
-    {Py_tp_methods, cf_methods},
-    {Py_tp_getset, cf_getset},
-    {Py_tp_members, cf_members},
-    {Py_tp_repr, cf_repr},
-    {Py_tp_richcompare, cf_richcompare},
+    {Py_tp_methods, CountingFilter_methods},
+    {Py_tp_getset, CountingFilter_getset},
+    {Py_tp_members, CountingFilter_members},
+    {Py_tp_repr, CountingFilter_repr},
+    {Py_tp_richcompare, CountingFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, cf_contains},
+    {Py_sq_contains, CountingFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},
@@ -309,14 +328,14 @@ static PyType_Slot cf_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec cf_spec = {
+static PyType_Spec CountingFilter_spec = {
     .name = "ling_bloom.CountingFilter",
     .basicsize = sizeof(CountingFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = cf_slots,
+    .slots = CountingFilter_slots,
 };
 
 PyTypeObject *lb_counting_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &cf_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &CountingFilter_spec, NULL);
 }

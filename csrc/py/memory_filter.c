@@ -1,7 +1,10 @@
 /* memory_filter.c: MemoryFilter, a Bloom filter in one bit array: in this
  * process's memory, or in a file that processes map and share (open()). */
+#include "errors.h"
+#include "filters.h"
+#include "fixed.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,24 +24,24 @@ typedef struct {
     const char *mode;
 } MemoryFilter;
 
-#define MF(o) ((MemoryFilter *)(o))
+#define AS_MEMORY(o) ((MemoryFilter *)(o))
 
-static const lb_fixed_kind mf_kind;
+static const lb_fixed_impl MemoryFilter_impl;
 
-static lb_status mf_init(lb_fixed_filter *f, uint64_t m)
+static lb_status MemoryFilter_init(lb_fixed_filter *f, uint64_t m)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     f->cells_used = &self->bits.bits_set;
     return lb_bits_init(&self->bits, m);
 }
 
-static void mf_release(lb_base *b)
+static void MemoryFilter_release(lb_base *b)
 {
     lb_bits_free(&((MemoryFilter *)b)->bits);
 }
 
 /* Mapped filters: the storage is the file, given by open() after lb_fixed_new. */
-static lb_status mf_init_mapped(lb_fixed_filter *f, uint64_t m)
+static lb_status MemoryFilter_init_mapped(lb_fixed_filter *f, uint64_t m)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     f->cells_used = &self->bits.bits_set;
@@ -48,7 +51,7 @@ static lb_status mf_init_mapped(lb_fixed_filter *f, uint64_t m)
     return LB_OK;
 }
 
-static void mf_release_mapped(lb_base *b)
+static void MemoryFilter_release_mapped(lb_base *b)
 {
     MemoryFilter *self = (MemoryFilter *)b;
     self->bits.data = NULL;
@@ -56,27 +59,27 @@ static void mf_release_mapped(lb_base *b)
 }
 
 /* Other processes add to the file: count its bits when the count is asked. */
-static void mf_recount(lb_fixed_filter *f)
+static void MemoryFilter_recount(lb_fixed_filter *f)
 {
     MemoryFilter *self = (MemoryFilter *)f;
     if (self->bits.data)
         self->bits.bits_set = lb_bits_popcount(&self->bits);
 }
 
-static MemoryFilter *mf_new_from(PyTypeObject *type, const lb_fixed_args *a)
+static MemoryFilter *MemoryFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    return (MemoryFilter *)lb_fixed_new(type, a, &mf_kind);
+    return (MemoryFilter *)lb_fixed_new(type, a, &MemoryFilter_impl);
 }
 
-static PyObject *mf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *MemoryFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    return lb_fixed_type_new(type, args, kwargs, &mf_kind);
+    return lb_fixed_type_new(type, args, kwargs, &MemoryFilter_impl);
 }
 
 /* ---- single keys ------------------------------------------------------- */
 
 /* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *mf_add_full(MemoryFilter *f, PyObject *key)
+static LB_NOINLINE PyObject *MemoryFilter_add_full(MemoryFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -89,7 +92,7 @@ static LB_NOINLINE PyObject *mf_add_full(MemoryFilter *f, PyObject *key)
     return Py_NewRef(r ? Py_True : Py_False);
 }
 
-static LB_NOINLINE int mf_contains_full(MemoryFilter *f, PyObject *key)
+static LB_NOINLINE int MemoryFilter_contains_full(MemoryFilter *f, PyObject *key)
 {
     lb_key k;
     lb_key_hold hold;
@@ -100,31 +103,31 @@ static LB_NOINLINE int mf_contains_full(MemoryFilter *f, PyObject *key)
     return r;
 }
 
-static PyObject *mf_add(PyObject *self, PyObject *key)
+static PyObject *MemoryFilter_add(PyObject *self, PyObject *key)
 {
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len))) {
         int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
         return Py_NewRef(r ? Py_True : Py_False);
     }
-    return mf_add_full(f, key);
+    return MemoryFilter_add_full(f, key);
 }
 
-static int mf_contains(PyObject *self, PyObject *key)
+static int MemoryFilter_contains(PyObject *self, PyObject *key)
 {
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     const void *data;
     size_t len;
     if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
         return lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
-    return mf_contains_full(f, key);
+    return MemoryFilter_contains_full(f, key);
 }
 
-static PyObject *mf_test(PyObject *self, PyObject *key)
+static PyObject *MemoryFilter_test(PyObject *self, PyObject *key)
 {
-    int r = mf_contains(self, key);
+    int r = MemoryFilter_contains(self, key);
     if (r < 0)
         return NULL;
     return Py_NewRef(r ? Py_True : Py_False);
@@ -132,8 +135,8 @@ static PyObject *mf_test(PyObject *self, PyObject *key)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static lb_status mf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status MemoryFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                         uint8_t *out, size_t *done)
 {
     MemoryFilter *f = (MemoryFilter *)b;
     lb_bits_add_hashed(&f->bits, &f->f.geo, pairs, n, out);
@@ -141,8 +144,8 @@ static lb_status mf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, 
     return LB_OK;
 }
 
-static lb_status mf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status MemoryFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                          uint8_t *out, size_t *done)
 {
     MemoryFilter *f = (MemoryFilter *)b;
     lb_bits_test_hashed(&f->bits, &f->f.geo, pairs, n, out);
@@ -150,50 +153,70 @@ static lb_status mf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
     return LB_OK;
 }
 
-static const lb_batch_ops mf_batch = {NULL, NULL, 0, mf_add_hashed, mf_test_hashed,
-                                      lb_fixed_key_scheme};
-static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src);
-static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_kind mf_kind = {"MemoryFilter", "bits", 8, mf_init, mf_release,
-                                      &mf_batch, NULL, offsetof(lb_state, MemoryFilter),
-                                      mf_copy_kind, mf_merge};
-/* A mapped filter's union or copy is a filter in memory (mf_copy_of). */
-static const lb_fixed_kind mf_mapped_kind = {"MemoryFilter", "bits", 8, mf_init_mapped,
-                                             mf_release_mapped, &mf_batch, mf_recount,
-                                             offsetof(lb_state, MemoryFilter), mf_copy_kind,
-                                             mf_merge};
+static const lb_batch_ops MemoryFilter_batch = {
+    .add_hashed = MemoryFilter_add_hashed,
+    .test_hashed = MemoryFilter_test_hashed,
+    .key_scheme = lb_fixed_key_scheme,
+};
+static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src);
+static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
+static const lb_fixed_impl MemoryFilter_impl = {
+    .name = "MemoryFilter",
+    .cells = "bits",
+    .cells_per_byte = 8,
+    .init = MemoryFilter_init,
+    .release = MemoryFilter_release,
+    .batch = &MemoryFilter_batch,
+    .recount = NULL,
+    .type_slot = offsetof(lb_state, MemoryFilter),
+    .copy = MemoryFilter_impl_copy,
+    .merge = MemoryFilter_merge,
+};
+/* A mapped filter's union or copy is a filter in memory (MemoryFilter_copy_of). */
+static const lb_fixed_impl MemoryFilter_mapped_impl = {
+    .name = "MemoryFilter",
+    .cells = "bits",
+    .cells_per_byte = 8,
+    .init = MemoryFilter_init_mapped,
+    .release = MemoryFilter_release_mapped,
+    .batch = &MemoryFilter_batch,
+    .recount = MemoryFilter_recount,
+    .type_slot = offsetof(lb_state, MemoryFilter),
+    .copy = MemoryFilter_impl_copy,
+    .merge = MemoryFilter_merge,
+};
 
 /* ---- whole filter ------------------------------------------------------- */
 
-static PyObject *mf_reset(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (MF(self)->f.base.read_only)
-        return lb_read_only_error(&MF(self)->f.base), NULL;
-    if (lb_enter(&MF(self)->f.base) < 0)
+    if (AS_MEMORY(self)->f.base.read_only)
+        return lb_read_only_error(&AS_MEMORY(self)->f.base), NULL;
+    if (lb_enter(&AS_MEMORY(self)->f.base) < 0)
         return NULL;
-    lb_bits_clear(&MF(self)->bits);
-    lb_leave(&MF(self)->f.base);
+    lb_bits_clear(&AS_MEMORY(self)->bits);
+    lb_leave(&AS_MEMORY(self)->f.base);
     Py_RETURN_NONE;
 }
 
-static PyObject *mf_bits_set(PyObject *self, void *unused)
+static PyObject *MemoryFilter_bits_set(PyObject *self, void *unused)
 {
     (void)unused;
-    if (MF(self)->path)
-        mf_recount(&MF(self)->f);
-    return PyLong_FromUnsignedLongLong(MF(self)->bits.bits_set);
+    if (AS_MEMORY(self)->path)
+        MemoryFilter_recount(&AS_MEMORY(self)->f);
+    return PyLong_FromUnsignedLongLong(AS_MEMORY(self)->bits.bits_set);
 }
 
-static PyObject *mf_nbytes(PyObject *self, void *unused)
+static PyObject *MemoryFilter_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong((MF(self)->bits.m + 7) / 8);
+    return PyLong_FromUnsignedLongLong((AS_MEMORY(self)->bits.m + 7) / 8);
 }
 
-static MemoryFilter *mf_copy_of(MemoryFilter *src)
+static MemoryFilter *MemoryFilter_copy_of(MemoryFilter *src)
 {
-    MemoryFilter *dst = mf_new_from(Py_TYPE(src), &src->f.args);
+    MemoryFilter *dst = MemoryFilter_new_from(Py_TYPE(src), &src->f.args);
     if (!dst)
         return NULL;
     memcpy(dst->bits.data, src->bits.data, (size_t)src->bits.nbytes);
@@ -202,12 +225,12 @@ static MemoryFilter *mf_copy_of(MemoryFilter *src)
     return dst;
 }
 
-static lb_fixed_filter *mf_copy_kind(lb_fixed_filter *src)
+static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src)
 {
-    return (lb_fixed_filter *)mf_copy_of((MemoryFilter *)src);
+    return (lb_fixed_filter *)MemoryFilter_copy_of((MemoryFilter *)src);
 }
 
-static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     if (is_union)
         lb_bits_or(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
@@ -215,22 +238,22 @@ static void mf_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_un
         lb_bits_and(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
 }
 
-static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *MemoryFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
-    lb_state *st = MF(self)->f.base.st;
+    lb_state *st = AS_MEMORY(self)->f.base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
         Py_RETURN_NOTIMPLEMENTED;
     /* A filter is itself, open or closed: identity answers without the storage.
      * A closed filter against another one raises ClosedError (lb_enter2). */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    MemoryFilter *a = MF(self), *b = MF(other);
+    MemoryFilter *a = AS_MEMORY(self), *b = AS_MEMORY(other);
     if (lb_enter2(&a->f.base, &b->f.base) < 0)
         return NULL;
     if (a->path)
-        mf_recount(&a->f);
+        MemoryFilter_recount(&a->f);
     if (b->path)
-        mf_recount(&b->f);
+        MemoryFilter_recount(&b->f);
     int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
              a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
              memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
@@ -240,10 +263,10 @@ static PyObject *mf_richcompare(PyObject *self, PyObject *other, int op)
 
 /* ---- bytes -------------------------------------------------------------- */
 
-static PyObject *mf_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_MEMORY, f->bits.data, (size_t)f->bits.nbytes);
@@ -251,7 +274,7 @@ static PyObject *mf_to_bytes(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *mf_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *MemoryFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -262,7 +285,7 @@ static PyObject *mf_from_bytes(PyObject *cls, PyObject *data)
     size_t len;
     if (lb_fixed_read(st, data, &view, LB_KIND_MEMORY, "MemoryFilter", &a, &payload, &len) < 0)
         return NULL;
-    MemoryFilter *f = mf_new_from((PyTypeObject *)cls, &a);
+    MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
     if (f) {
         memcpy(f->bits.data, payload, len);
         f->bits.bits_set = lb_bits_popcount(&f->bits);
@@ -272,10 +295,10 @@ static PyObject *mf_from_bytes(PyObject *cls, PyObject *data)
 }
 
 /* The raw bit array: ceil(m/8) bytes in Redis's SETBIT order. */
-static PyObject *mf_to_bitmap(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_to_bitmap(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     PyObject *r = PyBytes_FromStringAndSize((const char *)f->bits.data, (Py_ssize_t)f->bits.nbytes);
@@ -283,7 +306,7 @@ static PyObject *mf_to_bitmap(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
+static PyObject *MemoryFilter_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"data", "m", "k", "hash", NULL};
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
@@ -321,7 +344,7 @@ static PyObject *mf_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "bitmap has bits set past m");
         goto done;
     }
-    MemoryFilter *f = mf_new_from((PyTypeObject *)cls, &a);
+    MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
     if (f) {
         memcpy(f->bits.data, view.buf, (size_t)view.len);
         f->bits.bits_set = lb_bits_popcount(&f->bits);
@@ -332,20 +355,20 @@ done:
     return result;
 }
 
-static PyObject *mf_sizeof(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_sizeof(PyObject *self, PyObject *unused)
 {
     (void)unused;
     /* A mapped filter's bits are the file's pages, not this object's memory. */
+    MemoryFilter *f = AS_MEMORY(self);
     return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (MF(self)->bits.data && !MF(self)->path ? (size_t)MF(self)->bits.nbytes
-                                                                     : 0));
+                             (f->bits.data && !f->path ? (size_t)f->bits.nbytes : 0));
 }
 
-static PyObject *mf_repr(PyObject *self)
+static PyObject *MemoryFilter_repr(PyObject *self)
 {
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     if (f->path && !f->f.base.closed) {
-        mf_recount(&f->f);
+        MemoryFilter_recount(&f->f);
         const char *tname = strrchr(Py_TYPE(f)->tp_name, '.');
         tname = tname ? tname + 1 : Py_TYPE(f)->tp_name;
         return PyUnicode_FromFormat("<%s m=%llu k=%u hash=%s bits_set=%llu mapped=%R mode=%s>",
@@ -360,10 +383,10 @@ static PyObject *mf_repr(PyObject *self)
 
 /* ---- a file mapped by several processes ---------------------------------- */
 
-static void mf_dealloc(PyObject *self)
+static void MemoryFilter_dealloc(PyObject *self)
 {
-    PyObject *path = MF(self)->path;
-    MF(self)->path = NULL;
+    PyObject *path = AS_MEMORY(self)->path;
+    AS_MEMORY(self)->path = NULL;
     lb_fixed_dealloc(self);
     Py_XDECREF(path);
 }
@@ -386,7 +409,84 @@ static int new_file_mode(unsigned *out)
     return 0;
 }
 
-static PyObject *mf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
+/* open()'s mode: its name (kept for repr and .mode) and what it does. */
+typedef struct {
+    const char *name;
+    int create, exclusive, writable;
+} open_mode;
+
+static int parse_open_mode(const char *mode, open_mode *out)
+{
+    static const open_mode modes[] = {
+        {"r", 0, 0, 0}, {"r+", 0, 0, 1}, {"w", 1, 0, 1}, {"x", 1, 1, 1}};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        if (strcmp(mode, modes[i].name) == 0) {
+            *out = modes[i];
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "mode must be 'r', 'r+', 'w' or 'x', not '%s'", mode);
+    return -1;
+}
+
+/* Create (with a's geometry) or open the file at cpath, with the GIL released:
+ * 0 and *map, or -1 with OSError naming path_obj, CorruptFileError, or the
+ * exception of the status. */
+static int map_file(lb_state *st, const char *cpath, PyObject *path_obj, PyObject *path_str,
+                    const open_mode *om, const lb_fixed_args *a, unsigned file_mode,
+                    lb_mapping *map)
+{
+    lb_status s;
+    int err = 0;
+    const char *why = NULL;
+    if (om->create) {
+        lb_format_header h;
+        memset(&h, 0, sizeof(h));
+        h.kind = LB_KIND_MEMORY;
+        h.scheme = a->scheme;
+        h.m = a->m;
+        h.k = a->k;
+        h.has_capacity = a->has_capacity;
+        h.capacity = a->capacity;
+        h.error_rate = a->error_rate;
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_create(cpath, &h, om->exclusive, file_mode, map, &err);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        /* A sealed file is read whole (its checksum) before it is used. */
+        Py_BEGIN_ALLOW_THREADS
+        s = lb_map_open(cpath, om->writable, map, &err, &why);
+        Py_END_ALLOW_THREADS
+    }
+    if (s == LB_ERR_BACKEND) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        return -1;
+    }
+    if (s == LB_ERR_FORMAT) {
+        PyErr_Format(st->CorruptFileError, "%R is not a MemoryFilter file: %s", path_str, why);
+        return -1;
+    }
+    if (s != LB_OK) {
+        lb_raise(st, s, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static void args_of_header(const lb_format_header *h, lb_fixed_args *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->m = h->m;
+    out->k = h->k;
+    out->scheme = h->scheme;
+    out->has_capacity = h->has_capacity;
+    out->capacity = h->capacity;
+    out->error_rate = h->error_rate;
+}
+
+static PyObject *MemoryFilter_open(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"path", "mode", "capacity", "error_rate", "m", "k", "hash", NULL};
     PyObject *path_obj, *capacity = NULL, *error_rate = NULL, *m = NULL, *k = NULL, *hash = NULL;
@@ -395,27 +495,16 @@ static PyObject *mf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
     if (!st || !PyArg_ParseTupleAndKeywords(args, kwargs, "O|sOO$OOO:open", kwlist, &path_obj,
                                             &mode, &capacity, &error_rate, &m, &k, &hash))
         return NULL;
-    int create = 0, exclusive = 0, writable = 0;
-    const char *mode_name;
-    if (strcmp(mode, "r") == 0)
-        mode_name = "r";
-    else if (strcmp(mode, "r+") == 0)
-        mode_name = "r+", writable = 1;
-    else if (strcmp(mode, "w") == 0)
-        mode_name = "w", writable = create = 1;
-    else if (strcmp(mode, "x") == 0)
-        mode_name = "x", writable = create = exclusive = 1;
-    else {
-        PyErr_Format(PyExc_ValueError, "mode must be 'r', 'r+', 'w' or 'x', not '%s'", mode);
+    open_mode om;
+    if (parse_open_mode(mode, &om) < 0)
         return NULL;
-    }
     lb_fixed_args a;
     int absent = lb_fixed_args_from(st, capacity, error_rate, m, k, hash, "MemoryFilter.open", 1, &a);
     if (absent < 0)
         return NULL;
-    if (create && absent) {
+    if (om.create && absent) {
         PyErr_Format(PyExc_TypeError, "MemoryFilter.open(path, '%s') creates a file: give "
-                     "capacity (and error_rate) or m and k", mode_name);
+                     "capacity (and error_rate) or m and k", om.name);
         return NULL;
     }
     PyObject *fs = NULL;
@@ -427,55 +516,13 @@ static PyObject *mf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     unsigned file_mode = 0;
-    if (create && new_file_mode(&file_mode) < 0)
-        goto fail;
     lb_mapping map;
-    lb_status s;
-    int err = 0;
-    const char *why = NULL;
-    const char *cpath = PyBytes_AS_STRING(fs);
-    if (create) {
-        lb_format_header h;
-        memset(&h, 0, sizeof(h));
-        h.kind = LB_KIND_MEMORY;
-        h.scheme = a.scheme;
-        h.m = a.m;
-        h.k = a.k;
-        h.has_capacity = a.has_capacity;
-        h.capacity = a.capacity;
-        h.error_rate = a.error_rate;
-        Py_BEGIN_ALLOW_THREADS
-        s = lb_map_create(cpath, &h, exclusive, file_mode, &map, &err);
-        Py_END_ALLOW_THREADS
-    }
-    else {
-        /* A sealed file is read whole (its checksum) before it is used. */
-        Py_BEGIN_ALLOW_THREADS
-        s = lb_map_open(cpath, writable, &map, &err, &why);
-        Py_END_ALLOW_THREADS
-    }
-    if (s == LB_ERR_BACKEND) {
-        errno = err;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+    if ((om.create && new_file_mode(&file_mode) < 0) ||
+        map_file(st, PyBytes_AS_STRING(fs), path_obj, path_str, &om, &a, file_mode, &map) < 0)
         goto fail;
-    }
-    if (s == LB_ERR_FORMAT) {
-        PyErr_Format(st->CorruptFileError, "%R is not a MemoryFilter file: %s", path_str, why);
-        goto fail;
-    }
-    if (s != LB_OK) {
-        lb_raise(st, s, NULL);
-        goto fail;
-    }
     lb_fixed_args fa;
-    memset(&fa, 0, sizeof(fa));
-    fa.m = map.h.m;
-    fa.k = map.h.k;
-    fa.scheme = map.h.scheme;
-    fa.has_capacity = map.h.has_capacity;
-    fa.capacity = map.h.capacity;
-    fa.error_rate = map.h.error_rate;
-    if (!create && (!absent || (hash && hash != Py_None)) &&
+    args_of_header(&map.h, &fa);
+    if (!om.create && (!absent || (hash && hash != Py_None)) &&
         (a.scheme != fa.scheme || (!absent && (a.m != fa.m || a.k != fa.k)))) {
         PyErr_Format(st->GeometryMismatchError,
                      "%R holds m=%llu k=%u hash=%s, not the filter asked for", path_str,
@@ -483,18 +530,19 @@ static PyObject *mf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
         lb_map_close(&map);
         goto fail;
     }
-    MemoryFilter *f = (MemoryFilter *)lb_fixed_new((PyTypeObject *)cls, &fa, &mf_mapped_kind);
+    MemoryFilter *f = (MemoryFilter *)
+        lb_fixed_new((PyTypeObject *)cls, &fa, &MemoryFilter_mapped_impl);
     if (!f) {
         lb_map_close(&map);
         goto fail;
     }
     f->map = map;
     f->bits.data = map.base + LB_FORMAT_FIXED_HEADER;
-    f->bits.shared = writable;
+    f->bits.shared = om.writable;
     f->bits.bits_set = lb_bits_popcount(&f->bits);
-    f->f.base.read_only = !writable;
+    f->f.base.read_only = !om.writable;
     f->path = path_str;
-    f->mode = mode_name;
+    f->mode = om.name;
     Py_DECREF(fs);
     return (PyObject *)f;
 fail:
@@ -503,10 +551,10 @@ fail:
     return NULL;
 }
 
-static PyObject *mf_flush(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_flush(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    MemoryFilter *f = MF(self);
+    MemoryFilter *f = AS_MEMORY(self);
     if (lb_enter(&f->f.base) < 0)
         return NULL;
     int err = 0;
@@ -524,25 +572,26 @@ static PyObject *mf_flush(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *mf_get_path(PyObject *self, void *unused)
+static PyObject *MemoryFilter_get_path(PyObject *self, void *unused)
 {
     (void)unused;
-    return Py_NewRef(MF(self)->path ? MF(self)->path : Py_None);
+    return Py_NewRef(AS_MEMORY(self)->path ? AS_MEMORY(self)->path : Py_None);
 }
 
-static PyObject *mf_get_mode(PyObject *self, void *unused)
+static PyObject *MemoryFilter_get_mode(PyObject *self, void *unused)
 {
     (void)unused;
-    if (!MF(self)->path)
+    if (!AS_MEMORY(self)->path)
         Py_RETURN_NONE;
-    return PyUnicode_FromString(MF(self)->mode);
+    return PyUnicode_FromString(AS_MEMORY(self)->mode);
 }
 
-static PyMethodDef mf_methods[] = {
-    {"add", mf_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", mf_test, METH_O, "test(key) -> bool\n\nFalse: never added. True: probably added."},
+static PyMethodDef MemoryFilter_methods[] = {
+    {"add", MemoryFilter_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", MemoryFilter_test, METH_O,
+     "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", mf_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", MemoryFilter_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -556,12 +605,14 @@ static PyMethodDef mf_methods[] = {
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> MemoryFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", mf_to_bytes, METH_NOARGS, "to_bytes() -> bytes\n\nThe filter in the saved "
-                                           "format (versioned header, checksum)."},
-    {"from_bytes", mf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> MemoryFilter"},
-    {"to_bitmap", mf_to_bitmap, METH_NOARGS,
+    {"to_bytes", MemoryFilter_to_bytes, METH_NOARGS,
+     "to_bytes() -> bytes\n\nThe filter in the saved "
+     "format (versioned header, checksum)."},
+    {"from_bytes", MemoryFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> MemoryFilter"},
+    {"to_bitmap", MemoryFilter_to_bitmap, METH_NOARGS,
      "to_bitmap() -> bytes\n\nThe raw bits, bit i at byte i//8, bit 7 - i%8 (Redis's order)."},
-    {"from_bitmap", (PyCFunction)(void (*)(void))mf_from_bitmap,
+    {"from_bitmap", (PyCFunction)(void (*)(void))MemoryFilter_from_bitmap,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_bitmap(data, m, k, hash=\"xxh3-mix\") -> MemoryFilter\n\nA filter over raw bits (a "
      "shorter bitmap is padded with zeros, as Redis does)."},
@@ -569,55 +620,57 @@ static PyMethodDef mf_methods[] = {
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> MemoryFilter"},
-    {"open", (PyCFunction)(void (*)(void))mf_open, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+    {"open", (PyCFunction)(void (*)(void))MemoryFilter_open,
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "open(path, mode=\"r\", capacity=None, error_rate=0.01, *, m=None, k=None, hash=None) "
      "-> MemoryFilter\n\nA filter whose bits are a file mapped into memory and shared with "
      "every process that opens it: \"r\" read-only, \"r+\" read and add, \"w\" create (or "
      "replace, by renaming a new file over path), \"x\" create a file that must not exist.  "
      "Adds from several processes are atomic; the file stays loadable with load()."},
-    {"flush", mf_flush, METH_NOARGS,
+    {"flush", MemoryFilter_flush, METH_NOARGS,
      "flush()\n\nWrite a mapped filter's changed pages to its file now (msync); nothing for "
      "a filter in memory."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", mf_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", MemoryFilter_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef mf_getset[] = {
+static PyGetSetDef MemoryFilter_getset[] = {
     {"m", lb_fixed_get_m, NULL, "number of bits", LB_FIXED_ARGS},
     {"k", lb_fixed_get_k, NULL, "number of hash functions", LB_FIXED_ARGS},
     {"hash", lb_fixed_get_hash, NULL, "hashing scheme: \"xxh3-mix\" (default), \"xxh3\" (the unmixed walk) or \"ling-base\"",
      LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", mf_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
-    {"bits_set", mf_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", MemoryFilter_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
+    {"bits_set", MemoryFilter_bits_set, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
-    {"path", mf_get_path, NULL, "the mapped file (open()), or None for a filter in memory", NULL},
-    {"mode", mf_get_mode, NULL, "the mode the file was opened with, or None", NULL},
+    {"path", MemoryFilter_get_path, NULL,
+     "the mapped file (open()), or None for a filter in memory", NULL},
+    {"mode", MemoryFilter_get_mode, NULL, "the mode the file was opened with, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef mf_members[] = {
+static PyMemberDef MemoryFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot mf_slots[] = {
+static PyType_Slot MemoryFilter_slots[] = {
     {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
                 "MemoryFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
-    {Py_tp_new, mf_new},
-    {Py_tp_dealloc, mf_dealloc},
+    {Py_tp_new, MemoryFilter_new},
+    {Py_tp_dealloc, MemoryFilter_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
-    {Py_tp_methods, mf_methods},
-    {Py_tp_getset, mf_getset},
-    {Py_tp_members, mf_members},
-    {Py_tp_repr, mf_repr},
-    {Py_tp_richcompare, mf_richcompare},
+    {Py_tp_methods, MemoryFilter_methods},
+    {Py_tp_getset, MemoryFilter_getset},
+    {Py_tp_members, MemoryFilter_members},
+    {Py_tp_repr, MemoryFilter_repr},
+    {Py_tp_richcompare, MemoryFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, mf_contains},
+    {Py_sq_contains, MemoryFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},
@@ -627,14 +680,14 @@ static PyType_Slot mf_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec mf_spec = {
+static PyType_Spec MemoryFilter_spec = {
     .name = "ling_bloom.MemoryFilter",
     .basicsize = sizeof(MemoryFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = mf_slots,
+    .slots = MemoryFilter_slots,
 };
 
 PyTypeObject *lb_memory_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &mf_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &MemoryFilter_spec, NULL);
 }

@@ -1,6 +1,11 @@
 /* scalable_filter.c: ScalableFilter, a chain of bit arrays that grows. */
+#include "args.h"
+#include "base.h"
+#include "batch.h"
+#include "errors.h"
+#include "filters.h"
 #include "keys.h"
-#include "module.h"
+#include "saveload.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -13,39 +18,36 @@ typedef struct {
     lb_status growth_error;  /* why a batch could not grow the chain */
 } ScalableFilter;
 
-#define SF(o) ((ScalableFilter *)(o))
+#define AS_SCALABLE(o) ((ScalableFilter *)(o))
 
-static const lb_batch_ops sf_batch;
+static const lb_batch_ops ScalableFilter_batch;
 
-static void sf_release(lb_base *b)
+static void ScalableFilter_release(lb_base *b)
 {
     lb_scalable_free(&((ScalableFilter *)b)->s);
 }
 
-static lb_status sf_raise(lb_state *st, lb_status s)
+/* The exception of a status of the chain, with what it means for one. */
+static lb_status ScalableFilter_raise(lb_state *st, lb_status s)
 {
-    switch (s) {
-    case LB_ERR_ARG:
-        PyErr_SetString(PyExc_ValueError, "growth_ratio must be greater than 1 and at most 64, "
-                                          "and fpr_ratio must be in (0, 1)");
-        break;
-    case LB_ERR_RANGE:
-        lb_raise(st, s, "the filter cannot grow further: its next stage would need more than "
-                        "2**48 bits, or it has 4096 stages, or its stages' rates would add up to more than "
-                        "error_rate");
-        break;
-    default:
-        lb_raise(st, s, NULL);
-    }
+    const char *detail = NULL;
+    if (s == LB_ERR_ARG)
+        detail = "growth_ratio must be greater than 1 and at most 64, and fpr_ratio must be in "
+                 "(0, 1)";
+    else if (s == LB_ERR_RANGE)
+        detail = "the filter cannot grow further: its next stage would need more than 2**48 "
+                 "bits, or it has 4096 stages, or its stages' rates would add up to more than "
+                 "error_rate";
+    lb_raise(st, s, detail);
     return s;
 }
 
-static void sf_raise_growth(lb_base *b)
+static void ScalableFilter_raise_growth(lb_base *b)
 {
-    sf_raise(b->st, ((ScalableFilter *)b)->growth_error);
+    ScalableFilter_raise(b->st, ((ScalableFilter *)b)->growth_error);
 }
 
-static ScalableFilter *sf_alloc(PyTypeObject *type)
+static ScalableFilter *ScalableFilter_alloc(PyTypeObject *type)
 {
     ScalableFilter *self = (ScalableFilter *)type->tp_alloc(type, 0);
     if (!self)
@@ -56,12 +58,12 @@ static ScalableFilter *sf_alloc(PyTypeObject *type)
         Py_DECREF(self);
         return NULL;
     }
-    self->base.raise_backend = sf_raise_growth;
-    self->base.batch = &sf_batch;
+    self->base.raise_backend = ScalableFilter_raise_growth;
+    self->base.batch = &ScalableFilter_batch;
     return self;
 }
 
-static PyObject *sf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *ScalableFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"initial_capacity", "error_rate", "growth_ratio", "fpr_ratio", "hash",
                              NULL};
@@ -84,40 +86,40 @@ static PyObject *sf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     lb_status s = lb_scalable_check(cap, error_rate, growth, ratio);
     if (s != LB_OK) {
-        sf_raise(st, s);
+        ScalableFilter_raise(st, s);
         return NULL;
     }
-    ScalableFilter *self = sf_alloc(type);
+    ScalableFilter *self = ScalableFilter_alloc(type);
     if (!self)
         return NULL;
     s = lb_scalable_init(&self->s, cap, error_rate, growth, ratio, scheme);
     if (s != LB_OK) {
         Py_DECREF(self);
-        sf_raise(st, s);
+        ScalableFilter_raise(st, s);
         return NULL;
     }
     return (PyObject *)self;
 }
 
-static void sf_dealloc(PyObject *self)
+static void ScalableFilter_dealloc(PyObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    lb_base_fini(&SF(self)->base);
-    lb_scalable_free(&SF(self)->s);
+    lb_base_fini(&AS_SCALABLE(self)->base);
+    lb_scalable_free(&AS_SCALABLE(self)->s);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
 
-static int sf_traverse(PyObject *self, visitproc visit, void *arg)
+static int ScalableFilter_traverse(PyObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
 
-static PyObject *sf_add(PyObject *self, PyObject *key)
+static PyObject *ScalableFilter_add(PyObject *self, PyObject *key)
 {
-    ScalableFilter *f = SF(self);
+    ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
     lb_key_hold hold;
     if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
@@ -126,15 +128,15 @@ static PyObject *sf_add(PyObject *self, PyObject *key)
     lb_status s = lb_scalable_add(&f->s, k.data, k.len, &added);
     lb_key_leave(&f->base, &hold);
     if (s != LB_OK) {
-        sf_raise(f->base.st, s);
+        ScalableFilter_raise(f->base.st, s);
         return NULL;
     }
     return PyBool_FromLong(added);
 }
 
-static int sf_contains(PyObject *self, PyObject *key)
+static int ScalableFilter_contains(PyObject *self, PyObject *key)
 {
-    ScalableFilter *f = SF(self);
+    ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
     lb_key_hold hold;
     if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
@@ -144,14 +146,14 @@ static int sf_contains(PyObject *self, PyObject *key)
     return r;
 }
 
-static PyObject *sf_test(PyObject *self, PyObject *key)
+static PyObject *ScalableFilter_test(PyObject *self, PyObject *key)
 {
-    int r = sf_contains(self, key);
+    int r = ScalableFilter_contains(self, key);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-static lb_status sf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                               size_t *done)
+static lb_status ScalableFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                           uint8_t *out, size_t *done)
 {
     ScalableFilter *f = (ScalableFilter *)b;
     lb_status s = lb_scalable_add_hashed(&f->s, pairs, n, out, done);
@@ -161,64 +163,67 @@ static lb_status sf_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, 
     return LB_ERR_BACKEND;
 }
 
-static lb_status sf_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
-                                size_t *done)
+static lb_status ScalableFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                            uint8_t *out, size_t *done)
 {
     lb_scalable_test_hashed(&((ScalableFilter *)b)->s, pairs, n, out);
     *done = n;
     return LB_OK;
 }
 
-static lb_hash_scheme sf_key_scheme(lb_base *b)
+static lb_hash_scheme ScalableFilter_key_scheme(lb_base *b)
 {
     return ((ScalableFilter *)b)->s.scheme;
 }
 
-static const lb_batch_ops sf_batch = {NULL, NULL, 0, sf_add_hashed, sf_test_hashed,
-                                      sf_key_scheme};
+static const lb_batch_ops ScalableFilter_batch = {
+    .add_hashed = ScalableFilter_add_hashed,
+    .test_hashed = ScalableFilter_test_hashed,
+    .key_scheme = ScalableFilter_key_scheme,
+};
 
-static PyObject *sf_reset(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&SF(self)->base) < 0)
+    if (lb_enter(&AS_SCALABLE(self)->base) < 0)
         return NULL;
-    lb_status s = lb_scalable_reset(&SF(self)->s);
-    lb_leave(&SF(self)->base);
+    lb_status s = lb_scalable_reset(&AS_SCALABLE(self)->s);
+    lb_leave(&AS_SCALABLE(self)->base);
     if (s != LB_OK)
-        return lb_raise(SF(self)->base.st, s, NULL);
+        return lb_raise(AS_SCALABLE(self)->base.st, s, NULL);
     Py_RETURN_NONE;
 }
 
-static PyObject *sf_close(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_close(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    return lb_close_with(&SF(self)->base, sf_release);
+    return lb_close_with(&AS_SCALABLE(self)->base, ScalableFilter_release);
 }
 
-static PyObject *sf_approximate_count(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_approximate_count(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&SF(self)->base) < 0)
+    if (lb_enter(&AS_SCALABLE(self)->base) < 0)
         return NULL;
-    uint64_t n = lb_scalable_count(&SF(self)->s);
-    lb_leave(&SF(self)->base);
+    uint64_t n = lb_scalable_count(&AS_SCALABLE(self)->s);
+    lb_leave(&AS_SCALABLE(self)->base);
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *sf_current_error_rate(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_current_error_rate(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    if (lb_enter(&SF(self)->base) < 0)
+    if (lb_enter(&AS_SCALABLE(self)->base) < 0)
         return NULL;
-    double r = lb_scalable_current_fpr(&SF(self)->s);
-    lb_leave(&SF(self)->base);
+    double r = lb_scalable_current_fpr(&AS_SCALABLE(self)->s);
+    lb_leave(&AS_SCALABLE(self)->base);
     return PyFloat_FromDouble(r);
 }
 
-static PyObject *sf_stages(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_stages(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    ScalableFilter *f = SF(self);
+    ScalableFilter *f = AS_SCALABLE(self);
     if (lb_enter(&f->base) < 0)
         return NULL;
     PyObject *list = PyList_New(f->s.nstages);
@@ -227,11 +232,12 @@ static PyObject *sf_stages(PyObject *self, PyObject *unused)
         return NULL;
     }
     for (uint32_t i = 0; i < f->s.nstages; i++) {
-        const lb_stage *st = &f->s.stages[i];
+        const lb_stage *stage = &f->s.stages[i];
         PyObject *d = Py_BuildValue(
-            "{sKsKsKsIsdsK}", "capacity", (unsigned long long)st->capacity, "count",
-            (unsigned long long)st->count, "m", (unsigned long long)st->geo.m, "k", st->geo.k,
-            "error_rate", st->error_rate, "bits_set", (unsigned long long)st->bits.bits_set);
+            "{sKsKsKsIsdsK}", "capacity", (unsigned long long)stage->capacity, "count",
+            (unsigned long long)stage->count, "m", (unsigned long long)stage->geo.m, "k",
+            stage->geo.k, "error_rate", stage->error_rate, "bits_set",
+            (unsigned long long)stage->bits.bits_set);
         if (!d) {
             Py_CLEAR(list);
             break;
@@ -242,21 +248,21 @@ static PyObject *sf_stages(PyObject *self, PyObject *unused)
     return list;
 }
 
-static PyObject *to_bytes(ScalableFilter *f);
+static PyObject *entered_to_bytes(ScalableFilter *f);
 
-static PyObject *sf_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_to_bytes(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    ScalableFilter *f = SF(self);
+    ScalableFilter *f = AS_SCALABLE(self);
     if (lb_enter(&f->base) < 0)
         return NULL;
-    PyObject *out = to_bytes(f);
+    PyObject *out = entered_to_bytes(f);
     lb_leave(&f->base);
     return out;
 }
 
 /* to_bytes of an entered filter. */
-static PyObject *to_bytes(ScalableFilter *f)
+static PyObject *entered_to_bytes(ScalableFilter *f)
 {
     lb_scalable *s = &f->s;
     lb_format_header h;
@@ -295,7 +301,7 @@ static PyObject *to_bytes(ScalableFilter *f)
     return out;
 }
 
-static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
+static PyObject *ScalableFilter_from_bytes(PyObject *cls, PyObject *data)
 {
     lb_state *st = lb_state_from_type((PyTypeObject *)cls);
     if (!st)
@@ -304,7 +310,7 @@ static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
     lb_format_header h;
     if (lb_read_saved(st, data, &view, &h, LB_KIND_SCALABLE) < 0)
         return NULL;
-    ScalableFilter *f = sf_alloc((PyTypeObject *)cls);
+    ScalableFilter *f = ScalableFilter_alloc((PyTypeObject *)cls);
     lb_status s = LB_OK;
     if (f)
         s = lb_scalable_init(&f->s, h.initial_capacity, h.error_rate, h.growth, h.fpr_ratio,
@@ -324,18 +330,18 @@ static PyObject *sf_from_bytes(PyObject *cls, PyObject *data)
     PyBuffer_Release(&view);
     if (f && s != LB_OK) {
         Py_CLEAR(f);
-        sf_raise(st, s);
+        ScalableFilter_raise(st, s);
     }
     return (PyObject *)f;
 }
 
-static PyObject *sf_copy(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_copy(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *data = sf_to_bytes(self, NULL);
+    PyObject *data = ScalableFilter_to_bytes(self, NULL);
     if (!data)
         return NULL;
-    PyObject *r = sf_from_bytes((PyObject *)Py_TYPE(self), data);
+    PyObject *r = ScalableFilter_from_bytes((PyObject *)Py_TYPE(self), data);
     Py_DECREF(data);
     return r;
 }
@@ -343,10 +349,10 @@ static PyObject *sf_copy(PyObject *self, PyObject *unused)
 /* Not defined for a chain: OR-ing stage i of two chains puts up to twice its
  * capacity in it (past the rate its stage promises), and a key that went to
  * stage 0 of one and stage 1 of the other is in no stage of an AND. */
-static PyObject *sf_no_setop(PyObject *self, PyObject *other)
+static PyObject *ScalableFilter_no_setop(PyObject *self, PyObject *other)
 {
     (void)other;
-    PyErr_SetString(SF(self)->base.st->NotSupportedError,
+    PyErr_SetString(AS_SCALABLE(self)->base.st->NotSupportedError,
                     "a ScalableFilter has no union or intersection: stage by stage, a union "
                     "overfills the stages (past the error rate they promise) and an "
                     "intersection loses keys that went to different stages; add the keys of "
@@ -354,19 +360,19 @@ static PyObject *sf_no_setop(PyObject *self, PyObject *other)
     return NULL;
 }
 
-static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
-    lb_state *st = SF(self)->base.st;
+    lb_state *st = AS_SCALABLE(self)->base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
         Py_RETURN_NOTIMPLEMENTED;
     /* A filter is itself, open or closed: identity answers without the storage.
      * A closed filter against another one raises ClosedError (lb_enter2). */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    PyObject *a = sf_to_bytes(self, NULL);
+    PyObject *a = ScalableFilter_to_bytes(self, NULL);
     if (!a)
         return NULL;
-    PyObject *b = sf_to_bytes(other, NULL);
+    PyObject *b = ScalableFilter_to_bytes(other, NULL);
     if (!b) {
         Py_DECREF(a);
         return NULL;
@@ -377,66 +383,66 @@ static PyObject *sf_richcompare(PyObject *self, PyObject *other, int op)
     return r;
 }
 
-static PyObject *sf_get_initial_capacity(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_initial_capacity(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLongLong(SF(self)->s.initial_capacity);
+    return PyLong_FromUnsignedLongLong(AS_SCALABLE(self)->s.initial_capacity);
 }
 
-static PyObject *sf_get_error_rate(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_error_rate(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyFloat_FromDouble(SF(self)->s.error_rate);
+    return PyFloat_FromDouble(AS_SCALABLE(self)->s.error_rate);
 }
 
-static PyObject *sf_get_growth(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_growth(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyFloat_FromDouble(SF(self)->s.growth);
+    return PyFloat_FromDouble(AS_SCALABLE(self)->s.growth);
 }
 
-static PyObject *sf_get_ratio(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_ratio(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyFloat_FromDouble(SF(self)->s.fpr_ratio);
+    return PyFloat_FromDouble(AS_SCALABLE(self)->s.fpr_ratio);
 }
 
-static PyObject *sf_get_hash(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_hash(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyUnicode_FromString(lb_hash_scheme_name(SF(self)->s.scheme));
+    return PyUnicode_FromString(lb_hash_scheme_name(AS_SCALABLE(self)->s.scheme));
 }
 
-static PyObject *sf_get_nsub(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_nsub(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyLong_FromUnsignedLong(SF(self)->s.nstages);
+    return PyLong_FromUnsignedLong(AS_SCALABLE(self)->s.nstages);
 }
 
 /* The stage array moves when a batch grows the chain: what reads it enters. */
-static PyObject *sf_get_capacity(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_capacity(PyObject *self, void *unused)
 {
     (void)unused;
-    if (lb_enter(&SF(self)->base) < 0)
+    if (lb_enter(&AS_SCALABLE(self)->base) < 0)
         return NULL;
-    uint64_t n = lb_scalable_capacity(&SF(self)->s);
-    lb_leave(&SF(self)->base);
+    uint64_t n = lb_scalable_capacity(&AS_SCALABLE(self)->s);
+    lb_leave(&AS_SCALABLE(self)->base);
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *sf_get_nbytes(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
-    if (lb_enter(&SF(self)->base) < 0)
+    if (lb_enter(&AS_SCALABLE(self)->base) < 0)
         return NULL;
-    uint64_t n = lb_scalable_nbytes(&SF(self)->s);
-    lb_leave(&SF(self)->base);
+    uint64_t n = lb_scalable_nbytes(&AS_SCALABLE(self)->s);
+    lb_leave(&AS_SCALABLE(self)->base);
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *sf_repr(PyObject *self)
+static PyObject *ScalableFilter_repr(PyObject *self)
 {
-    ScalableFilter *f = SF(self);
+    ScalableFilter *f = AS_SCALABLE(self);
     if (lb_enter(&f->base) < 0) {
         PyErr_Clear(); /* closed */
         return PyUnicode_FromFormat("<ScalableFilter initial_capacity=%llu closed>",
@@ -450,31 +456,32 @@ static PyObject *sf_repr(PyObject *self)
                                 (unsigned long long)count);
 }
 
-static PyMethodDef sf_methods[] = {
-    {"add", sf_add, METH_O,
+static PyMethodDef ScalableFilter_methods[] = {
+    {"add", ScalableFilter_add, METH_O,
      "add(key) -> bool\n\nAdd key to the newest stage unless some stage holds it already; True "
      "when it was added."},
-    {"test", sf_test, METH_O, "test(key) -> bool"},
+    {"test", ScalableFilter_test, METH_O, "test(key) -> bool"},
     LB_BATCH_METHOD_DEFS,
-    {"reset", sf_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
-    {"close", sf_close, METH_NOARGS, "close()"},
+    {"reset", ScalableFilter_reset, METH_NOARGS, "reset()\n\nBack to one empty first stage."},
+    {"close", ScalableFilter_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
-    {"approximate_count", sf_approximate_count, METH_NOARGS,
+    {"approximate_count", ScalableFilter_approximate_count, METH_NOARGS,
      "approximate_count() -> int\n\nKeys added that tested absent when they were added (a "
      "lower bound on the distinct keys)."},
-    {"current_error_rate", sf_current_error_rate, METH_NOARGS,
+    {"current_error_rate", ScalableFilter_current_error_rate, METH_NOARGS,
      "current_error_rate() -> float\n\nThe rate now: 1 - prod(1 - fill_i ** k_i)."},
-    {"stages", sf_stages, METH_NOARGS,
+    {"stages", ScalableFilter_stages, METH_NOARGS,
      "stages() -> list[dict]\n\ncapacity, count, m, k, error_rate, bits_set of each stage."},
-    {"union", sf_no_setop, METH_O,
+    {"union", ScalableFilter_no_setop, METH_O,
      "union(other)\n\nNotSupportedError: not defined for a chain of stages (see the error)."},
-    {"intersection", sf_no_setop, METH_O,
+    {"intersection", ScalableFilter_no_setop, METH_O,
      "intersection(other)\n\nNotSupportedError: not defined for a chain of stages."},
-    {"copy", sf_copy, METH_NOARGS, "copy() -> ScalableFilter"},
-    {"__copy__", sf_copy, METH_NOARGS, NULL},
-    {"to_bytes", sf_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
-    {"from_bytes", sf_from_bytes, METH_O | METH_CLASS, "from_bytes(data) -> ScalableFilter"},
+    {"copy", ScalableFilter_copy, METH_NOARGS, "copy() -> ScalableFilter"},
+    {"__copy__", ScalableFilter_copy, METH_NOARGS, NULL},
+    {"to_bytes", ScalableFilter_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", ScalableFilter_from_bytes, METH_O | METH_CLASS,
+     "from_bytes(data) -> ScalableFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
      "with the mode open() gives a new file (0o666 minus the umask); an OSError names path."},
@@ -484,53 +491,55 @@ static PyMethodDef sf_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef sf_getset[] = {
-    {"initial_capacity", sf_get_initial_capacity, NULL, "capacity of the first stage", NULL},
-    {"error_rate", sf_get_error_rate, NULL, "the bound the whole chain keeps", NULL},
-    {"growth_ratio", sf_get_growth, NULL, "each stage holds this many times the last", NULL},
-    {"fpr_ratio", sf_get_ratio, NULL, "each stage's rate is this times the last", NULL},
-    {"hash", sf_get_hash, NULL, "hashing scheme", NULL},
-    {"num_sub_filters", sf_get_nsub, NULL, "number of stages", NULL},
-    {"capacity", sf_get_capacity, NULL, "keys the present stages take", NULL},
-    {"nbytes", sf_get_nbytes, NULL, "bytes of all stages' bits", NULL},
+static PyGetSetDef ScalableFilter_getset[] = {
+    {"initial_capacity", ScalableFilter_get_initial_capacity, NULL,
+     "capacity of the first stage", NULL},
+    {"error_rate", ScalableFilter_get_error_rate, NULL, "the bound the whole chain keeps", NULL},
+    {"growth_ratio", ScalableFilter_get_growth, NULL,
+     "each stage holds this many times the last", NULL},
+    {"fpr_ratio", ScalableFilter_get_ratio, NULL, "each stage's rate is this times the last", NULL},
+    {"hash", ScalableFilter_get_hash, NULL, "hashing scheme", NULL},
+    {"num_sub_filters", ScalableFilter_get_nsub, NULL, "number of stages", NULL},
+    {"capacity", ScalableFilter_get_capacity, NULL, "keys the present stages take", NULL},
+    {"nbytes", ScalableFilter_get_nbytes, NULL, "bytes of all stages' bits", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef sf_members[] = {
+static PyMemberDef ScalableFilter_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot sf_slots[] = {
+static PyType_Slot ScalableFilter_slots[] = {
     {Py_tp_doc, "ScalableFilter(initial_capacity, error_rate=0.01, growth_ratio=2.0, "
                 "fpr_ratio=0.9, *, hash=\"xxh3-mix\")\n\n"
                 "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
                 "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
                 "however far it grows (the ling-base Go library's option is the first stage's rate)."},
-    {Py_tp_new, sf_new},
-    {Py_tp_dealloc, sf_dealloc},
-    {Py_tp_traverse, sf_traverse},
-    {Py_tp_methods, sf_methods},
-    {Py_tp_getset, sf_getset},
-    {Py_tp_members, sf_members},
-    {Py_tp_repr, sf_repr},
-    {Py_tp_richcompare, sf_richcompare},
+    {Py_tp_new, ScalableFilter_new},
+    {Py_tp_dealloc, ScalableFilter_dealloc},
+    {Py_tp_traverse, ScalableFilter_traverse},
+    {Py_tp_methods, ScalableFilter_methods},
+    {Py_tp_getset, ScalableFilter_getset},
+    {Py_tp_members, ScalableFilter_members},
+    {Py_tp_repr, ScalableFilter_repr},
+    {Py_tp_richcompare, ScalableFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, sf_contains},
+    {Py_sq_contains, ScalableFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 
-static PyType_Spec sf_spec = {
+static PyType_Spec ScalableFilter_spec = {
     .name = "ling_bloom.ScalableFilter",
     .basicsize = sizeof(ScalableFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = sf_slots,
+    .slots = ScalableFilter_slots,
 };
 
 PyTypeObject *lb_scalable_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &sf_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &ScalableFilter_spec, NULL);
 }

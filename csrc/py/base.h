@@ -1,0 +1,169 @@
+/* base.h: the base every filter object starts with, and the methods and slots
+ * every type shares through it (close, the context manager, closed, len(),
+ * truth). */
+#ifndef LB_PY_BASE_H
+#define LB_PY_BASE_H
+
+#include "state.h"
+
+/* The rule: every operation either completes against a live filter or raises
+ * ClosedError.  One mechanism holds it: an operation enters the filter
+ * (lb_enter: wait for a GIL-free section of another thread to end, check the
+ * filter is open, claim it) and leaves it (lb_leave) when it no longer needs
+ * its storage.  close() marks the filter closed at once, so later entries
+ * raise ClosedError, and frees the storage when the last claim is given back:
+ * an operation that entered never sees its storage freed under it, whatever
+ * it waits for, allocates or calls on the way.
+ *
+ * GIL-free sections: single-key operations on in-memory filters run with the
+ * GIL held and never release it.  A batch releases the GIL while it hashes and
+ * probes a chunk of keys; for that chunk it holds `lock` and sets `busy`
+ * (lb_busy_begin / lb_busy_end), as does a Redis round trip.  Entering waits
+ * for the section to end (with the GIL released), except reads of a type whose
+ * storage never moves (`reads_during_batch`): they go on, and see each bit of a
+ * key being added either set or not yet set.  Between chunks a batch lets every
+ * waiter in before it goes on, so a long warm-up does not stall request
+ * threads.  Whatever the section leaves for the caller (an error text, a
+ * count) is read before lb_busy_end, while no other thread can use the
+ * object.
+ *
+ * Fork: a forked child has only the thread that called fork(), which held the
+ * GIL, so no other thread of the child is inside the filter; but the parent's
+ * threads may have been (waiting, claiming, or in a GIL-free section).  The
+ * first entry in the child (lb_fork_generation changed) starts the lock state
+ * afresh: a new lock (the old one is left alone, as CPython does with its
+ * own), no waiters, no claims, not busy.  When another thread was in a
+ * GIL-free section at the fork (busy was set), what it was changing is
+ * suspect: the type's after_fork hook replaces it without touching it (the
+ * Redis types abandon the connection and build a new one). */
+
+/* How a type runs batches (batch.h defines it). */
+struct lb_batch_ops_s;
+
+typedef struct lb_base_s {
+    PyObject_HEAD
+    lb_state *st;
+    PyThread_type_lock lock;
+    int busy;
+    unsigned long fork_generation;
+    int waiters;
+    long users;       /* operations that entered and have not left */
+    int reads_during_batch;
+    int closed;       /* close() was called: entering raises ClosedError */
+    int released;     /* the storage is freed (closed and users == 0) */
+    int read_only;    /* storage that must not change (a file mapped with mode "r"):
+                         add, update, add_many, reset raise NotSupportedError */
+    void (*release)(struct lb_base_s *self);  /* frees the storage; set by close() */
+    /* In a forked child, when another thread of the parent was in a GIL-free
+     * section on this filter: replace what it owned (may be NULL).  -1 with
+     * an exception when that fails (the filter is then closed). */
+    int (*after_fork)(struct lb_base_s *self);
+    /* For filters backed by a server: sets the Python exception for the
+     * LB_ERR_BACKEND a chunk returned (the details are in the object). */
+    void (*raise_backend)(struct lb_base_s *self);
+    const struct lb_batch_ops_s *batch;
+    size_t chunk;     /* keys per chunk; 0: LB_CHUNK */
+    PyObject *weakrefs;
+} lb_base;
+
+/* Watch for fork() (pthread_atfork), once per process (module exec).  0, or
+ * -1 with OSError. */
+int lb_fork_watch_install(void);
+
+/* NotSupportedError for a change to a read-only filter; returns -1. */
+int lb_read_only_error(lb_base *b);
+
+/* Initialise the base in tp_new (allocates the lock). */
+int lb_base_init(lb_base *b, PyTypeObject *type);
+void lb_base_fini(lb_base *b);
+
+/* Bumped in the child after every fork (pthread_atfork). */
+extern unsigned long lb_fork_generation;
+
+/* The slow path of lb_wait_open: a fork to recover from, or a GIL-free
+ * section to wait for.  0, or -1 with an exception. */
+int lb_base_wait(lb_base *b, int read_only);
+
+static inline int lb_closed_error(lb_base *b)
+{
+    PyErr_SetString(b->st->ClosedError, "filter is closed");
+    return -1;
+}
+
+/* 1 when an entry must first go through lb_base_wait: a fork to recover from,
+ * or another thread's GIL-free section (unless read_only and the type allows
+ * reads during one). */
+static inline int lb_must_wait(const lb_base *b, int read_only)
+{
+    return b->fork_generation != lb_fork_generation ||
+           (b->busy && !(read_only && b->reads_during_batch));
+}
+
+/* Wait for another thread's GIL-free section (unless read_only and the type
+ * allows reads during one), then check the filter is open, without claiming
+ * it: for the chunks of a batch that entered already.  0, or -1 with an
+ * exception (ClosedError). */
+static inline int lb_wait_open(lb_base *b, int read_only)
+{
+    if (lb_must_wait(b, read_only) && lb_base_wait(b, read_only) < 0)
+        return -1;
+    if (b->closed)
+        return lb_closed_error(b);
+    return 0;
+}
+
+/* Enter the filter: lb_wait_open, then claim it.  Every successful entry is
+ * matched by one lb_leave.  0, or -1 with ClosedError (nothing claimed). */
+static inline int lb_enter(lb_base *b)
+{
+    if (lb_wait_open(b, 0) < 0)
+        return -1;
+    b->users++;
+    return 0;
+}
+
+/* lb_enter for an operation that only reads. */
+static inline int lb_enter_read(lb_base *b)
+{
+    if (lb_wait_open(b, 1) < 0)
+        return -1;
+    b->users++;
+    return 0;
+}
+
+/* Enter two filters (a and b may be the same object): returns when neither
+ * is in another thread's GIL-free section at the same moment, both open and
+ * both claimed.  0, or -1 with ClosedError and neither claimed. */
+int lb_enter2(lb_base *a, lb_base *b);
+
+/* Free the storage of a closed filter whose last claim was given back. */
+void lb_base_release(lb_base *b);
+
+static inline void lb_leave(lb_base *b)
+{
+    if (b->users > 0 && --b->users == 0 && b->closed && !b->released)
+        lb_base_release(b);
+}
+
+/* Claim the filter for a GIL-free section (call with the GIL, after
+ * lb_enter or lb_wait_open), and give it back (with the GIL; lets waiting
+ * threads in first). */
+void lb_busy_begin(lb_base *b);
+void lb_busy_end(lb_base *b);
+
+/* close(), __enter__, __exit__ and the `closed` property, shared by every
+ * type; each type supplies its own release function. */
+PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *));
+PyObject *lb_enter_method(PyObject *self, PyObject *unused);
+PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lb_closed_get(PyObject *self, void *unused);
+
+/* len(f): the estimated number of distinct keys, approximate_count() (card()
+ * for RedisBloomFilter: BF.CARD), a round trip for the Redis types.  A filter
+ * is always true (lb_bool_true), so `if f:` neither asks Redis nor depends on
+ * the filter being empty. */
+Py_ssize_t lb_len_approximate(PyObject *self);
+Py_ssize_t lb_len_card(PyObject *self);
+int lb_bool_true(PyObject *self);
+
+#endif

@@ -1,0 +1,362 @@
+/* batch.c: the batch drivers and the batch methods of every type (see batch.h). */
+#include "batch.h"
+
+#include <string.h>
+
+#include "errors.h"
+
+/* The work space of one batch call, sized for its chunk (one allocation). */
+typedef struct {
+    PyObject **objs;
+    lb_key *keys;
+    lb_key_hold *holds;  /* only for keys whose bytes a hold keeps: nviews of them */
+    size_t nviews;
+    uint8_t *out;
+} chunk_space;
+
+static chunk_space *chunk_space_new(size_t n)
+{
+    size_t size = sizeof(chunk_space) + n * (sizeof(PyObject *) + sizeof(lb_key) +
+                                             sizeof(lb_key_hold) + 1);
+    chunk_space *w = PyMem_Malloc(size);
+    if (!w)
+        return NULL;
+    char *p = (char *)(w + 1);
+    w->objs = (PyObject **)p;
+    p += n * sizeof(PyObject *);
+    w->keys = (lb_key *)p;
+    p += n * sizeof(lb_key);
+    w->holds = (lb_key_hold *)p;
+    p += n * sizeof(lb_key_hold);
+    w->out = (uint8_t *)p;
+    w->nviews = 0;
+    return w;
+}
+
+static void chunk_drop(chunk_space *w, size_t n)
+{
+    for (size_t i = 0; i < w->nviews; i++)
+        lb_key_release(&w->holds[i]);
+    w->nviews = 0;
+    for (size_t i = 0; i < n; i++)
+        Py_DECREF(w->objs[i]);
+}
+
+static void raise_status(lb_base *self, lb_status status)
+{
+    if (status == LB_ERR_BACKEND && self->raise_backend)
+        self->raise_backend(self);
+    else
+        lb_raise(self->st, status, NULL);
+}
+
+/* The keys of a batch as a sequence (a list or tuple as it is, anything else
+ * copied into a list once): a new reference, or NULL with TypeError (a single
+ * str or bytes is one key, not a batch). */
+static PyObject *keys_sequence(PyObject *iterable)
+{
+    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "expected an iterable of keys, got a single str or bytes key");
+        return NULL;
+    }
+    return PySequence_Fast(iterable, "expected an iterable of keys");
+}
+
+/* Check every key of the batch before anything changes: 0, or -1 with the
+ * first bad key's exception. */
+static int check_keys(lb_state *st, PyObject *seq, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lb_key key;
+        lb_key_hold hold;
+        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
+            return -1;
+        lb_key_release(&hold);
+    }
+    return 0;
+}
+
+/* Convert the len keys of seq from start into w, holding each key's object:
+ * how many were converted (fewer than len: the next one raised). */
+static size_t chunk_fill(lb_state *st, PyObject *seq, Py_ssize_t start, size_t len,
+                         chunk_space *w)
+{
+    size_t got = 0;
+    for (; got < len; got++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, start + (Py_ssize_t)got);
+        Py_INCREF(obj);
+        w->objs[got] = obj;
+        /* str and bytes (nearly every key) need no hold: keep one only for
+         * a key whose bytes live in it (a buffer view, an int's digits or
+         * text), packed, so the chunk's work space stays small. */
+        lb_key_hold *hold = &w->holds[w->nviews];
+        if (lb_key_get(st, obj, &w->keys[got], hold) < 0) {
+            Py_DECREF(obj);
+            break;
+        }
+        w->nviews += (size_t)(hold->held != LB_HOLD_NONE);
+    }
+    return got;
+}
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
+                       lb_gil_mode gil, size_t chunk)
+{
+    lb_state *st = self->st;
+    PyObject *seq = keys_sequence(iterable);
+    if (!seq)
+        return NULL;
+    PyObject *result = NULL;
+    chunk_space *w = NULL;
+    int entered = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+
+    /* Every key is checked before anything changes. */
+    if (check_keys(st, seq, n) < 0 || lb_enter(self) < 0)
+        goto done;
+    entered = 1;
+    if (kind == LB_RESULT_LIST) {
+        result = PyList_New(n);
+        if (!result)
+            goto done;
+    }
+    if (n == 0) {
+        if (!result)
+            result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (chunk == 0)
+        chunk = LB_CHUNK;
+    w = chunk_space_new((size_t)n < chunk ? (size_t)n : chunk);
+    if (!w) {
+        PyErr_NoMemory();
+        Py_CLEAR(result);
+        goto done;
+    }
+    for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
+        /* A list can change under us while the GIL is released between
+         * chunks: read its size again (never going past the n keys the
+         * work space and the result were sized for) and hold each key's
+         * object while the chunk runs. */
+        Py_ssize_t now = PySequence_Fast_GET_SIZE(seq);
+        if (now > n)
+            now = n;
+        if (start >= now)
+            break;
+        size_t len = (size_t)(now - start) < chunk ? (size_t)(now - start) : chunk;
+        size_t got = chunk_fill(st, seq, start, len, w);
+        /* The batch holds its claim from the first chunk to the last; each
+         * chunk waits for other threads' sections and stops at a close(). */
+        if (got < len || lb_wait_open(self, 0) < 0) {
+            chunk_drop(w, got);
+            Py_CLEAR(result);
+            goto done;
+        }
+        size_t handled = 0;
+        lb_status status;
+        if (gil == LB_GIL_ALWAYS || len >= LB_GIL_FREE_MIN) {
+            lb_busy_begin(self);
+            Py_BEGIN_ALLOW_THREADS
+            status = run(self, w->keys, len, w->out, &handled);
+            Py_END_ALLOW_THREADS
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
+            lb_busy_end(self);
+        }
+        else {
+            status = run(self, w->keys, len, w->out, &handled);
+            if (status != LB_OK)
+                raise_status(self, status);
+        }
+        chunk_drop(w, len);
+        if (result)
+            for (size_t i = 0; i < handled; i++)
+                PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
+        if (status != LB_OK) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    }
+    if (!result)
+        result = Py_NewRef(Py_None);
+    else {
+        /* If the list shrank while we ran, fill what was never reached. */
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!PyList_GET_ITEM(result, i))
+                PyList_SET_ITEM(result, i, Py_NewRef(Py_False));
+    }
+done:
+    if (entered)
+        lb_leave(self);
+    PyMem_Free(w);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* Keys ahead whose objects are prefetched while one is hashed (into every
+ * cache level: the object's header and, for short keys, its bytes are read
+ * next).  Two lines: on CPython 3.11 pymalloc puts a short str at 48 mod 64 (its 64-byte
+ * size class after the pool's 48-byte header), so its type is in one line and
+ * its state and characters in the next, which the loop reads first thing.
+ * Prefetching both made test_many of 500,000 present "user:N" keys spread
+ * over a list of 1e6 about 7% faster (paired runs, minimum of 9 each). */
+#ifndef LB_OBJ_AHEAD
+#define LB_OBJ_AHEAD 16
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define LB_PREFETCH_OBJ(p)                                                                   \
+    (__builtin_prefetch((p), 0, 3), __builtin_prefetch((const char *)(p) + 63, 0, 3))
+#else
+#define LB_PREFETCH_OBJ(p) ((void)0)
+#endif
+
+/* The key of a hashed batch that is not a str or bytes: held (a buffer
+ * exporter may run Python code that changes the sequence), converted, hashed. */
+static int hash_other_key(lb_state *st, lb_hash_scheme scheme, PyObject *obj, lb_hash_pair *out)
+{
+    lb_key key;
+    lb_key_hold hold;
+    Py_INCREF(obj);
+    int r = lb_key_get_other(st, obj, &key, &hold);
+    if (r == 0) {
+        lb_hash_to(scheme, key.data, key.len, out);
+        lb_key_release(&hold);
+    }
+    Py_DECREF(obj);
+    return r;
+}
+
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind)
+{
+    lb_state *st = self->st;
+    const lb_batch_ops *ops = self->batch;
+    const lb_hash_scheme scheme = ops->key_scheme(self);
+    PyObject *seq = keys_sequence(iterable);
+    if (!seq)
+        return NULL;
+    PyObject *result = NULL;
+    int entered = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    /* Raw memory: the chunks read it with the GIL released. */
+    lb_hash_pair *pairs = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(lb_hash_pair));
+    if (!pairs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* One pass over the keys, with the GIL held: check, convert and hash each
+     * one.  Nothing in the filter changes before every key has passed, and
+     * the chunks below need no key object (nothing is held, nothing can change
+     * under them).  A buffer's exporter may run Python code that shrinks the
+     * sequence: its length is read again on the way, and the batch is the
+     * keys it still had. */
+    Py_ssize_t i = 0;
+    for (; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject **items = PySequence_Fast_ITEMS(seq);
+        if (i + LB_OBJ_AHEAD < n && i + LB_OBJ_AHEAD < PySequence_Fast_GET_SIZE(seq))
+            LB_PREFETCH_OBJ(items[i + LB_OBJ_AHEAD]);
+        PyObject *obj = items[i];
+        const void *data;
+        size_t len;
+        if (!lb_key_direct(obj, &data, &len)) {
+            if (hash_other_key(st, scheme, obj, &pairs[i]) < 0)
+                goto done;
+            continue;
+        }
+        if (len == 0) {
+            lb_key_empty(st);
+            goto done;
+        }
+        lb_hash_to(scheme, data, len, &pairs[i]);
+    }
+    n = i;
+    if (lb_enter(self) < 0)
+        goto done;
+    entered = 1;
+    if (kind == LB_RESULT_LIST) {
+        result = PyList_New(n);
+        if (!result)
+            goto done;
+    }
+    size_t chunk = self->chunk ? self->chunk : LB_CHUNK;
+    uint8_t out[LB_CHUNK];
+    if (chunk > LB_CHUNK)
+        chunk = LB_CHUNK;
+    uint8_t *outp = (kind == LB_RESULT_LIST || !add) ? out : NULL;
+    lb_status (*run)(lb_base *, const lb_hash_pair *, size_t, uint8_t *, size_t *) =
+        add ? ops->add_hashed : ops->test_hashed;
+    for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
+        size_t len = (size_t)(n - start) < chunk ? (size_t)(n - start) : chunk;
+        size_t handled = 0;
+        lb_status status;
+        /* The batch holds its claim from the first chunk to the last; each
+         * chunk waits for other threads' sections and stops at a close(). */
+        if (lb_wait_open(self, 0) < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (len >= LB_GIL_FREE_MIN) {
+            lb_busy_begin(self);
+            Py_BEGIN_ALLOW_THREADS
+            status = run(self, pairs + start, len, outp, &handled);
+            Py_END_ALLOW_THREADS
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
+            lb_busy_end(self);
+        }
+        else {
+            status = run(self, pairs + start, len, outp, &handled);
+            if (status != LB_OK)
+                raise_status(self, status);
+        }
+        if (status != LB_OK) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (result)
+            for (size_t j = 0; j < len; j++)
+                PyList_SET_ITEM(result, start + (Py_ssize_t)j,
+                                Py_NewRef(out[j] ? Py_True : Py_False));
+    }
+    if (!result)
+        result = Py_NewRef(Py_None);
+done:
+    if (entered)
+        lb_leave(self);
+    PyMem_RawFree(pairs);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result_kind kind)
+{
+    lb_base *b = (lb_base *)self;
+    const lb_batch_ops *ops = b->batch;
+    if (add && b->read_only) {
+        lb_read_only_error(b);
+        return NULL;
+    }
+    if (ops->add_hashed)
+        return lb_run_hashed_batch(b, keys, add, kind);
+    return lb_run_batch(b, keys, add ? ops->add : ops->test, kind,
+                        ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
+}
+
+PyObject *lb_add_many_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 1, LB_RESULT_LIST);
+}
+
+PyObject *lb_update_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 1, LB_RESULT_NONE);
+}
+
+PyObject *lb_test_many_method(PyObject *self, PyObject *keys)
+{
+    return batch_method(self, keys, 0, LB_RESULT_LIST);
+}

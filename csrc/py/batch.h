@@ -1,0 +1,92 @@
+/* batch.h: batches: add_many, update and test_many of every type, and the
+ * drivers that walk an iterable of keys in chunks, with the GIL released for
+ * large ones. */
+#ifndef LB_PY_BATCH_H
+#define LB_PY_BATCH_H
+
+#include "base.h"
+#include "keys.h"
+
+/* How a type runs batches: its chunk functions, the GIL policy and the keys
+ * per chunk (lb_base.batch, lb_base.chunk).  add_many, update and test_many
+ * are then the same methods for every type (lb_add_many_method, ... below).
+ *
+ * A type whose batches need only each key's hash pair gives add_hashed,
+ * test_hashed and key_scheme (the scheme the pairs are hashed with): the batch
+ * driver then reads and hashes every key in one pass and hands the chunks
+ * pairs (lb_run_hashed_batch); add and test are then not used by the batch
+ * methods.  They return LB_OK or a status as add and test do, *done telling
+ * how many pairs they handled. */
+typedef struct lb_batch_ops_s {
+    lb_status (*add)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
+                     size_t *done);
+    lb_status (*test)(struct lb_base_s *self, const lb_key *keys, size_t n, uint8_t *out,
+                      size_t *done);
+    int gil_always;   /* release the GIL for every chunk (network round trips) */
+    /* out may be NULL for add_hashed (no per-key result wanted). */
+    lb_status (*add_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                            uint8_t *out, size_t *done);
+    lb_status (*test_hashed)(struct lb_base_s *self, const lb_hash_pair *pairs, size_t n,
+                             uint8_t *out, size_t *done);
+    lb_hash_scheme (*key_scheme)(struct lb_base_s *self);
+} lb_batch_ops;
+
+/* A batch: an iterable of keys walked in chunks (the Redis types; the
+ * in-memory ones use lb_run_hashed_batch below).
+ *
+ * The iterable is taken as a sequence (a list or tuple as it is, anything
+ * else copied into a list once) and every key is checked first, so a batch
+ * with a bad key raises before anything in it changes.  Then each chunk's
+ * keys are converted, their objects held, and `run` is called on the chunk:
+ * for large chunks with the GIL released and the filter claimed (see
+ * lb_busy_begin), so other threads go on meanwhile.
+ *
+ * run returns LB_OK or a status; *done tells how many keys of the chunk it
+ * handled.  out receives one byte per key (1 = true). */
+typedef lb_status (*lb_chunk_fn)(lb_base *self, const lb_key *keys, size_t n, uint8_t *out,
+                                 size_t *done);
+
+typedef enum {
+    LB_RESULT_NONE,  /* return None */
+    LB_RESULT_LIST   /* return list[bool] */
+} lb_result_kind;
+
+typedef enum {
+    LB_GIL_LARGE,    /* release the GIL for chunks of LB_GIL_FREE_MIN keys or more */
+    LB_GIL_ALWAYS    /* release it for every chunk (network round trips) */
+} lb_gil_mode;
+
+/* Keys per chunk for in-memory filters: large enough that releasing and
+ * taking the GIL costs nothing per key, small enough that the chunk's work
+ * space stays in cache. */
+#define LB_CHUNK 2048
+/* Chunks smaller than this are run with the GIL held (LB_GIL_LARGE). */
+#define LB_GIL_FREE_MIN 256
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
+                       lb_gil_mode gil, size_t chunk);
+
+/* The batch of a type with add_hashed / test_hashed (lb_batch_ops): every key is
+ * checked, converted and hashed (with its key_scheme) in one pass with the
+ * GIL held, into one array of pairs; a bad key raises before anything
+ * changes (a chunk that fails, as a ScalableFilter that cannot grow, keeps
+ * what the chunks before it did and raises).  Then the pairs go to the type in chunks (self->chunk, at most
+ * LB_CHUNK), with the GIL released for LB_GIL_FREE_MIN keys or more and the
+ * filter claimed as lb_run_batch does.  No key object is used after the
+ * first pass. */
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind);
+
+/* add_many, update and test_many of every type, through self->batch. */
+PyObject *lb_add_many_method(PyObject *self, PyObject *keys);
+PyObject *lb_update_method(PyObject *self, PyObject *keys);
+PyObject *lb_test_many_method(PyObject *self, PyObject *keys);
+
+#define LB_BATCH_METHOD_DEFS                                                                   \
+    {"add_many", lb_add_many_method, METH_O,                                                   \
+     "add_many(keys) -> list[bool]\n\nadd() for each key; a bad key raises before anything " \
+     "changes."},                                                                              \
+        {"update", lb_update_method, METH_O, "update(keys) -> None\n\nAdd every key."},        \
+        {"test_many", lb_test_many_method, METH_O,                                             \
+         "test_many(keys) -> list[bool]\n\ntest() for each key."}
+
+#endif

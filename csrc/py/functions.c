@@ -1,0 +1,196 @@
+/* functions.c: the functions of ling_bloom._core: estimate, geometry, indices,
+ * hash_pair and _saved_length (lb_module_functions, the module's method table). */
+#include "functions.h"
+
+#include "args.h"
+#include "errors.h"
+#include "format.h"
+#include "keys.h"
+#include "params.h"
+
+/* The (m, k) of estimate() and geometry(), or their error. */
+static PyObject *sizing_result(lb_state *st, lb_status s, uint64_t m, uint64_t k,
+                               const char *range_msg)
+{
+    if (s == LB_ERR_RANGE)
+        return lb_raise(st, s, range_msg);
+    if (s != LB_OK)
+        return lb_raise(st, s, s == LB_ERR_CAPACITY
+                                   ? "expected number of elements must be greater than zero"
+                                   : NULL);
+    return Py_BuildValue("(KK)", (unsigned long long)m, (unsigned long long)k);
+}
+
+static PyObject *estimate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    lb_state *st = PyModule_GetState(module);
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "estimate() takes 2 arguments (n, p), %zd given",
+                            nargs);
+    uint64_t n, m, k;
+    double p;
+    if (lb_parse_u64(args[0], "n", st->InvalidCapacityError, &n) < 0 ||
+        lb_parse_double_arg(NULL, args[1], "p", &p) < 0)
+        return NULL;
+    lb_status s = lb_estimate(n, p, &m, &k);
+    return sizing_result(st, s, m, k, "n and p need more than 2**63 bits");
+}
+
+static PyObject *geometry(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"n", "p", "hash", NULL};
+    lb_state *st = PyModule_GetState(module);
+    PyObject *no, *po, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:geometry", kwlist, &no, &po, &hash))
+        return NULL;
+    lb_hash_scheme scheme;
+    uint64_t n, m, k;
+    if (lb_parse_hash(hash, &scheme) < 0 ||
+        lb_parse_u64(no, "n", st->InvalidCapacityError, &n) < 0)
+        return NULL;
+    double p;
+    if (lb_parse_double_arg(NULL, po, "p", &p) < 0)
+        return NULL;
+    lb_status s = lb_size(n, p, scheme, LB_FIXED_SLACK, &m, &k);
+    /* What a constructor would build, or the error it would raise: never a
+     * geometry past the limits (estimate() is the ling-base Go library's bare arithmetic). */
+    if (s == LB_OK && m > LB_MAX_BITS)
+        return PyErr_Format(st->InvalidCapacityError,
+                            "%llu keys at rate %R need m = %llu bits: more than the 2**48 a "
+                            "filter can have", (unsigned long long)n, po, (unsigned long long)m);
+    if (s == LB_OK && (k == 0 || k > LB_MAX_K))
+        return PyErr_Format(st->InvalidFalsePositiveRateError,
+                            "rate %R needs k = %llu hash functions; at most %d are supported", po,
+                            (unsigned long long)k, LB_MAX_K);
+    return sizing_result(st, s, m, k, "no filter of at most 2**48 bits holds n keys at rate p");
+}
+
+/* indices() and hash_pair() are the hash functions themselves: unlike the
+ * filters they take the empty key (the Go library hashes it too). */
+static int hash_and_key(PyObject *module, PyObject *key, PyObject *hash, lb_key *k,
+                        lb_key_hold *hold, lb_hash_scheme *scheme)
+{
+    lb_state *st = PyModule_GetState(module);
+    if (lb_parse_hash(hash, scheme) < 0)
+        return -1;
+    if (lb_key_get(st, key, k, hold) < 0) {
+        if (!PyErr_ExceptionMatches(st->EmptyKeyError))
+            return -1;
+        PyErr_Clear();
+        hold->held = LB_HOLD_NONE;
+        k->data = "";
+        k->len = 0;
+    }
+    return 0;
+}
+
+static PyObject *indices(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "m", "k", "hash", NULL};
+    lb_state *st = PyModule_GetState(module);
+    PyObject *key, *mo, *ko, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|O:indices", kwlist, &key, &mo, &ko,
+                                     &hash))
+        return NULL;
+    uint64_t m, k;
+    if (lb_parse_u64(mo, "m", st->InvalidCapacityError, &m) < 0 || lb_parse_k(st, NULL, ko, &k) < 0)
+        return NULL;
+    if (m == 0)
+        return lb_raise(st, LB_ERR_CAPACITY, "m must be greater than zero");
+    lb_key kk;
+    lb_key_hold hold;
+    lb_hash_scheme scheme;
+    if (hash_and_key(module, key, hash, &kk, &hold, &scheme) < 0)
+        return NULL;
+    lb_geometry g;
+    lb_geometry_init(&g, m, (uint32_t)k, scheme);
+    uint64_t out[LB_MAX_K];
+    lb_indices(&g, lb_hash(scheme, kk.data, kk.len), out);
+    lb_key_release(&hold);
+    PyObject *list = PyList_New((Py_ssize_t)k);
+    if (!list)
+        return NULL;
+    for (uint64_t i = 0; i < k; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(out[i]);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"key", "hash", NULL};
+    PyObject *key, *hash = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:hash_pair", kwlist, &key, &hash))
+        return NULL;
+    lb_key kk;
+    lb_key_hold hold;
+    lb_hash_scheme scheme;
+    /* "xxh3-block": the key hash of the split-block layout, which is no walk
+     * a MemoryFilter can take (lb_parse_hash refuses it) */
+    int blocked = PyUnicode_Check(hash) && PyUnicode_CompareWithASCIIString(hash, "xxh3-block") == 0;
+    if (hash_and_key(module, key, blocked ? Py_None : hash, &kk, &hold, &scheme) < 0)
+        return NULL;
+    lb_hash_pair h = blocked ? lb_hash_blocked(kk.data, kk.len) : lb_hash(scheme, kk.data, kk.len);
+    lb_key_release(&hold);
+    return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
+}
+
+/* _saved_length(head, have=None) -> (total, whole): the length of the saved
+ * filter whose header is head (the first 48 bytes, or all there are), for
+ * load() to read no more; have: the bytes there are (a file's length), None
+ * when not known.  whole is False when a chain's stages need more than have
+ * at the least: total is then that least (see lb_format_length). */
+static PyObject *saved_length(PyObject *module, PyObject *args)
+{
+    lb_state *st = PyModule_GetState(module);
+    Py_buffer view;
+    PyObject *have_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|O:_saved_length", &view, &have_obj))
+        return NULL;
+    uint64_t have = UINT64_MAX;
+    if (have_obj != Py_None) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(have_obj);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        have = v;
+    }
+    uint64_t total = 0;
+    int whole = 0;
+    const char *why = NULL;
+    lb_status s = lb_format_length(view.buf, (size_t)view.len, have, &total, &whole, &why);
+    PyBuffer_Release(&view);
+    if (s != LB_OK)
+        return PyErr_Format(st->CorruptFileError,
+                            "not a valid saved filter: %s", why);
+    return Py_BuildValue("(KO)", (unsigned long long)total, whole ? Py_True : Py_False);
+}
+
+PyMethodDef lb_module_functions[] = {
+    {"_saved_length", saved_length, METH_VARARGS,
+     "_saved_length(head, have=None) -> (total, whole)\n\nThe length of the saved filter "
+     "that starts with head (its first 48 bytes), from the header alone, worked out as far "
+     "as have bytes allow: whole is False when a chain's stages need more than have at the "
+     "least (total is then that least)."},
+    {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL,
+     "estimate(n, p) -> (m, k)\n\nThe ling-base Go library's Estimate: m = ceil(n*-ln(p)/ln(2)^2) bits and "
+     "k = max(1, ceil(ln(2)*m/n)) hash functions."},
+    {"geometry", (PyCFunction)(void (*)(void))geometry, METH_VARARGS | METH_KEYWORDS,
+     "geometry(n, p, hash=\"xxh3-mix\") -> (m, k)\n\nThe m and k a filter built for n keys at "
+     "rate p gets: estimate(n, p), with more bits for the small n where its formula undershoots "
+     "(xxh3-mix only; ling-base and xxh3 take estimate's (m, k) as they are)."},
+    {"indices", (PyCFunction)(void (*)(void))indices, METH_VARARGS | METH_KEYWORDS,
+     "indices(key, m, k, hash=\"xxh3-mix\") -> list[int]\n\nThe k bit indices of key in a filter "
+     "of m bits."},
+    {"hash_pair", (PyCFunction)(void (*)(void))hash_pair, METH_VARARGS | METH_KEYWORDS,
+     "hash_pair(key, hash=\"xxh3-mix\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
+     "starts from; hash=\"xxh3-block\" gives BlockedFilter's pair (XXH3-64 of the key, and "
+     "a word derived from it)."},
+    {NULL, NULL, 0, NULL},
+};

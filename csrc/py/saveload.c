@@ -1,0 +1,98 @@
+/* saveload.c: the saved format read back, save and load, pickling and the
+ * notebook view (see saveload.h). */
+#include "saveload.h"
+
+/* The name of a saved filter's kind, for messages. */
+static const char *saved_kind_name(int kind)
+{
+    switch (kind) {
+    case LB_KIND_MEMORY:
+        return "MemoryFilter";
+    case LB_KIND_COUNTING:
+        return "CountingFilter";
+    case LB_KIND_SCALABLE:
+        return "ScalableFilter";
+    case LB_KIND_BLOCKED:
+        return "BlockedFilter";
+    }
+    return "?";
+}
+
+int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_header *h, int kind)
+{
+    if (PyUnicode_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "from_bytes() takes bytes, not str");
+        return -1;
+    }
+    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    const char *why = NULL;
+    if (lb_format_read(view->buf, (size_t)view->len, h, &why) != LB_OK) {
+        PyErr_Format(st->CorruptFileError, "not a valid saved filter: %s", why);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if ((int)h->kind != kind) {
+        PyErr_Format(st->CorruptFileError, "the data holds a %s, not a %s",
+                     saved_kind_name(h->kind), saved_kind_name(kind));
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* ling_bloom._io.<name>(a) or (a, b). */
+static PyObject *call_io(const char *name, PyObject *a, PyObject *b)
+{
+    PyObject *mod = PyImport_ImportModule("ling_bloom._io");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, name, b ? "OO" : "O", a, b);
+    Py_DECREF(mod);
+    return r;
+}
+
+PyObject *lb_save(PyObject *self, PyObject *path)
+{
+    PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);
+    if (!data)
+        return NULL;
+    PyObject *r = call_io("atomic_write", path, data);
+    Py_DECREF(data);
+    return r;
+}
+
+PyObject *lb_load(PyObject *cls, PyObject *path)
+{
+    PyObject *data = call_io("read_file", path, NULL);
+    if (!data)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(cls, "from_bytes", "O", data);
+    Py_DECREF(data);
+    return r;
+}
+
+PyObject *lb_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);
+    if (!data)
+        return NULL;
+    PyObject *ctor = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "from_bytes");
+    if (!ctor) {
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", ctor, data);
+}
+
+PyObject *lb_repr_html(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *mod = PyImport_ImportModule("ling_bloom._display");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, "html", "O", self);
+    Py_DECREF(mod);
+    return r;
+}
