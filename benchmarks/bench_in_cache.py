@@ -122,7 +122,7 @@ PARTS = [
     # what they take is counted as probing.
     ("probing", ("test_pair", "add_pair", "lb_bits_", "blocked", "_avx2", "_portable",
                  "add_key", "test_key", "add_one", "test_one")),
-    ("glue", ("mf_", "bf_", "lb_key", "lb_enter", "lb_leave", "lb_base")),
+    ("glue", ("MemoryFilter_", "BlockedFilter_", "lb_key", "lb_enter", "lb_leave", "lb_base")),
 ]
 
 
