@@ -161,9 +161,15 @@ class build_ext(_build_ext):
                          "include/openssl/ssl.h, lib/libssl.a and lib/libcrypto.a")
             ext.include_dirs.append(inc)
             ext.extra_objects += static
-            # Keep the static OpenSSL private to the module (no clash with the libssl that
-            # Python's own ssl module loads); glibc 2.17 has pthread and dlopen apart.
-            ext.extra_link_args += ["-Wl,--exclude-libs,ALL"]
+            # Keep the static OpenSSL private to the module: it exports PyInit__core only
+            # (a version script: zig cc has no --exclude-libs), so no other libssl in the
+            # process (Python's ssl module's, a host program's) binds to it or it to them.
+            # glibc 2.17 keeps pthread and dlopen in libraries of their own.
+            os.makedirs(self.build_temp, exist_ok=True)
+            script = os.path.join(self.build_temp, "ling_bloom_core.map")
+            with open(script, "w") as f:
+                f.write("{ global: PyInit__core; local: *; };\n")
+            ext.extra_link_args += ["-Wl,--version-script=" + script]
             ext.libraries += ["pthread", "dl"]
             return f"openssl: static from {prefix}"
         cflags, libs = pkg_config("--cflags", pc), pkg_config("--libs", pc)
