@@ -19,13 +19,15 @@ import subprocess
 import sys
 import tempfile
 
-root, site, host_site = sys.argv[1:4]
+root, site, host_site = (os.path.abspath(a) for a in sys.argv[1:4])
 tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 sys.path.insert(0, tests)
 from redis_server import RedisServer  # noqa: E402
 from tls_certs import make_certs, server_args  # noqa: E402
 
 KEYS = 3000
+# (run in the temporary folder: `python -c` puts the working directory first on sys.path,
+# and a source checkout there has its own ling_bloom/)
 ARM = r"""
 import os, platform, sys
 import ling_bloom
@@ -54,6 +56,6 @@ with tempfile.TemporaryDirectory() as tmp:
     with RedisServer() as plain, RedisServer(server_args(certs), tls=True) as tls:
         env = dict(os.environ, QEMU_LD_PREFIX=root, PYTHONPATH=site, PYTHONNOUSERSITE="1")
         subprocess.run(["qemu-aarch64-static", os.path.join(root, "usr/bin/python3.11"), "-c", ARM,
-                        site, plain.url, tls.url, certs["ca"], str(KEYS)], env=env, check=True)
+                        site, plain.url, tls.url, certs["ca"], str(KEYS)], env=env, check=True, cwd=tmp)
         subprocess.run([sys.executable, "-c", HOST, plain.url, tls.url, certs["ca"], str(KEYS)],
-                       env=dict(os.environ, PYTHONPATH=host_site), check=True)
+                       env=dict(os.environ, PYTHONPATH=host_site), check=True, cwd=tmp)
