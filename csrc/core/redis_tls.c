@@ -8,6 +8,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef LB_NO_TLS
+/* Built without OpenSSL (setup.py found no openssl/ssl.h and said so): every TLS session
+ * fails at once with the reason, which the connect error carries to Python. */
+#define LB_NO_TLS_WHY "rediss:// is unavailable: this ling_bloom was built without OpenSSL " \
+    "(its headers were missing when it was compiled); install them (Debian/Ubuntu: libssl-dev, " \
+    "RHEL/Fedora: openssl-devel) and reinstall ling_bloom, or use a wheel, which has TLS"
+
+struct lb_tls {
+    int unused;
+};
+
+lb_tls *lb_tls_new(int fd, const lb_tls_options *o, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", LB_NO_TLS_WHY);
+    return NULL;
+}
+
+int lb_tls_handshake(lb_tls *t, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", LB_NO_TLS_WHY);
+    return LB_TLS_ERROR;
+}
+
+ssize_t lb_tls_write(lb_tls *t, const void *buf, size_t len, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", LB_NO_TLS_WHY);
+    return LB_TLS_ERROR;
+}
+
+ssize_t lb_tls_read(lb_tls *t, void *buf, size_t cap, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", LB_NO_TLS_WHY);
+    return LB_TLS_ERROR;
+}
+
+size_t lb_tls_pending(const lb_tls *t)
+{
+    return 0;
+}
+
+void lb_tls_free(lb_tls *t)
+{
+    free(t);
+}
+
+#else /* OpenSSL */
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -210,3 +257,5 @@ void lb_tls_free(lb_tls *t)
     SSL_CTX_free(t->ctx);
     free(t);
 }
+
+#endif /* LB_NO_TLS */

@@ -90,3 +90,54 @@ def test_importing_the_package_loads_neither_asyncio_nor_ssl(tmp_path):
     assert loaded == "[]", f"import ling_bloom loaded {loaded}"
     assert modules == "ling_bloom.aio ling_bloom.aio ling_bloom.guard"
     assert same == "True"
+
+
+def _setup_py_extension():
+    """The Extension that setup.py declares, read without building anything."""
+    import runpy
+    import setuptools
+
+    seen = {}
+    real = setuptools.setup
+    setuptools.setup = lambda **kw: seen.update(kw)
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        runpy.run_path(str(ROOT / "setup.py"), run_name="setup_probe")
+    finally:
+        os.chdir(cwd)
+        setuptools.setup = real
+    (ext,) = seen["ext_modules"]
+    return ext
+
+
+@pytest.mark.skipif(not (ROOT / "setup.py").exists() or not (ROOT / "csrc").is_dir(),
+                    reason="no setup.py and csrc/ beside tests/")
+def test_setup_py_compiles_every_c_file_under_csrc():
+    # Sources are found, not listed: a file moved into a new folder of csrc/ is still built,
+    # and every folder there holding a header is on the include path.
+    ext = _setup_py_extension()
+    on_disk = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.c"))
+    assert sorted(ext.sources) == on_disk
+    header_dirs = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.h")}
+    assert header_dirs <= set(ext.include_dirs)
+
+
+@pytest.mark.skipif(not (ROOT / "packaging" / "sources.lock").exists(), reason="no packaging/")
+def test_sources_lock_pins_every_file_of_each_library_by_sha256():
+    # The wheels' and the sdist's C libraries come from these Debian source packages only:
+    # each library's .dsc, upstream tarball and Debian changes, each with its SHA-256.
+    rows = [line.split() for line in (ROOT / "packaging" / "sources.lock").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    libs = {}
+    for name, version, digest, filename in rows:
+        assert re.fullmatch(r"[0-9a-f]{64}", digest), (name, digest)
+        libs.setdefault(name, {"versions": set(), "files": []})
+        libs[name]["versions"].add(version)
+        libs[name]["files"].append(filename)
+    assert set(libs) == {"hiredis", "xxhash", "openssl"}
+    for name, lib in libs.items():
+        assert len(lib["versions"]) == 1, (name, lib["versions"])
+        files = lib["files"]
+        assert len(files) == 3 and any(f.endswith(".dsc") for f in files), files
+        assert any(".orig.tar." in f for f in files) and any(".debian.tar." in f for f in files), files
