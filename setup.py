@@ -1,7 +1,7 @@
 """Build of the C extension ling_bloom._core (the metadata lives in pyproject.toml).
 
-The core (csrc/core) and the binding (csrc/py) compile into one extension
-module.  It links two system C libraries, found through pkg-config:
+The filters (csrc/core), the Redis client (csrc/redis) and the binding
+(csrc/py) compile into one extension module.  It links two system C libraries, found through pkg-config:
 libxxhash (the default hash), hiredis (the Redis filters) and OpenSSL
 (TLS for rediss://).
 """
@@ -17,7 +17,7 @@ from setuptools import Extension, setup
 SYSTEM_LIBS = {
     "libxxhash": ("xxhash.h", "libxxhash-dev"),
     "hiredis": ("hiredis/hiredis.h", "libhiredis-dev"),
-    "openssl": ("openssl/ssl.h", "libssl-dev"),  # TLS for rediss:// (csrc/core/redis_tls.c)
+    "openssl": ("openssl/ssl.h", "libssl-dev"),  # TLS for rediss:// (csrc/redis/tls.c)
 }
 FALLBACK_LIBS = {"libxxhash": ["-lxxhash"], "hiredis": ["-lhiredis"], "openssl": ["-lssl", "-lcrypto"]}
 
@@ -64,9 +64,11 @@ debug = os.environ.get("LING_BLOOM_DEBUG") == "1"
 
 core = Extension(
     "ling_bloom._core",
-    sources=sorted(glob.glob("csrc/core/*.c")) + sorted(glob.glob("csrc/py/*.c")),
-    depends=sorted(glob.glob("csrc/core/*.h")) + sorted(glob.glob("csrc/py/*.h")),
-    include_dirs=["csrc/core", "csrc/py", *include_dirs],
+    sources=sorted(glob.glob("csrc/core/*.c")) + sorted(glob.glob("csrc/redis/*.c"))
+    + sorted(glob.glob("csrc/py/*.c")),
+    depends=sorted(glob.glob("csrc/core/*.h")) + sorted(glob.glob("csrc/redis/*.h"))
+    + sorted(glob.glob("csrc/py/*.h")),
+    include_dirs=["csrc/core", "csrc/redis", "csrc/py", *include_dirs],
     library_dirs=library_dirs,
     libraries=libraries,
     extra_compile_args=(["-O0", "-g", "-UNDEBUG"] if debug else ["-O3"])

@@ -10,7 +10,7 @@ awaitable twins of ``RedisFilter`` and ``RedisBloomFilter``.
 The Redis protocol is the C core's, exactly as the blocking ``RedisFilter`` uses it: the
 requests (the handshake, the meta-key look and claim of every new connection, the
 BITFIELD/SETBIT pipelines), the reply reader with its bounds, and every check of a reply
-against what was sent (csrc/core/redis_conn.h, redis_bitmap.h, redisbloom.h: "wire"; for
+against what was sent (csrc/redis: session.h, wire.h, bitmap.h, redisbloom.h; for
 RedisBloom, the BF.INFO check before the first write on a connection and the TYPE question
 after an all-false test).  This file is
 only the transport: asyncio sockets (TCP, unix, TLS through asyncio's ``ssl``), timeouts,
