@@ -475,6 +475,7 @@ fail:
 
 void lb_redis_filter_release(lb_redis_filter *f)
 {
+    f->w_op = NULL;
     lb_redis_free(f->conn);
     f->conn = NULL;
     PyMem_Free(f->w_out);
@@ -484,6 +485,7 @@ void lb_redis_filter_release(lb_redis_filter *f)
 
 int lb_redis_filter_renew(lb_redis_filter *f)
 {
+    f->w_op = NULL; /* abandoned with the state it lives in */
     lb_redis *fresh = f->conn ? lb_redis_new_like(f->conn) : NULL;
     lb_redis_abandon(f->conn);
     f->conn = fresh;
@@ -840,7 +842,8 @@ PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
     PyMem_Free(f->w_out);
     f->w_out = PyMem_Malloc((size_t)(n ? n : 1));
     f->w_n = (size_t)n;
-    lb_redis_status st = f->w_out ? f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out)
+    f->w_op = NULL;
+    lb_redis_status st = f->w_out ? f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out, &f->w_op)
                                   : LB_REDIS_ERR_NOMEM;
     if (st != LB_REDIS_OK) {
         if (st == LB_REDIS_ERR_NOMEM)
@@ -897,8 +900,10 @@ PyObject *lb_wire_method_next(PyObject *self, PyObject *unused)
     lb_redis_filter *f = LB_REDIS_FILTER(self);
     if (lb_enter(&f->base) < 0)
         return NULL;
-    const lb_redis_batch *req;
-    lb_redis_status st = f->ops->wire_next(f, &req);
+    const lb_redis_batch *req = NULL;
+    lb_redis_status st = f->w_op ? lb_op_wire_next(f->w_op, &req)
+                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
+                                                      "no wire operation is waiting to send");
     if (st != LB_REDIS_OK)
         return wire_raise(f, st);
     PyObject *out = req ? PyBytes_FromStringAndSize(req->buf, (Py_ssize_t)req->len) : Py_NewRef(Py_None);
@@ -932,7 +937,9 @@ PyObject *lb_wire_method_done(PyObject *self, PyObject *unused)
     lb_redis_filter *f = LB_REDIS_FILTER(self);
     if (lb_enter(&f->base) < 0)
         return NULL;
-    lb_redis_status st = f->ops->wire_done(f);
+    lb_redis_status st = f->w_op ? lb_op_wire_done(f->w_op)
+                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
+                                                      "no wire round trip is in progress");
     if (st != LB_REDIS_OK)
         return wire_raise(f, st);
     lb_leave(&f->base);

@@ -74,11 +74,10 @@ typedef struct {
     /* Free what the type built on the connection, then call
      * lb_redis_filter_release. */
     void (*release)(lb_base *b);
-    /* The sans-IO operations (LB_REDIS_WIRE_*), for the _wire_* methods. */
+    /* Begin an operation (LB_REDIS_WIRE_*) for the _wire_* methods: the step
+     * machine (csrc/redis/op.h) that the blocking calls run too. */
     lb_redis_status (*wire_begin)(lb_redis_filter *f, int kind, const lb_key *keys, size_t n,
-                                  uint8_t *out);
-    lb_redis_status (*wire_next)(lb_redis_filter *f, const lb_redis_batch **req);
-    lb_redis_status (*wire_done)(lb_redis_filter *f);
+                                  uint8_t *out, lb_op **op);
     /* f->conn was replaced (by the asyncio transport's client): point what
      * the type built on the connection at it. */
     void (*rebind)(lb_redis_filter *f);
@@ -98,6 +97,7 @@ struct lb_redis_filter_s {
     double ttl;               /* seconds; 0: none */
     size_t chunk;             /* keys per round trip */
     const lb_redis_ops *ops;
+    lb_op *w_op;              /* the wire operation in progress (owned by the type's state) */
     uint8_t *w_out;           /* the wire operation's results (w_n bytes) */
     size_t w_n;
 };

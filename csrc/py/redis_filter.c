@@ -92,6 +92,25 @@ static int rf_parse_layout(PyObject *obj, lb_bitmap_layout *out, int *given)
     return -1;
 }
 
+/* mode=: None or "bitfield" (one BITFIELD per key), "setbit" (the Go
+ * driver's SETBIT/GETBIT).  -1 with ValueError. */
+static int rf_parse_mode(PyObject *mode, lb_bitmap_mode *out)
+{
+    *out = LB_BITMAP_BITFIELD;
+    if (mode == Py_None)
+        return 0;
+    const char *ms = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
+    if (ms && strcmp(ms, "bitfield") == 0)
+        return 0;
+    if (ms && strcmp(ms, "setbit") == 0) {
+        *out = LB_BITMAP_SETBIT;
+        return 0;
+    }
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "mode must be \"bitfield\" or \"setbit\", not %R", mode);
+    return -1;
+}
+
 /* What the blocked layout cannot do, refused before anything is sent. */
 static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_bitmap_mode mode,
                                  PyObject *hash)
@@ -185,9 +204,7 @@ static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out);
-static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req);
-static lb_redis_status rf_wire_done(lb_redis_filter *r);
+                                     uint8_t *out, lb_op **op);
 
 static void rf_rebind(lb_redis_filter *r)
 {
@@ -204,10 +221,129 @@ static const lb_redis_ops rf_ops = {
     .raise_backend = rf_raise_backend,
     .release = rf_release,
     .wire_begin = rf_wire_begin,
-    .wire_next = rf_wire_next,
-    .wire_done = rf_wire_done,
     .rebind = rf_rebind,
 };
+
+/* layout="blocked": sized as BlockedFilter sizes (here, or each shard later),
+ * or m and k checked.  0, or -1 with the exception set. */
+static int rf_blocked_geometry(lb_state *st, lb_fixed_args *ap, int adopt, uint32_t shards)
+{
+    lb_fixed_args a = *ap;
+    if (adopt != 1 && a.has_capacity) {
+        /* sized as BlockedFilter sizes: here, or each shard below */
+        if (shards == 1) {
+            uint64_t bm_m, bm_k;
+            lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
+            if (s != LB_OK) {
+                PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
+                                                : st->InvalidCapacityError,
+                                "no blocked geometry for that capacity and error_rate");
+                return -1;
+            }
+            a.m = bm_m;
+            a.k = (uint32_t)bm_k;
+        }
+    } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
+        PyErr_Format(st->InvalidCapacityError,
+                     "layout=\"blocked\" needs m a positive multiple of 512 (at most "
+                     "2**48) and k a multiple of 8 in 8..64, not m=%llu k=%u",
+                     (unsigned long long)a.m, a.k);
+        return -1;
+    }
+    *ap = a;
+    return 0;
+}
+
+/* No geometry given: adopt the one stored next to the bitmap (or a sharded
+ * filter's record).  0, or -1 with the exception set. */
+static int rf_adopt_stored(RedisFilter *self, lb_state *st, PyObject *key, PyObject *key_bytes,
+                           int layout_given, lb_bitmap_layout *layout_io, int adopt_bitmap,
+                           lb_bitmap_mode bitmap_mode, PyObject *hash, lb_fixed_args *ap,
+                           uint32_t *shards_io)
+{
+    lb_redis *conn = self->r.conn;
+    lb_bitmap_layout layout = *layout_io;
+    uint32_t shards = *shards_io;
+    lb_fixed_args a = *ap;
+    /* No geometry given: adopt the one stored next to the bitmap. */
+    lb_geometry g;
+    lb_redis_status rs;
+    lb_bitmap_layout stored = LB_BITMAP_STANDARD;
+    Py_BEGIN_ALLOW_THREADS
+    rs = lb_bitmap_read_meta_layout(conn, PyBytes_AS_STRING(key_bytes),
+                                          (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
+    if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
+        rs = lb_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
+                                          (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g,
+                                          &stored);
+    else
+        shards = 1;
+    Py_END_ALLOW_THREADS
+    if (rs == LB_REDIS_ERR_NOTFOUND) {
+        /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
+        PyObject *msg = PyUnicode_FromFormat(
+            "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
+            "m and k to create one", key);
+        const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+        if (text)
+            lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
+        Py_XDECREF(msg);
+        return -1;
+    }
+    if (rs != LB_REDIS_OK) {
+        lb_raise_redis(st, rs, conn, key);
+        return -1;
+    }
+    if (layout_given && stored != layout) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "geometry mismatch at Redis key %R: stored layout=%s, this filter "
+                     "layout=%s", key, stored == LB_BITMAP_BLOCKED ? "blocked" : "standard",
+                     layout == LB_BITMAP_BLOCKED ? "blocked" : "standard");
+        return -1;
+    }
+    if (stored == LB_BITMAP_BLOCKED && rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0)
+        return -1;
+    layout = stored;
+    a.m = g.m;
+    a.k = g.k;
+    a.scheme = g.scheme;
+    if (shards > 1) {
+        self->shard_g = g;
+        a.m = g.m * shards;
+    }
+    *layout_io = layout;
+    *shards_io = shards;
+    *ap = a;
+    return 0;
+}
+
+/* shards > 1: each shard's geometry.  0, or -1 with the exception set. */
+static int rf_shard_geometry(RedisFilter *self, lb_state *st, lb_fixed_args *ap, uint32_t shards,
+                             lb_bitmap_layout layout)
+{
+    lb_fixed_args a = *ap;
+    /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
+     * of them keeps the rate too.  m= and k= split m evenly. */
+    uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
+    if (layout == LB_BITMAP_BLOCKED) /* whole blocks: m/S rounded up to 512 bits */
+        ms = (ms + LB_BLOCKED_BLOCK_BITS - 1) / LB_BLOCKED_BLOCK_BITS * LB_BLOCKED_BLOCK_BITS;
+    if (a.has_capacity) {
+        double per = (double)a.capacity / shards;
+        uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
+        lb_status s = layout == LB_BITMAP_BLOCKED
+                          ? lb_blocked_size(ns, a.error_rate, &ms, &ks)
+                          : lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks);
+        if (s != LB_OK || ks < 1 || ks > LB_MAX_K) {
+            PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
+            return -1;
+        }
+    }
+    lb_geometry_init(&self->shard_g, ms, (uint32_t)ks, a.scheme);
+    a.m = ms * shards;
+    a.k = (uint32_t)ks;
+    *ap = a;
+    return 0;
+}
 
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -260,45 +396,13 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     double ttl_s;
     if (lb_redis_parse_ttl(ttl, &ttl_s) < 0)
         goto fail;
-    lb_bitmap_mode bitmap_mode = LB_BITMAP_BITFIELD;
-    if (mode != Py_None) {
-        const char *ms = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
-        if (ms && strcmp(ms, "bitfield") == 0)
-            bitmap_mode = LB_BITMAP_BITFIELD;
-        else if (ms && strcmp(ms, "setbit") == 0)
-            bitmap_mode = LB_BITMAP_SETBIT;
-        else {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "mode must be \"bitfield\" or \"setbit\", not %R",
-                             mode);
-            goto fail;
-        }
-    }
-    if (layout == LB_BITMAP_BLOCKED) {
-        if (rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0)
-            goto fail;
-        if (adopt != 1 && a.has_capacity) {
-            /* sized as BlockedFilter sizes: here, or each shard below */
-            if (shards == 1) {
-                uint64_t bm_m, bm_k;
-                lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
-                if (s != LB_OK) {
-                    PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
-                                                    : st->InvalidCapacityError,
-                                    "no blocked geometry for that capacity and error_rate");
-                    goto fail;
-                }
-                a.m = bm_m;
-                a.k = (uint32_t)bm_k;
-            }
-        } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
-            PyErr_Format(st->InvalidCapacityError,
-                         "layout=\"blocked\" needs m a positive multiple of 512 (at most "
-                         "2**48) and k a multiple of 8 in 8..64, not m=%llu k=%u",
-                         (unsigned long long)a.m, a.k);
-            goto fail;
-        }
-    }
+    lb_bitmap_mode bitmap_mode;
+    if (rf_parse_mode(mode, &bitmap_mode) < 0)
+        goto fail;
+    if (layout == LB_BITMAP_BLOCKED &&
+        (rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0 ||
+         rf_blocked_geometry(st, &a, adopt, shards) < 0))
+        goto fail;
     size_t chunk_keys = LB_BITMAP_DEFAULT_CHUNK_KEYS;
     if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
@@ -308,72 +412,11 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         goto fail;
     lb_redis *conn = self->r.conn;
     if (adopt == 1) {
-        /* No geometry given: adopt the one stored next to the bitmap. */
-        lb_geometry g;
-        lb_redis_status rs;
-        lb_bitmap_layout stored = LB_BITMAP_STANDARD;
-        Py_BEGIN_ALLOW_THREADS
-        rs = lb_bitmap_read_meta_layout(conn, PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
-        if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
-            rs = lb_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g,
-                                              &stored);
-        else
-            shards = 1;
-        Py_END_ALLOW_THREADS
-        if (rs == LB_REDIS_ERR_NOTFOUND) {
-            /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
-            PyObject *msg = PyUnicode_FromFormat(
-                "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
-                "m and k to create one", key);
-            const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
-            if (text)
-                lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
-            Py_XDECREF(msg);
+        if (rf_adopt_stored(self, st, key, key_bytes, layout_given, &layout, adopt_bitmap,
+                            bitmap_mode, hash, &a, &shards) < 0)
             goto fail;
-        }
-        if (rs != LB_REDIS_OK) {
-            lb_raise_redis(st, rs, conn, key);
-            goto fail;
-        }
-        if (layout_given && stored != layout) {
-            PyErr_Format(st->GeometryMismatchError,
-                         "geometry mismatch at Redis key %R: stored layout=%s, this filter "
-                         "layout=%s", key, stored == LB_BITMAP_BLOCKED ? "blocked" : "standard",
-                         layout == LB_BITMAP_BLOCKED ? "blocked" : "standard");
-            goto fail;
-        }
-        if (stored == LB_BITMAP_BLOCKED && rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0)
-            goto fail;
-        layout = stored;
-        a.m = g.m;
-        a.k = g.k;
-        a.scheme = g.scheme;
-        if (shards > 1) {
-            self->shard_g = g;
-            a.m = g.m * shards;
-        }
-    } else if (shards > 1) {
-        /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
-         * of them keeps the rate too.  m= and k= split m evenly. */
-        uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
-        if (layout == LB_BITMAP_BLOCKED) /* whole blocks: m/S rounded up to 512 bits */
-            ms = (ms + LB_BLOCKED_BLOCK_BITS - 1) / LB_BLOCKED_BLOCK_BITS * LB_BLOCKED_BLOCK_BITS;
-        if (a.has_capacity) {
-            double per = (double)a.capacity / shards;
-            uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
-            lb_status s = layout == LB_BITMAP_BLOCKED
-                              ? lb_blocked_size(ns, a.error_rate, &ms, &ks)
-                              : lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks);
-            if (s != LB_OK || ks < 1 || ks > LB_MAX_K) {
-                PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
-                goto fail;
-            }
-        }
-        lb_geometry_init(&self->shard_g, ms, (uint32_t)ks, a.scheme);
-        a.m = ms * shards;
-        a.k = (uint32_t)ks;
+    } else if (shards > 1 && rf_shard_geometry(self, st, &a, shards, layout) < 0) {
+        goto fail;
     }
     self->args = a;
     self->shards = shards;
@@ -760,22 +803,12 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
 /* ---- the sans-IO side (ling_bloom.aio): redis_common.c's _wire_* methods */
 
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out)
+                                     uint8_t *out, lb_op **op)
 {
     if (RF(r)->sh)
         return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
                                   "the asyncio filters do not carry a sharded filter (yet)");
-    return lb_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out);
-}
-
-static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
-{
-    return lb_bitmap_wire_next(RF(r)->bm, req);
-}
-
-static lb_redis_status rf_wire_done(lb_redis_filter *r)
-{
-    return lb_bitmap_wire_done(RF(r)->bm);
+    return lb_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out, op);
 }
 
 static PyObject *rf_repr(PyObject *self)

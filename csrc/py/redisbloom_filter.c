@@ -132,22 +132,12 @@ static int rbf_after_fork(lb_base *b)
 /* ---- the sans-IO side (ling_bloom.aio): redis_common.c's _wire_* methods */
 
 static lb_redis_status rbf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out)
+                                      uint8_t *out, lb_op **op)
 {
     if (RB(r)->sh)
         return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
                                   "the asyncio filters do not carry a sharded filter (yet)");
-    return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out);
-}
-
-static lb_redis_status rbf_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
-{
-    return lb_bf_wire_next(RB(r)->bf, req);
-}
-
-static lb_redis_status rbf_wire_done(lb_redis_filter *r)
-{
-    return lb_bf_wire_done(RB(r)->bf);
+    return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out, op);
 }
 
 /* ---- round trips -------------------------------------------------------- */
@@ -233,10 +223,66 @@ static const lb_redis_ops rbf_ops = {
     .raise_backend = rbf_raise_backend,
     .release = rbf_release,
     .wire_begin = rbf_wire_begin,
-    .wire_next = rbf_wire_next,
-    .wire_done = rbf_wire_done,
     .rebind = rbf_rebind,
 };
+
+/* capacity=, error_rate= and expansion= into opt.  0, or -1 with the
+ * exception set. */
+static int rbf_parse_options(lb_state *st, PyObject *capacity, PyObject *error_rate,
+                             PyObject *expansion, int non_scaling, lb_bf_options *opt_out)
+{
+    lb_bf_options opt = *opt_out;
+    if (capacity != Py_None) {
+        if (lb_parse_u64_arg("RedisBloomFilter", capacity, "capacity", st->InvalidCapacityError,
+                             &opt.capacity) < 0)
+            return -1;
+        if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
+            PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
+            return -1;
+        }
+    }
+    /* None is "not given" for capacity (attach, or the module's defaults), but
+     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
+    if (error_rate == Py_None && capacity != Py_None) {
+        lb_arg_type_error("RedisBloomFilter", "error_rate", error_rate);
+        return -1;
+    }
+    if (error_rate && error_rate != Py_None) {
+        double p;
+        if (lb_parse_double_arg("RedisBloomFilter", error_rate, "error_rate", &p) < 0)
+            return -1;
+        if (!(p > 0.0 && p < 1.0)) {
+            PyErr_Format(st->InvalidFalsePositiveRateError,
+                         "false-positive rate must be in (0, 1), not %R", error_rate);
+            return -1;
+        }
+        opt.error_rate = p;
+    }
+    if (expansion != Py_None) {
+        if (non_scaling) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a non_scaling filter cannot expand: give expansion or non_scaling, "
+                            "not both (the module rejects the pair)");
+            return -1;
+        }
+        if (PyBool_Check(expansion) || !PyLong_Check(expansion)) {
+            PyErr_Format(PyExc_TypeError, "expansion must be an int, not %.200s",
+                         Py_TYPE(expansion)->tp_name);
+            return -1;
+        }
+        long e = PyLong_AsLong(expansion);
+        if (e == -1 && PyErr_Occurred())
+            return -1;
+        if (e < 1 || e > 1L << 30) {
+            PyErr_Format(PyExc_ValueError, "expansion must be in 1..%ld, not %R", 1L << 30,
+                         expansion);
+            return -1;
+        }
+        opt.expansion = (uint32_t)e;
+    }
+    *opt_out = opt;
+    return 0;
+}
 
 static PyObject *rbf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -275,54 +321,8 @@ static PyObject *rbf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     RedisBloomFilter *self = NULL;
     lb_bf_options opt;
     lb_bf_options_init(&opt);
-    if (capacity != Py_None) {
-        if (lb_parse_u64_arg("RedisBloomFilter", capacity, "capacity", st->InvalidCapacityError,
-                             &opt.capacity) < 0)
-            goto fail;
-        if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
-            PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
-            goto fail;
-        }
-    }
-    /* None is "not given" for capacity (attach, or the module's defaults), but
-     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
-    if (error_rate == Py_None && capacity != Py_None) {
-        lb_arg_type_error("RedisBloomFilter", "error_rate", error_rate);
+    if (rbf_parse_options(st, capacity, error_rate, expansion, non_scaling, &opt) < 0)
         goto fail;
-    }
-    if (error_rate && error_rate != Py_None) {
-        double p;
-        if (lb_parse_double_arg("RedisBloomFilter", error_rate, "error_rate", &p) < 0)
-            goto fail;
-        if (!(p > 0.0 && p < 1.0)) {
-            PyErr_Format(st->InvalidFalsePositiveRateError,
-                         "false-positive rate must be in (0, 1), not %R", error_rate);
-            goto fail;
-        }
-        opt.error_rate = p;
-    }
-    if (expansion != Py_None) {
-        if (non_scaling) {
-            PyErr_SetString(PyExc_ValueError,
-                            "a non_scaling filter cannot expand: give expansion or non_scaling, "
-                            "not both (the module rejects the pair)");
-            goto fail;
-        }
-        if (PyBool_Check(expansion) || !PyLong_Check(expansion)) {
-            PyErr_Format(PyExc_TypeError, "expansion must be an int, not %.200s",
-                         Py_TYPE(expansion)->tp_name);
-            goto fail;
-        }
-        long e = PyLong_AsLong(expansion);
-        if (e == -1 && PyErr_Occurred())
-            goto fail;
-        if (e < 1 || e > 1L << 30) {
-            PyErr_Format(PyExc_ValueError, "expansion must be in 1..%ld, not %R", 1L << 30,
-                         expansion);
-            goto fail;
-        }
-        opt.expansion = (uint32_t)e;
-    }
     opt.non_scaling = non_scaling;
     opt.no_create = no_create;
     /* As the in-memory filters: the geometry of capacity keys at error_rate

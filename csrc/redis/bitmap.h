@@ -71,6 +71,7 @@
 #include "common.h"
 #include "hash.h"
 #include "client.h"
+#include "op.h"
 
 #define LB_BITMAP_FORMAT_VERSION 1
 /* The meta of a blocked filter: version 2 (a reader older than the layout
@@ -180,30 +181,27 @@ lb_redis_status lb_bitmap_snapshot(lb_bitmap *bm, uint8_t *out, size_t nbytes);
 /* Sum of BITCOUNT over the parts (set bits, for cardinality estimates). */
 lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count);
 
-/* The sans-IO operations (a transport outside C carries the bytes, see
- * lb_redis_wire_* in redis_conn.h; the connection must be a wire one):
- * add or test of 1..chunk_keys keys, or reset, built and checked by the
- * same functions as the blocking calls above, the handshake, meta look and
- * claim of a new connection included.
+/* The operations as step machines (op.h), for a transport outside C (the
+ * binding's asyncio one drives them with lb_op_wire_next / lb_op_wire_done
+ * over a wire client, wire.h) and for the blocking calls above (which run
+ * them with lb_op_run): add or test of n keys, or reset.  Each one is the
+ * same machine either way: the meta look (and claim) that every new
+ * connection gets before its first command, then the operation's round
+ * trips, built and checked by the same functions.
  *
- *     lb_bitmap_wire_begin(bm, LB_BITMAP_WIRE_ADD, keys, n, out)
- *     while (wire_next(bm, &req) == OK && req) {
- *         send req->buf[0..req->len); lb_wire_feed(conn, ...) until complete;
- *         st = lb_bitmap_wire_done(bm);  (a failure ends the operation)
- *     }
- *
- * The keys are hashed by wire_begin (they need not live longer); out
- * (n bytes, as lb_bitmap_add / _test) must live until the last
- * wire_done.  A transport that gives up in the middle (cancelled, timed out)
- * drops its connection (lb_wire_closed) and begins the operation
- * again, or another one: wire_begin starts afresh. */
-#define LB_BITMAP_WIRE_ADD 1
-#define LB_BITMAP_WIRE_TEST 2
-#define LB_BITMAP_WIRE_RESET 3
-lb_redis_status lb_bitmap_wire_begin(lb_bitmap *bm, int kind, const lb_key *keys,
-                                           size_t n, uint8_t *out);
-lb_redis_status lb_bitmap_wire_next(lb_bitmap *bm, const lb_redis_batch **req);
-lb_redis_status lb_bitmap_wire_done(lb_bitmap *bm);
+ * The first round trip is built (the keys hashed) by begin: with at most
+ * chunk_keys keys, the keys need not live longer; out (n bytes, as
+ * lb_bitmap_add / _test) must live until the operation ends.  A transport
+ * that gives up in the middle (cancelled, timed out) drops its connection
+ * (lb_wire_closed) and begins the operation again, or another one: begin
+ * starts afresh.  lb_bitmap_wire_begin takes 1..chunk_keys keys. */
+#define LB_BITMAP_OP_ADD 1
+#define LB_BITMAP_OP_TEST 2
+#define LB_BITMAP_OP_RESET 3
+lb_redis_status lb_bitmap_begin(lb_bitmap *bm, int kind, const lb_key *keys, size_t n,
+                                uint8_t *out, lb_op **op);
+lb_redis_status lb_bitmap_wire_begin(lb_bitmap *bm, int kind, const lb_key *keys, size_t n,
+                                     uint8_t *out, lb_op **op);
 
 /* Read the geometry stored next to `key` (for RedisFilter.open(url, key)):
  * OK and *out filled (lb_geometry_init), NOTFOUND when there is no meta key,

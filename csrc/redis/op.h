@@ -33,6 +33,8 @@ typedef struct {
 struct lb_op {
     const lb_op_vt *vt;
     lb_redis *conn; /* the client: errors, connection facts, the blocking driver's I/O */
+    int w_phase;    /* lb_op_wire_*: the request in flight (0 before the first) */
+    int w_flags;    /* ... how the operation asked to send it */
 };
 
 /* Run op to its end on op->conn, blocking. */

@@ -78,6 +78,7 @@
 
 #include "common.h"
 #include "client.h"
+#include "op.h"
 #include "redisbloom_proto.h"
 
 typedef struct lb_redisbloom lb_redisbloom;
@@ -113,19 +114,19 @@ long long lb_bf_last_new(const lb_redisbloom *bf);
  * not a server reply).  Valid until the next call on bf. */
 const char *lb_bf_reply_text(const lb_redisbloom *bf);
 
-/* The sans-IO operations, as lb_bitmap_wire_* (bitmap.h): add
- * or test of 1..chunk_keys items, or reset, with the handshake of a new
- * connection, the BF.INFO check before the first write on it, and the TYPE
- * round trip after an all-false test of a key of unknown type; built and
- * checked by the functions the blocking calls use.  After FULL,
- * lb_bf_full_processed and lb_bf_last_new are those of the operation. */
-#define LB_BF_WIRE_ADD 1
-#define LB_BF_WIRE_TEST 2
-#define LB_BF_WIRE_RESET 3
+/* The operations as step machines (op.h), as bitmap.h's: add or test of n
+ * items, or reset, with the BF.INFO check before the first write on a
+ * connection and the TYPE round trip after an all-false test of a key of
+ * unknown type; the blocking calls below run the same machines with
+ * lb_op_run.  After FULL, lb_bf_full_processed and lb_bf_last_new are those
+ * of the operation.  lb_bf_wire_begin takes 1..chunk_keys items. */
+#define LB_BF_OP_ADD 1
+#define LB_BF_OP_TEST 2
+#define LB_BF_OP_RESET 3
+lb_redis_status lb_bf_begin(lb_redisbloom *bf, int kind, const lb_key *keys, size_t n,
+                            uint8_t *out, lb_op **op);
 lb_redis_status lb_bf_wire_begin(lb_redisbloom *bf, int kind, const lb_key *keys, size_t n,
-                                 uint8_t *out);
-lb_redis_status lb_bf_wire_next(lb_redisbloom *bf, const lb_redis_batch **req);
-lb_redis_status lb_bf_wire_done(lb_redisbloom *bf);
+                                 uint8_t *out, lb_op **op);
 
 /* Create the filter now (even with no_create): the check above, then
  * BF.RESERVE key e c (EXPANSION x | NONSCALING) when the key is missing.

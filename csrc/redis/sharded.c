@@ -1,6 +1,7 @@
 /* sharded.c: see sharded.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "sharded.h"
+#include "op.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -341,30 +342,64 @@ static lb_redis_status record_reply(lb_redis *conn, const char *name, size_t nam
     return LB_REDIS_OK;
 }
 
-/* Claim the record (SET NX) and compare what is there, before the first
- * command and after conn[0] reconnected. */
-static lb_redis_status ensure_record(lb_sharded *sh)
-{
-    lb_redis *c = sh->conn[0];
-    if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
-        return LB_REDIS_OK;
-    const char *val = sh->rec;
-    int vlen = sh->reclen;
+/* The record's operations as step machines (op.h), run by lb_op_run: the
+ * claim (SET NX) and comparison before the first command and after conn[0]
+ * reconnected, and the read of RedisFilter.open. */
+typedef struct {
+    lb_op op;
+    lb_sharded *sh;      /* the claim; NULL: a read */
+    const char *name;    /* the record's name */
+    size_t namelen;
     lb_redis_batch b;
-    lb_reply **rs;
-    lb_redis_batch_init(&b);
-    lb_redis_batch_cmd(&b, 4);
-    lb_redis_batch_arg(&b, "SET", 3);
-    lb_redis_batch_arg(&b, sh->record, sh->recordlen);
-    lb_redis_batch_arg(&b, val, (size_t)vlen);
-    lb_redis_batch_arg(&b, "NX", 2);
-    lb_redis_batch_cmd(&b, 2);
-    lb_redis_batch_arg(&b, "GET", 3);
-    lb_redis_batch_arg(&b, sh->record, sh->recordlen);
-    lb_redis_batch_expect_elements(&b, 0);
-    lb_redis_batch_expect_bytes(&b, 256);
-    lb_redis_status st = lb_redis_exec(c, &b, LB_REDIS_IDEMPOTENT | LB_REDIS_WRITE, &rs);
-    lb_redis_batch_free(&b);
+    int sent;
+    uint32_t *shards;    /* a read's results */
+    lb_geometry *g;
+    int blocked;
+} record_op;
+
+static lb_redis_status record_next(lb_op *op, const lb_redis_batch **req, int *flags)
+{
+    record_op *o = (record_op *)op;
+    if (o->sent++)
+        return LB_REDIS_OK;
+    lb_redis_batch *b = &o->b;
+    if (o->sh) {
+        lb_redis_batch_cmd(b, 4);
+        lb_redis_batch_arg(b, "SET", 3);
+        lb_redis_batch_arg(b, o->name, o->namelen);
+        lb_redis_batch_arg(b, o->sh->rec, (size_t)o->sh->reclen);
+        lb_redis_batch_arg(b, "NX", 2);
+        lb_redis_batch_expect_elements(b, 0);
+        lb_redis_batch_expect_bytes(b, 256);
+    }
+    lb_redis_batch_cmd(b, 2);
+    lb_redis_batch_arg(b, "GET", 3);
+    lb_redis_batch_arg(b, o->name, o->namelen);
+    *req = b;
+    *flags = LB_REDIS_IDEMPOTENT | (o->sh ? LB_REDIS_WRITE : 0);
+    return LB_REDIS_OK;
+}
+
+/* RedisBloom shards: the same parameters, to the letter. */
+static lb_redis_status bf_record_reply(lb_sharded *sh, const lb_reply *x)
+{
+    char shown[120];
+    const char *val = sh->rec;
+    lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
+    if (x->type == LB_REPLY_NIL)
+        return LB_REDIS_ERR_NOTFOUND;
+    if (x->type == LB_REPLY_STRING && x->len == (size_t)sh->reclen && memcmp(x->str, val, x->len) == 0)
+        return LB_REDIS_OK;
+    int theirs = x->type == LB_REPLY_STRING ? (int)(x->len > 160 ? 160 : x->len) : 0;
+    return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_MISMATCH,
+                              "the sharded filter at '%s' was made as '%.*s'; this one is '%s'",
+                              shown, theirs, theirs ? x->str : "", val);
+}
+
+static lb_redis_status claim_done(record_op *o, lb_redis_status st, lb_reply **rs)
+{
+    lb_sharded *sh = o->sh;
+    lb_redis *c = sh->conn[0];
     if (st == LB_REDIS_ERR_WRONGTYPE) {
         char shown[120], msg[300]; /* the server's text, copied: errstr is rewritten */
         lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
@@ -376,25 +411,11 @@ static lb_redis_status ensure_record(lb_sharded *sh)
     uint32_t n;
     lb_geometry g;
     int blocked;
-    if (sh->bf) { /* RedisBloom shards: the same parameters, to the letter */
-        const lb_reply *x = rs[1];
-        char shown[120];
-        lb_redis_show(sh->record, sh->recordlen, shown, sizeof shown);
-        if (x->type == LB_REPLY_NIL)
-            st = LB_REDIS_ERR_NOTFOUND;
-        else if (x->type != LB_REPLY_STRING || x->len != (size_t)vlen ||
-                 memcmp(x->str, val, x->len) != 0)
-        {
-            int theirs = x->type == LB_REPLY_STRING ? (int)(x->len > 160 ? 160 : x->len) : 0;
-            st = lb_redis_set_error(c, LB_REDIS_ERR_MISMATCH,
-                                    "the sharded filter at '%s' was made as '%.*s'; this one "
-                                    "is '%s'",
-                                    shown, theirs, theirs ? x->str : "", val);
-        }
-    } else {
-        st = record_reply(c, sh->record, sh->recordlen, rs[1], &sh->g, sh->blocked, sh->n, &n,
-                          &g, &blocked);
-    }
+    if (sh->bf)
+        st = bf_record_reply(sh, rs[1]);
+    else
+        st = record_reply(c, sh->record, sh->recordlen, rs[1], &sh->g, sh->blocked, sh->n, &n, &g,
+                          &blocked);
     if (st == LB_REDIS_ERR_NOTFOUND) { /* deleted between the SET and the GET */
         char shown[120];
         return lb_redis_set_error(c, LB_REDIS_ERR_IO, "the record '%s' vanished; try again",
@@ -407,9 +428,40 @@ static lb_redis_status ensure_record(lb_sharded *sh)
     return st;
 }
 
+static lb_redis_status record_done(lb_op *op, lb_redis_status st, lb_reply **rs)
+{
+    record_op *o = (record_op *)op;
+    if (o->sh)
+        return claim_done(o, st, rs);
+    if (st != LB_REDIS_OK)
+        return st;
+    return record_reply(op->conn, o->name, o->namelen, rs[0], NULL, 0, 0, o->shards, o->g,
+                        &o->blocked);
+}
+
+static const lb_op_vt record_vt = {record_next, record_done};
+
+static lb_redis_status run_record(record_op *o)
+{
+    o->op.vt = &record_vt;
+    lb_redis_batch_init(&o->b);
+    lb_redis_status st = lb_op_run(&o->op);
+    lb_redis_batch_free(&o->b);
+    return st;
+}
+
+static lb_redis_status ensure_record(lb_sharded *sh)
+{
+    lb_redis *c = sh->conn[0];
+    if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
+        return LB_REDIS_OK;
+    record_op o = {{NULL, c, 0, 0}, sh, sh->record, sh->recordlen, {0}, 0, NULL, NULL, 0};
+    return run_record(&o);
+}
+
 lb_redis_status lb_sharded_read_record(lb_redis *conn, const void *key, size_t keylen,
-                                             uint32_t *shards, lb_geometry *g,
-                                             lb_bitmap_layout *layout)
+                                       uint32_t *shards, lb_geometry *g,
+                                       lb_bitmap_layout *layout)
 {
     size_t taglen, namelen = 0;
     char *tag = make_tag(key, keylen, &taglen);
@@ -417,15 +469,10 @@ lb_redis_status lb_sharded_read_record(lb_redis *conn, const void *key, size_t k
     free(tag);
     if (!name)
         return lb_redis_set_error(conn, LB_REDIS_ERR_NOMEM, "out of memory");
-    const char *argv[2] = {"GET", name};
-    const size_t lens[2] = {3, namelen};
-    lb_reply *x;
-    lb_redis_status st = lb_redis_command_argv(conn, 2, argv, lens, LB_REDIS_IDEMPOTENT, &x);
-    int blocked = 0;
-    if (st == LB_REDIS_OK)
-        st = record_reply(conn, name, namelen, x, NULL, 0, 0, shards, g, &blocked);
+    record_op o = {{NULL, conn, 0, 0}, NULL, name, namelen, {0}, 0, shards, g, 0};
+    lb_redis_status st = run_record(&o);
     if (st == LB_REDIS_OK && layout)
-        *layout = blocked ? LB_BITMAP_BLOCKED : LB_BITMAP_STANDARD;
+        *layout = o.blocked ? LB_BITMAP_BLOCKED : LB_BITMAP_STANDARD;
     free(name);
     return st;
 }

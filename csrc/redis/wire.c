@@ -13,6 +13,7 @@ typedef struct {
     lb_redis_config cfg;
     lb_session s;
     pid_t pid;                /* the process that opened the connection */
+    lb_redis_batch hs;        /* the handshake of the open connection */
     unsigned long connects;
     unsigned long roundtrips0; /* round trips counted before (from) */
 } lb_wire;
@@ -31,6 +32,7 @@ static void wire_free(lb_redis *r)
     if (!r)
         return;
     lb_session_fini(&WIRE(r)->s);
+    lb_redis_batch_free(&WIRE(r)->hs);
     lb_redis_config_free(&WIRE(r)->cfg);
     free(r);
 }
@@ -43,6 +45,7 @@ static lb_redis *wire_new(const lb_redis_config *cfg, unsigned long connects,
         return NULL;
     w->base.vt = &wire_vt;
     lb_error_clear(&w->base.err);
+    lb_redis_batch_init(&w->hs);
     if (lb_redis_config_copy(&w->cfg, cfg) != LB_REDIS_OK) {
         free(w);
         return NULL;
@@ -133,17 +136,19 @@ void lb_wire_closed(lb_redis *r)
     lb_session_closed(&WIRE(r)->s);
 }
 
-int lb_wire_handshake_due(lb_redis *r, lb_redis_batch *hb)
+int lb_wire_handshake_due(lb_redis *r, const lb_redis_batch **hb)
 {
     lb_wire *w = WIRE(r);
+    *hb = NULL;
     if (!lb_wire_is(r))
         return -1;
     if (w->s.hs_done)
         return 0;
-    lb_session_handshake(&w->s, hb);
-    if (hb->failed)
+    lb_session_handshake(&w->s, &w->hs);
+    if (w->hs.failed)
         return -1;
-    return hb->ncmds != 0;
+    *hb = &w->hs;
+    return w->hs.ncmds != 0;
 }
 
 lb_redis_status lb_wire_handshake_done(lb_redis *r)

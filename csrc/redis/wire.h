@@ -6,7 +6,7 @@
  * (it has no socket of its own).  One request at a time:
  *
  *     lb_wire_opened(r)              the transport connected
- *     lb_wire_handshake_due(r, &hb)  1: send AUTH/SELECT first (hb), then
+ *     lb_wire_handshake_due(r, &hb)  1: send AUTH/SELECT first (*hb), then
  *                                    lb_wire_handshake_done(r) checks them
  *                                    (0: none due, -1: out of memory)
  *     lb_wire_begin(r, &batch)       then send batch.buf[0..len)
@@ -34,7 +34,7 @@ int lb_wire_is(const lb_redis *r);
 
 lb_redis_status lb_wire_opened(lb_redis *r);
 void lb_wire_closed(lb_redis *r);
-int lb_wire_handshake_due(lb_redis *r, lb_redis_batch *hb);
+int lb_wire_handshake_due(lb_redis *r, const lb_redis_batch **hb);
 lb_redis_status lb_wire_handshake_done(lb_redis *r);
 lb_redis_status lb_wire_begin(lb_redis *r, const lb_redis_batch *b);
 lb_redis_status lb_wire_feed(lb_redis *r, const void *data, size_t len, int *complete);
