@@ -2,9 +2,9 @@
  *
  * The client is the real one: lb_redis (hiredis's reader with this project's
  * callbacks and bounds, the round-trip loop, the handshake) under
- * lb_redis_bitmap_* (RedisFilter, both layouts) and lb_bf_* (RedisBloomFilter), with every
- * reply check of redis_bitmap.c, redisbloom.c, redis_memory.c and
- * redis_reply.h.  The server is a thread of this process on a unix socket
+ * lb_bitmap_* (RedisFilter, both layouts) and lb_bf_* (RedisBloomFilter), with every
+ * reply check of csrc/redis/bitmap.c, redisbloom.c, redisbloom_proto.c, maxmemory.c and
+ * reply.h.  The server is a thread of this process on a unix socket
  * (the config's unix_path): it answers each request the client sends with
  * the next chunk of the fuzz input, byte for byte.
  *
@@ -43,9 +43,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "redis_bitmap.h"
-#include "redis_cluster.h"
-#include "redis_conn.h"
+#include "bitmap.h"
+#include "cluster_map.h"
+#include "client.h"
 #include "redisbloom.h"
 
 #define CHECK(c)              \
@@ -374,51 +374,51 @@ static void check_bits(const uint8_t *v, size_t n)
         CHECK(v[i] <= 1);
 }
 
-static lb_redis_status bitmap_op(lb_redis *conn, lb_redis_bitmap *bm, const params *p)
+static lb_redis_status bitmap_op(lb_redis *conn, lb_bitmap *bm, const params *p)
 {
     uint8_t out[4];
     uint64_t count;
     lb_redis_status st;
-    const lb_geometry *g = lb_redis_bitmap_geometry(bm);
+    const lb_geometry *g = lb_bitmap_geometry(bm);
     switch (p->op % 8) {
     case 0:
-        return lb_redis_bitmap_check_meta(bm);
+        return lb_bitmap_check_meta(bm);
     case 1:
-        st = lb_redis_bitmap_add(bm, keys, p->nkeys, out);
+        st = lb_bitmap_add(bm, keys, p->nkeys, out);
         if (st == LB_REDIS_OK)
             check_bits(out, p->nkeys);
         return st;
     case 2:
-        st = lb_redis_bitmap_test(bm, keys, p->nkeys, out);
+        st = lb_bitmap_test(bm, keys, p->nkeys, out);
         if (st == LB_REDIS_OK)
             check_bits(out, p->nkeys);
         return st;
     case 3:
-        return lb_redis_bitmap_reset(bm);
+        return lb_bitmap_reset(bm);
     case 4:
     case 5: {
         size_t nb = (size_t)((g->m + 7) / 8);
         if (g->m > 100000)
-            return lb_redis_bitmap_bitcount(bm, &count); /* no 512 MiB buffers */
+            return lb_bitmap_bitcount(bm, &count); /* no 512 MiB buffers */
         uint8_t *bits = malloc(nb);
         CHECK(bits);
         for (size_t i = 0; i < nb; i++)
             bits[i] = (uint8_t)(i * 37 + p->extra);
-        st = p->op % 8 == 4 ? lb_redis_bitmap_load(bm, bits, nb)
-                            : lb_redis_bitmap_snapshot(bm, bits, nb);
+        st = p->op % 8 == 4 ? lb_bitmap_load(bm, bits, nb)
+                            : lb_bitmap_snapshot(bm, bits, nb);
         if (st == LB_REDIS_OK && p->op % 8 == 5 && (g->m & 7))
             CHECK((bits[nb - 1] & (0xffu >> (g->m & 7))) == 0); /* no bit past m */
         free(bits);
         return st;
     }
     case 6:
-        st = lb_redis_bitmap_bitcount(bm, &count);
+        st = lb_bitmap_bitcount(bm, &count);
         if (st == LB_REDIS_OK)
             CHECK(count <= g->m + 7);
         return st;
     default: {
         lb_geometry got;
-        st = lb_redis_bitmap_read_meta(conn, "f", 1, &got);
+        st = lb_bitmap_read_meta(conn, "f", 1, &got);
         if (st == LB_REDIS_OK)
             CHECK(got.m >= 1 && got.m <= LB_MAX_BITS && got.k >= 1 && got.k <= LB_MAX_K);
         return st;
@@ -596,16 +596,16 @@ static void run(const params *p)
             lb_geometry_init(&g, m, 8 * (1 + p->k % 2), LB_HASH_XXH3_MIX);
         else
             lb_geometry_init(&g, m, p->k, (lb_hash_scheme)(p->extra % LB_HASH_SCHEME_COUNT));
-        lb_redis_bitmap *bm;
-        CHECK(lb_redis_bitmap_new(conn, "f", 1, &g, p->flags & 2 ? 60000 : 0, &bm) ==
+        lb_bitmap *bm;
+        CHECK(lb_bitmap_new(conn, "f", 1, &g, p->flags & 2 ? 60000 : 0, &bm) ==
               LB_REDIS_OK);
-        lb_redis_bitmap_set_mode(bm, p->flags & 1 ? LB_RB_SETBIT : LB_RB_BITFIELD);
-        lb_redis_bitmap_set_adopt(bm, p->flags & 4);
+        lb_bitmap_set_mode(bm, p->flags & 1 ? LB_BITMAP_SETBIT : LB_BITMAP_BITFIELD);
+        lb_bitmap_set_adopt(bm, p->flags & 4);
         if (blocked)
-            CHECK(lb_redis_bitmap_set_layout(bm, LB_RB_BLOCKED) == LB_REDIS_OK);
+            CHECK(lb_bitmap_set_layout(bm, LB_BITMAP_BLOCKED) == LB_REDIS_OK);
         for (int i = 0; i < times; i++)
             check_status(conn, bitmap_op(conn, bm, &q));
-        lb_redis_bitmap_free(bm);
+        lb_bitmap_free(bm);
     } else if (kind == 1) {
         lb_bf_options o;
         lb_bf_options_init(&o);

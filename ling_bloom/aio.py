@@ -7,12 +7,14 @@ awaitable twins of ``RedisFilter`` and ``RedisBloomFilter``.
     await f.test_many(["user:42", "x"])     # [True, False]
     await f.aclose()                        # or: async with f: ...
 
-The Redis protocol is the C core's, exactly as the blocking ``RedisFilter`` uses it: the
-requests (the handshake, the meta-key look and claim of every new connection, the
-BITFIELD/SETBIT pipelines), the reply reader with its bounds, and every check of a reply
-against what was sent (csrc/core/redis_conn.h, redis_bitmap.h, redisbloom.h: "wire"; for
-RedisBloom, the BF.INFO check before the first write on a connection and the TYPE question
-after an all-false test).  This file is
+The Redis protocol is the C client's (csrc/redis), and every operation is the same step
+machine the blocking ``RedisFilter`` runs (csrc/redis/op.h: it names each request and checks
+its replies, and does no I/O): the handshake of a new connection, the meta-key look and claim,
+the BITFIELD/SETBIT pipelines, the reply reader with its bounds, and every check of a reply
+against what was sent (for RedisBloom, the BF.INFO check before the first write on a
+connection and the TYPE question after an all-false test).  ``_wire_begin`` starts the
+operation, ``_wire_next`` gives its next request, ``_wire_feed`` hands over the bytes that
+arrive and ``_wire_done`` lets the machine check them.  This file is
 only the transport: asyncio sockets (TCP, unix, TLS through asyncio's ``ssl``), timeouts,
 a small pool of connections, and the rules that keep a connection in step:
 

@@ -1,24 +1,24 @@
 /* redis_filter.c: RedisFilter, a Bloom filter kept as a Redis bitmap and
- * hashed on the client (csrc/core/redis_bitmap.h does the Redis side). */
-#include "redis_connection.h"
+ * hashed on the client (csrc/redis/bitmap.h does the Redis side). */
+#include "redis_common.h"
 
 #include <math.h>
 #include <structmember.h>
 
 #include "blocked.h"
 #include "params.h"
-#include "redis_bitmap.h"
-#include "redis_sharded.h"
+#include "bitmap.h"
+#include "sharded.h"
 
 typedef struct {
     lb_redis_filter r;      /* base, connection, key, ttl, chunk */
     lb_fixed_args args;     /* sharded: m is the shards' total */
-    lb_redis_bitmap *bm;    /* one bitmap, or NULL when sharded */
-    lb_redis_sharded *sh;   /* shards > 1: the shards (redis_sharded.h) */
+    lb_bitmap *bm;    /* one bitmap, or NULL when sharded */
+    lb_sharded *sh;   /* shards > 1: the shards (csrc/redis/sharded.h) */
     uint32_t shards;        /* 1, or the number of shards */
     lb_geometry shard_g;    /* sharded: each shard's geometry */
-    lb_rb_mode mode;
-    lb_rb_layout layout;    /* standard, or blocked (of every shard when sharded) */
+    lb_bitmap_mode mode;
+    lb_bitmap_layout layout;    /* standard, or blocked (of every shard when sharded) */
     lb_redis_status last;   /* status of the last failed chunk */
 } RedisFilter;
 
@@ -27,9 +27,9 @@ typedef struct {
 static void rf_release(lb_base *b)
 {
     RedisFilter *f = (RedisFilter *)b;
-    lb_redis_bitmap_free(f->bm);
+    lb_bitmap_free(f->bm);
     f->bm = NULL;
-    lb_redis_sharded_free(f->sh);
+    lb_sharded_free(f->sh);
     f->sh = NULL;
     lb_redis_filter_release(&f->r);
 }
@@ -51,31 +51,31 @@ static lb_redis_status rf_backend_new(RedisFilter *f)
     size_t keylen = (size_t)PyBytes_GET_SIZE(f->r.key_bytes);
     lb_redis_status rs;
     if (f->shards > 1) {
-        rs = lb_redis_sharded_new(f->r.conn, key, keylen, &f->shard_g, f->shards, &f->sh);
+        rs = lb_sharded_new(f->r.conn, key, keylen, &f->shard_g, f->shards, &f->sh);
         if (rs == LB_REDIS_OK) {
-            lb_redis_sharded_set_mode(f->sh, f->mode);
-            lb_redis_sharded_set_chunk_keys(f->sh, f->r.chunk);
-            rs = lb_redis_sharded_set_layout(f->sh, f->layout);
+            lb_sharded_set_mode(f->sh, f->mode);
+            lb_sharded_set_chunk_keys(f->sh, f->r.chunk);
+            rs = lb_sharded_set_layout(f->sh, f->layout);
         }
         return rs;
     }
     lb_geometry g;
     lb_geometry_init(&g, f->args.m, f->args.k, f->args.scheme);
-    rs = lb_redis_bitmap_new(f->r.conn, key, keylen, &g, (int64_t)ceil(f->r.ttl * 1000.0),
+    rs = lb_bitmap_new(f->r.conn, key, keylen, &g, (int64_t)ceil(f->r.ttl * 1000.0),
                              &f->bm);
     if (rs == LB_REDIS_OK) {
-        lb_redis_bitmap_set_mode(f->bm, f->mode);
-        lb_redis_bitmap_set_chunk_keys(f->bm, f->r.chunk);
-        rs = lb_redis_bitmap_set_layout(f->bm, f->layout);
+        lb_bitmap_set_mode(f->bm, f->mode);
+        lb_bitmap_set_chunk_keys(f->bm, f->r.chunk);
+        rs = lb_bitmap_set_layout(f->bm, f->layout);
     }
     return rs;
 }
 
 /* layout=: None (standard, or the stored one when the geometry is adopted),
  * "standard" or "blocked".  -1 with ValueError; *given: not None. */
-static int rf_parse_layout(PyObject *obj, lb_rb_layout *out, int *given)
+static int rf_parse_layout(PyObject *obj, lb_bitmap_layout *out, int *given)
 {
-    *out = LB_RB_STANDARD;
+    *out = LB_BITMAP_STANDARD;
     *given = obj != Py_None;
     if (obj == Py_None)
         return 0;
@@ -83,7 +83,7 @@ static int rf_parse_layout(PyObject *obj, lb_rb_layout *out, int *given)
     if (s && strcmp(s, "standard") == 0)
         return 0;
     if (s && strcmp(s, "blocked") == 0) {
-        *out = LB_RB_BLOCKED;
+        *out = LB_BITMAP_BLOCKED;
         return 0;
     }
     if (!PyErr_Occurred())
@@ -92,8 +92,27 @@ static int rf_parse_layout(PyObject *obj, lb_rb_layout *out, int *given)
     return -1;
 }
 
+/* mode=: None or "bitfield" (one BITFIELD per key), "setbit" (the Go
+ * driver's SETBIT/GETBIT).  -1 with ValueError. */
+static int rf_parse_mode(PyObject *mode, lb_bitmap_mode *out)
+{
+    *out = LB_BITMAP_BITFIELD;
+    if (mode == Py_None)
+        return 0;
+    const char *ms = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
+    if (ms && strcmp(ms, "bitfield") == 0)
+        return 0;
+    if (ms && strcmp(ms, "setbit") == 0) {
+        *out = LB_BITMAP_SETBIT;
+        return 0;
+    }
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "mode must be \"bitfield\" or \"setbit\", not %R", mode);
+    return -1;
+}
+
 /* What the blocked layout cannot do, refused before anything is sent. */
-static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_rb_mode mode,
+static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_bitmap_mode mode,
                                  PyObject *hash)
 {
     if (adopt_bitmap) {
@@ -102,7 +121,7 @@ static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_rb_mode mode
                         "walk (a Go ling-base service's): never a blocked one");
         return -1;
     }
-    if (mode == LB_RB_SETBIT) {
+    if (mode == LB_BITMAP_SETBIT) {
         PyErr_SetString(PyExc_ValueError,
                         "mode=\"setbit\" (the Go driver's SETBIT/GETBIT) does not apply to "
                         "layout=\"blocked\": it tests with one GETRANGE of the key's block and "
@@ -111,12 +130,12 @@ static int rf_refuse_for_blocked(lb_state *st, int adopt_bitmap, lb_rb_mode mode
     }
     if (hash != Py_None) {
         const char *h = PyUnicode_Check(hash) ? PyUnicode_AsUTF8(hash) : NULL;
-        if (!h || strcmp(h, LB_RB_BLOCKED_HASH) != 0) {
+        if (!h || strcmp(h, LB_BITMAP_BLOCKED_HASH) != 0) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError,
                              "layout=\"blocked\" hashes as BlockedFilter (XXH3-64 and the "
                              "split-block walk, hash=\"%s\"): hash=%R does not apply",
-                             LB_RB_BLOCKED_HASH, hash);
+                             LB_BITMAP_BLOCKED_HASH, hash);
             return -1;
         }
     }
@@ -129,7 +148,7 @@ static int rf_after_fork(lb_base *b)
 {
     RedisFilter *f = RF(b);
     f->bm = NULL; /* abandoned with the connection it used */
-    lb_redis_sharded_abandon(f->sh);
+    lb_sharded_abandon(f->sh);
     f->sh = NULL; /* ... and the shards' own */
     if (lb_redis_filter_renew(&f->r) < 0)
         return -1;
@@ -148,16 +167,16 @@ static lb_redis_status rf_add_keys(lb_redis_filter *r, const lb_key *keys, size_
                                    uint8_t *out)
 {
     if (RF(r)->sh)
-        return lb_redis_sharded_add(RF(r)->sh, keys, n, out);
-    return lb_redis_bitmap_add(RF(r)->bm, keys, n, out);
+        return lb_sharded_add(RF(r)->sh, keys, n, out);
+    return lb_bitmap_add(RF(r)->bm, keys, n, out);
 }
 
 static lb_redis_status rf_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                     uint8_t *out)
 {
     if (RF(r)->sh)
-        return lb_redis_sharded_test(RF(r)->sh, keys, n, out);
-    return lb_redis_bitmap_test(RF(r)->bm, keys, n, out);
+        return lb_sharded_test(RF(r)->sh, keys, n, out);
+    return lb_bitmap_test(RF(r)->bm, keys, n, out);
 }
 
 /* A chunk of a batch: all its keys, or none (the status kept for raise_backend). */
@@ -185,9 +204,13 @@ static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out);
-static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req);
-static lb_redis_status rf_wire_done(lb_redis_filter *r);
+                                     uint8_t *out, lb_op **op);
+
+static void rf_rebind(lb_redis_filter *r)
+{
+    if (RF(r)->bm)
+        lb_bitmap_set_conn(RF(r)->bm, r->conn);
+}
 
 static const lb_redis_ops rf_ops = {
     .add = rf_add_keys,
@@ -198,9 +221,129 @@ static const lb_redis_ops rf_ops = {
     .raise_backend = rf_raise_backend,
     .release = rf_release,
     .wire_begin = rf_wire_begin,
-    .wire_next = rf_wire_next,
-    .wire_done = rf_wire_done,
+    .rebind = rf_rebind,
 };
+
+/* layout="blocked": sized as BlockedFilter sizes (here, or each shard later),
+ * or m and k checked.  0, or -1 with the exception set. */
+static int rf_blocked_geometry(lb_state *st, lb_fixed_args *ap, int adopt, uint32_t shards)
+{
+    lb_fixed_args a = *ap;
+    if (adopt != 1 && a.has_capacity) {
+        /* sized as BlockedFilter sizes: here, or each shard below */
+        if (shards == 1) {
+            uint64_t bm_m, bm_k;
+            lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
+            if (s != LB_OK) {
+                PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
+                                                : st->InvalidCapacityError,
+                                "no blocked geometry for that capacity and error_rate");
+                return -1;
+            }
+            a.m = bm_m;
+            a.k = (uint32_t)bm_k;
+        }
+    } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
+        PyErr_Format(st->InvalidCapacityError,
+                     "layout=\"blocked\" needs m a positive multiple of 512 (at most "
+                     "2**48) and k a multiple of 8 in 8..64, not m=%llu k=%u",
+                     (unsigned long long)a.m, a.k);
+        return -1;
+    }
+    *ap = a;
+    return 0;
+}
+
+/* No geometry given: adopt the one stored next to the bitmap (or a sharded
+ * filter's record).  0, or -1 with the exception set. */
+static int rf_adopt_stored(RedisFilter *self, lb_state *st, PyObject *key, PyObject *key_bytes,
+                           int layout_given, lb_bitmap_layout *layout_io, int adopt_bitmap,
+                           lb_bitmap_mode bitmap_mode, PyObject *hash, lb_fixed_args *ap,
+                           uint32_t *shards_io)
+{
+    lb_redis *conn = self->r.conn;
+    lb_bitmap_layout layout = *layout_io;
+    uint32_t shards = *shards_io;
+    lb_fixed_args a = *ap;
+    /* No geometry given: adopt the one stored next to the bitmap. */
+    lb_geometry g;
+    lb_redis_status rs;
+    lb_bitmap_layout stored = LB_BITMAP_STANDARD;
+    Py_BEGIN_ALLOW_THREADS
+    rs = lb_bitmap_read_meta_layout(conn, PyBytes_AS_STRING(key_bytes),
+                                          (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
+    if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
+        rs = lb_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
+                                          (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g,
+                                          &stored);
+    else
+        shards = 1;
+    Py_END_ALLOW_THREADS
+    if (rs == LB_REDIS_ERR_NOTFOUND) {
+        /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
+        PyObject *msg = PyUnicode_FromFormat(
+            "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
+            "m and k to create one", key);
+        const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+        if (text)
+            lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
+        Py_XDECREF(msg);
+        return -1;
+    }
+    if (rs != LB_REDIS_OK) {
+        lb_raise_redis(st, rs, conn, key);
+        return -1;
+    }
+    if (layout_given && stored != layout) {
+        PyErr_Format(st->GeometryMismatchError,
+                     "geometry mismatch at Redis key %R: stored layout=%s, this filter "
+                     "layout=%s", key, stored == LB_BITMAP_BLOCKED ? "blocked" : "standard",
+                     layout == LB_BITMAP_BLOCKED ? "blocked" : "standard");
+        return -1;
+    }
+    if (stored == LB_BITMAP_BLOCKED && rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0)
+        return -1;
+    layout = stored;
+    a.m = g.m;
+    a.k = g.k;
+    a.scheme = g.scheme;
+    if (shards > 1) {
+        self->shard_g = g;
+        a.m = g.m * shards;
+    }
+    *layout_io = layout;
+    *shards_io = shards;
+    *ap = a;
+    return 0;
+}
+
+/* shards > 1: each shard's geometry.  0, or -1 with the exception set. */
+static int rf_shard_geometry(RedisFilter *self, lb_state *st, lb_fixed_args *ap, uint32_t shards,
+                             lb_bitmap_layout layout)
+{
+    lb_fixed_args a = *ap;
+    /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
+     * of them keeps the rate too.  m= and k= split m evenly. */
+    uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
+    if (layout == LB_BITMAP_BLOCKED) /* whole blocks: m/S rounded up to 512 bits */
+        ms = (ms + LB_BLOCKED_BLOCK_BITS - 1) / LB_BLOCKED_BLOCK_BITS * LB_BLOCKED_BLOCK_BITS;
+    if (a.has_capacity) {
+        double per = (double)a.capacity / shards;
+        uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
+        lb_status s = layout == LB_BITMAP_BLOCKED
+                          ? lb_blocked_size(ns, a.error_rate, &ms, &ks)
+                          : lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks);
+        if (s != LB_OK || ks < 1 || ks > LB_MAX_K) {
+            PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
+            return -1;
+        }
+    }
+    lb_geometry_init(&self->shard_g, ms, (uint32_t)ks, a.scheme);
+    a.m = ms * shards;
+    a.k = (uint32_t)ks;
+    *ap = a;
+    return 0;
+}
 
 static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -220,7 +363,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &adopt_bitmap, &max_bytes, &shards_obj, &layout_obj,
                                      LB_CONN_KWADDR(kw)))
         return NULL;
-    lb_rb_layout layout;
+    lb_bitmap_layout layout;
     int layout_given;
     if (rf_parse_layout(layout_obj, &layout, &layout_given) < 0)
         return NULL;
@@ -247,52 +390,20 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     lb_fixed_args a;
     /* the blocked layout's hash is its own (checked below), the key hash xxh3-mix's */
     int adopt = lb_fixed_args_from(st, capacity, error_rate, m, k,
-                                   layout == LB_RB_BLOCKED ? Py_None : hash, "RedisFilter", 1, &a);
+                                   layout == LB_BITMAP_BLOCKED ? Py_None : hash, "RedisFilter", 1, &a);
     if (adopt < 0)
         goto fail;
     double ttl_s;
     if (lb_redis_parse_ttl(ttl, &ttl_s) < 0)
         goto fail;
-    lb_rb_mode rb_mode = LB_RB_BITFIELD;
-    if (mode != Py_None) {
-        const char *ms = PyUnicode_Check(mode) ? PyUnicode_AsUTF8(mode) : NULL;
-        if (ms && strcmp(ms, "bitfield") == 0)
-            rb_mode = LB_RB_BITFIELD;
-        else if (ms && strcmp(ms, "setbit") == 0)
-            rb_mode = LB_RB_SETBIT;
-        else {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "mode must be \"bitfield\" or \"setbit\", not %R",
-                             mode);
-            goto fail;
-        }
-    }
-    if (layout == LB_RB_BLOCKED) {
-        if (rf_refuse_for_blocked(st, adopt_bitmap, rb_mode, hash) < 0)
-            goto fail;
-        if (adopt != 1 && a.has_capacity) {
-            /* sized as BlockedFilter sizes: here, or each shard below */
-            if (shards == 1) {
-                uint64_t bm_m, bm_k;
-                lb_status s = lb_blocked_size(a.capacity, a.error_rate, &bm_m, &bm_k);
-                if (s != LB_OK) {
-                    PyErr_SetString(s == LB_ERR_FPR ? st->InvalidFalsePositiveRateError
-                                                    : st->InvalidCapacityError,
-                                    "no blocked geometry for that capacity and error_rate");
-                    goto fail;
-                }
-                a.m = bm_m;
-                a.k = (uint32_t)bm_k;
-            }
-        } else if (adopt != 1 && lb_blocked_check_geometry(a.m, a.k) != LB_OK) {
-            PyErr_Format(st->InvalidCapacityError,
-                         "layout=\"blocked\" needs m a positive multiple of 512 (at most "
-                         "2**48) and k a multiple of 8 in 8..64, not m=%llu k=%u",
-                         (unsigned long long)a.m, a.k);
-            goto fail;
-        }
-    }
-    size_t chunk_keys = LB_RB_DEFAULT_CHUNK_KEYS;
+    lb_bitmap_mode bitmap_mode;
+    if (rf_parse_mode(mode, &bitmap_mode) < 0)
+        goto fail;
+    if (layout == LB_BITMAP_BLOCKED &&
+        (rf_refuse_for_blocked(st, adopt_bitmap, bitmap_mode, hash) < 0 ||
+         rf_blocked_geometry(st, &a, adopt, shards) < 0))
+        goto fail;
+    size_t chunk_keys = LB_BITMAP_DEFAULT_CHUNK_KEYS;
     if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
     self = (RedisFilter *)lb_redis_filter_new(type, st, &kw, key, key_bytes, ttl_s, chunk_keys,
@@ -301,72 +412,11 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         goto fail;
     lb_redis *conn = self->r.conn;
     if (adopt == 1) {
-        /* No geometry given: adopt the one stored next to the bitmap. */
-        lb_geometry g;
-        lb_redis_status rs;
-        lb_rb_layout stored = LB_RB_STANDARD;
-        Py_BEGIN_ALLOW_THREADS
-        rs = lb_redis_bitmap_read_meta_layout(conn, PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), &g, &stored);
-        if (rs == LB_REDIS_ERR_NOTFOUND) /* a sharded filter's record, then */
-            rs = lb_redis_sharded_read_record(conn, PyBytes_AS_STRING(key_bytes),
-                                              (size_t)PyBytes_GET_SIZE(key_bytes), &shards, &g,
-                                              &stored);
-        else
-            shards = 1;
-        Py_END_ALLOW_THREADS
-        if (rs == LB_REDIS_ERR_NOTFOUND) {
-            /* FilterNotFoundError: a BloomError, and the KeyError it always was. */
-            PyObject *msg = PyUnicode_FromFormat(
-                "no ling_bloom filter is stored at key %R: give capacity (and error_rate) or "
-                "m and k to create one", key);
-            const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
-            if (text)
-                lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
-            Py_XDECREF(msg);
+        if (rf_adopt_stored(self, st, key, key_bytes, layout_given, &layout, adopt_bitmap,
+                            bitmap_mode, hash, &a, &shards) < 0)
             goto fail;
-        }
-        if (rs != LB_REDIS_OK) {
-            lb_raise_redis(st, rs, conn, key);
-            goto fail;
-        }
-        if (layout_given && stored != layout) {
-            PyErr_Format(st->GeometryMismatchError,
-                         "geometry mismatch at Redis key %R: stored layout=%s, this filter "
-                         "layout=%s", key, stored == LB_RB_BLOCKED ? "blocked" : "standard",
-                         layout == LB_RB_BLOCKED ? "blocked" : "standard");
-            goto fail;
-        }
-        if (stored == LB_RB_BLOCKED && rf_refuse_for_blocked(st, adopt_bitmap, rb_mode, hash) < 0)
-            goto fail;
-        layout = stored;
-        a.m = g.m;
-        a.k = g.k;
-        a.scheme = g.scheme;
-        if (shards > 1) {
-            self->shard_g = g;
-            a.m = g.m * shards;
-        }
-    } else if (shards > 1) {
-        /* Each shard holds about n/S keys; sized for n/S + 3 sqrt(n/S), the fullest
-         * of them keeps the rate too.  m= and k= split m evenly. */
-        uint64_t ms = (a.m + shards - 1) / shards, ks = a.k;
-        if (layout == LB_RB_BLOCKED) /* whole blocks: m/S rounded up to 512 bits */
-            ms = (ms + LB_BLOCKED_BLOCK_BITS - 1) / LB_BLOCKED_BLOCK_BITS * LB_BLOCKED_BLOCK_BITS;
-        if (a.has_capacity) {
-            double per = (double)a.capacity / shards;
-            uint64_t ns = (uint64_t)ceil(per + 3.0 * sqrt(per));
-            lb_status s = layout == LB_RB_BLOCKED
-                              ? lb_blocked_size(ns, a.error_rate, &ms, &ks)
-                              : lb_size(ns, a.error_rate, a.scheme, LB_FIXED_SLACK, &ms, &ks);
-            if (s != LB_OK || ks < 1 || ks > LB_MAX_K) {
-                PyErr_SetString(st->InvalidCapacityError, "no geometry for that many shards");
-                goto fail;
-            }
-        }
-        lb_geometry_init(&self->shard_g, ms, (uint32_t)ks, a.scheme);
-        a.m = ms * shards;
-        a.k = (uint32_t)ks;
+    } else if (shards > 1 && rf_shard_geometry(self, st, &a, shards, layout) < 0) {
+        goto fail;
     }
     self->args = a;
     self->shards = shards;
@@ -377,9 +427,9 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     uint64_t limit;
     if (lb_redis_parse_max_bytes(st, max_bytes, &limit) < 0 ||
         (adopt != 1 &&
-         lb_redis_check_max_bytes(st, lb_redis_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
+         lb_redis_check_max_bytes(st, lb_bitmap_bytes(&g), limit, "Redis bitmap") < 0))
         goto fail;
-    self->mode = rb_mode;
+    self->mode = bitmap_mode;
     self->layout = layout;
     lb_redis_status rs = rf_backend_new(self);
     if (rs != LB_REDIS_OK) {
@@ -388,7 +438,7 @@ static PyObject *rf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     self->r.base.after_fork = rf_after_fork;
     if (self->bm)
-        lb_redis_bitmap_set_adopt(self->bm, adopt_bitmap);
+        lb_bitmap_set_adopt(self->bm, adopt_bitmap);
     Py_DECREF(key_bytes);
     return (PyObject *)self;
 
@@ -401,8 +451,8 @@ fail:
 /* Set bits, over the shards when sharded. */
 static lb_redis_status rf_bitcount(RedisFilter *f, uint64_t *count)
 {
-    return f->sh ? lb_redis_sharded_bitcount(f->sh, count)
-                 : lb_redis_bitmap_bitcount(f->bm, count);
+    return f->sh ? lb_sharded_bitcount(f->sh, count)
+                 : lb_bitmap_bitcount(f->bm, count);
 }
 
 /* load() and snapshot() copy one bit array: not a sharded filter's. */
@@ -423,7 +473,7 @@ static PyObject *rf_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisFilter *f = RF(self);
-    RF_CALL(f, f->sh ? lb_redis_sharded_reset(f->sh) : lb_redis_bitmap_reset(f->bm));
+    RF_CALL(f, f->sh ? lb_sharded_reset(f->sh) : lb_bitmap_reset(f->bm));
     Py_RETURN_NONE;
 }
 
@@ -461,7 +511,7 @@ static PyObject *rf_current_error_rate(PyObject *self, PyObject *unused)
     RedisFilter *f = RF(self);
     uint64_t count = 0;
     (void)unused;
-    if (f->layout == LB_RB_BLOCKED) {
+    if (f->layout == LB_BITMAP_BLOCKED) {
         PyErr_SetString(f->r.base.st->NotSupportedError,
                         "current_error_rate(): a blocked filter's rate depends on each "
                         "block's lanes, not on the bit count: snapshot().current_error_rate()");
@@ -526,7 +576,7 @@ static PyObject *rf_load_blocked(RedisFilter *f, PyObject *bf)
                      (unsigned long long)a.m, a.k, (unsigned long long)f->args.m, f->args.k);
     } else if (lb_enter(&f->r.base) == 0) {
         lb_redis_status rs;
-        LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_load(f->bm, payload, len));
+        LB_REDIS_GIL_FREE(&f->r, rs, lb_bitmap_load(f->bm, payload, len));
         lb_leave(&f->r.base);
         if (rs == LB_REDIS_OK)
             r = Py_NewRef(Py_None);
@@ -541,7 +591,7 @@ static PyObject *rf_load(PyObject *self, PyObject *mf)
     RedisFilter *f = RF(self);
     if (rf_refuse_sharded(f, "load()") < 0)
         return NULL;
-    if (f->layout == LB_RB_BLOCKED)
+    if (f->layout == LB_BITMAP_BLOCKED)
         return rf_load_blocked(f, mf);
     if (rf_check_memory_filter(f, mf) < 0)
         return NULL;
@@ -572,7 +622,7 @@ static PyObject *rf_load(PyObject *self, PyObject *mf)
         Py_DECREF(bits);
         return NULL;
     }
-    LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_load(f->bm, data, len));
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_bitmap_load(f->bm, data, len));
     lb_leave(&f->r.base);
     Py_DECREF(bits);
     if (rs != LB_REDIS_OK)
@@ -598,13 +648,13 @@ static PyObject *rf_snapshot(PyObject *self, PyObject *unused)
         Py_DECREF(bits);
         return NULL;
     }
-    LB_REDIS_GIL_FREE(&f->r, rs, lb_redis_bitmap_snapshot(f->bm, out, nbytes));
+    LB_REDIS_GIL_FREE(&f->r, rs, lb_bitmap_snapshot(f->bm, out, nbytes));
     lb_leave(&f->r.base);
     if (rs != LB_REDIS_OK) {
         Py_DECREF(bits);
         return NULL;
     }
-    if (f->layout == LB_RB_BLOCKED) {
+    if (f->layout == LB_BITMAP_BLOCKED) {
         /* the bytes are a BlockedFilter's: through the saved format of one */
         lb_fixed_filter proto;
         memset(&proto, 0, sizeof proto);
@@ -685,9 +735,9 @@ static PyObject *rf_get_nparts(PyObject *self, void *unused)
     (void)unused;
     RedisFilter *f = RF(self);
     if (f->sh)
-        return PyLong_FromUnsignedLongLong((f->shard_g.m + LB_RB_PART_BITS - 1) /
-                                           LB_RB_PART_BITS * f->shards);
-    return PyLong_FromUnsignedLongLong((f->args.m + LB_RB_PART_BITS - 1) / LB_RB_PART_BITS);
+        return PyLong_FromUnsignedLongLong((f->shard_g.m + LB_BITMAP_PART_BITS - 1) /
+                                           LB_BITMAP_PART_BITS * f->shards);
+    return PyLong_FromUnsignedLongLong((f->args.m + LB_BITMAP_PART_BITS - 1) / LB_BITMAP_PART_BITS);
 }
 
 static PyObject *rf_get_nbytes(PyObject *self, void *unused)
@@ -702,13 +752,13 @@ static PyObject *rf_get_nbytes(PyObject *self, void *unused)
 static PyObject *rf_get_layout(PyObject *self, void *unused)
 {
     (void)unused;
-    return PyUnicode_FromString(RF(self)->layout == LB_RB_BLOCKED ? "blocked" : "standard");
+    return PyUnicode_FromString(RF(self)->layout == LB_BITMAP_BLOCKED ? "blocked" : "standard");
 }
 
 static PyObject *rf_get_hash(PyObject *self, void *closure)
 {
-    if (RF(self)->layout == LB_RB_BLOCKED)
-        return PyUnicode_FromString(LB_RB_BLOCKED_HASH);
+    if (RF(self)->layout == LB_BITMAP_BLOCKED)
+        return PyUnicode_FromString(LB_BITMAP_BLOCKED_HASH);
     return lb_fixed_get_hash(self, closure);
 }
 
@@ -720,26 +770,26 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
         return NULL;
     PyObject *list = PyList_New(0);
     if (list && f->sh) { /* the record first, then each shard's names */
-        size_t len = lb_redis_sharded_record_name(f->sh, NULL, 0);
+        size_t len = lb_sharded_record_name(f->sh, NULL, 0);
         PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
         if (name)
-            lb_redis_sharded_record_name(f->sh, PyBytes_AS_STRING(name), len + 1);
+            lb_sharded_record_name(f->sh, PyBytes_AS_STRING(name), len + 1);
         if (!name || PyList_Append(list, name) < 0)
             Py_CLEAR(list);
         Py_XDECREF(name);
     }
     for (uint32_t s = 0; list && s < (f->sh ? f->shards : 1); s++) {
-        lb_redis_bitmap *bm = f->sh ? lb_redis_sharded_shard(f->sh, s) : f->bm;
-        uint64_t n = lb_redis_bitmap_nparts(bm);
+        lb_bitmap *bm = f->sh ? lb_sharded_shard(f->sh, s) : f->bm;
+        uint64_t n = lb_bitmap_nparts(bm);
         for (uint64_t p = 0; list && p <= n; p++) {
             uint64_t which = p == n ? UINT64_MAX : p;
-            size_t len = lb_redis_bitmap_key_name(bm, which, NULL, 0);
+            size_t len = lb_bitmap_key_name(bm, which, NULL, 0);
             PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
             if (!name) {
                 Py_CLEAR(list);
                 break;
             }
-            lb_redis_bitmap_key_name(bm, which, PyBytes_AS_STRING(name), len + 1);
+            lb_bitmap_key_name(bm, which, PyBytes_AS_STRING(name), len + 1);
             int rc = PyList_Append(list, name);
             Py_DECREF(name);
             if (rc < 0)
@@ -750,31 +800,21 @@ static PyObject *rf_key_names(PyObject *self, PyObject *unused)
     return list;
 }
 
-/* ---- the sans-IO side (ling_bloom.aio): redis_connection.c's _wire_* methods */
+/* ---- the sans-IO side (ling_bloom.aio): redis_common.c's _wire_* methods */
 
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out)
+                                     uint8_t *out, lb_op **op)
 {
     if (RF(r)->sh)
         return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
                                   "the asyncio filters do not carry a sharded filter (yet)");
-    return lb_redis_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out);
-}
-
-static lb_redis_status rf_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
-{
-    return lb_redis_bitmap_wire_next(RF(r)->bm, req);
-}
-
-static lb_redis_status rf_wire_done(lb_redis_filter *r)
-{
-    return lb_redis_bitmap_wire_done(RF(r)->bm);
+    return lb_bitmap_wire_begin(RF(r)->bm, kind, keys, n, out, op);
 }
 
 static PyObject *rf_repr(PyObject *self)
 {
     RedisFilter *f = RF(self);
-    if (f->sh && f->layout == LB_RB_BLOCKED)
+    if (f->sh && f->layout == LB_BITMAP_BLOCKED)
         return PyUnicode_FromFormat("<RedisFilter key=%R shards=%u layout=blocked m=%llu k=%u%s>",
                                     f->r.key, (unsigned)f->shards,
                                     (unsigned long long)f->args.m, f->args.k,
@@ -785,7 +825,7 @@ static PyObject *rf_repr(PyObject *self)
                                     (unsigned long long)f->args.m, f->args.k,
                                     lb_hash_scheme_name(f->args.scheme),
                                     f->r.base.closed ? " closed" : "");
-    if (f->layout == LB_RB_BLOCKED)
+    if (f->layout == LB_BITMAP_BLOCKED)
         return PyUnicode_FromFormat("<RedisFilter key=%R layout=blocked m=%llu k=%u%s>", f->r.key,
                                     (unsigned long long)f->args.m, f->args.k,
                                     f->r.base.closed ? " closed" : "");

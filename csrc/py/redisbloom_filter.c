@@ -1,19 +1,19 @@
 /* redisbloom_filter.c: RedisBloomFilter, a Bloom filter kept by the RedisBloom
- * module on the server (csrc/core/redisbloom.h does the Redis side). */
-#include "redis_connection.h"
+ * module on the server (csrc/redis/redisbloom.h does the Redis side). */
+#include "redis_common.h"
 
 #include <math.h>
 #include <structmember.h>
 
 #include "params.h"
-#include "redis_sharded.h"
+#include "sharded.h"
 #include "redisbloom.h"
 
 typedef struct {
     lb_redis_filter r;   /* base, connection, key, ttl, chunk */
     lb_redisbloom *bf;   /* one filter, or NULL when sharded */
     lb_bf_options opt;   /* sharded: capacity is the whole's */
-    lb_redis_sharded *sh; /* shards > 1: the shards (redis_sharded.h) */
+    lb_sharded *sh; /* shards > 1: the shards (csrc/redis/sharded.h) */
     uint32_t shards;     /* 1, or the number of shards */
     lb_bf_options shard_opt; /* sharded: each shard's */
 } RedisBloomFilter;
@@ -30,12 +30,12 @@ static _Thread_local struct {
     lb_redis_status status;    /* status of the failed chunk */
 } tl_batch;
 
-static void rb_release(lb_base *b)
+static void rbf_release(lb_base *b)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
     lb_bf_free(f->bf);
     f->bf = NULL;
-    lb_redis_sharded_free(f->sh);
+    lb_sharded_free(f->sh);
     f->sh = NULL;
     lb_redis_filter_release(&f->r);
 }
@@ -43,7 +43,7 @@ static void rb_release(lb_base *b)
 /* Raise the exception for a failed call.  After a FULL: processed = keys of
  * the call before the rejected one (-1: unknown), fresh = how many of them
  * were new. */
-static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long processed,
+static void rbf_raise(RedisBloomFilter *f, lb_redis_status st, long long processed,
                      long long fresh)
 {
     lb_state *S = f->r.base.st;
@@ -79,29 +79,29 @@ static void rb_raise(RedisBloomFilter *f, lb_redis_status st, long long processe
     Py_DECREF(reply);
 }
 
-static void rb_raise_backend(lb_base *b)
+static void rbf_raise_backend(lb_base *b)
 {
-    rb_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.processed, tl_batch.fresh);
+    rbf_raise((RedisBloomFilter *)b, tl_batch.status, tl_batch.processed, tl_batch.fresh);
 }
 
 /* A failed call other than a batch: only an add can fill the filter. */
-static void rb_raise_call(lb_redis_filter *r, lb_redis_status st)
+static void rbf_raise_call(lb_redis_filter *r, lb_redis_status st)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)r;
-    rb_raise(f, st, st == LB_REDIS_ERR_FULL && f->bf ? lb_bf_full_processed(f->bf) : -1,
+    rbf_raise(f, st, st == LB_REDIS_ERR_FULL && f->bf ? lb_bf_full_processed(f->bf) : -1,
              f->bf ? lb_bf_last_new(f->bf) : 0);
 }
 
 /* The filter (or the shards) on f->r.conn, with f's options. */
-static lb_redis_status rb_backend_new(RedisBloomFilter *f)
+static lb_redis_status rbf_backend_new(RedisBloomFilter *f)
 {
     const char *key = PyBytes_AS_STRING(f->r.key_bytes);
     size_t keylen = (size_t)PyBytes_GET_SIZE(f->r.key_bytes);
     lb_redis_status rs;
     if (f->shards > 1) {
-        rs = lb_redis_sharded_new_bf(f->r.conn, key, keylen, &f->shard_opt, f->shards, &f->sh);
+        rs = lb_sharded_new_bf(f->r.conn, key, keylen, &f->shard_opt, f->shards, &f->sh);
         if (rs == LB_REDIS_OK)
-            lb_redis_sharded_set_chunk_keys(f->sh, f->r.chunk);
+            lb_sharded_set_chunk_keys(f->sh, f->r.chunk);
         return rs;
     }
     rs = lb_bf_new(f->r.conn, key, keylen, &f->opt, &f->bf);
@@ -112,15 +112,15 @@ static lb_redis_status rb_backend_new(RedisBloomFilter *f)
 
 /* In a forked child, when another thread of the parent was in a round trip:
  * a new connection and BF object; the old ones are abandoned, not freed. */
-static int rb_after_fork(lb_base *b)
+static int rbf_after_fork(lb_base *b)
 {
     RedisBloomFilter *f = RB(b);
     f->bf = NULL; /* abandoned with the connection it used */
-    lb_redis_sharded_abandon(f->sh);
+    lb_sharded_abandon(f->sh);
     f->sh = NULL; /* ... and the shards' own */
     if (lb_redis_filter_renew(&f->r) < 0)
         return -1;
-    lb_redis_status rs = rb_backend_new(f);
+    lb_redis_status rs = rbf_backend_new(f);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(f->r.base.st, rs, f->r.conn, f->r.key);
         lb_redis_filter_release(&f->r);
@@ -129,51 +129,41 @@ static int rb_after_fork(lb_base *b)
     return 0;
 }
 
-/* ---- the sans-IO side (ling_bloom.aio): redis_connection.c's _wire_* methods */
+/* ---- the sans-IO side (ling_bloom.aio): redis_common.c's _wire_* methods */
 
-static lb_redis_status rb_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
-                                     uint8_t *out)
+static lb_redis_status rbf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
+                                      uint8_t *out, lb_op **op)
 {
     if (RB(r)->sh)
         return lb_redis_set_error(r->conn, LB_REDIS_ERR_ARG,
                                   "the asyncio filters do not carry a sharded filter (yet)");
-    return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out);
-}
-
-static lb_redis_status rb_wire_next(lb_redis_filter *r, const lb_redis_batch **req)
-{
-    return lb_bf_wire_next(RB(r)->bf, req);
-}
-
-static lb_redis_status rb_wire_done(lb_redis_filter *r)
-{
-    return lb_bf_wire_done(RB(r)->bf);
+    return lb_bf_wire_begin(RB(r)->bf, kind, keys, n, out, op);
 }
 
 /* ---- round trips -------------------------------------------------------- */
 
-static lb_redis_status rb_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+static lb_redis_status rbf_add_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                    uint8_t *out)
 {
     if (RB(r)->sh)
-        return lb_redis_sharded_add(RB(r)->sh, keys, n, out);
+        return lb_sharded_add(RB(r)->sh, keys, n, out);
     return lb_bf_add(RB(r)->bf, keys, n, out);
 }
 
-static lb_redis_status rb_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
+static lb_redis_status rbf_test_keys(lb_redis_filter *r, const lb_key *keys, size_t n,
                                     uint8_t *out)
 {
     if (RB(r)->sh)
-        return lb_redis_sharded_test(RB(r)->sh, keys, n, out);
+        return lb_sharded_test(RB(r)->sh, keys, n, out);
     return lb_bf_test(RB(r)->bf, keys, n, out);
 }
 
-static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+static lb_status rbf_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
                               size_t *done)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
     if (f->sh) { /* scaling shards: never full */
-        lb_redis_status rs = lb_redis_sharded_add(f->sh, keys, n, out);
+        lb_redis_status rs = lb_sharded_add(f->sh, keys, n, out);
         *done = rs == LB_REDIS_OK ? n : 0;
         if (rs == LB_REDIS_OK)
             return LB_OK;
@@ -195,11 +185,11 @@ static lb_status rb_add_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t 
     return LB_ERR_BACKEND;
 }
 
-static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
+static lb_status rbf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t *out,
                                size_t *done)
 {
     RedisBloomFilter *f = (RedisBloomFilter *)b;
-    lb_redis_status rs = rb_test_keys(&f->r, keys, n, out);
+    lb_redis_status rs = rbf_test_keys(&f->r, keys, n, out);
     *done = rs == LB_REDIS_OK ? n : 0;
     if (rs == LB_REDIS_OK)
         return LB_OK;
@@ -209,7 +199,7 @@ static lb_status rb_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 }
 
 /* A batch starts on this thread. */
-static void rb_batch_begin(void)
+static void rbf_batch_begin(void)
 {
     tl_batch.done = 0;
     tl_batch.fresh = 0;
@@ -217,21 +207,84 @@ static void rb_batch_begin(void)
     tl_batch.status = LB_REDIS_OK;
 }
 
-static const lb_redis_ops rb_ops = {
-    .add = rb_add_keys,
-    .test = rb_test_keys,
-    .add_chunk = rb_add_chunk,
-    .test_chunk = rb_test_chunk,
-    .batch_begin = rb_batch_begin,
-    .raise = rb_raise_call,
-    .raise_backend = rb_raise_backend,
-    .release = rb_release,
-    .wire_begin = rb_wire_begin,
-    .wire_next = rb_wire_next,
-    .wire_done = rb_wire_done,
+static void rbf_rebind(lb_redis_filter *r)
+{
+    if (RB(r)->bf)
+        lb_bf_set_conn(RB(r)->bf, r->conn);
+}
+
+static const lb_redis_ops rbf_ops = {
+    .add = rbf_add_keys,
+    .test = rbf_test_keys,
+    .add_chunk = rbf_add_chunk,
+    .test_chunk = rbf_test_chunk,
+    .batch_begin = rbf_batch_begin,
+    .raise = rbf_raise_call,
+    .raise_backend = rbf_raise_backend,
+    .release = rbf_release,
+    .wire_begin = rbf_wire_begin,
+    .rebind = rbf_rebind,
 };
 
-static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+/* capacity=, error_rate= and expansion= into opt.  0, or -1 with the
+ * exception set. */
+static int rbf_parse_options(lb_state *st, PyObject *capacity, PyObject *error_rate,
+                             PyObject *expansion, int non_scaling, lb_bf_options *opt_out)
+{
+    lb_bf_options opt = *opt_out;
+    if (capacity != Py_None) {
+        if (lb_parse_u64_arg("RedisBloomFilter", capacity, "capacity", st->InvalidCapacityError,
+                             &opt.capacity) < 0)
+            return -1;
+        if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
+            PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
+            return -1;
+        }
+    }
+    /* None is "not given" for capacity (attach, or the module's defaults), but
+     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
+    if (error_rate == Py_None && capacity != Py_None) {
+        lb_arg_type_error("RedisBloomFilter", "error_rate", error_rate);
+        return -1;
+    }
+    if (error_rate && error_rate != Py_None) {
+        double p;
+        if (lb_parse_double_arg("RedisBloomFilter", error_rate, "error_rate", &p) < 0)
+            return -1;
+        if (!(p > 0.0 && p < 1.0)) {
+            PyErr_Format(st->InvalidFalsePositiveRateError,
+                         "false-positive rate must be in (0, 1), not %R", error_rate);
+            return -1;
+        }
+        opt.error_rate = p;
+    }
+    if (expansion != Py_None) {
+        if (non_scaling) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a non_scaling filter cannot expand: give expansion or non_scaling, "
+                            "not both (the module rejects the pair)");
+            return -1;
+        }
+        if (PyBool_Check(expansion) || !PyLong_Check(expansion)) {
+            PyErr_Format(PyExc_TypeError, "expansion must be an int, not %.200s",
+                         Py_TYPE(expansion)->tp_name);
+            return -1;
+        }
+        long e = PyLong_AsLong(expansion);
+        if (e == -1 && PyErr_Occurred())
+            return -1;
+        if (e < 1 || e > 1L << 30) {
+            PyErr_Format(PyExc_ValueError, "expansion must be in 1..%ld, not %R", 1L << 30,
+                         expansion);
+            return -1;
+        }
+        opt.expansion = (uint32_t)e;
+    }
+    *opt_out = opt;
+    return 0;
+}
+
+static PyObject *rbf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"key", "capacity", "error_rate", "expansion", "non_scaling",
                              "no_create", "ttl", "chunk_size", "max_bytes", "shards", LB_CONN_KWNAMES,
@@ -268,54 +321,8 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     RedisBloomFilter *self = NULL;
     lb_bf_options opt;
     lb_bf_options_init(&opt);
-    if (capacity != Py_None) {
-        if (lb_parse_u64_arg("RedisBloomFilter", capacity, "capacity", st->InvalidCapacityError,
-                             &opt.capacity) < 0)
-            goto fail;
-        if (opt.capacity == 0 || opt.capacity > (uint64_t)INT64_MAX) {
-            PyErr_SetString(st->InvalidCapacityError, "capacity must be at least 1");
-            goto fail;
-        }
-    }
-    /* None is "not given" for capacity (attach, or the module's defaults), but
-     * error_rate=None beside a capacity would silently be 0.01: a TypeError. */
-    if (error_rate == Py_None && capacity != Py_None) {
-        lb_arg_type_error("RedisBloomFilter", "error_rate", error_rate);
+    if (rbf_parse_options(st, capacity, error_rate, expansion, non_scaling, &opt) < 0)
         goto fail;
-    }
-    if (error_rate && error_rate != Py_None) {
-        double p;
-        if (lb_parse_double_arg("RedisBloomFilter", error_rate, "error_rate", &p) < 0)
-            goto fail;
-        if (!(p > 0.0 && p < 1.0)) {
-            PyErr_Format(st->InvalidFalsePositiveRateError,
-                         "false-positive rate must be in (0, 1), not %R", error_rate);
-            goto fail;
-        }
-        opt.error_rate = p;
-    }
-    if (expansion != Py_None) {
-        if (non_scaling) {
-            PyErr_SetString(PyExc_ValueError,
-                            "a non_scaling filter cannot expand: give expansion or non_scaling, "
-                            "not both (the module rejects the pair)");
-            goto fail;
-        }
-        if (PyBool_Check(expansion) || !PyLong_Check(expansion)) {
-            PyErr_Format(PyExc_TypeError, "expansion must be an int, not %.200s",
-                         Py_TYPE(expansion)->tp_name);
-            goto fail;
-        }
-        long e = PyLong_AsLong(expansion);
-        if (e == -1 && PyErr_Occurred())
-            goto fail;
-        if (e < 1 || e > 1L << 30) {
-            PyErr_Format(PyExc_ValueError, "expansion must be in 1..%ld, not %R", 1L << 30,
-                         expansion);
-            goto fail;
-        }
-        opt.expansion = (uint32_t)e;
-    }
     opt.non_scaling = non_scaling;
     opt.no_create = no_create;
     /* As the in-memory filters: the geometry of capacity keys at error_rate
@@ -350,7 +357,7 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (lb_redis_parse_chunk(chunk, &chunk_keys) < 0)
         goto fail;
     self = (RedisBloomFilter *)lb_redis_filter_new(type, st, &kw, key, key_bytes, ttl_s,
-                                                   chunk_keys, &rb_ops);
+                                                   chunk_keys, &rbf_ops);
     if (!self)
         goto fail;
     self->opt = opt;
@@ -361,8 +368,8 @@ static PyObject *rb_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         double per = (double)opt.capacity / shards;
         self->shard_opt.capacity = (uint64_t)ceil(per + 3.0 * sqrt(per));
     }
-    self->r.base.after_fork = rb_after_fork;
-    lb_redis_status rs = rb_backend_new(self);
+    self->r.base.after_fork = rbf_after_fork;
+    lb_redis_status rs = rbf_backend_new(self);
     if (rs != LB_REDIS_OK) {
         lb_raise_redis(st, rs, self->r.conn, key);
         goto fail;
@@ -381,7 +388,7 @@ fail:
 
 /* What one RedisBloom key answers (reserve, info, dump, restore): not a
  * sharded filter's. */
-static int rb_refuse_sharded(RedisBloomFilter *f, const char *what)
+static int rbf_refuse_sharded(RedisBloomFilter *f, const char *what)
 {
     if (!f->sh)
         return 0;
@@ -390,19 +397,19 @@ static int rb_refuse_sharded(RedisBloomFilter *f, const char *what)
     return -1;
 }
 
-static PyObject *rb_reset(PyObject *self, PyObject *unused)
+static PyObject *rbf_reset(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
-    RB_CALL(f, f->sh ? lb_redis_sharded_reset(f->sh) : lb_bf_reset(f->bf));
+    RB_CALL(f, f->sh ? lb_sharded_reset(f->sh) : lb_bf_reset(f->bf));
     Py_RETURN_NONE;
 }
 
-static PyObject *rb_reserve(PyObject *self, PyObject *unused)
+static PyObject *rbf_reserve(PyObject *self, PyObject *unused)
 {
     (void)unused;
     int created = 0;
-    if (rb_refuse_sharded(RB(self), "reserve()") < 0)
+    if (rbf_refuse_sharded(RB(self), "reserve()") < 0)
         return NULL;
     RB_CALL(RB(self), lb_bf_reserve(RB(self)->bf, &created));
     return PyBool_FromLong(created);
@@ -415,12 +422,12 @@ static PyObject *opt_int(long long v)
     return PyLong_FromLongLong(v);
 }
 
-static PyObject *rb_info(PyObject *self, PyObject *unused)
+static PyObject *rbf_info(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
     lb_bf_info info;
-    if (rb_refuse_sharded(f, "info()") < 0)
+    if (rbf_refuse_sharded(f, "info()") < 0)
         return NULL;
     RB_CALL(f, lb_bf_info_get(f->bf, &info));
     PyObject *mod = PyImport_ImportModule("ling_bloom.redisbloom");
@@ -441,20 +448,20 @@ static PyObject *rb_info(PyObject *self, PyObject *unused)
     return r;
 }
 
-static PyObject *rb_card(PyObject *self, PyObject *unused)
+static PyObject *rbf_card(PyObject *self, PyObject *unused)
 {
     (void)unused;
     uint64_t n = 0;
     RedisBloomFilter *f = RB(self);
-    RB_CALL(f, f->sh ? lb_redis_sharded_bitcount(f->sh, &n) : lb_bf_card(f->bf, &n));
+    RB_CALL(f, f->sh ? lb_sharded_bitcount(f->sh, &n) : lb_bf_card(f->bf, &n));
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *rb_dump(PyObject *self, PyObject *unused)
+static PyObject *rbf_dump(PyObject *self, PyObject *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
-    if (rb_refuse_sharded(f, "dump()") < 0 || lb_enter(&f->r.base) < 0)
+    if (rbf_refuse_sharded(f, "dump()") < 0 || lb_enter(&f->r.base) < 0)
         return NULL;
     PyObject *list = PyList_New(0);
     if (!list) {
@@ -485,7 +492,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
         Py_DECREF(item);
     }
     if (!failed && rs != LB_REDIS_OK)
-        rb_raise(f, rs, -1, 0); /* before another thread can use the connection */
+        rbf_raise(f, rs, -1, 0); /* before another thread can use the connection */
     lb_busy_end(&f->r.base);
     lb_bf_dump_free(&d);
     lb_leave(&f->r.base);
@@ -496,7 +503,7 @@ static PyObject *rb_dump(PyObject *self, PyObject *unused)
     return list;
 }
 
-static PyObject *rb_restore(PyObject *self, PyObject *args, PyObject *kwargs)
+static PyObject *rbf_restore(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"chunks", "replace", NULL};
     RedisBloomFilter *f = RB(self);
@@ -504,7 +511,7 @@ static PyObject *rb_restore(PyObject *self, PyObject *args, PyObject *kwargs)
     int replace = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:restore", kwlist, &chunks, &replace))
         return NULL;
-    if (rb_refuse_sharded(f, "restore()") < 0)
+    if (rbf_refuse_sharded(f, "restore()") < 0)
         return NULL;
     if (PyUnicode_Check(chunks) || PyBytes_Check(chunks) || PyByteArray_Check(chunks))
         return PyErr_Format(PyExc_TypeError,
@@ -579,7 +586,7 @@ done:
 }
 
 /* from_url(url, key, ...): RedisBloomFilter(key, url=url, ...). */
-static PyObject *rb_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
+static PyObject *rbf_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     return lb_redis_from_url(cls, args, kwargs, 0,
                              "from_url() takes the url, the key, then the arguments of "
@@ -587,7 +594,7 @@ static PyObject *rb_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
 }
 
 /* from_redis(client, key, ...): the connection settings of a redis-py client. */
-static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
+static PyObject *rbf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     return lb_redis_from_redis(cls, args, kwargs, 0,
                                "from_redis() takes the client, the key, then the arguments of "
@@ -596,25 +603,25 @@ static PyObject *rb_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 
 /* ---- properties --------------------------------------------------------- */
 
-static PyObject *rb_get_shards(PyObject *self, void *unused)
+static PyObject *rbf_get_shards(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLong(RB(self)->shards);
 }
 
-static PyObject *rb_get_capacity(PyObject *self, void *unused)
+static PyObject *rbf_get_capacity(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLongLong(RB(self)->opt.capacity);
 }
 
-static PyObject *rb_get_error_rate(PyObject *self, void *unused)
+static PyObject *rbf_get_error_rate(PyObject *self, void *unused)
 {
     (void)unused;
     return PyFloat_FromDouble(RB(self)->opt.error_rate);
 }
 
-static PyObject *rb_get_expansion(PyObject *self, void *unused)
+static PyObject *rbf_get_expansion(PyObject *self, void *unused)
 {
     (void)unused;
     if (RB(self)->opt.non_scaling)
@@ -622,25 +629,25 @@ static PyObject *rb_get_expansion(PyObject *self, void *unused)
     return PyLong_FromUnsignedLong(RB(self)->opt.expansion);
 }
 
-static PyObject *rb_get_non_scaling(PyObject *self, void *unused)
+static PyObject *rbf_get_non_scaling(PyObject *self, void *unused)
 {
     (void)unused;
     return PyBool_FromLong(RB(self)->opt.non_scaling);
 }
 
-static PyObject *rb_get_no_create(PyObject *self, void *unused)
+static PyObject *rbf_get_no_create(PyObject *self, void *unused)
 {
     (void)unused;
     return PyBool_FromLong(RB(self)->opt.no_create);
 }
 
-static PyObject *rb_get_chunk_size(PyObject *self, void *unused)
+static PyObject *rbf_get_chunk_size(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromSize_t(RB(self)->r.chunk);
 }
 
-static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
+static PyObject *rbf_get_is_reserved(PyObject *self, void *unused)
 {
     (void)unused;
     RedisBloomFilter *f = RB(self);
@@ -653,7 +660,7 @@ static PyObject *rb_get_is_reserved(PyObject *self, void *unused)
     return PyBool_FromLong(reserved);
 }
 
-static PyObject *rb_repr(PyObject *self)
+static PyObject *rbf_repr(PyObject *self)
 {
     RedisBloomFilter *f = RB(self);
     char rate[40];
@@ -675,7 +682,7 @@ static PyObject *rb_repr(PyObject *self)
                                 (unsigned)f->opt.expansion, f->r.base.closed ? " closed" : "");
 }
 
-static PyMethodDef rb_methods[] = {
+static PyMethodDef rbf_methods[] = {
     LB_REDIS_WIRE_METHODS,
     {"add", lb_redis_add, METH_O,
      "add(key) -> bool\n\nBF.INSERT with the filter's parameters (NOCREATE with no_create); "
@@ -689,16 +696,16 @@ static PyMethodDef rb_methods[] = {
     {"update", lb_redis_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
     {"test_many", lb_redis_test_many, METH_O,
      "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
-    {"reset", rb_reset, METH_NOARGS,
+    {"reset", rbf_reset, METH_NOARGS,
      "reset()\n\nDelete the key; the next add creates the filter again, as configured."},
-    {"reserve", rb_reserve, METH_NOARGS,
+    {"reserve", rbf_reserve, METH_NOARGS,
      "reserve() -> bool\n\nCreate the filter now (BF.RESERVE, even with no_create).  True "
      "when it created the filter, False when a matching one was there already; "
      "GeometryMismatchError when the one there has other parameters."},
     {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the filter stays in Redis."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
-    {"info", rb_info, METH_NOARGS,
+    {"info", rbf_info, METH_NOARGS,
      "info() -> ling_bloom.redisbloom.RedisBloomInfo\n\nBF.INFO, read by field name: capacity, "
      "size (bytes), filters, items, expansion (None when non-scaling).  FilterNotFoundError "
      "(a KeyError) when the key does not exist."},
@@ -707,24 +714,24 @@ static PyMethodDef rb_methods[] = {
      "trip), None when it has no expiry or does not exist."},
     {"_exists", lb_redis_exists, METH_NOARGS,
      "_exists() -> bool\n\nWhether the key exists (PTTL; one round trip, nothing written)."},
-    {"card", rb_card, METH_NOARGS,
+    {"card", rbf_card, METH_NOARGS,
      "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
-    {"dump", rb_dump, METH_NOARGS,
+    {"dump", rbf_dump, METH_NOARGS,
      "dump() -> list[tuple[int, bytes]]\n\nThe filter as BF.SCANDUMP's steps: (iterator, "
      "chunk) pairs, what BF.LOADCHUNK replays (redis-py's loadchunk takes them too).  Do not "
      "write to the filter while it is being dumped.  FilterNotFoundError (a KeyError) when the key does not exist.  "
      "ling_bloom.redisbloom.chunks_to_bytes() packs the list into one bytes value."},
-    {"restore", (PyCFunction)(void (*)(void))rb_restore, METH_VARARGS | METH_KEYWORDS,
+    {"restore", (PyCFunction)(void (*)(void))rbf_restore, METH_VARARGS | METH_KEYWORDS,
      "restore(chunks, *, replace=False)\n\nReplace the filter by a dump: the chunks are "
      "loaded into a temporary key and renamed over this one in one step (readers never see "
      "half a filter).  The restored filter has the dump's parameters.  A key of another type "
      "raises WrongTypeError and is left alone, unless replace=True."},
-    {"from_url", (PyCFunction)(void (*)(void))rb_from_url,
+    {"from_url", (PyCFunction)(void (*)(void))rbf_from_url,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_url(url, key, capacity=1000, error_rate=0.001, **options) -> RedisBloomFilter\n\n"
      "url as redis-py: "
      "redis://[[user]:password@]host[:port][/db] or unix:///path?db=N."},
-    {"from_redis", (PyCFunction)(void (*)(void))rb_from_redis,
+    {"from_redis", (PyCFunction)(void (*)(void))rbf_from_redis,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_redis(client, key, capacity=1000, error_rate=0.001, **options) -> "
      "RedisBloomFilter\n\nThe connection settings of a "
@@ -732,33 +739,33 @@ static PyMethodDef rb_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef rb_getset[] = {
+static PyGetSetDef rbf_getset[] = {
     {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
-    {"shards", rb_get_shards, NULL, "RedisBloom keys the filter is spread over (1: one)", NULL},
-    {"capacity", rb_get_capacity, NULL,
+    {"shards", rbf_get_shards, NULL, "RedisBloom keys the filter is spread over (1: one)", NULL},
+    {"capacity", rbf_get_capacity, NULL,
      "the capacity every write carries (the configured one, not the server's: see info())",
      NULL},
-    {"error_rate", rb_get_error_rate, NULL, "the error rate every write carries", NULL},
-    {"expansion", rb_get_expansion, NULL, "growth factor of a scaling filter; None if non_scaling",
+    {"error_rate", rbf_get_error_rate, NULL, "the error rate every write carries", NULL},
+    {"expansion", rbf_get_expansion, NULL, "growth factor of a scaling filter; None if non_scaling",
      NULL},
-    {"non_scaling", rb_get_non_scaling, NULL, "created with NONSCALING", NULL},
-    {"no_create", rb_get_no_create, NULL, "never creates the filter (BF.INSERT ... NOCREATE)", NULL},
+    {"non_scaling", rbf_get_non_scaling, NULL, "created with NONSCALING", NULL},
+    {"no_create", rbf_get_no_create, NULL, "never creates the filter (BF.INSERT ... NOCREATE)", NULL},
     {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
-    {"chunk_size", rb_get_chunk_size, NULL, "keys per BF.INSERT / BF.MEXISTS round trip", NULL},
-    {"is_reserved", rb_get_is_reserved, NULL,
+    {"chunk_size", rbf_get_chunk_size, NULL, "keys per BF.INSERT / BF.MEXISTS round trip", NULL},
+    {"is_reserved", rbf_get_is_reserved, NULL,
      "whether this connection checked the key (a matching filter, or none yet) or created "
      "it (False again after reset)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyMemberDef rb_members[] = {
+static PyMemberDef rbf_members[] = {
     {"__weaklistoffset__", T_PYSSIZET, offsetof(lb_base, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyType_Slot rb_slots[] = {
+static PyType_Slot rbf_slots[] = {
     {Py_tp_doc,
      "RedisBloomFilter(key, capacity=1000, error_rate=0.001, *, expansion=2, "
      "non_scaling=False, no_create=False, ttl=None, chunk_size=10000, max_bytes=None, "
@@ -789,27 +796,27 @@ static PyType_Slot rb_slots[] = {
      "raises WrongTypeError.  That costs one extra round trip once per connection (never "
      "on the hot path); a key replaced by another type later, while the connection stays "
      "open, is not noticed by tests."},
-    {Py_tp_new, rb_new},
+    {Py_tp_new, rbf_new},
     {Py_tp_dealloc, lb_redis_filter_dealloc},
     {Py_tp_traverse, lb_redis_filter_traverse},
-    {Py_tp_methods, rb_methods},
-    {Py_tp_getset, rb_getset},
-    {Py_tp_members, rb_members},
-    {Py_tp_repr, rb_repr},
+    {Py_tp_methods, rbf_methods},
+    {Py_tp_getset, rbf_getset},
+    {Py_tp_members, rbf_members},
+    {Py_tp_repr, rbf_repr},
     {Py_sq_contains, lb_redis_contains},
     {Py_sq_length, lb_len_card},
     {Py_nb_bool, lb_bool_true},
     {0, NULL},
 };
 
-static PyType_Spec rb_spec = {
+static PyType_Spec rbf_spec = {
     .name = "ling_bloom.RedisBloomFilter",
     .basicsize = sizeof(RedisBloomFilter),
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .slots = rb_slots,
+    .slots = rbf_slots,
 };
 
 PyTypeObject *lb_redisbloom_filter_type(PyObject *module)
 {
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &rb_spec, NULL);
+    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &rbf_spec, NULL);
 }

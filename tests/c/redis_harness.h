@@ -1,6 +1,6 @@
 /* redis_harness.h: tiny test framework + a real redis-server on a free port
  * of 127.0.0.1 (never a fixed port, never another address), for the C tests
- * of the Redis layer.  Every server started is stopped: explicitly, at exit,
+ * of the Redis client (csrc/redis).  Every server started is stopped: explicitly, at exit,
  * and by the kernel if the test process dies (PR_SET_PDEATHSIG). */
 #ifndef LB_REDIS_HARNESS_H
 #define LB_REDIS_HARNESS_H
@@ -72,7 +72,7 @@ static int t_free_port(void)
 
 /* A listener on 127.0.0.1 that never accepts nor answers (the kernel still
  * completes connections into its backlog).  Returns the fd, *port set. */
-static int t_silent_listener(int *port)
+__attribute__((unused)) static int t_silent_listener(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
@@ -269,5 +269,48 @@ static void t_server_destroy(t_server *s)
     unlink(s->sock);
     rmdir(s->dir);
 }
+
+
+/* ---- the runner every test program shares ---- */
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} t_case;
+
+static t_server srv; /* the main server of the run (when the program asks for one) */
+
+/* Run the cases whose name contains argv[1] (all without it); with_server:
+ * start srv first.  The exit status of the program. */
+static int t_run(const t_case *cases, size_t n, int argc, char **argv, int with_server)
+{
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    t_harness_init();
+    if (with_server) {
+        t_server_start(&srv, NULL);
+        printf("redis-server on 127.0.0.1:%d (pid %d)\n", srv.port, (int)srv.pid);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (filter && !strstr(cases[i].name, filter))
+            continue;
+        int before = t_failures;
+        t_current = cases[i].name;
+        double t0 = t_now();
+        cases[i].fn();
+        printf("%-28s %s (%.2f s)\n", cases[i].name, t_failures == before ? "ok" : "FAILED",
+               t_now() - t0);
+        fflush(stdout);
+    }
+    if (with_server)
+        t_server_destroy(&srv);
+    printf("%s: %d checks, %d failures\n", argv[0], t_checks, t_failures);
+    return t_failures ? 1 : 0;
+}
+
+#define T_MAIN(cases, with_server)                                                  \
+    int main(int argc, char **argv)                                                 \
+    {                                                                               \
+        return t_run(cases, sizeof cases / sizeof cases[0], argc, argv, with_server); \
+    }
 
 #endif

@@ -1,11 +1,11 @@
-/* Reply shapes that redisbloom.c must read: integers and RESP3 booleans, BF.INFO as a
+/* Reply shapes that redisbloom.c must read (redisbloom_proto.c): integers and RESP3 booleans, BF.INFO as a
  * flat array or a map, fields in any order, unknown fields, nil expansion.  Built and
  * run by tests/test_redisbloom_filter.py (no server needed):
- *   cc -I csrc/core test_redisbloom_shapes.c csrc/core/redisbloom.c csrc/core/redis_conn.c -lhiredis */
+ *   cc -I csrc/redis test_redisbloom_shapes.c csrc/redis/redisbloom_proto.c -lm */
 #include <stdio.h>
 #include <string.h>
 
-#include "redisbloom.h"
+#include "redisbloom_proto.h"
 
 static int failures;
 #define CHECK(c)                                                              \

@@ -865,14 +865,11 @@ def test_reply_shapes_in_c():
         pytest.skip("hiredis or OpenSSL development files are missing")
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "shapes")
-        core = os.path.join(ROOT, "csrc", "core")
+        client = os.path.join(ROOT, "csrc", "redis")
         build = subprocess.run(
-            [cc, "-std=gnu11", "-I", core, "-o", exe,
+            [cc, "-std=gnu11", "-I", client, "-o", exe,
              os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
-             os.path.join(core, "redisbloom.c"), os.path.join(core, "redis_conn.c"),
-             os.path.join(core, "redis_tls.c"), os.path.join(core, "redis_sentinel.c"),
-             os.path.join(core, "redis_cluster.c"),
-             os.path.join(core, "redis_memory.c"),
+             os.path.join(client, "redisbloom_proto.c"),
              *flags.stdout.split(), "-lm"], capture_output=True, text=True)
         assert build.returncode == 0, build.stderr
         run = subprocess.run([exe], capture_output=True, text=True)

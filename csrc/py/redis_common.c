@@ -1,0 +1,960 @@
+/* redis_common.c: see redis_common.h. */
+#include "redis_common.h"
+
+#include "wire.h"
+
+#include "sharded.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static int set_str(char **field, PyObject *obj, const char *what)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    const char *s;
+    if (PyUnicode_Check(obj))
+        s = PyUnicode_AsUTF8(obj);
+    else if (PyBytes_Check(obj))
+        s = PyBytes_AS_STRING(obj);
+    else {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.200s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (!s)
+        return -1;
+    if (lb_redis_config_set(field, s) != LB_REDIS_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static int set_int(int *field, PyObject *obj, const char *what, long lo, long hi)
+{
+    if (!obj || obj == Py_None)
+        return 0;
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s must be in %ld..%ld, not %ld", what, lo, hi, v);
+        return -1;
+    }
+    *field = (int)v;
+    return 0;
+}
+
+/* Seconds (int or float) to milliseconds; None means no timeout (0). */
+static int set_timeout(int *field, PyObject *obj, const char *what, double fallback,
+                       int from_url)
+{
+    if (!obj) {
+        if (!from_url)
+            *field = (int)(fallback * 1000.0);
+        return 0;
+    }
+    if (obj == Py_None) {
+        *field = 0;
+        return 0;
+    }
+    double s = PyFloat_AsDouble(obj);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(s > 0.0) || !isfinite(s) || s > 86400.0 * 365) {
+        PyErr_Format(PyExc_ValueError, "%s must be a positive number of seconds or None, not %R",
+                     what, obj);
+        return -1;
+    }
+    int ms = (int)ceil(s * 1000.0);
+    *field = ms > 0 ? ms : 1;
+    return 0;
+}
+
+/* A TLS file or directory keyword / URL option: it must exist and be
+ * readable now (OSError: FileNotFoundError, PermissionError), so a typo is
+ * not reported later as a handshake failure. */
+static int check_path(const char *path, const char *what)
+{
+    if (!path)
+        return 0;
+    if (access(path, R_OK) != 0) {
+        int e = errno;
+        PyObject *name = PyUnicode_DecodeFSDefault(path);
+        if (!name)
+            return -1;
+        PyObject *msg = PyUnicode_FromFormat("%s: %s", what, strerror(e));
+        if (msg) {
+            PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iOO", e, msg, name);
+            if (exc) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+            Py_DECREF(msg);
+        }
+        Py_DECREF(name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ssl_cert_reqs: "required" / "optional" / "none" (any case), None (none), or
+ * ssl.CERT_NONE / CERT_OPTIONAL / CERT_REQUIRED (0, 1, 2), as redis-py. */
+static int set_cert_reqs(int *field, PyObject *obj)
+{
+    if (!obj)
+        return 0;
+    if (obj == Py_None) {
+        *field = LB_REDIS_CERT_NONE;
+        return 0;
+    }
+    if (PyUnicode_Check(obj)) {
+        const char *s = PyUnicode_AsUTF8(obj);
+        if (!s)
+            return -1;
+        if (strcasecmp(s, "required") == 0)
+            *field = LB_REDIS_CERT_REQUIRED;
+        else if (strcasecmp(s, "optional") == 0)
+            *field = LB_REDIS_CERT_OPTIONAL;
+        else if (strcasecmp(s, "none") == 0)
+            *field = LB_REDIS_CERT_NONE;
+        else
+            goto bad;
+        return 0;
+    }
+    if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+        long v = PyLong_AsLong(obj);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v == 0)
+            *field = LB_REDIS_CERT_NONE;
+        else if (v == 1)
+            *field = LB_REDIS_CERT_OPTIONAL;
+        else if (v == 2)
+            *field = LB_REDIS_CERT_REQUIRED;
+        else
+            goto bad;
+        return 0;
+    }
+bad:
+    PyErr_Format(PyExc_ValueError,
+                 "ssl_cert_reqs must be \"required\", \"optional\", \"none\" or an "
+                 "ssl.CERT_* constant, not %R",
+                 obj);
+    return -1;
+}
+
+static int set_bool(int *field, PyObject *obj, int on, int off)
+{
+    if (!obj)
+        return 0;
+    int t = PyObject_IsTrue(obj);
+    if (t < 0)
+        return -1;
+    *field = t ? on : off;
+    return 0;
+}
+
+int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
+{
+    lb_redis_config_init(cfg);
+    if (kw->url && kw->url != Py_None) {
+        if (!PyUnicode_Check(kw->url)) {
+            PyErr_Format(PyExc_TypeError, "url must be a str, not %.200s",
+                         Py_TYPE(kw->url)->tp_name);
+            return -1;
+        }
+        const char *url = PyUnicode_AsUTF8(kw->url);
+        if (!url)
+            return -1;
+        char err[256];
+        lb_redis_status s = lb_redis_config_from_url(cfg, url, err, sizeof(err));
+        if (s == LB_REDIS_ERR_TLS) {
+            PyErr_SetString(st->NotSupportedError, err);
+            return -1;
+        }
+        if (s != LB_REDIS_OK) {
+            PyErr_SetString(PyExc_ValueError, err);
+            return -1;
+        }
+    }
+    int url_timeout = cfg->timeout_ms != 0, url_connect = cfg->connect_timeout_ms != 0;
+    if (set_str(&cfg->host, kw->host, "host") < 0 ||
+        set_str(&cfg->unix_path, kw->unix_socket_path, "unix_socket_path") < 0 ||
+        set_str(&cfg->username, kw->username, "username") < 0 ||
+        set_str(&cfg->password, kw->password, "password") < 0 ||
+        set_int(&cfg->port, kw->port, "port", 1, 65535) < 0 ||
+        set_int(&cfg->db, kw->db, "db", 0, 1 << 30) < 0 ||
+        set_timeout(&cfg->timeout_ms, kw->socket_timeout, "socket_timeout",
+                    LB_DEFAULT_SOCKET_TIMEOUT, url_timeout) < 0 ||
+        set_timeout(&cfg->connect_timeout_ms, kw->socket_connect_timeout,
+                    "socket_connect_timeout", LB_DEFAULT_CONNECT_TIMEOUT, url_connect) < 0 ||
+        set_bool(&cfg->tls, kw->ssl, 1, 0) < 0 ||
+        set_str(&cfg->tls_ca_certs, kw->ssl_ca_certs, "ssl_ca_certs") < 0 ||
+        set_str(&cfg->tls_ca_path, kw->ssl_ca_path, "ssl_ca_path") < 0 ||
+        set_str(&cfg->tls_certfile, kw->ssl_certfile, "ssl_certfile") < 0 ||
+        set_str(&cfg->tls_keyfile, kw->ssl_keyfile, "ssl_keyfile") < 0 ||
+        set_cert_reqs(&cfg->tls_cert_reqs, kw->ssl_cert_reqs) < 0 ||
+        set_bool(&cfg->tls_check_hostname, kw->ssl_check_hostname, 1, 2) < 0 ||
+        set_int(&cfg->wait_replicas, kw->wait_replicas, "wait_replicas", 0, 1000) < 0 ||
+        (kw->wait_timeout && kw->wait_timeout != Py_None &&
+         set_timeout(&cfg->wait_timeout_ms, kw->wait_timeout, "wait_timeout", 0, 1) < 0)) {
+        lb_redis_config_free(cfg);
+        return -1;
+    }
+    if (cfg->tls && (check_path(cfg->tls_ca_certs, "ssl_ca_certs") < 0 ||
+                     check_path(cfg->tls_ca_path, "ssl_ca_path") < 0 ||
+                     check_path(cfg->tls_certfile, "ssl_certfile") < 0 ||
+                     check_path(cfg->tls_keyfile, "ssl_keyfile") < 0)) {
+        lb_redis_config_free(cfg);
+        return -1;
+    }
+    if (cfg->tls && cfg->tls_keyfile && !cfg->tls_certfile) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_ValueError, "ssl_keyfile needs ssl_certfile (the client certificate)");
+        return -1;
+    }
+    if (cfg->sentinel_service &&
+        ((kw->host && kw->host != Py_None) || (kw->port && kw->port != Py_None) ||
+         (kw->unix_socket_path && kw->unix_socket_path != Py_None))) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_TypeError, "a redis+sentinel:// URL finds the primary through "
+                                         "the sentinels: give no host, port or unix_socket_path");
+        return -1;
+    }
+    if (cfg->wait_replicas > 0 && cfg->timeout_ms > 0 &&
+        (cfg->wait_timeout_ms > 0 ? cfg->wait_timeout_ms : LB_REDIS_WAIT_DEFAULT_MS) >=
+            cfg->timeout_ms) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_ValueError,
+                        "wait_timeout (default 1 s) must be shorter than socket_timeout: the "
+                        "server answers WAIT only when it is over");
+        return -1;
+    }
+    if (cfg->cluster_nodes &&
+        ((kw->host && kw->host != Py_None) || (kw->port && kw->port != Py_None) ||
+         (kw->unix_socket_path && kw->unix_socket_path != Py_None) ||
+         (kw->db && kw->db != Py_None && cfg->db != 0))) {
+        lb_redis_config_free(cfg);
+        PyErr_SetString(PyExc_TypeError, "a redis+cluster:// URL names its seed nodes and "
+                                         "database 0: give no host, port, unix_socket_path "
+                                         "or db");
+        return -1;
+    }
+    if (kw->host && kw->host != Py_None && cfg->unix_path && kw->unix_socket_path == NULL) {
+        /* an explicit host wins over a unix:// URL */
+        lb_redis_config_set(&cfg->unix_path, NULL);
+    }
+    return 0;
+}
+
+int lb_redis_parse_shards(lb_state *st, PyObject *obj, uint32_t *out)
+{
+    (void)st;
+    *out = 1;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    long v = PyLong_Check(obj) && !PyBool_Check(obj) ? PyLong_AsLong(obj) : -2;
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 1 || v > LB_SHARDED_MAX_SHARDS) {
+        PyErr_Format(v == -2 ? PyExc_TypeError : PyExc_ValueError,
+                     "shards must be an int in 1..%d, not %R", LB_SHARDED_MAX_SHARDS, obj);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+void lb_raise_with(PyObject *exc, const char *msg, ...)
+{
+    PyObject *value = PyObject_CallFunction(exc, "s", msg);
+    if (!value)
+        return;
+    va_list ap;
+    va_start(ap, msg);
+    const char *name;
+    while ((name = va_arg(ap, const char *)) != NULL) {
+        PyObject *v = va_arg(ap, PyObject *);
+        if (PyObject_SetAttrString(value, name, v ? v : Py_None) < 0) {
+            va_end(ap);
+            Py_DECREF(value);
+            return;
+        }
+    }
+    va_end(ap);
+    PyErr_SetObject(exc, value);
+    Py_DECREF(value);
+}
+
+void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, PyObject *key)
+{
+    const char *text = conn ? lb_redis_errstr(conn) : "";
+    if (!text || !*text)
+        text = lb_redis_status_name(status);
+    PyObject *reply = NULL;
+    switch (status) {
+    case LB_REDIS_ERR_CONNECT:
+    case LB_REDIS_ERR_IO:
+    case LB_REDIS_ERR_AUTH:
+        PyErr_SetString(st->RedisConnectionError, text);
+        return;
+    case LB_REDIS_ERR_TIMEOUT:
+        PyErr_SetString(st->RedisTimeoutError, text);
+        return;
+    case LB_REDIS_ERR_PROTOCOL:
+        PyErr_SetString(st->RedisProtocolError, text);
+        return;
+    case LB_REDIS_ERR_REPLY:
+    case LB_REDIS_ERR_WRONGTYPE:
+        reply = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+        if (!reply)
+            return;
+        if (status == LB_REDIS_ERR_WRONGTYPE)
+            lb_raise_with(st->WrongTypeError, text, "reply", reply, "key", key, NULL);
+        else
+            lb_raise_with(st->RedisResponseError, text, "reply", reply, NULL);
+        Py_DECREF(reply);
+        return;
+    case LB_REDIS_ERR_URL:
+    case LB_REDIS_ERR_ARG:
+        PyErr_SetString(PyExc_ValueError, text);
+        return;
+    case LB_REDIS_ERR_TLS:
+        PyErr_SetString(st->NotSupportedError, text);
+        return;
+    case LB_REDIS_ERR_MISMATCH:
+        PyErr_SetString(st->GeometryMismatchError, text);
+        return;
+    case LB_REDIS_ERR_NOTFOUND:
+        PyErr_SetString(PyExc_KeyError, text);
+        return;
+    case LB_REDIS_ERR_NOMEM:
+        PyErr_NoMemory();
+        return;
+    case LB_REDIS_ERR_FULL:
+        PyErr_SetString(st->FilterFullError, text);
+        return;
+    case LB_REDIS_ERR_NOMODULE:
+        PyErr_SetString(st->ModuleMissingError, text);
+        return;
+    case LB_REDIS_ERR_TOOLARGE:
+        PyErr_SetString(st->InvalidCapacityError, text);
+        return;
+    case LB_REDIS_ERR_NOTOWNED:
+        lb_raise_with(st->KeyNotOwnedError, text, "key", key, NULL);
+        return;
+    default:
+        PyErr_SetString(st->RedisError, text);
+    }
+}
+
+/* ---- the part both filter objects start with ---------------------------- */
+
+PyObject *lb_redis_key_bytes(lb_state *st, PyObject *key)
+{
+    PyObject *key_bytes;
+    if (PyUnicode_Check(key))
+        key_bytes = PyUnicode_AsUTF8String(key);
+    else if (PyBytes_Check(key))
+        key_bytes = Py_NewRef(key);
+    else
+        return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
+                            Py_TYPE(key)->tp_name);
+    if (key_bytes && PyBytes_GET_SIZE(key_bytes) == 0) {
+        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
+        Py_CLEAR(key_bytes);
+    }
+    return key_bytes;
+}
+
+int lb_redis_parse_ttl(PyObject *obj, double *out)
+{
+    *out = 0;
+    if (!obj || obj == Py_None)
+        return 0;
+    PyObject *secs = NULL;
+    if (PyObject_HasAttrString(obj, "total_seconds"))
+        secs = PyObject_CallMethod(obj, "total_seconds", NULL);
+    else
+        secs = Py_NewRef(obj);
+    if (!secs)
+        return -1;
+    double t = PyFloat_AsDouble(secs);
+    Py_DECREF(secs);
+    if (t == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(t > 0) || !isfinite(t) || t > 1e12) {
+        PyErr_Format(PyExc_ValueError, "ttl must be a positive number of seconds or None, not %R",
+                     obj);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+int lb_redis_parse_chunk(PyObject *obj, size_t *out)
+{
+    if (obj == Py_None)
+        return 0;
+    Py_ssize_t c = PyLong_AsSsize_t(obj);
+    if (c == -1 && PyErr_Occurred())
+        return -1;
+    if (c < 1 || c > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "chunk_size must be in 1..1000000");
+        return -1;
+    }
+    *out = (size_t)c;
+    return 0;
+}
+
+int lb_redis_parse_max_bytes(lb_state *st, PyObject *obj, uint64_t *out)
+{
+    *out = LB_REDIS_DEFAULT_MAX_BYTES;
+    if (!obj || obj == Py_None)
+        return 0;
+    if (lb_parse_u64(obj, "max_bytes", PyExc_ValueError, out) < 0)
+        return -1;
+    if (*out == 0) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 1");
+        return -1;
+    }
+    (void)st;
+    return 0;
+}
+
+int lb_redis_check_max_bytes(lb_state *st, uint64_t need, uint64_t limit, const char *what)
+{
+    if (need <= limit)
+        return 0;
+    PyErr_Format(st->InvalidCapacityError,
+                 "the %s would take %llu bytes of the server's memory, more than "
+                 "max_bytes=%llu (default %llu, 256 MiB); pass a larger max_bytes= if that "
+                 "is really meant",
+                 what, (unsigned long long)need, (unsigned long long)limit,
+                 (unsigned long long)LB_REDIS_DEFAULT_MAX_BYTES);
+    return -1;
+}
+
+lb_redis_filter *lb_redis_filter_new(PyTypeObject *type, lb_state *st, const lb_conn_kw *kw,
+                                     PyObject *key, PyObject *key_bytes, double ttl,
+                                     size_t chunk, const lb_redis_ops *ops)
+{
+    lb_redis_config cfg;
+    if (lb_conn_config(st, kw, &cfg) < 0)
+        return NULL;
+    lb_redis_filter *f = (lb_redis_filter *)type->tp_alloc(type, 0);
+    if (!f)
+        goto fail;
+    if (lb_base_init(&f->base, type) < 0)
+        goto fail;
+    f->base.raise_backend = ops->raise_backend;
+    f->ops = ops;
+    f->key = Py_NewRef(key);
+    f->key_bytes = Py_NewRef(key_bytes);
+    f->ttl = ttl;
+    f->chunk = chunk;
+    f->conn = lb_redis_new(&cfg);
+    if (!f->conn) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    lb_redis_config_free(&cfg);
+    return f;
+
+fail:
+    lb_redis_config_free(&cfg);
+    Py_XDECREF(f);
+    return NULL;
+}
+
+void lb_redis_filter_release(lb_redis_filter *f)
+{
+    f->w_op = NULL;
+    lb_redis_free(f->conn);
+    f->conn = NULL;
+    PyMem_Free(f->w_out);
+    f->w_out = NULL;
+    f->w_n = 0;
+}
+
+int lb_redis_filter_renew(lb_redis_filter *f)
+{
+    f->w_op = NULL; /* abandoned with the state it lives in */
+    lb_redis *fresh = f->conn ? lb_redis_new_like(f->conn) : NULL;
+    lb_redis_abandon(f->conn);
+    f->conn = fresh;
+    if (!fresh) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+void lb_redis_filter_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.lock)
+        f->ops->release(&f->base);
+    lb_base_fini(&f->base);
+    Py_CLEAR(f->key);
+    Py_CLEAR(f->key_bytes);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+int lb_redis_filter_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+int lb_redis_single(lb_redis_filter *f, PyObject *key, lb_redis_keys_fn fn)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
+        return -1;
+    uint8_t out = 0;
+    lb_redis_status rs;
+    LB_REDIS_GIL_FREE(f, rs, fn(f, &k, 1, &out));
+    lb_key_leave(&f->base, &hold);
+    return rs == LB_REDIS_OK ? out : -1;
+}
+
+PyObject *lb_redis_add(PyObject *self, PyObject *key)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int r = lb_redis_single(f, key, f->ops->add);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+int lb_redis_contains(PyObject *self, PyObject *key)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    return lb_redis_single(f, key, f->ops->test);
+}
+
+PyObject *lb_redis_test(PyObject *self, PyObject *key)
+{
+    int r = lb_redis_contains(self, key);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->ops->batch_begin)
+        f->ops->batch_begin();
+    return lb_run_batch(&f->base, keys, fn, kind, LB_GIL_ALWAYS, f->chunk);
+}
+
+PyObject *lb_redis_add_many(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_LIST);
+}
+
+PyObject *lb_redis_update(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_NONE);
+}
+
+PyObject *lb_redis_test_many(PyObject *self, PyObject *keys)
+{
+    return batch(self, keys, LB_REDIS_FILTER(self)->ops->test_chunk, LB_RESULT_LIST);
+}
+
+PyObject *lb_redis_close(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return lb_close_with(&LB_REDIS_FILTER(self)->base, LB_REDIS_FILTER(self)->ops->release);
+}
+
+PyObject *lb_redis_get_key(PyObject *self, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(LB_REDIS_FILTER(self)->key);
+}
+
+PyObject *lb_redis_remaining_ttl(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    long long ms = 0;
+    LB_REDIS_CALL(f, lb_redis_key_pttl(f->conn, PyBytes_AS_STRING(f->key_bytes),
+                                       (size_t)PyBytes_GET_SIZE(f->key_bytes), &ms));
+    if (ms < 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble((double)ms / 1000.0);
+}
+
+PyObject *lb_redis_exists(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    long long ms = 0;
+    LB_REDIS_CALL(f, lb_redis_key_pttl(f->conn, PyBytes_AS_STRING(f->key_bytes),
+                                       (size_t)PyBytes_GET_SIZE(f->key_bytes), &ms));
+    return PyBool_FromLong(ms != -2);
+}
+
+PyObject *lb_redis_get_ttl(PyObject *self, void *unused)
+{
+    (void)unused;
+    if (LB_REDIS_FILTER(self)->ttl <= 0)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(LB_REDIS_FILTER(self)->ttl);
+}
+
+/* cls(*args[1:], **kw); steals kw. */
+static PyObject *call_with(PyObject *cls, PyObject *args, PyObject *kw)
+{
+    PyObject *pos = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    PyObject *r = pos ? PyObject_Call(cls, pos, kw) : NULL;
+    Py_XDECREF(pos);
+    Py_DECREF(kw);
+    return r;
+}
+
+static int check_nargs(PyObject *args, Py_ssize_t max_args, const char *usage)
+{
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs < 2 || (max_args && nargs > max_args)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *lb_redis_from_url(PyObject *cls, PyObject *args, PyObject *kwargs, Py_ssize_t max_args,
+                            const char *usage)
+{
+    if (check_nargs(args, max_args, usage) < 0)
+        return NULL;
+    /* url=None in a constructor means "localhost:6379"; from_url(None) is a
+     * mistake, not a request for the default server. */
+    PyObject *url = PyTuple_GET_ITEM(args, 0);
+    if (!PyUnicode_Check(url)) {
+        PyErr_Format(PyExc_TypeError, "the url must be a str (redis://, rediss:// or unix://), "
+                     "not %.200s", Py_TYPE(url)->tp_name);
+        return NULL;
+    }
+    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
+    if (!kw)
+        return NULL;
+    if (PyDict_SetItemString(kw, "url", PyTuple_GET_ITEM(args, 0)) < 0) {
+        Py_DECREF(kw);
+        return NULL;
+    }
+    return call_with(cls, args, kw);
+}
+
+PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
+                              Py_ssize_t max_args, const char *usage)
+{
+    if (check_nargs(args, max_args, usage) < 0)
+        return NULL;
+    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
+    if (!mod)
+        return NULL;
+    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
+                                             PyTuple_GET_ITEM(args, 0));
+    Py_DECREF(mod);
+    if (!settings)
+        return NULL;
+    if (kwargs && PyDict_Update(settings, kwargs) < 0) {
+        Py_DECREF(settings);
+        return NULL;
+    }
+    return call_with(cls, args, settings);
+}
+
+/* ---- the asyncio transport's settings -------------------------------------- */
+
+static int put(PyObject *d, const char *name, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int r = PyDict_SetItemString(d, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *str_or_none(const char *s)
+{
+    return s ? PyUnicode_DecodeFSDefault(s) : Py_NewRef(Py_None);
+}
+
+static PyObject *seconds_or_none(int ms)
+{
+    return ms > 0 ? PyFloat_FromDouble(ms / 1000.0) : Py_NewRef(Py_None);
+}
+
+PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    const lb_redis_config *c = lb_redis_get_config(f->conn);
+    if (c->sentinel_service) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not resolve redis+sentinel:// URLs yet: use "
+                        "RedisFilter / RedisBloomFilter (blocking), or the primary's address");
+        return NULL;
+    }
+    if (c->wait_replicas > 0) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not send WAIT yet: wait_replicas is for "
+                        "RedisFilter / RedisBloomFilter (blocking)");
+        return NULL;
+    }
+    if (c->cluster_nodes) {
+        lb_leave(&f->base);
+        PyErr_SetString(f->base.st->NotSupportedError,
+                        "the asyncio filters do not route to a Redis Cluster yet: use "
+                        "RedisFilter / RedisBloomFilter (blocking) with the redis+cluster:// URL");
+        return NULL;
+    }
+    static const char *const reqs[] = {"required", "optional", "none"};
+    PyObject *d = PyDict_New();
+    if (d && (put(d, "host", PyUnicode_FromString(c->host ? c->host : "localhost")) < 0 ||
+              put(d, "port", PyLong_FromLong(c->port ? c->port : 6379)) < 0 ||
+              put(d, "unix_socket_path", str_or_none(c->unix_path)) < 0 ||
+              put(d, "socket_timeout", seconds_or_none(c->timeout_ms)) < 0 ||
+              put(d, "socket_connect_timeout", seconds_or_none(c->connect_timeout_ms)) < 0 ||
+              put(d, "chunk_size", PyLong_FromSize_t(f->chunk)) < 0 ||
+              put(d, "ssl", PyBool_FromLong(c->tls && !c->unix_path)) < 0 ||
+              put(d, "ssl_ca_certs", str_or_none(c->tls_ca_certs)) < 0 ||
+              put(d, "ssl_ca_path", str_or_none(c->tls_ca_path)) < 0 ||
+              put(d, "ssl_certfile", str_or_none(c->tls_certfile)) < 0 ||
+              put(d, "ssl_keyfile", str_or_none(c->tls_keyfile)) < 0 ||
+              put(d, "ssl_cert_reqs",
+                  PyUnicode_FromString(reqs[c->tls_cert_reqs >= 0 && c->tls_cert_reqs <= 2
+                                                 ? c->tls_cert_reqs
+                                                 : 0])) < 0 ||
+              put(d, "ssl_check_hostname",
+                  PyBool_FromLong(c->tls_check_hostname != 2 &&
+                                  c->tls_cert_reqs != LB_REDIS_CERT_NONE)) < 0)) {
+        Py_CLEAR(d);
+    }
+    lb_leave(&f->base);
+    return d;
+}
+
+/* ---- the sans-IO side, for ling_bloom.aio ------------------------------------
+ *
+ * The asyncio transport does the socket I/O; everything else is the core's
+ * (csrc/redis: wire.h, bitmap.h and redisbloom.h): the requests, the
+ * reply reader and its bounds, the checks.  Each method enters the filter
+ * (ClosedError once closed). */
+
+static PyObject *wire_raise(lb_redis_filter *f, lb_redis_status st)
+{
+    f->ops->raise(f, st);
+    lb_leave(&f->base);
+    return NULL;
+}
+
+PyObject *lb_wire_method_opened(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis_status st = LB_REDIS_OK;
+    if (!lb_wire_is(f->conn)) {
+        /* The first connection of the transport: from now on the filter's
+         * connection is carried outside C (it has no socket of its own). */
+        lb_redis *w = lb_wire_new_from(f->conn);
+        if (!w) {
+            lb_leave(&f->base);
+            return PyErr_NoMemory();
+        }
+        lb_redis_free(f->conn);
+        f->conn = w;
+        f->ops->rebind(f);
+    }
+    st = lb_wire_opened(f->conn);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_wire_method_closed(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.closed || !f->conn)
+        Py_RETURN_NONE; /* closing after close(): nothing left to forget */
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_wire_closed(f->conn); /* an operation begun goes on on the next connection */
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_wire_method_connected(PyObject *self, void *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    return PyBool_FromLong(!f->base.closed && f->conn && lb_redis_is_connected(f->conn));
+}
+
+/* _wire_begin(kind, keys): 1 add, 2 test (1..chunk_size keys, a list or
+ * tuple), 3 reset (keys None). */
+PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int kind;
+    PyObject *keys;
+    if (!PyArg_ParseTuple(args, "iO:_wire_begin", &kind, &keys))
+        return NULL;
+    Py_ssize_t n = 0;
+    PyObject *seq = NULL;
+    lb_key *kv = NULL;
+    lb_key_hold *holds = NULL;
+    Py_ssize_t held = 0;
+    if (kind != LB_REDIS_WIRE_RESET) {
+        seq = PySequence_Fast(keys, "keys must be a list or tuple");
+        if (!seq)
+            return NULL;
+        n = PySequence_Fast_GET_SIZE(seq);
+        kv = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *kv);
+        holds = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *holds);
+        if (!kv || !holds) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (; held < n; held++)
+            if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, held), &kv[held],
+                           &holds[held]) < 0)
+                goto fail;
+    }
+    if (lb_enter(&f->base) < 0)
+        goto fail;
+    PyMem_Free(f->w_out);
+    f->w_out = PyMem_Malloc((size_t)(n ? n : 1));
+    f->w_n = (size_t)n;
+    f->w_op = NULL;
+    lb_redis_status st = f->w_out ? f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out, &f->w_op)
+                                  : LB_REDIS_ERR_NOMEM;
+    if (st != LB_REDIS_OK) {
+        if (st == LB_REDIS_ERR_NOMEM)
+            PyErr_NoMemory();
+        else
+            f->ops->raise(f, st);
+    }
+    lb_leave(&f->base);
+    if (st != LB_REDIS_OK)
+        goto fail;
+    for (Py_ssize_t i = 0; i < held; i++)
+        lb_key_release(&holds[i]);
+    PyMem_Free(kv);
+    PyMem_Free(holds);
+    Py_XDECREF(seq);
+    Py_RETURN_NONE;
+fail:
+    for (Py_ssize_t i = 0; i < held; i++)
+        lb_key_release(&holds[i]);
+    PyMem_Free(kv);
+    PyMem_Free(holds);
+    Py_XDECREF(seq);
+    return NULL;
+}
+
+/* _wire_check(keys): TypeError / EmptyKeyError for the first bad key of a
+ * list or tuple, before any of it is sent. */
+PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter_read(&f->base) < 0)
+        return NULL;
+    lb_leave(&f->base);
+    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lb_key k;
+        lb_key_hold hold;
+        if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, i), &k, &hold) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        lb_key_release(&hold);
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* The next request's bytes, or None when the operation is done. */
+PyObject *lb_wire_method_next(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    const lb_redis_batch *req = NULL;
+    lb_redis_status st = f->w_op ? lb_op_wire_next(f->w_op, &req)
+                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
+                                                      "no wire operation is waiting to send");
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    PyObject *out = req ? PyBytes_FromStringAndSize(req->buf, (Py_ssize_t)req->len) : Py_NewRef(Py_None);
+    lb_leave(&f->base);
+    return out;
+}
+
+/* Reply bytes as they arrive: True once every reply of the request is in. */
+PyObject *lb_wire_method_feed(PyObject *self, PyObject *data)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (lb_enter(&f->base) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int complete = 0;
+    lb_redis_status st = lb_wire_feed(f->conn, view.buf, (size_t)view.len, &complete);
+    PyBuffer_Release(&view);
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st); /* the transport drops the connection */
+    lb_leave(&f->base);
+    return PyBool_FromLong(complete);
+}
+
+/* The request's replies are in: check them (raises what the blocking call would). */
+PyObject *lb_wire_method_done(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis_status st = f->w_op ? lb_op_wire_done(f->w_op)
+                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
+                                                      "no wire round trip is in progress");
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+/* The results of the finished add or test: a list of bools. */
+PyObject *lb_wire_method_result(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    PyObject *list = PyList_New((Py_ssize_t)f->w_n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < f->w_n; i++)
+        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(f->w_out[i] ? Py_True : Py_False));
+    return list;
+}
+

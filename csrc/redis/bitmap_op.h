@@ -1,0 +1,118 @@
+/* bitmap_op.h: what bitmap.c and bitmap_bulk.c share (not an interface):
+ * the bitmap's state, and its operations as step machines (op.h): a guard
+ * that checks (and claims) the meta key on every new connection before the
+ * operation's own round trips, around a body of round trips that each
+ * operation supplies. */
+#ifndef LB_BITMAP_OP_H
+#define LB_BITMAP_OP_H
+
+#include "bitmap.h"
+#include "op.h"
+#include "reply.h"
+
+#define LB_BITMAP_PART_BYTES (LB_BITMAP_PART_BITS / 8)
+#define NO_KEY UINT32_MAX
+#define META_SET (UINT32_MAX - 1) /* cmd_info.key of the SET NX of the meta key */
+
+typedef struct {
+    uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
+    uint32_t part;
+    uint32_t nbits; /* BITFIELD: the u1 fields sent (its reply's length) */
+} cmd_info;
+
+typedef struct bm_op bm_op;
+
+/* An operation's own round trips.  next builds the next one into bm->batch
+ * (*more = 1, *flags: how it is sent; with LB_REDIS_KEPT_CONN a stale
+ * connection makes the guard run again on a new one and the round trip go
+ * out once more) or says the operation is over (*more = 0); done checks its
+ * replies. */
+typedef struct {
+    lb_redis_status (*next)(bm_op *o, int *more, int *flags);
+    lb_redis_status (*done)(bm_op *o, lb_redis_status st, lb_reply **rs);
+} bm_body;
+
+struct bm_op {
+    lb_op op;
+    lb_bitmap *bm;
+    const bm_body *body;
+    int phase;            /* BM_* of bitmap.c */
+    int guard;            /* the body needs the meta key checked on its connection */
+    int force_look;       /* look even when checked (lb_bitmap_check_meta) */
+    int pending;          /* a body round trip is built and not answered yet */
+    int flags;            /* ... how it is sent */
+    int retried;          /* ... it went out again after a stale connection */
+    /* add / test */
+    const lb_key *keys;
+    size_t n, start, cn, ncmd;
+    int write;
+    uint8_t *out;
+    /* load, snapshot, bitcount, read_meta */
+    const uint8_t *bits;
+    uint8_t *dst;
+    size_t nbytes;
+    uint64_t part;
+    size_t pos, last, dest[8], plen[8];
+    int stage;
+    long bitop;
+    char *tmp;
+    size_t tlen;
+    lb_reply_want wants[6];
+    const char *names[6];
+    size_t nw;
+    uint64_t *count;
+    lb_geometry *geom;
+    lb_bitmap_layout *layout;
+    lb_redis_status failed;
+    char msg[400];
+};
+
+struct lb_bitmap {
+    lb_redis *conn;
+    lb_geometry g;
+    char *key;
+    size_t keylen;
+    char *base;     /* prefix of meta/part names, see the header */
+    size_t baselen;
+    char *name;     /* scratch for a part name */
+    size_t namecap;
+    uint64_t nparts;
+    int64_t ttl_ms;
+    int meta_checked;
+    unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
+    int adopt;               /* take over a key that exists without a meta key */
+    lb_bitmap_mode mode;
+    int blocked;             /* LB_BITMAP_BLOCKED: blocked.h's layout, see the header */
+    size_t chunk_keys;
+    lb_redis_batch batch;    /* the operation's round trip */
+    lb_redis_batch aux;      /* the guard's look or claim */
+    cmd_info *cmds;
+    size_t cmds_cap;
+    uint64_t *want;          /* blocked tests: the 8 lane masks of each key of the chunk */
+    size_t want_cap;         /* keys it has room for */
+    unsigned long load_seq;
+    bm_op op;                /* the operation in progress */
+};
+
+/* Start op o of bm with body (guard: check the meta key first). */
+lb_op *lb_bitmap_op_start(lb_bitmap *bm, const bm_body *body, int guard);
+
+/* Helpers of both files. */
+const char *lb_bitmap_name_of(lb_bitmap *bm, uint64_t p, size_t *len);
+int lb_bitmap_meta_format(const lb_geometry *g, int blocked, char *buf, size_t cap);
+void lb_bitmap_add_meta_set(lb_bitmap *bm, lb_redis_batch *b, const char *val, int vlen);
+size_t lb_bitmap_add_expires(lb_bitmap *bm, size_t ncmd);
+int lb_bitmap_cmds_reserve(lb_bitmap *bm, size_t n);
+lb_redis_status lb_bitmap_bad_reply(lb_bitmap *bm, const char *what);
+lb_redis_status lb_bitmap_name_wrongtype(lb_bitmap *bm, uint64_t part);
+lb_redis_status lb_bitmap_check_replies(lb_bitmap *bm, lb_reply **rs, const lb_reply_want *wants,
+                                        const char *const *names, size_t n);
+lb_redis_status lb_bitmap_meta_reply(lb_redis *conn, const char *key, size_t keylen,
+                                     const lb_reply *x, lb_geometry *got, int *blocked);
+void lb_bitmap_batch_bounds(lb_bitmap *bm);
+void lb_bitmap_describe(const lb_geometry *g, int blocked, char *buf, size_t cap);
+/* A reply that does not fit what was sent: the stream may be out of step,
+ * and this is not the server we think: drop the connection. */
+lb_redis_status lb_bitmap_conn_bad_reply(lb_redis *conn, const char *what);
+
+#endif

@@ -1,0 +1,83 @@
+/* client.c: see client.h.  The calls of the interface, and the factory that
+ * picks the implementation. */
+#include "client.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cluster.h"
+#include "node.h"
+
+lb_redis *lb_redis_new(const lb_redis_config *cfg)
+{
+    return cfg->cluster_nodes ? lb_cluster_new(cfg) : lb_node_new(cfg);
+}
+
+void lb_redis_free(lb_redis *r)
+{
+    if (r)
+        r->vt->free(r);
+}
+
+lb_redis *lb_redis_new_like(const lb_redis *r) { return r->vt->new_like(r); }
+
+void lb_redis_abandon(lb_redis *r)
+{
+    if (r)
+        r->vt->abandon(r);
+}
+
+lb_redis_status lb_redis_connect(lb_redis *r)
+{
+    lb_error_clear(&r->err);
+    return r->vt->connect(r);
+}
+
+void lb_redis_disconnect(lb_redis *r) { r->vt->disconnect(r); }
+int lb_redis_is_connected(const lb_redis *r) { return r->vt->is_connected(r); }
+void lb_redis_set_timeout(lb_redis *r, int timeout_ms)
+{
+    r->vt->set_timeout(r, timeout_ms < 0 ? 0 : timeout_ms);
+}
+const lb_redis_config *lb_redis_get_config(const lb_redis *r) { return r->vt->config(r); }
+unsigned long lb_redis_connect_count(const lb_redis *r) { return r->vt->connect_count(r); }
+unsigned long lb_redis_roundtrip_count(const lb_redis *r) { return r->vt->roundtrip_count(r); }
+
+const char *lb_redis_errstr(const lb_redis *r) { return r->err.text; }
+lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->err.status; }
+long lb_redis_err_index(const lb_redis *r) { return r->err.index; }
+int lb_redis_last_stale(const lb_redis *r) { return r->err.stale; }
+
+lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *fmt, ...)
+{
+    r->err.status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err.text, sizeof r->err.text, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+lb_redis_status lb_redis_take_error(lb_redis *r, const lb_redis *from)
+{
+    return lb_error_copy(&r->err, &from->err);
+}
+
+lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies)
+{
+    return r->vt->exec(r, b, flags, replies);
+}
+
+lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
+                                      const size_t *lens, int flags, lb_reply **reply)
+{
+    lb_redis_batch b;
+    lb_reply **rs = NULL;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, argc, argv, lens);
+    lb_redis_status st = lb_redis_exec(r, &b, flags, &rs);
+    lb_redis_batch_free(&b);
+    if (reply)
+        *reply = rs ? rs[0] : NULL;
+    return st;
+}

@@ -1,0 +1,140 @@
+/* client.h: the Redis client interface, as the operations above it
+ * (bitmap.h, redisbloom.h, sharded.h) and the binding see it.  Three
+ * implementations: a single node (node.h: its own socket, through a sentinel
+ * resolver when the config names a service), a Redis Cluster (cluster.h: it
+ * owns one node client per node and routes each batch by slot), and a
+ * connection carried by a transport outside C (wire.h: asyncio).
+ *
+ * Threads: a client is used by one thread at a time (the binding holds a lock
+ * around every call and releases the GIL during it).  There is no locking
+ * inside and no global state.
+ *
+ * Connection discipline: any failure in the middle of a round trip (timeout,
+ * EOF, reset, protocol error) discards the connection: a reply read for the
+ * wrong command is the worst bug a client can have.  A server error reply
+ * (-ERR ..., -WRONGTYPE ...) does not: every reply of the batch is still read,
+ * so the stream stays in step and the connection is kept. */
+#ifndef LB_REDIS_CLIENT_H
+#define LB_REDIS_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "resp.h"
+#include "status.h"
+
+typedef struct lb_redis lb_redis;
+
+/* What each implementation supplies. */
+typedef struct {
+    lb_redis_status (*exec)(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies);
+    lb_redis_status (*connect)(lb_redis *r);
+    void (*disconnect)(lb_redis *r);
+    int (*is_connected)(const lb_redis *r);
+    void (*set_timeout)(lb_redis *r, int timeout_ms);
+    unsigned long (*connect_count)(const lb_redis *r);
+    unsigned long (*roundtrip_count)(const lb_redis *r);
+    const lb_redis_config *(*config)(const lb_redis *r);
+    lb_redis *(*new_like)(const lb_redis *r);
+    void (*abandon)(lb_redis *r);
+    void (*free)(lb_redis *r);
+} lb_redis_vt;
+
+/* The part every implementation starts with. */
+struct lb_redis {
+    const lb_redis_vt *vt;
+    lb_redis_error err;
+};
+
+/* A client for cfg: a cluster client when cfg->cluster_nodes is set, else a
+ * node client (connects lazily on first use).  NULL when out of memory. */
+lb_redis *lb_redis_new(const lb_redis_config *cfg);
+/* Close every socket (nothing is sent) and free everything.  NULL is fine. */
+void lb_redis_free(lb_redis *r);
+
+/* For a forked child whose parent had another thread inside a call on r at
+ * the fork: r's reader, arena and buffers may be half-changed, so nothing of
+ * r is freed or read but its settings.  lb_redis_new_like makes a new,
+ * unconnected client with r's settings (of r's kind); lb_redis_abandon closes
+ * this process's copies of r's sockets (nothing is sent) and leaves the rest
+ * of r leaked on purpose: r must not be used or freed afterwards. */
+lb_redis *lb_redis_new_like(const lb_redis *r);
+void lb_redis_abandon(lb_redis *r);
+
+/* Connect now if not connected (or connected by another process): connect,
+ * AUTH, SELECT.  Not needed before lb_redis_exec, which does it itself. */
+lb_redis_status lb_redis_connect(lb_redis *r);
+/* Drop the connection (close the fd, send nothing); the next call reconnects. */
+void lb_redis_disconnect(lb_redis *r);
+/* 1 when a connection is open and belongs to this process. */
+int lb_redis_is_connected(const lb_redis *r);
+/* Change the operation timeout (ms, 0 = none); applies from the next round trip. */
+void lb_redis_set_timeout(lb_redis *r, int timeout_ms);
+/* The client's settings. */
+const lb_redis_config *lb_redis_get_config(const lb_redis *r);
+
+/* The text of the last error ("" after success).  For REPLY and WRONGTYPE it
+ * is the server's text (WRONGTYPE: followed by " (key 'name')" when the layer
+ * above knows the key).  Valid until the next call on r. */
+const char *lb_redis_errstr(const lb_redis *r);
+/* The status of the last call. */
+lb_redis_status lb_redis_last_status(const lb_redis *r);
+/* For REPLY/WRONGTYPE: index in the batch of the first command whose reply
+ * was an error, else -1. */
+long lb_redis_err_index(const lb_redis *r);
+/* 1 when the last lb_redis_exec failed with LB_REDIS_ERR_IO on a connection
+ * opened by an earlier call before any byte of a reply came back (a stale
+ * connection, as after a server restart): the batch was not answered and an
+ * idempotent one may be sent again on a new connection.  Operations that
+ * must do something on every new connection before their batch (bitmap.c
+ * checks its meta key) exec without LB_REDIS_IDEMPOTENT and retry themselves. */
+int lb_redis_last_stale(const lb_redis *r);
+/* Set the error state (for the layers above); returns st.  printf-style. */
+lb_redis_status lb_redis_set_error(lb_redis *r, lb_redis_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Take over the status, text and staleness of another client's last call
+ * (returns the status). */
+lb_redis_status lb_redis_take_error(lb_redis *r, const lb_redis *from);
+/* Number of connections this client opened so far, and of round trips it
+ * started (handshakes included): tests, diagnostics, and the layers above
+ * (bitmap.c re-checks its meta key after a reconnect). */
+unsigned long lb_redis_connect_count(const lb_redis *r);
+unsigned long lb_redis_roundtrip_count(const lb_redis *r);
+
+/* Send the batch in one round trip and read its b->ncmds replies in order.
+ *
+ * On LB_REDIS_OK, *replies (if replies != NULL) points to b->ncmds replies.
+ * Unless LB_REDIS_RAW_ERRORS is given, the first error reply makes the call
+ * return LB_REDIS_ERR_WRONGTYPE (a reply starting with "WRONGTYPE") or
+ * LB_REDIS_ERR_REPLY, with the server text in errstr and its index in
+ * lb_redis_err_index; *replies is still set (all replies were read) and the
+ * connection is kept.
+ *
+ * CONNECT, AUTH, TIMEOUT, IO, PROTOCOL: the connection is discarded (the next
+ * call reconnects); *replies is NULL.
+ *
+ * Retry: with LB_REDIS_IDEMPOTENT, when a connection opened by an earlier call
+ * turns out dead (EOF / reset / broken pipe) before any byte of a reply came
+ * back, as after a server restart, the batch is sent once more on a fresh
+ * connection.  Timeouts are never retried; non-idempotent batches never are.
+ *
+ * A kept connection with input pending before anything is sent (a late or
+ * unsolicited reply, or the server's EOF) is out of step: it is discarded,
+ * unread, and the batch goes out on a new connection (with LB_REDIS_KEPT_CONN:
+ * nothing is sent, see resp.h).
+ *
+ * An empty batch returns LB_REDIS_OK without connecting.  Replies stay valid
+ * until the next call on r. */
+lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
+                              lb_reply ***replies);
+
+/* Convenience for one command (tests, handshakes): builds a batch and runs
+ * it; *reply valid until the next call. */
+lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
+                                      const size_t *lens, int flags, lb_reply **reply);
+
+#endif

@@ -1,0 +1,199 @@
+/* test_cluster_map.c: the Redis Cluster's protocol without a server: key
+ * slots and hash tags (csrc/redis/slots.c), a batch's slot (resp_encode.c),
+ * redirections and slot maps (cluster_map.c).
+ * Run: make -C tests/c test   (or: tests/c/test_cluster_map) */
+#include "redis_harness.h"
+
+#include <stdint.h>
+
+#include "cluster_map.h"
+#include "config.h"
+#include "resp.h"
+#include "slots.h"
+
+static int ranges_seen;
+static long range_lo[8], range_hi[8], range_port[8], range_rep[8];
+static char range_host[8][64];
+static int note_range(void *ctx, long lo, long hi, const char *host, int port, int replica)
+{
+    (void)ctx;
+    if (ranges_seen < 8) {
+        range_lo[ranges_seen] = lo;
+        range_hi[ranges_seen] = hi;
+        range_port[ranges_seen] = port;
+        range_rep[ranges_seen] = replica;
+        snprintf(range_host[ranges_seen], sizeof range_host[0], "%s", host);
+    }
+    ranges_seen++;
+    return 0;
+}
+
+static lb_reply *mk(int type, const char *str, long long v, size_t n, lb_reply **el)
+{
+    lb_reply *x = calloc(1, sizeof *x);
+    x->type = type;
+    x->integer = v;
+    if (str) {
+        x->str = strdup(str);
+        x->len = strlen(str);
+    }
+    if (type == LB_REPLY_ARRAY) {
+        x->len = n;
+        x->element = malloc(n * sizeof *el);
+        memcpy(x->element, el, n * sizeof *el);
+    }
+    return x;
+}
+static void unmk(lb_reply *x)
+{
+    if (x->type == LB_REPLY_ARRAY)
+        for (size_t i = 0; i < x->len; i++)
+            unmk(x->element[i]);
+    free(x->element);
+    free(x->str);
+    free(x);
+}
+/* parse_map on a reply built here, then freed */
+static int parse_built(lb_reply *x, int shards, int tls)
+{
+    int r = lb_cluster_parse_map(x, shards, "asked", tls, note_range, NULL);
+    unmk(x);
+    return r;
+}
+#define S(s) mk(LB_REPLY_STRING, s, 0, 0, NULL)
+#define I(v) mk(LB_REPLY_INTEGER, NULL, v, 0, NULL)
+#define A(...) mk(LB_REPLY_ARRAY, NULL, 0, sizeof((lb_reply *[]){__VA_ARGS__}) / sizeof(lb_reply *), \
+                  (lb_reply *[]){__VA_ARGS__})
+
+static void test_cluster_protocol(void)
+{
+    /* The specification's check value, and its hash tag examples. */
+    CHECK(lb_cluster_crc16("123456789", 9) == 0x31C3);
+    CHECK(lb_cluster_key_slot("123456789", 9) == 12739);
+    CHECK(lb_cluster_key_slot("foo", 3) == 12182);
+    CHECK(lb_cluster_key_slot("{user1000}.following", 20) ==
+          lb_cluster_key_slot("{user1000}.followers", 20));
+    CHECK(lb_cluster_key_slot("{user1000}.following", 20) == lb_cluster_key_slot("user1000", 8));
+    CHECK(lb_cluster_key_slot("foo{}{bar}", 10) == lb_cluster_key_slot("foo{}{bar}", 10) &&
+          lb_cluster_key_slot("foo{}{bar}", 10) == (lb_cluster_crc16("foo{}{bar}", 10) & 16383));
+    CHECK(lb_cluster_key_slot("foo{{bar}}zap", 13) == lb_cluster_key_slot("{bar", 4));
+    CHECK(lb_cluster_key_slot("foo{bar}{zap}", 13) == lb_cluster_key_slot("bar", 3));
+    CHECK(lb_cluster_key_slot("", 0) == 0);
+    /* Keys are bytes: a NUL is one of them, inside a tag or out of it. */
+    CHECK(lb_cluster_key_slot("a\0b", 3) == (lb_cluster_crc16("a\0b", 3) & 16383) &&
+          lb_cluster_key_slot("a\0b", 3) != lb_cluster_key_slot("a", 1));
+    CHECK(lb_cluster_key_slot("x{a\0b}y", 7) == lb_cluster_key_slot("a\0b", 3));
+    CHECK(lb_cluster_key_slot("\0{b}", 4) == lb_cluster_key_slot("b", 1));
+    CHECK(lb_cluster_key_slot("}\0{", 3) == (lb_cluster_crc16("}\0{", 3) & 16383));
+    {
+        char *k, *base;
+        size_t baselen;
+        CHECK(lb_redis_slot_names("a\0b", 3, &k, &base, &baselen) == 0 && baselen == 5 &&
+              memcmp(k, "a\0b", 3) == 0 && memcmp(base, "{a\0b}", 5) == 0);
+        free(k);
+        free(base);
+        CHECK(lb_redis_slot_names("{\0}x", 4, &k, &base, &baselen) == 0 && baselen == 4 &&
+              memcmp(base, "{\0}x", 4) == 0);
+        free(k);
+        free(base);
+    }
+
+    /* A batch knows its slot: key arguments, BITOP's second, keyless commands. */
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"INFO", "memory"}, NULL);
+    CHECK(!b.has_slot);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "{t}a"}, NULL);
+    lb_redis_batch_argv(&b, 5, (const char *const[]){"BITOP", "OR", "{t}b", "{t}b", "{t}c"}, NULL);
+    lb_redis_batch_argv(&b, 3, (const char *const[]){"WAIT", "1", "0"}, NULL);
+    CHECK(b.has_slot && b.slot == lb_cluster_key_slot("t", 1) && !b.multi_slot);
+    size_t off[5];
+    CHECK(lb_redis_batch_offsets(&b, off) == 0 && off[0] == 0 && off[4] == b.len);
+    lb_redis_batch sub;
+    lb_redis_batch_init(&sub);
+    lb_redis_batch_raw(&sub, b.buf + off[1], off[2] - off[1]);
+    CHECK(sub.ncmds == 1 && sub.len == off[2] - off[1] && memcmp(sub.buf, "*2\r\n$3\r\nGET", 11) == 0);
+    lb_redis_batch_free(&sub);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "other"}, NULL);
+    CHECK(b.multi_slot && b.multi_cmd == 4);
+    lb_redis_batch_clear(&b);
+    CHECK(!b.has_slot && !b.multi_slot);
+    lb_redis_batch_free(&b);
+
+    /* Redirect texts. */
+    long slot;
+    int port;
+    char host[64];
+    CHECK(lb_cluster_redirect("MOVED 3999 127.0.0.1:6381", 25, &slot, host, sizeof host, &port) == 1 &&
+          slot == 3999 && port == 6381 && strcmp(host, "127.0.0.1") == 0);
+    CHECK(lb_cluster_redirect("ASK 0 :7000", 11, &slot, host, sizeof host, &port) == 2 &&
+          slot == 0 && port == 7000 && host[0] == 0);
+    CHECK(lb_cluster_redirect("MOVED 16384 h:1", 15, &slot, host, sizeof host, &port) == 0);
+    CHECK(lb_cluster_redirect("MOVED 1 h:0", 11, &slot, host, sizeof host, &port) == 0);
+    CHECK(lb_cluster_redirect("MOVED 1 h", 9, &slot, host, sizeof host, &port) == 0);
+    CHECK(lb_cluster_redirect("ERR MOVED 1 h:1", 15, &slot, host, sizeof host, &port) == 0);
+
+    /* CLUSTER SLOTS: an unknown endpoint ("?") is the node asked. */
+    lb_reply *slots = A(A(I(0), I(5460), A(S("10.0.0.1"), I(7000), S("id1")),
+                          A(S("?"), I(7003), S("id4"))),
+                        A(I(5461), I(16383), A(S(""), I(7001), S("id2"))));
+    ranges_seen = 0;
+    CHECK(lb_cluster_parse_map(slots, 0, "asked", 0, note_range, NULL) == 0 && ranges_seen == 3);
+    CHECK(range_lo[0] == 0 && range_hi[0] == 5460 && range_port[0] == 7000 && !range_rep[0] &&
+          strcmp(range_host[0], "10.0.0.1") == 0);
+    CHECK(range_rep[1] && strcmp(range_host[1], "asked") == 0 && range_port[1] == 7003);
+    CHECK(strcmp(range_host[2], "asked") == 0 && range_lo[2] == 5461);
+    /* CLUSTER SHARDS: the primary first; a failed replica serves nothing; tls-port. */
+    lb_reply *shards = A(A(S("slots"), A(I(0), I(99), I(200), I(300)), S("nodes"),
+                           A(A(S("id"), S("r"), S("port"), I(7004), S("ip"), S("10.0.0.4"),
+                               S("endpoint"), S("10.0.0.4"), S("role"), S("replica"),
+                               S("health"), S("online")),
+                             A(S("id"), S("x"), S("port"), I(7005), S("ip"), S("10.0.0.5"),
+                               S("role"), S("replica"), S("health"), S("failed")),
+                             A(S("id"), S("p"), S("port"), I(7000), S("tls-port"), I(8000),
+                               S("ip"), S("10.0.0.1"), S("endpoint"), S("?"), S("role"),
+                               S("master"), S("health"), S("online")))));
+    ranges_seen = 0;
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 1, note_range, NULL) == 0 && ranges_seen == 4);
+    CHECK(!range_rep[0] && range_port[0] == 8000 && strcmp(range_host[0], "10.0.0.1") == 0);
+    CHECK(range_rep[1] && range_port[1] == 7004 && range_hi[1] == 99);
+    CHECK(range_lo[2] == 200 && range_hi[2] == 300 && !range_rep[2]);
+    ranges_seen = 0;
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 0, note_range, NULL) == 0 &&
+          range_port[0] == 7000);
+    unmk(slots);
+    unmk(shards);
+    /* Not a map: refused. */
+    CHECK(parse_built(S("x"), 0, 0) == -1);
+    CHECK(parse_built(A(A(I(5), I(2), A(S("h"), I(1)))), 0, 0) == -1);
+    CHECK(parse_built(A(A(I(0), I(16384), A(S("h"), I(1)))), 0, 0) == -1);
+    CHECK(parse_built(A(A(I(0), I(1), A(S("h"), I(70000)))), 0, 0) == -1);
+    CHECK(parse_built(A(A(S("slots"), A(I(1)), S("nodes"), A(I(1)))), 1, 0) == -1);
+
+    /* URLs. */
+    lb_redis_config c;
+    char err[256];
+    CHECK(lb_redis_config_from_url(&c, "redis+cluster://u:p@h1:7000,h2?read_from_replicas=true&"
+                                       "cluster_retry_timeout=2.5", err, sizeof err) == 0);
+    CHECK(c.cluster_nodes && strcmp(c.cluster_nodes, "h1:7000,h2:6379") == 0);
+    CHECK(strcmp(c.host, "h1") == 0 && c.port == 7000 && c.cluster_replica_reads == 1 &&
+          c.cluster_retry_ms == 2500 && strcmp(c.password, "p") == 0);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, "rediss+cluster://h:1/0", err, sizeof err) == 0 && c.tls == 1);
+    lb_redis_config_free(&c);
+    CHECK(lb_redis_config_from_url(&c, "redis+cluster://h:1/1", err, sizeof err) == LB_REDIS_ERR_URL &&
+          strstr(err, "database 0"));
+    CHECK(lb_redis_config_from_url(&c, "redis://h:1?cluster_retry_timeout=1", err, sizeof err) ==
+          LB_REDIS_ERR_URL);
+    char longurl[400] = "redis+cluster://";
+    memset(longurl + 16, 'h', 300);
+    strcpy(longurl + 316, ":1");
+    CHECK(lb_redis_config_from_url(&c, longurl, err, sizeof err) == LB_REDIS_ERR_URL &&
+          strstr(err, "longer than 253"));
+}
+
+static const t_case cases[] = {
+    {"cluster_protocol", test_cluster_protocol},
+};
+
+T_MAIN(cases, 0)
