@@ -9,7 +9,7 @@
 #define LB_PY_ERRORS_H
 
 #include "state.h"
-#include "redis_conn.h"
+#include "status.h"
 
 /* Make every exception (BloomError and the 17 below it), store each in st and
  * add it to the module (module exec).  0, or -1 with an exception. */
