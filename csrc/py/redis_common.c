@@ -174,12 +174,8 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
             return -1;
         char err[256];
         lb_redis_status s = lb_redis_config_from_url(cfg, url, err, sizeof(err));
-        if (s == LB_REDIS_ERR_TLS) {
-            PyErr_SetString(st->NotSupportedError, err);
-            return -1;
-        }
-        if (s != LB_REDIS_OK) {
-            PyErr_SetString(PyExc_ValueError, err);
+        if (s != LB_REDIS_OK) { /* URL, ARG: ValueError; TLS: NotSupportedError */
+            lb_raise_redis_status(st, s, &(lb_error_detail){err, NULL, NULL, NULL, NULL});
             return -1;
         }
     }
@@ -271,87 +267,12 @@ int lb_redis_parse_shards(lb_state *st, PyObject *obj, uint32_t *out)
     return 0;
 }
 
-void lb_raise_with(PyObject *exc, const char *msg, ...)
-{
-    PyObject *value = PyObject_CallFunction(exc, "s", msg);
-    if (!value)
-        return;
-    va_list ap;
-    va_start(ap, msg);
-    const char *name;
-    while ((name = va_arg(ap, const char *)) != NULL) {
-        PyObject *v = va_arg(ap, PyObject *);
-        if (PyObject_SetAttrString(value, name, v ? v : Py_None) < 0) {
-            va_end(ap);
-            Py_DECREF(value);
-            return;
-        }
-    }
-    va_end(ap);
-    PyErr_SetObject(exc, value);
-    Py_DECREF(value);
-}
-
 void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, PyObject *key)
 {
-    const char *text = conn ? lb_redis_errstr(conn) : "";
-    if (!text || !*text)
-        text = lb_redis_status_name(status);
-    PyObject *reply = NULL;
-    switch (status) {
-    case LB_REDIS_ERR_CONNECT:
-    case LB_REDIS_ERR_IO:
-    case LB_REDIS_ERR_AUTH:
-        PyErr_SetString(st->RedisConnectionError, text);
-        return;
-    case LB_REDIS_ERR_TIMEOUT:
-        PyErr_SetString(st->RedisTimeoutError, text);
-        return;
-    case LB_REDIS_ERR_PROTOCOL:
-        PyErr_SetString(st->RedisProtocolError, text);
-        return;
-    case LB_REDIS_ERR_REPLY:
-    case LB_REDIS_ERR_WRONGTYPE:
-        reply = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
-        if (!reply)
-            return;
-        if (status == LB_REDIS_ERR_WRONGTYPE)
-            lb_raise_with(st->WrongTypeError, text, "reply", reply, "key", key, NULL);
-        else
-            lb_raise_with(st->RedisResponseError, text, "reply", reply, NULL);
-        Py_DECREF(reply);
-        return;
-    case LB_REDIS_ERR_URL:
-    case LB_REDIS_ERR_ARG:
-        PyErr_SetString(PyExc_ValueError, text);
-        return;
-    case LB_REDIS_ERR_TLS:
-        PyErr_SetString(st->NotSupportedError, text);
-        return;
-    case LB_REDIS_ERR_MISMATCH:
-        PyErr_SetString(st->GeometryMismatchError, text);
-        return;
-    case LB_REDIS_ERR_NOTFOUND:
-        PyErr_SetString(PyExc_KeyError, text);
-        return;
-    case LB_REDIS_ERR_NOMEM:
-        PyErr_NoMemory();
-        return;
-    case LB_REDIS_ERR_FULL:
-        PyErr_SetString(st->FilterFullError, text);
-        return;
-    case LB_REDIS_ERR_NOMODULE:
-        PyErr_SetString(st->ModuleMissingError, text);
-        return;
-    case LB_REDIS_ERR_TOOLARGE:
-        PyErr_SetString(st->InvalidCapacityError, text);
-        return;
-    case LB_REDIS_ERR_NOTOWNED:
-        lb_raise_with(st->KeyNotOwnedError, text, "key", key, NULL);
-        return;
-    default:
-        PyErr_SetString(st->RedisError, text);
-    }
+    /* The one status -> exception map (errors.c) decides; the client's text is the
+     * message (a reply's .reply too), key the .key where the exception has one. */
+    lb_error_detail d = {conn ? lb_redis_errstr(conn) : NULL, NULL, key, NULL, NULL};
+    lb_raise_redis_status(st, status, &d);
 }
 
 /* ---- the part both filter objects start with ---------------------------- */
@@ -367,7 +288,7 @@ PyObject *lb_redis_key_bytes(lb_state *st, PyObject *key)
         return PyErr_Format(PyExc_TypeError, "key must be a str or bytes, not %.200s",
                             Py_TYPE(key)->tp_name);
     if (key_bytes && PyBytes_GET_SIZE(key_bytes) == 0) {
-        PyErr_SetString(st->EmptyKeyError, "key must not be empty");
+        lb_raise(st, LB_ERR_EMPTY_KEY, "key must not be empty");
         Py_CLEAR(key_bytes);
     }
     return key_bytes;

@@ -52,7 +52,6 @@ void lb_raise_redis(lb_state *st, lb_redis_status status, const lb_redis *conn, 
 
 /* Raise an exception of type exc with message msg and the given attributes
  * (name, value pairs, NULL-terminated; values are borrowed). */
-void lb_raise_with(PyObject *exc, const char *msg, ...);
 
 /* ---- the part both filter objects start with ---------------------------- */
 

@@ -286,7 +286,8 @@ static int rf_adopt_stored(RedisFilter *self, lb_state *st, PyObject *key, PyObj
             "m and k to create one", key);
         const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
         if (text)
-            lb_raise_with(st->FilterNotFoundError, text, "reply", Py_None, "key", key, NULL);
+            lb_raise_redis_status(st, LB_REDIS_ERR_NOTFOUND,
+                                  &(lb_error_detail){text, Py_None, key, NULL, NULL});
         Py_XDECREF(msg);
         return -1;
     }

@@ -51,32 +51,28 @@ static void rbf_raise(RedisBloomFilter *f, lb_redis_status st, long long process
     const char *text = f->bf ? lb_bf_reply_text(f->bf) : "";
     if (!msg || !*msg)
         msg = lb_redis_status_name(st);
-    if (st != LB_REDIS_ERR_FULL && st != LB_REDIS_ERR_NOMODULE && st != LB_REDIS_ERR_REPLY &&
-        st != LB_REDIS_ERR_WRONGTYPE && st != LB_REDIS_ERR_NOTFOUND) {
-        lb_raise_redis(S, st, f->r.conn, f->r.key);
-        return;
+    /* The server's reply (BF.* text, else the client's) for the exceptions with .reply;
+     * after a FULL, .processed and .added (None when unknown).  errors.c's map decides
+     * the exception. */
+    PyObject *reply = NULL, *p = NULL, *n = NULL;
+    if (st == LB_REDIS_ERR_FULL || st == LB_REDIS_ERR_NOMODULE || st == LB_REDIS_ERR_REPLY ||
+        st == LB_REDIS_ERR_WRONGTYPE || st == LB_REDIS_ERR_NOTFOUND) {
+        const char *r = *text ? text : msg;
+        reply = PyUnicode_DecodeUTF8(r, (Py_ssize_t)strlen(r), "replace");
+        if (!reply)
+            return;
     }
-    const char *r = *text ? text : msg;
-    PyObject *reply = PyUnicode_DecodeUTF8(r, (Py_ssize_t)strlen(r), "replace");
-    if (!reply)
-        return;
-    if (st == LB_REDIS_ERR_FULL) {
-        PyObject *p = processed >= 0 ? PyLong_FromLongLong(processed) : Py_NewRef(Py_None);
-        PyObject *n = processed >= 0 ? PyLong_FromLongLong(fresh) : Py_NewRef(Py_None);
-        if (p && n)
-            lb_raise_with(S->FilterFullError, msg, "reply", reply, "processed", p, "added", n,
-                          "key", f->r.key, NULL);
-        Py_XDECREF(p);
-        Py_XDECREF(n);
-    } else if (st == LB_REDIS_ERR_NOTFOUND) {
-        lb_raise_with(S->FilterNotFoundError, msg, "reply", reply, "key", f->r.key, NULL);
-    } else if (st == LB_REDIS_ERR_NOMODULE)
-        lb_raise_with(S->ModuleMissingError, msg, "reply", reply, NULL);
-    else if (st == LB_REDIS_ERR_WRONGTYPE)
-        lb_raise_with(S->WrongTypeError, msg, "reply", reply, "key", f->r.key, NULL);
-    else
-        lb_raise_with(S->RedisResponseError, msg, "reply", reply, NULL);
-    Py_DECREF(reply);
+    if (st == LB_REDIS_ERR_FULL && processed >= 0) {
+        p = PyLong_FromLongLong(processed);
+        n = PyLong_FromLongLong(fresh);
+        if (!p || !n)
+            goto done;
+    }
+    lb_raise_redis_status(S, st, &(lb_error_detail){msg, reply, f->r.key, p, n});
+done:
+    Py_XDECREF(reply);
+    Py_XDECREF(p);
+    Py_XDECREF(n);
 }
 
 static void rbf_raise_backend(lb_base *b)
