@@ -174,10 +174,8 @@ static int args_by_geometry(lb_state *st, PyObject *m, PyObject *k, const char *
     return 0;
 }
 
-/* capacity (and error_rate) given: out's capacity, rate, and the m and k they
- * size (with out->scheme). */
-static int args_by_capacity(lb_state *st, PyObject *capacity, PyObject *error_rate,
-                            const char *type_name, lb_fixed_args *out)
+int lb_parse_capacity_rate(lb_state *st, PyObject *capacity, PyObject *error_rate,
+                           const char *type_name, lb_fixed_args *out)
 {
     if (!capacity) {
         PyErr_Format(PyExc_TypeError, "%s needs capacity (and error_rate), or m and k",
@@ -193,6 +191,16 @@ static int args_by_capacity(lb_state *st, PyObject *capacity, PyObject *error_ra
     }
     out->error_rate = 0.01;
     if (error_rate && lb_parse_rate(st, type_name, error_rate, &out->error_rate) < 0)
+        return -1;
+    return 0;
+}
+
+/* capacity (and error_rate) given: out's capacity, rate, and the m and k they
+ * size (with out->scheme). */
+static int args_by_capacity(lb_state *st, PyObject *capacity, PyObject *error_rate,
+                            const char *type_name, lb_fixed_args *out)
+{
+    if (lb_parse_capacity_rate(st, capacity, error_rate, type_name, out) < 0)
         return -1;
     uint64_t mm, kk;
     lb_status s = lb_size(out->capacity, out->error_rate, out->scheme, LB_FIXED_SLACK, &mm, &kk);

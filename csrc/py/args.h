@@ -36,6 +36,7 @@ int lb_parse_rate(lb_state *st, const char *type_name, PyObject *obj, double *ou
 /* k, which must be in 1..LB_MAX_K: InvalidCapacityError otherwise. */
 int lb_parse_k(lb_state *st, const char *type_name, PyObject *obj, uint64_t *out);
 
+
 /* The geometry arguments shared by MemoryFilter and CountingFilter:
  * (capacity, error_rate) or (m=, k=), and hash=. */
 typedef struct {
@@ -46,6 +47,11 @@ typedef struct {
     uint64_t capacity;
     double error_rate;
 } lb_fixed_args;
+
+/* capacity (required: TypeError "TYPE needs capacity (and error_rate), or m and k")
+ * and error_rate (default 0.01) into out->capacity and out->error_rate. */
+int lb_parse_capacity_rate(lb_state *st, PyObject *capacity, PyObject *error_rate,
+                           const char *type_name, lb_fixed_args *out);
 
 int lb_parse_fixed_args(lb_state *st, PyObject *args, PyObject *kwargs, const char *type_name,
                         lb_fixed_args *out);

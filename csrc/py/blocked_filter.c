@@ -108,20 +108,7 @@ static int BlockedFilter_parse_args(lb_state *st, PyObject *args, PyObject *kwar
         out->k = (uint32_t)k;
         return 0;
     }
-    if (!capacity) {
-        PyErr_SetString(PyExc_TypeError,
-                        "BlockedFilter needs capacity (and error_rate), or m and k");
-        return -1;
-    }
-    if (lb_parse_u64_arg("BlockedFilter", capacity, "capacity", st->InvalidCapacityError,
-                         &out->capacity) < 0)
-        return -1;
-    if (out->capacity == 0) {
-        lb_raise(st, LB_ERR_CAPACITY, NULL);
-        return -1;
-    }
-    out->error_rate = 0.01;
-    if (error_rate && lb_parse_rate(st, "BlockedFilter", error_rate, &out->error_rate) < 0)
+    if (lb_parse_capacity_rate(st, capacity, error_rate, "BlockedFilter", out) < 0)
         return -1;
     uint64_t m, k;
     lb_status s = lb_blocked_size(out->capacity, out->error_rate, &m, &k);

@@ -133,30 +133,32 @@ PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
     return PyLong_FromDouble(floor(n + 0.5));
 }
 
-PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
+/* The share of cells in use (counted again first where the filter needs it), or
+ * -1 with the exception set. */
+static double fixed_fill(lb_fixed_filter *f)
 {
-    (void)unused;
-    lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
-        return NULL;
+        return -1;
     if (f->impl->recount)
         f->impl->recount(f);
     double fill = (double)*f->cells_used / (double)f->args.m;
     lb_leave(&f->base);
-    return PyFloat_FromDouble(fill);
+    return fill;
+}
+
+PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    double fill = fixed_fill((lb_fixed_filter *)self);
+    return fill < 0 ? NULL : PyFloat_FromDouble(fill);
 }
 
 PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
-    if (lb_enter(&f->base) < 0)
-        return NULL;
-    if (f->impl->recount)
-        f->impl->recount(f);
-    double fill = (double)*f->cells_used / (double)f->args.m;
-    lb_leave(&f->base);
-    return PyFloat_FromDouble(pow(fill, (double)f->args.k));
+    double fill = fixed_fill(f);
+    return fill < 0 ? NULL : PyFloat_FromDouble(pow(fill, (double)f->args.k));
 }
 
 /* ---- saved format, repr, comparing ------------------------------------------ */
