@@ -5,6 +5,7 @@ is built when a compiler and libxxhash are there and skipped otherwise.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -44,7 +45,9 @@ def test_memory_benchmark_quick_tiny(tmp_path):
     # The reference row, the fresh-key column and the per-key notes.
     assert "bare loop" in rows and "| bare loop |" in md
     assert "test+ fresh" in md
-    assert "ling_bloom per key over the bare loop (ns): add +" in md
+    # the note's form, not its sign: at n = 2,000 a filter's add can beat the bare loop's
+    # call (a timing, which a test must not assert)
+    assert re.search(r"ling_bloom per key over the bare loop \(ns\): add [+-]\d", md), md
     if "C floor" in rows:
         assert "of the C floor's speed (floor time / ling_bloom time): update " in md
     if "BlockedFilter C floor" in rows:
