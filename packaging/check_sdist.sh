@@ -30,7 +30,7 @@ grep -q "building WITHOUT TLS: rediss:// will be unavailable" "$W/build.log" \
   || { echo "FAIL: the build did not say that rediss:// is unavailable" >&2; exit 1; }
 echo "   built: $(tr '\n' ';' < "$W/libs.txt" | cut -c1-160)..."
 quiet_pip "$W/venv/bin/python" -m pip install -q --no-deps "$W"/raw/*.whl
-(cd "$W" && "$W/venv/bin/python" - "$ROOT/tests") <<'PYEOF'
+(cd "$W" && "$W/venv/bin/python" - "$ROOT/tests/support") <<'PYEOF'
 import sys
 sys.path.insert(0, sys.argv[1])
 import ling_bloom
