@@ -136,7 +136,7 @@ lb_redis *lb_cluster_new(const lb_redis_config *given)
         lb_redis_config_set(&t->tls_certfile, cfg->tls_certfile) ||
         lb_redis_config_set(&t->tls_keyfile, cfg->tls_keyfile))
         goto fail;
-    /* The seeds are the first nodes. */
+    /* The nodes named in the URL are the first nodes. */
     const char *p = cfg->cluster_nodes;
     char host[256];
     int port;

@@ -13,7 +13,7 @@
  *     config asks for replica reads, on that node's client (AUTH, TLS,
  *     timeouts, fork rules as any node's);
  *   - reads the slot map with CLUSTER SHARDS (Redis 7), else CLUSTER SLOTS,
- *     from the nodes it knows, then from the seeds (cluster_map.h parses it);
+ *     from the nodes it knows, then from the nodes named in the URL (cluster_map.h parses it);
  *   - handles the cluster's replies to each command:
  *       -MOVED slot host:port   the map is out of date: it is read again and the
  *                               command sent to host:port;
@@ -42,7 +42,7 @@
 #define LB_CLUSTER_MAX_REDIRECTS 8
 #define LB_CLUSTER_DEFAULT_RETRY_MS 5000
 
-/* A cluster client for cfg (cfg->cluster_nodes: the seeds).  NULL when out of
+/* A cluster client for cfg (cfg->cluster_nodes: the nodes named in the URL).  NULL when out of
  * memory. */
 lb_redis *lb_cluster_new(const lb_redis_config *cfg);
 /* Times the slot map was read (r a cluster client). */
