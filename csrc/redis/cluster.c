@@ -1,4 +1,11 @@
-/* cluster.c: see cluster.h. */
+/* cluster.c: see cluster.h.  The routing is one sans-I/O step machine (the
+ * route, lb_cluster_route_*): it hands out hops (a batch for one node's
+ * client: the caller's batch, READONLY, CLUSTER SHARDS/SLOTS, a sub-batch of
+ * refused commands) and pauses (the backoff of a retry), and takes each hop's
+ * result back; it never does I/O nor sleeps.  cluster_exec below is its
+ * blocking driver (lb_node_exec on the node's socket, nanosleep);
+ * ling_bloom.aio's transport drives the same machine through op.c, on wire
+ * clients (lb_cluster_use_wire). */
 #define _POSIX_C_SOURCE 200809L
 #include "cluster.h"
 
@@ -10,6 +17,7 @@
 #include "cluster_map.h"
 #include "node.h"
 #include "session.h"
+#include "wire.h"
 
 typedef struct lb_cluster lb_cluster;
 static const lb_redis_vt cluster_vt;
@@ -32,12 +40,32 @@ typedef struct cblock {
     char data[];
 } cblock;
 
+/* Where the route is (see the steps below). */
+typedef enum {
+    R_OVER,         /* no route, or it is over: rt_st */
+    R_START,        /* a try begins: the map is read when out of date */
+    R_PICK,         /* the map read (map_out): pick the node, READONLY when due */
+    R_READONLY,     /* waiting for READONLY's result */
+    R_SEND_BATCH,   /* hand out the batch for node cur */
+    R_SEND,         /* waiting for the batch's result */
+    R_ROUND,        /* a redirect round begins: where each refused command goes */
+    R_ROUND_MAP,    /* the round reads the map when out of date */
+    R_ROUND_MAPPED, /* the round's map read (map_out): aim what the map places */
+    R_REFUSED,      /* hand out the next sub-batch of refused commands, from cursor */
+    R_REFUSED_WAIT, /* waiting for a sub-batch's result */
+    R_MAP,          /* reading the map: the next node to ask */
+    R_MAP_ASK,      /* ask node map_i (CLUSTER SHARDS, or SLOTS: map_shards) */
+    R_MAP_WAIT,     /* waiting for the map's reply */
+    R_PAUSE         /* hand out a pause of pause_ms, then go on at pause_next */
+} route_phase;
+
 struct lb_cluster {
     lb_redis base;
     lb_redis_config cfg;     /* the client's settings, as given */
     lb_redis_config tmpl;    /* settings of every node connection (host, port aside) */
     int retry_ms;
     int replica_reads;
+    int wire;                /* node clients are wire clients (lb_cluster_use_wire) */
     cnode *nodes;
     size_t nnodes, cap;
     int16_t primary[LB_CLUSTER_SLOTS]; /* node index per slot, -1 none */
@@ -47,6 +75,40 @@ struct lb_cluster {
     lb_reply **res;          /* the replies of a redirected batch, copied */
     size_t res_cap;
     cblock *blocks;          /* where the copies live until the next call */
+
+    /* The route. */
+    route_phase phase;
+    lb_redis_status rt_st;   /* R_OVER: the outcome */
+    lb_reply **out;          /* the replies route_end tells (NULL: none) */
+    const lb_redis_batch *b; /* the caller's batch, and how it goes */
+    int flags, node_flags, use_replica; /* use_replica: a replica may serve it */
+    long slot;               /* -1: keyless */
+    int cur;                 /* the node picked for the batch */
+    int64_t bg_first;        /* the retry budget: time of the first failure, 0: none yet */
+    int bg_wait;             /* the next backoff, ms */
+    int pause_ms;            /* R_PAUSE */
+    route_phase pause_next;
+    lb_cluster_hop hop;      /* the hop handed out (a waiting phase) */
+    lb_redis_batch rob;      /* READONLY */
+    /* reading the map: a sub-route that goes back to map_ret */
+    route_phase map_ret;
+    lb_redis_status map_st;  /* the last node's outcome */
+    lb_redis_status map_out; /* the read's outcome, for map_ret */
+    int map_pass;            /* 0: nodes with an open connection, 1: the rest */
+    size_t map_i;
+    int map_shards;
+    char map_refused[LB_ERRSTR_SIZE]; /* the first refused map's message */
+    lb_redis_batch mapb;
+    /* redirects: per command of the batch */
+    size_t *off;             /* where it starts in b (n + 1) */
+    int16_t *target;         /* its node; -1 where the map says; -2 answered */
+    char *asking;            /* ASK: ASKING goes before it */
+    size_t redir_cap;
+    int from;                /* the node that answered the batch */
+    int redirects;
+    size_t cursor;           /* R_REFUSED: where to look for the next target */
+    lb_redis_batch sb;       /* the sub-batch handed out */
+    size_t idx[64], cnt;     /* its commands' indexes in b */
 };
 
 static int64_t now_ms(void)
@@ -95,10 +157,48 @@ static lb_redis *node_conn(lb_cluster *c, int i)
         char *h = c->tmpl.host;
         c->tmpl.host = n->host;
         c->tmpl.port = n->port;
-        n->conn = lb_node_new(&c->tmpl);
+        n->conn = c->wire ? lb_wire_new_cfg(&c->tmpl) : lb_node_new(&c->tmpl);
         c->tmpl.host = h;
     }
     return n->conn;
+}
+
+static int is_cluster(const lb_redis *r) { return r && r->vt == &cluster_vt; }
+
+lb_redis *lb_cluster_node_conn(lb_redis *r, int node)
+{
+    if (!is_cluster(r) || node < 0 || (size_t)node >= CLUSTER(r)->nnodes)
+        return NULL;
+    return node_conn(CLUSTER(r), node);
+}
+
+const char *lb_cluster_node_host(const lb_redis *r, int node)
+{
+    if (!is_cluster(r) || node < 0 || (size_t)node >= CCLUSTER(r)->nnodes)
+        return NULL;
+    return CCLUSTER(r)->nodes[node].host;
+}
+
+int lb_cluster_node_port(const lb_redis *r, int node)
+{
+    if (!is_cluster(r) || node < 0 || (size_t)node >= CCLUSTER(r)->nnodes)
+        return 0;
+    return CCLUSTER(r)->nodes[node].port;
+}
+
+void lb_cluster_use_wire(lb_redis *r)
+{
+    if (!is_cluster(r))
+        return;
+    lb_cluster *c = CLUSTER(r);
+    c->wire = 1;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i].conn && !lb_wire_is(c->nodes[i].conn)) {
+            lb_redis_free(c->nodes[i].conn);
+            c->nodes[i].conn = NULL;
+            c->nodes[i].ro_conn = 0;
+        }
+    }
 }
 
 lb_redis *lb_cluster_new(const lb_redis_config *given)
@@ -108,6 +208,10 @@ lb_redis *lb_cluster_new(const lb_redis_config *given)
         return NULL;
     c->base.vt = &cluster_vt;
     lb_error_clear(&c->base.err);
+    lb_redis_batch_init(&c->rob);
+    lb_redis_batch_init(&c->mapb);
+    lb_redis_batch_init(&c->sb);
+    c->phase = R_OVER;
     if (lb_redis_config_copy(&c->cfg, given) != LB_REDIS_OK) {
         free(c);
         return NULL;
@@ -164,9 +268,15 @@ static void cluster_free(lb_redis *r)
     if (!c)
         return;
     for (size_t i = 0; i < c->nnodes; i++)
-        lb_node_free(c->nodes[i].conn);
+        lb_redis_free(c->nodes[i].conn);
     free(c->nodes);
     free(c->res);
+    free(c->off);
+    free(c->target);
+    free(c->asking);
+    lb_redis_batch_free(&c->rob);
+    lb_redis_batch_free(&c->mapb);
+    lb_redis_batch_free(&c->sb);
     blocks_free(c);
     lb_redis_config_free(&c->tmpl);
     lb_redis_config_free(&c->cfg);
@@ -178,7 +288,7 @@ static void cluster_abandon(lb_redis *r)
     lb_cluster *c = CLUSTER(r);
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn)
-            lb_node_abandon(c->nodes[i].conn);
+            lb_redis_abandon(c->nodes[i].conn);
 }
 
 static void cluster_disconnect(lb_redis *r)
@@ -186,14 +296,14 @@ static void cluster_disconnect(lb_redis *r)
     lb_cluster *c = CLUSTER(r);
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn)
-            lb_node_disconnect(c->nodes[i].conn);
+            lb_redis_disconnect(c->nodes[i].conn);
 }
 
 static int cluster_is_connected(const lb_redis *r)
 {
     const lb_cluster *c = CCLUSTER(r);
     for (size_t i = 0; i < c->nnodes; i++)
-        if (c->nodes[i].conn && lb_node_is_connected(c->nodes[i].conn))
+        if (c->nodes[i].conn && lb_redis_is_connected(c->nodes[i].conn))
             return 1;
     return 0;
 }
@@ -205,7 +315,7 @@ static void cluster_set_timeout(lb_redis *r, int timeout_ms)
     c->tmpl.timeout_ms = timeout_ms;
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn)
-            lb_node_set_timeout(c->nodes[i].conn, timeout_ms);
+            lb_redis_set_timeout(c->nodes[i].conn, timeout_ms);
 }
 
 /* The sum of a count over the node connections made so far. */
@@ -220,12 +330,12 @@ static unsigned long sum_nodes(const lb_cluster *c, unsigned long (*count)(const
 
 static unsigned long cluster_connect_count(const lb_redis *r)
 {
-    return sum_nodes(CCLUSTER(r), lb_node_connect_count);
+    return sum_nodes(CCLUSTER(r), lb_redis_connect_count);
 }
 
 static unsigned long cluster_roundtrip_count(const lb_redis *r)
 {
-    return sum_nodes(CCLUSTER(r), lb_node_roundtrip_count);
+    return sum_nodes(CCLUSTER(r), lb_redis_roundtrip_count);
 }
 
 unsigned long lb_cluster_map_reads(const lb_redis *r) { return CCLUSTER(r)->map_reads; }
@@ -234,7 +344,172 @@ static const lb_redis_config *cluster_config(const lb_redis *r) { return &CCLUST
 
 static lb_redis *cluster_new_like(const lb_redis *r) { return lb_cluster_new(&CCLUSTER(r)->cfg); }
 
+
+/* ----------------------------------------------------------- the route's ends */
+
+/* The route is over with st (the error, if any, on c->base.err). */
+static void route_over(lb_cluster *c, lb_redis_status st)
+{
+    c->rt_st = st;
+    c->phase = R_OVER;
+}
+
+/* The batch got its replies rs: the route is over, error replies turned into
+ * a status as lb_redis_exec does. */
+static void route_replies(lb_cluster *c, lb_reply **rs)
+{
+    c->out = rs;
+    route_over(c, lb_session_errors(&c->base.err, rs, c->b->ncmds, c->flags));
+}
+
+/* The retry budget: the backoff to wait before the next try (50, 100, 200 ...
+ * 1000 ms, the last one cut to what is left), or -1 when the budget, counted
+ * from the route's first failure, is spent. */
+static int retry_pause(lb_cluster *c)
+{
+    int64_t now = now_ms();
+    if (!c->bg_first) {
+        c->bg_first = now;
+        c->bg_wait = 50;
+    }
+    int64_t left = c->bg_first + c->retry_ms - now;
+    if (left <= 0)
+        return -1;
+    int ms = c->bg_wait < left ? c->bg_wait : (int)left;
+    c->bg_wait = c->bg_wait * 2 > 1000 ? 1000 : c->bg_wait * 2;
+    return ms;
+}
+
+/* A failure of a node's round trip that another try may mend: the node could
+ * not be reached (nothing was sent), or, for a batch that may run twice, the
+ * connection broke (a primary killed mid-batch).  Never a timeout. */
+static int retryable(lb_redis_status st, int flags)
+{
+    if (st == LB_REDIS_ERR_CONNECT)
+        return 1;
+    return st == LB_REDIS_ERR_IO && (flags & LB_REDIS_IDEMPOTENT) && !(flags & LB_REDIS_KEPT_CONN);
+}
+
+/* After a failure st (its message on c->base.err): a pause, then on at next,
+ * when st is retryable for flags and the budget allows; else the end. */
+static void retry_or_over(lb_cluster *c, lb_redis_status st, int flags, route_phase next)
+{
+    int ms = retryable(st, flags) ? retry_pause(c) : -1;
+    if (ms < 0) {
+        route_over(c, st);
+        return;
+    }
+    c->pause_ms = ms;
+    c->pause_next = next;
+    c->phase = R_PAUSE;
+}
+
+/* Hand out batch b for node i, waiting at phase wait for its result. */
+static int hand_out(lb_cluster *c, int i, const lb_redis_batch *b, int flags, route_phase wait,
+                    lb_cluster_hop *hop)
+{
+    c->hop.node = i;
+    c->hop.b = b;
+    c->hop.flags = flags | LB_REDIS_RAW_ERRORS;
+    c->hop.pause_ms = 0;
+    c->phase = wait;
+    *hop = c->hop;
+    return 1;
+}
+
+/* A batch of the machine's own (READONLY, CLUSTER SHARDS/SLOTS) into b; OK,
+ * or NOMEM on c->base.err. */
+static lb_redis_status own_batch(lb_cluster *c, lb_redis_batch *b, int argc, const char *const *argv)
+{
+    lb_redis_batch_clear(b);
+    lb_redis_batch_argv(b, argc, argv, NULL);
+    if (b->failed)
+        return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a cluster command");
+    return LB_REDIS_OK;
+}
+
 /* --------------------------------------------------------- reading the map */
+
+/* Read the map from the nodes known: the ones with an open connection first
+ * (a node that hangs is not asked before the others), then the rest; each
+ * with CLUSTER SHARDS, else CLUSTER SLOTS.  When none gave one, a refused map
+ * is the error told (not a later node's).  The outcome goes to map_out, and
+ * the route on at ret. */
+static void map_begin(lb_cluster *c, route_phase ret)
+{
+    c->map_ret = ret;
+    c->map_st = lb_error_set(&c->base.err, LB_REDIS_ERR_CONNECT,
+                             "no node of the Redis Cluster is known");
+    c->map_refused[0] = '\0';
+    c->map_pass = 0;
+    c->map_i = 0;
+    c->phase = R_MAP;
+}
+
+static void map_over(lb_cluster *c, lb_redis_status st)
+{
+    c->map_out = st;
+    c->phase = c->map_ret;
+}
+
+/* Node map_i's outcome st: the read's end, or on to the next node. */
+static void map_tried(lb_cluster *c, lb_redis_status st)
+{
+    c->map_st = st;
+    if (st == LB_REDIS_OK || st == LB_REDIS_ERR_REPLY || st == LB_REDIS_ERR_NOMEM ||
+        st == LB_REDIS_ERR_AUTH) {
+        map_over(c, st);
+        return;
+    }
+    if (st == LB_REDIS_ERR_PROTOCOL && !c->map_refused[0])
+        snprintf(c->map_refused, sizeof c->map_refused, "%s", c->base.err.text);
+    c->map_i++;
+    c->phase = R_MAP;
+}
+
+/* R_MAP: the next node to ask, or the end of the read. */
+static int map_next(lb_cluster *c)
+{
+    for (;;) {
+        if (c->map_pass >= 2) {
+            lb_redis_status st = c->map_st;
+            if (c->map_refused[0] && st != LB_REDIS_ERR_PROTOCOL)
+                st = lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL, "%s", c->map_refused);
+            map_over(c, st);
+            return 0;
+        }
+        if (c->map_i >= c->nnodes) {
+            c->map_pass++;
+            c->map_i = 0;
+            continue;
+        }
+        const cnode *n = &c->nodes[c->map_i];
+        int open = n->conn && lb_redis_is_connected(n->conn);
+        if (open == (c->map_pass == 0))
+            break;
+        c->map_i++;
+    }
+    if (!node_conn(c, (int)c->map_i)) {
+        map_tried(c, lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM,
+                                  "out of memory for a cluster node"));
+        return 0;
+    }
+    c->map_shards = 1;
+    c->phase = R_MAP_ASK;
+    return 0;
+}
+
+/* R_MAP_ASK */
+static int map_ask(lb_cluster *c, lb_cluster_hop *hop)
+{
+    const char *argv[2] = {"CLUSTER", c->map_shards ? "SHARDS" : "SLOTS"};
+    lb_redis_status st = own_batch(c, &c->mapb, 2, argv);
+    if (st != LB_REDIS_OK) {
+        map_tried(c, st);
+        return 0;
+    }
+    return hand_out(c, (int)c->map_i, &c->mapb, LB_REDIS_IDEMPOTENT, R_MAP_WAIT, hop);
+}
 
 typedef struct {
     lb_cluster *c;
@@ -256,89 +531,59 @@ static int map_range(void *vctx, long lo, long hi, const char *host, int port, i
     return 0;
 }
 
-/* Ask node i for the map (CLUSTER SHARDS, else CLUSTER SLOTS).  OK with the
- * map installed; a status with the message on r otherwise. */
-static lb_redis_status map_from(lb_cluster *c, int i)
+/* R_MAP_WAIT: node i's answer to CLUSTER SHARDS/SLOTS (st, rs). */
+static void map_answer(lb_cluster *c, int i, lb_redis_status st, lb_reply **rs)
 {
-    lb_redis *nc = node_conn(c, i);
-    if (!nc)
-        return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a cluster node");
-    char asked[256];
+    lb_redis *nc = c->nodes[i].conn;
+    if (st != LB_REDIS_OK) {
+        map_tried(c, lb_redis_take_error(&c->base, nc));
+        return;
+    }
+    const int shards = c->map_shards;
+    const lb_reply *x = rs[0];
+    if (x->type == LB_REPLY_ERROR) {
+        if (shards && (strstr(x->str, "nknown subcommand") || strstr(x->str, "nknown command"))) {
+            c->map_shards = 0; /* before Redis 7: CLUSTER SLOTS */
+            c->phase = R_MAP_ASK;
+            return;
+        }
+        map_tried(c, lb_error_set(&c->base.err, LB_REDIS_ERR_REPLY,
+                                  "Redis at %s:%d cannot tell its cluster's slots (%s): is "
+                                  "it a cluster node? (a single server takes redis://)",
+                                  c->nodes[i].host, c->nodes[i].port, x->str));
+        return;
+    }
+    int16_t *pm = malloc(2 * LB_CLUSTER_SLOTS * sizeof *pm);
+    if (!pm) {
+        map_tried(c, lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a slot map"));
+        return;
+    }
+    char asked[256]; /* node_index may move c->nodes */
     snprintf(asked, sizeof asked, "%s", c->nodes[i].host);
-    for (int shards = 1; shards >= 0; shards--) {
-        lb_redis_batch b;
-        lb_reply **rs;
-        lb_redis_batch_init(&b);
-        lb_redis_batch_cmd(&b, 2);
-        lb_redis_batch_arg_str(&b, "CLUSTER");
-        lb_redis_batch_arg_str(&b, shards ? "SHARDS" : "SLOTS");
-        lb_redis_status st = lb_node_exec(nc, &b, LB_REDIS_IDEMPOTENT | LB_REDIS_RAW_ERRORS, &rs);
-        lb_redis_batch_free(&b);
-        if (st != LB_REDIS_OK)
-            return lb_error_copy(&c->base.err, &nc->err);
-        const lb_reply *x = rs[0];
-        if (x->type == LB_REPLY_ERROR) {
-            if (shards && (strstr(x->str, "nknown subcommand") || strstr(x->str, "nknown command")))
-                continue; /* before Redis 7: CLUSTER SLOTS */
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_REPLY,
-                                      "Redis at %s:%d cannot tell its cluster's slots (%s): is "
-                                      "it a cluster node? (a single server takes redis://)",
-                                      c->nodes[i].host, c->nodes[i].port, x->str);
-        }
-        int16_t *pm = malloc(2 * LB_CLUSTER_SLOTS * sizeof *pm);
-        if (!pm)
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a slot map");
-        map_ctx m = {c, pm, pm + LB_CLUSTER_SLOTS};
-        for (int s = 0; s < 2 * LB_CLUSTER_SLOTS; s++)
-            pm[s] = -1;
-        const size_t known = c->nnodes;
-        int bad = lb_cluster_parse_map(x, shards, asked, c->tmpl.tls, map_range, &m);
-        if (bad) {
-            /* A refused map names no node: the ones it added (no connection yet) go, or
-             * every later map read would ask them, each a timeout when they never answer. */
-            c->nnodes = known;
-            free(pm);
-            lb_node_disconnect(nc);
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL,
-                                      "protocol error: Redis at %s:%d answered CLUSTER %s with "
-                                      "something that is not a slot map; connection dropped",
-                                      c->nodes[i].host, c->nodes[i].port,
-                                      shards ? "SHARDS" : "SLOTS");
-        }
-        memcpy(c->primary, m.primary, sizeof c->primary);
-        memcpy(c->replica, m.replica, sizeof c->replica);
+    map_ctx m = {c, pm, pm + LB_CLUSTER_SLOTS};
+    for (int s = 0; s < 2 * LB_CLUSTER_SLOTS; s++)
+        pm[s] = -1;
+    const size_t known = c->nnodes;
+    int bad = lb_cluster_parse_map(x, shards, asked, c->tmpl.tls, map_range, &m);
+    if (bad) {
+        /* A refused map names no node: the ones it added (no connection yet) go, or
+         * every later map read would ask them, each a timeout when they never answer. */
+        c->nnodes = known;
         free(pm);
-        c->have_map = 1;
-        c->map_reads++;
-        return LB_REDIS_OK;
+        lb_redis_disconnect(nc);
+        map_tried(c, lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: Redis at %s:%d answered CLUSTER %s with "
+                                  "something that is not a slot map; connection dropped",
+                                  c->nodes[i].host, c->nodes[i].port,
+                                  shards ? "SHARDS" : "SLOTS"));
+        return;
     }
-    return lb_error_set(&c->base.err, LB_REDIS_ERR_REPLY, "CLUSTER SLOTS refused");
-}
-
-/* Read the map from the nodes known: the ones with an open connection first
- * (a node that hangs is not asked before the others), then the rest.  When
- * none gave one, a refused map is the error told (not a later node's). */
-static lb_redis_status read_map(lb_cluster *c)
-{
-    lb_redis_status st = LB_REDIS_ERR_CONNECT;
-    char refused[512] = ""; /* the size of a connection's message */
-    lb_error_set(&c->base.err, st, "no node of the Redis Cluster is known");
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < c->nnodes; i++) {
-            int open = c->nodes[i].conn && lb_node_is_connected(c->nodes[i].conn);
-            if (open != (pass == 0))
-                continue;
-            st = map_from(c, (int)i);
-            if (st == LB_REDIS_OK || st == LB_REDIS_ERR_REPLY || st == LB_REDIS_ERR_NOMEM ||
-                st == LB_REDIS_ERR_AUTH)
-                return st;
-            if (st == LB_REDIS_ERR_PROTOCOL && !refused[0])
-                snprintf(refused, sizeof refused, "%s", c->base.err.text);
-        }
-    }
-    if (refused[0] && st != LB_REDIS_ERR_PROTOCOL)
-        return lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL, "%s", refused);
-    return st;
+    memcpy(c->primary, m.primary, sizeof c->primary);
+    memcpy(c->replica, m.replica, sizeof c->replica);
+    free(pm);
+    c->have_map = 1;
+    c->map_reads++;
+    map_tried(c, LB_REDIS_OK);
 }
 
 /* ---------------------------------------------------------------- routing */
@@ -356,55 +601,63 @@ static int pick_node(const lb_cluster *c, long slot, int replica)
     return c->primary[slot];
 }
 
-/* A replica serves reads after READONLY on its connection. */
-static lb_redis_status ensure_readonly(lb_cluster *c, int i)
+/* R_PICK: the node for the batch (the map read's outcome in map_out); a
+ * replica serves reads after READONLY on its connection. */
+static int route_pick(lb_cluster *c, lb_cluster_hop *hop)
 {
-    cnode *n = &c->nodes[i];
-    if (n->ro_conn && n->ro_conn == lb_node_connect_count(n->conn) &&
-        lb_node_is_connected(n->conn))
-        return LB_REDIS_OK;
-    lb_redis_batch b;
-    lb_reply **x;
-    lb_redis_batch_init(&b);
-    lb_redis_batch_cmd(&b, 1);
-    lb_redis_batch_arg_str(&b, "READONLY");
-    lb_redis_status st = lb_node_exec(n->conn, &b, LB_REDIS_IDEMPOTENT, &x);
-    lb_redis_batch_free(&b);
-    if (st != LB_REDIS_OK)
-        return lb_error_copy(&c->base.err, &n->conn->err);
-    n->ro_conn = lb_node_connect_count(n->conn);
-    return LB_REDIS_OK;
-}
-
-/* The retry budget: 0 when time is left (after sleeping the backoff). */
-typedef struct {
-    int64_t first;  /* time of the first failure, 0: none yet */
-    int wait;       /* next backoff, ms */
-} budget;
-
-static int retry_later(lb_cluster *c, budget *bg)
-{
-    int64_t now = now_ms();
-    if (!bg->first) {
-        bg->first = now;
-        bg->wait = 50;
+    lb_redis_status st = c->map_out;
+    const long slot = c->slot;
+    int i = st == LB_REDIS_OK ? pick_node(c, slot, c->use_replica) : -1;
+    if (st == LB_REDIS_OK && i < 0) {
+        c->have_map = 0;
+        st = lb_error_set(&c->base.err, LB_REDIS_ERR_CONNECT,
+                          "no node of the Redis Cluster serves slot %ld (is the "
+                          "cluster down, or its slots not all assigned?)",
+                          slot < 0 ? 0 : slot);
     }
-    int64_t left = bg->first + c->retry_ms - now;
-    if (left <= 0)
-        return -1;
-    sleep_ms(bg->wait < left ? bg->wait : (int)left);
-    bg->wait = bg->wait * 2 > 1000 ? 1000 : bg->wait * 2;
+    if (st != LB_REDIS_OK) {
+        retry_or_over(c, st, 0, R_START);
+        return 0;
+    }
+    lb_redis *nc = node_conn(c, i);
+    if (!nc) {
+        route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM,
+                                   "out of memory for a cluster node"));
+        return 0;
+    }
+    c->cur = i;
+    c->phase = R_SEND_BATCH;
+    if (c->use_replica && c->primary[slot] != i) {
+        const cnode *n = &c->nodes[i];
+        if (n->ro_conn && n->ro_conn == lb_redis_connect_count(nc) && lb_redis_is_connected(nc))
+            return 0;
+        st = own_batch(c, &c->rob, 1, (const char *const[]){"READONLY"});
+        if (st != LB_REDIS_OK) {
+            route_over(c, st);
+            return 0;
+        }
+        return hand_out(c, i, &c->rob, LB_REDIS_IDEMPOTENT, R_READONLY, hop);
+    }
     return 0;
 }
 
-/* A failure of a node's round trip that another try may mend: the node could
- * not be reached (nothing was sent), or, for a batch that may run twice, the
- * connection broke (a primary killed mid-batch).  Never a timeout. */
-static int retryable(lb_redis_status st, int flags)
+/* R_READONLY: READONLY's answer. */
+static void readonly_answer(lb_cluster *c, int i, lb_redis_status st, lb_reply **rs)
 {
-    if (st == LB_REDIS_ERR_CONNECT)
-        return 1;
-    return st == LB_REDIS_ERR_IO && (flags & LB_REDIS_IDEMPOTENT) && !(flags & LB_REDIS_KEPT_CONN);
+    lb_redis *nc = c->nodes[i].conn;
+    if (st != LB_REDIS_OK) {
+        st = lb_redis_take_error(&c->base, nc);
+    } else if (rs[0]->type == LB_REPLY_ERROR) {
+        lb_error_clear(&c->base.err); /* as the node's own call would tell it */
+        st = lb_session_errors(&c->base.err, rs, 1, LB_REDIS_IDEMPOTENT);
+    }
+    if (st != LB_REDIS_OK) {
+        c->have_map = 0;
+        retry_or_over(c, st, 0, R_START);
+        return;
+    }
+    c->nodes[i].ro_conn = lb_redis_connect_count(nc);
+    c->phase = R_SEND_BATCH;
 }
 
 static void *copy_alloc(lb_cluster *c, size_t n)
@@ -449,17 +702,55 @@ static lb_reply *copy_reply(lb_cluster *c, const lb_reply *x)
     return y;
 }
 
-/* Where each refused command of c->res[0..n) goes now: target[i] its node,
- * -1 where the map says (after a wait: TRYAGAIN, CLUSTERDOWN), -2 answered;
- * asking[i] for ASK.  *pending: refused commands; *wait: one must wait. */
-static lb_redis_status redirect_targets(lb_cluster *c, size_t n, int from, int16_t *target,
-                                        char *asking, size_t *pending, int *wait)
+/* Some replies rs of the batch were refusals (MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN): keep every reply (copied into c->res), and get ready to send
+ * the refused commands where they belong (the rounds, R_ROUND on).  OK, or
+ * the error on c->base.err. */
+static lb_redis_status redirected(lb_cluster *c, lb_reply **rs)
 {
+    const size_t n = c->b->ncmds;
+    blocks_free(c);
+    if (c->res_cap < n) {
+        lb_reply **nr = realloc(c->res, n * sizeof *nr);
+        if (!nr)
+            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
+        c->res = nr;
+        c->res_cap = n;
+    }
+    if (c->redir_cap < n) {
+        size_t *off = realloc(c->off, (n + 1) * sizeof *off);
+        if (off)
+            c->off = off;
+        int16_t *target = realloc(c->target, n * sizeof *target);
+        if (target)
+            c->target = target;
+        char *asking = realloc(c->asking, n);
+        if (asking)
+            c->asking = asking;
+        if (!off || !target || !asking)
+            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
+        c->redir_cap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!(c->res[i] = copy_reply(c, rs[i])))
+            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
+    if (lb_redis_batch_offsets(c->b, c->off))
+        return lb_error_set(&c->base.err, LB_REDIS_ERR_ARG, "malformed Redis batch");
+    c->redirects = 0;
+    return LB_REDIS_OK;
+}
+
+/* Where each refused command of c->res goes now: target[i] its node, -1
+ * where the map says (after a wait: TRYAGAIN, CLUSTERDOWN), -2 answered;
+ * asking[i] for ASK.  *pending: refused commands; *wait: one must wait. */
+static lb_redis_status redirect_targets(lb_cluster *c, size_t *pending, int *wait)
+{
+    const size_t n = c->b->ncmds;
     *pending = 0;
     *wait = 0;
     for (size_t i = 0; i < n; i++) {
-        target[i] = -2;
-        asking[i] = 0;
+        c->target[i] = -2;
+        c->asking[i] = 0;
         const lb_reply *x = c->res[i];
         if (!lb_cluster_refusal(x))
             continue;
@@ -469,250 +760,410 @@ static lb_redis_status redirect_targets(lb_cluster *c, size_t n, int from, int16
         char host[256];
         int kind = lb_cluster_redirect(x->str, x->len, &s, host, sizeof host, &port);
         if (!kind) {
-            target[i] = -1; /* TRYAGAIN, CLUSTERDOWN: later, where the map says */
+            c->target[i] = -1; /* TRYAGAIN, CLUSTERDOWN: later, where the map says */
             *wait = 1;
             continue;
         }
         if (!host[0])
-            snprintf(host, sizeof host, "%s", c->nodes[from].host);
+            snprintf(host, sizeof host, "%s", c->nodes[c->from].host);
         int t = node_index(c, host, port);
         if (t < 0)
             return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a node");
-        target[i] = (int16_t)t;
-        asking[i] = kind == 2;
+        c->target[i] = (int16_t)t;
+        c->asking[i] = kind == 2;
         if (kind == 1)
             c->have_map = 0; /* MOVED: the map is out of date */
     }
     return LB_REDIS_OK;
 }
 
-/* One sub-batch of the refused commands for node target[i] (up to 64 of
- * them, ASKING before each ASK), sent and its replies copied into c->res.
- * *again = 1 when the node could not be reached but the budget allows
- * another round. */
-static lb_redis_status send_refused(lb_cluster *c, const lb_redis_batch *b, int flags,
-                                    const size_t *off, int16_t *target, const char *asking,
-                                    size_t i, budget *bg, int *again)
+/* R_ROUND: a round of the redirects, until no command is refused, or the
+ * redirects or the budget run out (the refusals then stay as the commands'
+ * replies). */
+static void round_begin(lb_cluster *c)
 {
-    const size_t n = b->ncmds;
-    const int t = target[i];
-    lb_redis_batch sb;
-    lb_redis_batch_init(&sb);
-    if (b->max_set)
-        lb_redis_batch_expect_elements(&sb, b->max_elements);
-    if (b->bytes_set)
-        lb_redis_batch_expect_bytes(&sb, b->max_bytes);
-    size_t idx[64], cnt = 0; /* a chunk of the commands for t */
-    for (size_t j = i; j < n && cnt < 64; j++) {
-        if (target[j] != t)
-            continue;
-        if (asking[j]) {
-            lb_redis_batch_cmd(&sb, 1);
-            lb_redis_batch_arg(&sb, "ASKING", 6);
-        }
-        lb_redis_batch_raw(&sb, b->buf + off[j], off[j + 1] - off[j]);
-        idx[cnt++] = j;
+    size_t pending;
+    int wait;
+    lb_redis_status st = redirect_targets(c, &pending, &wait);
+    if (st != LB_REDIS_OK) {
+        route_over(c, st);
+        return;
     }
-    *again = 0;
-    lb_redis *nc = node_conn(c, t);
-    lb_reply **srs = NULL;
-    lb_redis_status s2 = LB_REDIS_ERR_NOMEM;
-    if (nc)
-        s2 = lb_node_exec(nc, &sb,
-                          (flags | LB_REDIS_RAW_ERRORS) & ~(LB_REDIS_READ_REPLICA | LB_REDIS_KEPT_CONN),
-                          &srs);
-    lb_redis_batch_free(&sb);
-    if (s2 != LB_REDIS_OK) {
-        if (!nc)
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a node");
-        if (retryable(s2, flags) && retry_later(c, bg) == 0) {
-            /* the refused commands were not run: they stay pending */
-            c->have_map = 0;
-            *again = 1;
-            return LB_REDIS_OK;
+    if (!pending) {
+        route_replies(c, c->res);
+        return;
+    }
+    if (wait) {
+        int ms = retry_pause(c);
+        if (ms < 0) {
+            route_replies(c, c->res);
+            return;
         }
-        return lb_error_copy(&c->base.err, &nc->err);
+        c->have_map = 0;
+        c->pause_ms = ms;
+        c->pause_next = R_ROUND_MAP;
+        c->phase = R_PAUSE;
+        return;
+    }
+    if (c->redirects++ >= LB_CLUSTER_MAX_REDIRECTS) {
+        route_replies(c, c->res);
+        return;
+    }
+    c->phase = R_ROUND_MAP;
+}
+
+/* R_ROUND_MAPPED: the refused commands the map places are aimed; then one
+ * sub-batch per target node, one node after the other. */
+static void round_mapped(lb_cluster *c)
+{
+    if (c->map_out != LB_REDIS_OK) {
+        retry_or_over(c, c->base.err.status, 0, R_ROUND);
+        return;
+    }
+    for (size_t i = 0; i < c->b->ncmds; i++)
+        if (c->target[i] == -1)
+            c->target[i] = (int16_t)pick_node(c, c->slot, 0);
+    c->cursor = 0;
+    c->phase = R_REFUSED;
+}
+
+/* R_REFUSED: the next sub-batch of the refused commands for one node (the
+ * first target from the cursor; up to 64 of them, ASKING before each ASK). */
+static int refused_next(lb_cluster *c, lb_cluster_hop *hop)
+{
+    const lb_redis_batch *b = c->b;
+    const size_t n = b->ncmds;
+    size_t i = c->cursor;
+    while (i < n && c->target[i] < 0)
+        i++;
+    if (i >= n) {
+        c->phase = R_ROUND;
+        return 0;
+    }
+    c->cursor = i; /* looked at again after: it may have more commands beyond the chunk */
+    const int t = c->target[i];
+    lb_redis_batch *sb = &c->sb;
+    lb_redis_batch_clear(sb);
+    if (b->max_set)
+        lb_redis_batch_expect_elements(sb, b->max_elements);
+    if (b->bytes_set)
+        lb_redis_batch_expect_bytes(sb, b->max_bytes);
+    c->cnt = 0;
+    for (size_t j = i; j < n && c->cnt < 64; j++) {
+        if (c->target[j] != t)
+            continue;
+        if (c->asking[j]) {
+            lb_redis_batch_cmd(sb, 1);
+            lb_redis_batch_arg(sb, "ASKING", 6);
+        }
+        lb_redis_batch_raw(sb, b->buf + c->off[j], c->off[j + 1] - c->off[j]);
+        c->idx[c->cnt++] = j;
+    }
+    if (!node_conn(c, t)) {
+        route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a node"));
+        return 0;
+    }
+    lb_redis_status st = lb_redis_batch_check(sb, &c->base.err);
+    if (st != LB_REDIS_OK) {
+        route_over(c, st);
+        return 0;
+    }
+    return hand_out(c, t, sb, c->flags & ~(LB_REDIS_READ_REPLICA | LB_REDIS_KEPT_CONN),
+                    R_REFUSED_WAIT, hop);
+}
+
+/* R_REFUSED_WAIT: a sub-batch's answer.  A node that could not be reached,
+ * with budget left: the commands were not run, they stay pending. */
+static void refused_answer(lb_cluster *c, int t, lb_redis_status st, lb_reply **rs)
+{
+    if (st != LB_REDIS_OK) {
+        if (retryable(st, c->flags)) {
+            int ms = retry_pause(c);
+            if (ms >= 0) {
+                c->have_map = 0;
+                c->pause_ms = ms;
+                c->pause_next = R_ROUND;
+                c->phase = R_PAUSE;
+                return;
+            }
+        }
+        route_over(c, lb_redis_take_error(&c->base, c->nodes[t].conn));
+        return;
     }
     size_t k = 0;
-    for (size_t q = 0; q < cnt; q++) {
-        if (asking[idx[q]])
+    for (size_t q = 0; q < c->cnt; q++) {
+        size_t j = c->idx[q];
+        if (c->asking[j])
             k++; /* ASKING's +OK */
-        if (!(c->res[idx[q]] = copy_reply(c, srs[k++])))
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
-        target[idx[q]] = -2;
+        if (!(c->res[j] = copy_reply(c, rs[k++]))) {
+            route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM,
+                                       "out of memory for replies"));
+            return;
+        }
+        c->target[j] = -2;
     }
+    c->phase = R_REFUSED;
+}
+
+/* R_SEND: the batch's answer. */
+static void batch_answer(lb_cluster *c, int i, lb_redis_status st, lb_reply **rs)
+{
+    if (st != LB_REDIS_OK) {
+        lb_redis_take_error(&c->base, c->nodes[i].conn);
+        if (retryable(st, c->flags)) {
+            c->have_map = 0; /* a failover, perhaps: ask the cluster again */
+            retry_or_over(c, st, c->flags, R_START);
+        } else {
+            route_over(c, st);
+        }
+        return;
+    }
+    int refused = 0;
+    for (size_t k = 0; k < c->b->ncmds && !refused; k++)
+        refused = lb_cluster_refusal(rs[k]);
+    if (!refused) {
+        route_replies(c, rs);
+        return;
+    }
+    c->from = i;
+    st = redirected(c, rs);
+    if (st != LB_REDIS_OK) {
+        route_over(c, st);
+        return;
+    }
+    c->phase = R_ROUND;
+}
+
+/* ----------------------------------------------------------------- the route */
+
+lb_redis_status lb_cluster_route_begin(lb_redis *r, const lb_redis_batch *b, int flags)
+{
+    if (!is_cluster(r))
+        return r ? lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a Redis Cluster client")
+                 : LB_REDIS_ERR_ARG;
+    lb_cluster *c = CLUSTER(r);
+    lb_error_clear(&r->err);
+    c->out = NULL;
+    c->b = NULL;
+    route_over(c, LB_REDIS_OK);
+    lb_redis_status st = lb_redis_batch_check(b, &r->err);
+    if (st != LB_REDIS_OK) {
+        route_over(c, st);
+        return st;
+    }
+    if (b->ncmds == 0)
+        return LB_REDIS_OK;
+    if (b->multi_slot) {
+        route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
+                                   "a batch for a Redis Cluster keeps its keys in one slot "
+                                   "(command %zu names a key of another slot than the first)",
+                                   b->multi_cmd));
+        return c->rt_st;
+    }
+    c->b = b;
+    c->flags = flags;
+    c->slot = b->has_slot ? (long)b->slot : -1;
+    c->use_replica = (flags & LB_REDIS_READ_REPLICA) && c->replica_reads && c->slot >= 0;
+    c->node_flags = (flags | LB_REDIS_RAW_ERRORS) & ~LB_REDIS_READ_REPLICA;
+    c->bg_first = 0;
+    c->bg_wait = 0;
+    c->phase = R_START;
     return LB_REDIS_OK;
 }
 
-/* The rounds of redirected: until no command is refused, or the redirects or
- * the budget run out (the refusal then stays as the command's reply). */
-static lb_redis_status redirect_rounds(lb_cluster *c, const lb_redis_batch *b, int flags,
-                                       int from, const size_t *off, int16_t *target,
-                                       char *asking, budget *bg)
+int lb_cluster_route_next(lb_redis *r, lb_cluster_hop *hop)
 {
-    const size_t n = b->ncmds;
-    const long slot = b->has_slot ? (long)b->slot : -1;
-    int redirects = 0;
+    if (!is_cluster(r))
+        return 0;
+    lb_cluster *c = CLUSTER(r);
     for (;;) {
-        size_t pending;
-        int wait;
-        lb_redis_status st = redirect_targets(c, n, from, target, asking, &pending, &wait);
-        if (st != LB_REDIS_OK || !pending)
-            return st;
-        if (wait) {
-            if (retry_later(c, bg))
-                return LB_REDIS_OK; /* the refusals stay as the replies */
-            c->have_map = 0;
-        } else if (redirects++ >= LB_CLUSTER_MAX_REDIRECTS) {
-            return LB_REDIS_OK;
+        int got = 0;
+        switch (c->phase) {
+        case R_OVER:
+            return 0;
+        case R_START:
+            if (c->have_map) {
+                c->map_out = LB_REDIS_OK;
+                c->phase = R_PICK;
+            } else {
+                map_begin(c, R_PICK);
+            }
+            break;
+        case R_PICK:
+            got = route_pick(c, hop);
+            break;
+        case R_SEND_BATCH:
+            got = hand_out(c, c->cur, c->b, c->node_flags, R_SEND, hop);
+            break;
+        case R_ROUND:
+            round_begin(c);
+            break;
+        case R_ROUND_MAP:
+            if (c->have_map) {
+                c->map_out = LB_REDIS_OK;
+                c->phase = R_ROUND_MAPPED;
+            } else {
+                map_begin(c, R_ROUND_MAPPED);
+            }
+            break;
+        case R_ROUND_MAPPED:
+            round_mapped(c);
+            break;
+        case R_REFUSED:
+            got = refused_next(c, hop);
+            break;
+        case R_MAP:
+            got = map_next(c);
+            break;
+        case R_MAP_ASK:
+            got = map_ask(c, hop);
+            break;
+        case R_PAUSE:
+            hop->node = -1;
+            hop->b = NULL;
+            hop->flags = 0;
+            hop->pause_ms = c->pause_ms;
+            c->phase = c->pause_next;
+            return 1;
+        case R_READONLY:
+        case R_SEND:
+        case R_REFUSED_WAIT:
+        case R_MAP_WAIT:
+            *hop = c->hop; /* still waiting for its result */
+            return 1;
         }
-        if (!c->have_map && read_map(c) != LB_REDIS_OK) {
-            st = c->base.err.status;
-            if (retryable(st, 0) && retry_later(c, bg) == 0)
-                continue;
-            return st;
-        }
-        for (size_t i = 0; i < n; i++)
-            if (target[i] == -1)
-                target[i] = (int16_t)pick_node(c, slot, 0);
-        /* One sub-batch per target node, one node after the other. */
-        for (size_t i = 0; i < n; i++) {
-            if (target[i] < 0)
-                continue;
-            int again;
-            st = send_refused(c, b, flags, off, target, asking, i, bg, &again);
-            if (st != LB_REDIS_OK)
-                return st;
-            if (again)
-                break;
-            i--; /* look at i again: it may have more commands for t beyond the chunk */
-        }
+        if (got)
+            return 1;
     }
 }
 
-/* Some replies of the batch were refusals (MOVED, ASK, TRYAGAIN, CLUSTERDOWN):
- * keep every reply (copied), and send the refused commands where they belong
- * until each got a real answer, or the redirects or the budget run out. */
-static lb_redis_status redirected(lb_cluster *c, const lb_redis_batch *b, int flags,
-                                  int from, lb_reply **rs, budget *bg)
+void lb_cluster_route_done(lb_redis *r, lb_redis_status st, lb_reply **rs)
 {
-    const size_t n = b->ncmds;
-    lb_redis_status st = LB_REDIS_OK;
-    blocks_free(c);
-    if (c->res_cap < n) {
-        lb_reply **nr = realloc(c->res, n * sizeof *nr);
-        if (!nr)
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
-        c->res = nr;
-        c->res_cap = n;
+    if (!is_cluster(r))
+        return;
+    lb_cluster *c = CLUSTER(r);
+    const int i = c->hop.node;
+    if (st == LB_REDIS_OK && !rs && c->phase != R_OVER && c->phase != R_PAUSE) {
+        route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
+                                   "a cluster hop's result came without its replies"));
+        return;
     }
-    size_t *off = malloc((n + 1) * sizeof *off);
-    int16_t *target = malloc(n * sizeof *target); /* per refused command: node, -1 by the map, -2 done */
-    char *asking = malloc(n);
-    if (!off || !target || !asking)
-        st = lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
-    for (size_t i = 0; st == LB_REDIS_OK && i < n; i++)
-        if (!(c->res[i] = copy_reply(c, rs[i])))
-            st = lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for replies");
-    if (st == LB_REDIS_OK && lb_redis_batch_offsets(b, off))
-        st = lb_error_set(&c->base.err, LB_REDIS_ERR_ARG, "malformed Redis batch");
-    if (st == LB_REDIS_OK)
-        st = redirect_rounds(c, b, flags, from, off, target, asking, bg);
-    free(off);
-    free(target);
-    free(asking);
-    return st;
+    switch (c->phase) {
+    case R_READONLY:
+    case R_SEND:
+    case R_REFUSED_WAIT:
+    case R_MAP_WAIT:
+        if (i < 0 || (size_t)i >= c->nnodes || !c->nodes[i].conn) {
+            /* its client went (lb_cluster_use_wire during the route) */
+            route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
+                                       "the cluster node's client went during its round trip"));
+            return;
+        }
+        break;
+    default:
+        return; /* no hop is waiting: nothing to take */
+    }
+    switch (c->phase) {
+    case R_READONLY:
+        readonly_answer(c, i, st, rs);
+        break;
+    case R_SEND:
+        batch_answer(c, i, st, rs);
+        break;
+    case R_REFUSED_WAIT:
+        refused_answer(c, i, st, rs);
+        break;
+    case R_MAP_WAIT:
+        map_answer(c, i, st, rs);
+        break;
+    default:
+        break; /* no hop is waiting: nothing to take */
+    }
+}
+
+lb_redis_status lb_cluster_route_end(lb_redis *r, lb_reply ***replies)
+{
+    if (replies)
+        *replies = NULL;
+    if (!is_cluster(r))
+        return r ? lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a Redis Cluster client")
+                 : LB_REDIS_ERR_ARG;
+    lb_cluster *c = CLUSTER(r);
+    if (c->phase != R_OVER) {
+        c->out = NULL;
+        route_over(c, lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
+                                   "the cluster route was ended before its last hop"));
+    }
+    if (replies)
+        *replies = c->out;
+    return c->rt_st;
+}
+
+/* ------------------------------------------------------ the blocking driver */
+
+/* Run the route on the nodes' own sockets, sleeping its pauses. */
+static lb_redis_status drive(lb_redis *r, lb_reply ***replies)
+{
+    lb_cluster_hop h;
+    while (lb_cluster_route_next(r, &h)) {
+        if (!h.b) {
+            sleep_ms(h.pause_ms);
+            continue;
+        }
+        lb_reply **rs = NULL;
+        lb_redis_status s = lb_node_exec(lb_cluster_node_conn(r, h.node), h.b, h.flags, &rs);
+        lb_cluster_route_done(r, s, s == LB_REDIS_OK ? rs : NULL);
+    }
+    return lb_cluster_route_end(r, replies);
+}
+
+/* A client whose nodes' connections an outside transport carries has no
+ * socket of its own to drive the route on. */
+static lb_redis_status no_sockets(lb_cluster *c)
+{
+    return lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
+                        "this Redis Cluster client's connections are carried by an outside "
+                        "transport (wire.h): it has no socket of its own");
 }
 
 static lb_redis_status cluster_exec(lb_redis *r, const lb_redis_batch *b, int flags,
-                                   lb_reply ***replies)
+                                    lb_reply ***replies)
 {
-    lb_cluster *c = CLUSTER(r);
-    lb_error_clear(&r->err);
-    if (replies)
-        *replies = NULL;
-    lb_redis_status st0 = lb_redis_batch_check(b, &r->err);
-    if (st0 != LB_REDIS_OK)
-        return st0;
-    if (b->ncmds == 0)
-        return LB_REDIS_OK;
-    if (b->multi_slot)
-        return lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
-                                  "a batch for a Redis Cluster keeps its keys in one slot "
-                                  "(command %zu names a key of another slot than the first)",
-                                  b->multi_cmd);
-    const long slot = b->has_slot ? (long)b->slot : -1;
-    const int replica = (flags & LB_REDIS_READ_REPLICA) && c->replica_reads && slot >= 0;
-    const int node_flags = (flags | LB_REDIS_RAW_ERRORS) & ~LB_REDIS_READ_REPLICA;
-    budget bg = {0, 0};
-    for (;;) {
-        lb_redis_status st = LB_REDIS_OK;
-        if (!c->have_map)
-            st = read_map(c);
-        int i = st == LB_REDIS_OK ? pick_node(c, slot, replica) : -1;
-        if (st == LB_REDIS_OK && i < 0) {
-            c->have_map = 0;
-            st = lb_error_set(&c->base.err, LB_REDIS_ERR_CONNECT,
-                                    "no node of the Redis Cluster serves slot %ld (is the "
-                                    "cluster down, or its slots not all assigned?)",
-                                    slot < 0 ? 0 : slot);
-        }
-        if (st != LB_REDIS_OK) {
-            if (retryable(st, 0) && retry_later(c, &bg) == 0)
-                continue;
-            return st;
-        }
-        lb_redis *nc = node_conn(c, i);
-        if (!nc)
-            return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a cluster node");
-        if (replica && c->primary[slot] != i && ensure_readonly(c, i) != LB_REDIS_OK) {
-            st = c->base.err.status;
-            c->have_map = 0;
-            if (retryable(st, 0) && retry_later(c, &bg) == 0)
-                continue;
-            return st;
-        }
-        lb_reply **rs = NULL;
-        st = lb_node_exec(nc, b, node_flags, &rs);
-        if (st != LB_REDIS_OK) {
-            lb_error_copy(&c->base.err, &nc->err);
-            if (retryable(st, flags)) {
-                c->have_map = 0; /* a failover, perhaps: ask the cluster again */
-                if (retry_later(c, &bg) == 0)
-                    continue;
-            }
-            return st;
-        }
-        int refused = 0;
-        for (size_t k = 0; k < b->ncmds && !refused; k++)
-            refused = lb_cluster_refusal(rs[k]);
-        if (refused) {
-            st = redirected(c, b, flags, i, rs, &bg);
-            if (st != LB_REDIS_OK)
-                return st;
-            rs = c->res;
-        }
+    if (CLUSTER(r)->wire) {
         if (replies)
-            *replies = rs;
-        return lb_session_errors(&c->base.err, rs, b->ncmds, flags);
+            *replies = NULL;
+        return no_sockets(CLUSTER(r));
     }
+    lb_cluster_route_begin(r, b, flags);
+    return drive(r, replies);
 }
 
 static lb_redis_status cluster_connect(lb_redis *r)
 {
     lb_cluster *c = CLUSTER(r);
-    lb_redis_status st = c->have_map ? LB_REDIS_OK : read_map(c);
-    if (st != LB_REDIS_OK)
-        return st;
+    if (c->wire)
+        return no_sockets(c);
+    if (!c->have_map) {
+        /* a route that only reads the map */
+        c->out = NULL;
+        c->b = NULL;
+        route_over(c, LB_REDIS_OK);
+        map_begin(c, R_OVER);
+        lb_redis_status st = drive(r, NULL);
+        if (st == LB_REDIS_OK)
+            st = c->map_out;
+        if (st != LB_REDIS_OK)
+            return st;
+    }
     int i = pick_node(c, -1, 0);
     if (i < 0)
         return lb_error_set(&c->base.err, LB_REDIS_ERR_CONNECT,
-                                  "no node of the Redis Cluster serves any slot");
+                            "no node of the Redis Cluster serves any slot");
     lb_redis *nc = node_conn(c, i);
     if (!nc)
         return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a cluster node");
     lb_error_clear(&nc->err);
-    st = lb_node_connect(nc);
+    lb_redis_status st = lb_redis_connect(nc);
     return st == LB_REDIS_OK ? st : lb_error_copy(&c->base.err, &nc->err);
 }
 

@@ -33,7 +33,29 @@
  *     operation timeout, as for one server).
  * The retry budget is cluster_retry_ms of the config (0: 5000 ms), counted
  * from the call's first failure.  Connection and round-trip counts are the
- * sums over the nodes, the map reads included. */
+ * sums over the nodes, the map reads included.
+ *
+ * All of this is one sans-I/O step machine, the route (lb_cluster_route_*
+ * below): it does no I/O and never sleeps, it hands out hops and takes their
+ * results.  A hop is one round trip on one node's client (the batch itself,
+ * READONLY, CLUSTER SHARDS/SLOTS, a sub-batch of redirected commands with
+ * ASKING); a pause is a hop with no batch: wait that long, then ask for the
+ * next.  Two drivers carry the hops: this client's exec (lb_node_exec on the
+ * node's socket, nanosleep for a pause), and ling_bloom.aio's transport
+ * through op.c (the nodes' clients are wire clients then, lb_cluster_use_wire;
+ * a pause is an asyncio sleep):
+ *
+ *     st = lb_cluster_route_begin(r, b, flags);
+ *     while (lb_cluster_route_next(r, &hop)) {
+ *         if (!hop.b) { wait hop.pause_ms; continue; }
+ *         carry hop.b on lb_cluster_node_conn(r, hop.node) with hop.flags;
+ *         lb_cluster_route_done(r, st, st == LB_REDIS_OK ? replies : NULL);
+ *     }
+ *     st = lb_cluster_route_end(r, &replies);
+ *
+ * A driver that drops a node's connection when its client says it is no
+ * longer connected after a hop (lb_redis_is_connected: a refused map drops
+ * it) stays in step with the machine. */
 #ifndef LB_REDIS_CLUSTER_H
 #define LB_REDIS_CLUSTER_H
 
@@ -47,5 +69,49 @@
 lb_redis *lb_cluster_new(const lb_redis_config *cfg);
 /* Times the slot map was read (r a cluster client). */
 unsigned long lb_cluster_map_reads(const lb_redis *r);
+
+/* ---------------------------------------------------------------- the route */
+
+/* What the route asks its driver to do next. */
+typedef struct {
+    int node;                 /* the node to carry the batch: lb_cluster_node_conn(r, node) */
+    const lb_redis_batch *b;  /* the batch; NULL for a pause */
+    int flags;                /* the node-level exec flags (LB_REDIS_RAW_ERRORS always set) */
+    int pause_ms;             /* b NULL: wait this long, then ask for the next hop */
+} lb_cluster_hop;
+
+/* Begin a route: the same arguments as lb_redis_exec on the cluster client
+ * (checks the batch: ARG for a batch whose keys are in more than one slot,
+ * the batch's own append errors; an empty batch ends at once with OK).  A
+ * non-OK return means the route is over already (lb_cluster_route_end still
+ * gives the status).  b must stay as it is until the route is over.  A route
+ * begun while another one runs replaces it. */
+lb_redis_status lb_cluster_route_begin(lb_redis *r, const lb_redis_batch *b, int flags);
+/* 1: *hop is the next thing to do (a hop with a batch: its result goes to
+ * lb_cluster_route_done before the next call; asked again before that, the
+ * same hop); 0: the route is over. */
+int lb_cluster_route_next(lb_redis *r, lb_cluster_hop *hop);
+/* The result of the last hop with a batch: st and rs as lb_node_exec returns
+ * them for hop->flags (rs NULL unless st is OK; read before this returns);
+ * the node's client (lb_cluster_node_conn) holds the error text, stale flag
+ * and counts of a failure.  Ignored when no hop is waiting for its result. */
+void lb_cluster_route_done(lb_redis *r, lb_redis_status st, lb_reply **rs);
+/* The route's outcome, as lb_redis_exec on the cluster client returns it
+ * (status, error text/index on r, *replies valid until the next call on r or
+ * on the node that answered).  Called before the route is over, it ends the
+ * route with LB_REDIS_ERR_ARG. */
+lb_redis_status lb_cluster_route_end(lb_redis *r, lb_reply ***replies);
+/* Node i's client (created on first use), NULL when out of memory (or no
+ * such node); its address (NULL / 0 for no such node).  Node indexes stay
+ * valid for the client's life, except the ones a refused map added. */
+lb_redis *lb_cluster_node_conn(lb_redis *r, int node);
+const char *lb_cluster_node_host(const lb_redis *r, int node);
+int lb_cluster_node_port(const lb_redis *r, int node);
+/* From now on the nodes' connections are carried by a transport outside C:
+ * node clients are made with lb_wire_new_cfg (wire.h) instead of lb_node_new
+ * (existing node clients are freed; call it before the first hop of the
+ * asyncio transport).  lb_redis_exec and lb_redis_connect on r then refuse
+ * (LB_REDIS_ERR_ARG): r has no socket of its own. */
+void lb_cluster_use_wire(lb_redis *r);
 
 #endif

@@ -70,6 +70,11 @@ static lb_redis *wire_new_like(const lb_redis *r)
     return wire_new(&WIRE(r)->cfg, 0, 0);
 }
 
+lb_redis *lb_wire_new_cfg(const lb_redis_config *cfg)
+{
+    return wire_new(cfg, 0, 0);
+}
+
 static lb_redis_status wire_exec(lb_redis *r, const lb_redis_batch *b, int flags,
                                  lb_reply ***replies)
 {

@@ -29,6 +29,9 @@
  * that what was checked on from's connections counts as not checked here).
  * NULL when out of memory. */
 lb_redis *lb_wire_new_from(const lb_redis *from);
+/* A wire client with cfg's settings (cfg->cluster_nodes is ignored), its
+ * counts from 0: a cluster client's node (cluster.h).  NULL when out of memory. */
+lb_redis *lb_wire_new_cfg(const lb_redis_config *cfg);
 /* 1 when r is a wire client. */
 int lb_wire_is(const lb_redis *r);
 
