@@ -216,7 +216,7 @@ static void test_plain(void)
         expect_end(r);
         CHECK(lb_cluster_route_end(r, &rs) == LB_REDIS_OK && !rs);
         /* Ended before its last hop: ARG. */
-        get_a(&b);
+        lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "{a}k"}, NULL);
         CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
         CHECK(lb_cluster_route_next(r, &h) == 1);
         CHECK(lb_cluster_route_end(r, &rs) == LB_REDIS_ERR_ARG && !rs);
