@@ -7,26 +7,28 @@ awaitable twins of ``RedisFilter`` and ``RedisBloomFilter``.
     await f.test_many(["user:42", "x"])     # [True, False]
     await f.aclose()                        # or: async with f: ...
 
-The Redis protocol is the C client's (csrc/redis), and every operation is the same step
-machine the blocking ``RedisFilter`` runs (csrc/redis/op.h: it names each request and checks
-its replies, and does no I/O): the handshake of a new connection, the meta-key look and claim,
-the BITFIELD/SETBIT pipelines, the reply reader with its bounds, and every check of a reply
-against what was sent (for RedisBloom, the BF.INFO check before the first write on a
-connection and the TYPE question after an all-false test).  ``_wire_begin`` starts the
-operation, ``_wire_next`` gives its next request, ``_wire_feed`` hands over the bytes that
-arrive and ``_wire_done`` lets the machine check them.  This file is
-only the transport: asyncio sockets (TCP, unix, TLS through asyncio's ``ssl``), timeouts,
-a small pool of connections, and the rules that keep a connection in step:
+Every URL and keyword of the blocking filters works here with the same results, errors and
+guarantees: one server, ``redis+sentinel://`` (the sentinels asked, ROLE checked, a demoted
+primary left), ``redis+cluster://`` (slot routing, MOVED, ASK, TRYAGAIN and CLUSTERDOWN
+back-off, failover, ``read_from_replicas``), ``wait_replicas``, TLS, and ``shards=N`` with the
+shards' round trips in flight at once on the event loop.
+
+Nothing of it is written twice.  Every operation is the step machine the blocking filter
+runs (csrc/redis/op.h), and so is every round trip under it: a wire client's (csrc/redis/wire.h:
+connect, AUTH/SELECT, the sentinels, WAIT, the retries of a stale connection) and a cluster's
+route (csrc/redis/cluster.h).  C says what to do next (``_wire_step``: connect, send these
+bytes on that connection, pause); this file only does it, with asyncio sockets (TCP, unix,
+TLS through asyncio's ``ssl``) and timeouts, and tells C what came of it, so a refused
+connection, a timeout or a reset is handled by the same code as in the blocking filter.  The
+rules that keep a connection in step:
 
 - a round trip that does not finish (cancelled, timed out, the connection lost, a reply
   that does not fit) drops its connection: a reply is never left unread for the next
   call;
 - input that arrives when no call waits for it (a late reply, the server's EOF) marks
   the connection out of step: it is dropped before anything else is sent on it;
-- a kept connection that turns out dead before any reply byte arrived (a server restart)
-  is replaced and the call sent once more (every RedisFilter command is idempotent), after
-  the new connection had its meta key checked;
-- a forked child never uses its parent's connections.
+- a forked child never uses its parent's connections, nor a second event loop the
+  first one's.
 
 Calls wait for an idle connection of the pool (``max_connections``, 4 by default; each is
 opened on first need and checks the filter's meta key once), so many tasks may share one
@@ -35,6 +37,7 @@ filter.  ``key in f`` cannot be awaited: use ``await f.test(key)``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
@@ -45,7 +48,6 @@ from ._core import (
     RedisBloomFilter,
     RedisConnectionError,
     RedisFilter,
-    RedisTimeoutError,
 )
 from ._redis_client import connection_kwargs
 
@@ -53,13 +55,6 @@ __all__ = ["AsyncRedisFilter", "AsyncRedisBloomFilter"]
 
 _ADD, _TEST, _RESET = 1, 2, 3
 _A = TypeVar("_A", bound="_AsyncRedis")
-
-
-def _where(cfg: Dict[str, Any]) -> str:
-    if cfg["unix_socket_path"]:
-        return f"unix:{cfg['unix_socket_path']}"
-    host = cfg["host"]
-    return f"[{host}]:{cfg['port']}" if ":" in host else f"{host}:{cfg['port']}"
 
 
 def _ssl_context(cfg: Dict[str, Any]) -> ssl.SSLContext:
@@ -91,13 +86,15 @@ def _ssl_context(cfg: Dict[str, Any]) -> ssl.SSLContext:
 
 class _Wire(asyncio.Protocol):
     """One asyncio connection.  Bytes that arrive go straight to the C reply reader of the
-    round trip waiting for them (``feed``); bytes nobody waits for mark it out of step."""
+    round trip waiting for them (``feed``); bytes nobody waits for, or the server's EOF
+    between round trips, mark it out of step (``on_idle_loss``: C forgets it at once)."""
 
     def __init__(self, where: str):
         self.where = where
         self.transport: Optional[asyncio.Transport] = None
         self.feed: Any = None
-        self.waiter: Optional["asyncio.Future[None]"] = None
+        self.on_idle_loss: Any = None
+        self.waiter: Optional["asyncio.Future[int]"] = None
         self.received = 0
         self.stray = False   # input nobody asked for, EOF or loss: never send on it again
         self.pid = os.getpid()
@@ -109,17 +106,15 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         w = self.waiter
         if w is None or w.done():
-            self.stray = True
+            self._idle_loss(True)
             return
         self.received += len(data)
-        try:
-            complete = self.feed(data)
-        except BaseException as e:  # a reply that does not fit: the stream is out of step
+        got = self.feed(data)
+        if got < 0:  # a reply that does not fit: the stream is out of step
             self.stray = True
-            w.set_exception(e)
-            return
-        if complete:
-            w.set_result(None)
+            w.set_result(_FEED_FAILED)
+        elif got:
+            w.set_result(_OK)
 
     def eof_received(self) -> bool:
         self._lost(None)
@@ -129,14 +124,24 @@ class _Wire(asyncio.Protocol):
         self._lost(exc)
 
     def _lost(self, exc: Optional[BaseException]) -> None:
-        self.stray = True
         w = self.waiter
         if w is not None and not w.done():
-            why = f"lost: {exc}" if exc else "closed by the server"
-            w.set_exception(RedisConnectionError(f"connection to Redis at {self.where} {why}"))
+            self.stray = True
+            why = f"lost: {exc}" if exc else f"closed by the server"
+            w.set_exception(_Broken(f"connection to Redis at {self.where} {why}"))
+        else:
+            self._idle_loss(False)
+
+    def _idle_loss(self, stray: bool) -> None:
+        if self.stray:
+            return
+        self.stray = True
+        if self.on_idle_loss is not None:
+            self.on_idle_loss(stray)
 
     def close(self) -> None:
         self.stray = True
+        self.on_idle_loss = None
         if self.transport is None or self.pid != os.getpid():
             return  # a forked child leaves its parent's socket alone
         try:
@@ -147,19 +152,64 @@ class _Wire(asyncio.Protocol):
                 sock.close()
 
 
+class _Broken(Exception):
+    """A connection that broke in the middle of a round trip (reported to C as IO)."""
+
+
+# The outcomes of a step, as csrc/py/redis_common.c's _wire_connected / _wire_sent take them.
+_OK, _REFUSED, _TIMEOUT, _BROKEN, _FEED_FAILED = 0, 1, 2, 3, 4
+_CONNECT, _SEND, _PAUSE = 1, 2, 3
+
+
+async def _all(coros: Iterable[Any]) -> None:
+    """Run the coroutines at once to their end.  A failure of one (a bug: the transport's
+    failures go to the step machines) or a cancellation stops every other before it is
+    raised, so no round trip goes on unwatched."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _where_of(host: str, port: int, unix_path: Optional[str]) -> str:
+    if unix_path:
+        return f"unix:{unix_path}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class _Slot:
-    """A connection of the pool and the filter object whose C state speaks on it."""
+    """One member of the pool: a filter object whose C state speaks the protocol, and the
+    connections carrying it, by (shard, node, probe): one for a single server, one per node
+    of a Redis Cluster, for each shard of a sharded filter, and the one-off ones to
+    sentinels."""
 
     def __init__(self, f: Any):
         self.f = f
-        self.wire: Optional[_Wire] = None
+        self.wires: Dict[Tuple[int, int, int], _Wire] = {}
 
-    def drop(self) -> None:
-        if self.wire is not None:
-            if self.wire.pid == os.getpid():
-                self.wire.close()
-            self.wire = None
-        self.f._wire_closed()
+    def drop(self, key: Tuple[int, int, int], tell: bool = True) -> None:
+        w = self.wires.pop(key, None)
+        if w is not None:
+            w.close()
+        if tell and not key[2]:  # a sentinel probe is C's to forget
+            self.f._wire_lost(key[0], key[1], 0)
+
+    def drop_all(self) -> None:
+        for key in list(self.wires):
+            self.drop(key)
+
+    def sweep(self) -> None:
+        """Before an operation: connections of another process or event loop, or out of
+        step, are dropped (C forgets them too)."""
+        loop = asyncio.get_running_loop()
+        pid = os.getpid()
+        for key, w in list(self.wires.items()):
+            if w.pid != pid or w.loop is not loop or w.stray:
+                self.drop(key)
 
 
 class _AsyncRedis:
@@ -180,14 +230,7 @@ class _AsyncRedis:
             if text.startswith(sync) and text[len(sync):len(sync) + 1] in (":", " ", "("):
                 raise TypeError(type(self).__name__ + text[len(sync):]) from None
             raise
-        if getattr(first, "shards", 1) != 1:
-            from ._core import NotSupportedError
-
-            first.close()
-            raise NotSupportedError("the asyncio filters do not carry a sharded filter yet: "
-                                    "use RedisFilter(..., shards=N) (blocking)")
         self._cfg = first._wire_config()
-        self._where = _where(self._cfg)
         self._chunk = int(self._cfg["chunk_size"])
         self._idle: List[_Slot] = [_Slot(first)]
         self._slots: List[_Slot] = [self._idle[0]]
@@ -205,8 +248,9 @@ class _AsyncRedis:
 
     @classmethod
     def from_redis(cls: Type[_A], client: Any, key: Any, *args: Any, **kwargs: Any) -> _A:
-        """The connection settings of a redis-py client (``redis.asyncio.Redis`` or
-        ``redis.Redis``); its own connections are not used."""
+        """The connection settings of a redis-py client (``redis.asyncio.Redis``,
+        ``redis.asyncio.cluster.RedisCluster``, a Sentinel ``master_for`` client, or their
+        blocking twins); its own connections are not used."""
         return cls(key, *args, **{**connection_kwargs(client), **kwargs})
 
     # -- the facts of the filter (no round trip)
@@ -261,7 +305,7 @@ class _AsyncRedis:
         self._waiters.clear()
         for slot in self._slots:
             if slot in self._idle:
-                slot.drop()
+                slot.drop_all()
                 slot.f.close()
 
     async def __aenter__(self: _A) -> _A:
@@ -294,7 +338,7 @@ class _AsyncRedis:
 
     def _give(self, slot: _Slot) -> None:
         if self._closed:
-            slot.drop()
+            slot.drop_all()
             slot.f.close()
             return
         while self._waiters:
@@ -304,7 +348,7 @@ class _AsyncRedis:
                 return
         self._idle.append(slot)
 
-    # -- one operation: requests from the core, carried here
+    # -- one operation: steps from the core, carried here
     async def _batch(self, kind: int, keys: Iterable[Any]) -> List[bool]:
         if not isinstance(keys, (list, tuple)):
             if isinstance(keys, (str, bytes)):
@@ -338,102 +382,131 @@ class _AsyncRedis:
 
     async def _on(self, slot: _Slot, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         f = slot.f
-        for attempt in (0, 1):
-            f._wire_begin(kind, keys)
-            fresh = await self._connect(slot)
-            try:
-                while True:
-                    req = f._wire_next()
-                    if req is None:
-                        result: List[bool] = f._wire_result()
-                        return result
-                    received = await self._roundtrip(slot, req)
-                    f._wire_done()
-                    if not f._wire_connected:  # the core dropped it (a reply that did not fit)
-                        slot.drop()
-            except RedisConnectionError:
-                stale = not fresh and received_nothing(slot)
-                slot.drop()
-                if stale and attempt == 0:
-                    continue  # a kept connection was dead (a restart): once more, anew
-                raise
-            except BaseException:
-                if slot.wire is not None and (slot.wire.waiter is not None or slot.wire.stray):
-                    slot.drop()
-                raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        slot.sweep()
+        lanes = f._wire_begin(kind, keys)
+        while lanes:
+            if lanes == 1:
+                await self._lane(slot, 0)
+            else:  # the shards' machines, their round trips in flight at once
+                await _all(self._lane(slot, lane) for lane in range(lanes))
+            lanes = f._wire_stage()
+        for k in [k for k in slot.wires if k[2]]:
+            slot.drop(k, tell=False)  # sentinel probes left open
+        result: List[bool] = f._wire_result()
+        return result
 
-    async def _connect(self, slot: _Slot) -> bool:
-        """An open, in-step connection for slot; True when this call opened it."""
-        w = slot.wire
-        if w is not None and (w.pid != os.getpid() or w.stray
-                              or w.loop is not asyncio.get_running_loop()):
-            slot.drop()  # forked, input nobody asked for (out of step), or another loop
-        elif w is not None and slot.f._wire_connected:
-            return False
-        elif w is not None:
-            slot.drop()
-        cfg = self._cfg
-        loop = asyncio.get_running_loop()
-        wire = _Wire(self._where)
+    async def _lane(self, slot: _Slot, lane: int) -> None:
+        """Run one step machine to its end: each step a connect, a round trip or a pause;
+        every failure of the transport goes to the machine, which decides (retry, another
+        node, or the error the operation raises)."""
+        f = slot.f
+        key: Optional[Tuple[int, int, int]] = None
         try:
-            if cfg["unix_socket_path"]:
-                coro = loop.create_unix_connection(lambda: wire, cfg["unix_socket_path"])
+            while True:
+                step = f._wire_step(lane)
+                what = step[0]
+                if what == _PAUSE:
+                    await asyncio.sleep(step[1])
+                    continue
+                if what != _CONNECT and what != _SEND:
+                    return
+                key = (step[1], step[2], step[3])
+                if what == _CONNECT:
+                    await self._connect(slot, lane, key, step[4], step[5], step[6], step[7],
+                                        step[8])
+                else:
+                    await self._send(slot, lane, key, step[4], step[5])
+                if key in slot.wires and not f._wire_open(*key):
+                    slot.drop(key, tell=False)  # C dropped it (a failure, a probe done)
+                key = None
+        except BaseException:
+            # cancelled or failed mid-step: that connection is out of step for good
+            if key is not None:
+                slot.drop(key)
+            raise
+
+    async def _connect(self, slot: _Slot, lane: int, key: Tuple[int, int, int], host: str,
+                       port: int, unix_path: Optional[str], tls: bool,
+                       timeout: Optional[float]) -> None:
+        f = slot.f
+        if key in slot.wires:
+            slot.drop(key, tell=False)
+        where = _where_of(host, port, unix_path)
+        loop = asyncio.get_running_loop()
+        wire = _Wire(where)
+        try:
+            if unix_path:
+                coro = loop.create_unix_connection(lambda: wire, unix_path)
             else:
                 kw: Dict[str, Any] = {}
-                if cfg["ssl"]:
+                if tls:
                     if self._ssl is None:
-                        self._ssl = _ssl_context(cfg)
-                    kw = {"ssl": self._ssl, "server_hostname": cfg["host"]}
-                    if cfg["socket_connect_timeout"]:
-                        kw["ssl_handshake_timeout"] = cfg["socket_connect_timeout"]
-                coro = loop.create_connection(lambda: wire, cfg["host"], cfg["port"], **kw)
-            await asyncio.wait_for(coro, cfg["socket_connect_timeout"])
+                        self._ssl = _ssl_context(self._cfg)
+                    kw = {"ssl": self._ssl, "server_hostname": host}
+                    if timeout:
+                        kw["ssl_handshake_timeout"] = timeout
+                coro = loop.create_connection(lambda: wire, host, port, **kw)
+            await asyncio.wait_for(coro, timeout)
         except asyncio.TimeoutError:
             wire.close()
-            raise RedisTimeoutError(f"timeout connecting to Redis at {self._where}") from None
+            f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
+            return
         except ssl.SSLError as e:
             wire.close()
-            raise RedisConnectionError(
-                f"TLS handshake with Redis at {self._where} failed: {e}") from None
+            f._wire_connected(lane, _REFUSED,
+                              f"TLS handshake with Redis at {where} failed: {e}")
+            return
         except OSError as e:
             wire.close()
-            raise RedisConnectionError(
-                f"error connecting to Redis at {self._where}: {e.strerror or e}") from None
-        slot.wire = wire
-        wire.feed = slot.f._wire_feed
-        slot.f._wire_opened()
-        return True
+            f._wire_connected(lane, _REFUSED,
+                              f"error connecting to Redis at {where}: {e.strerror or e}")
+            return
+        except BaseException:
+            wire.close()
+            raise
+        slot.wires[key] = wire
+        shard, node = key[0], key[1]
+        if not key[2]:
+            wire.on_idle_loss = lambda stray: f._wire_lost(shard, node, 1 if stray else 0)
+        f._wire_connected(lane, _OK)
 
-    async def _roundtrip(self, slot: _Slot, req: bytes) -> int:
+    async def _send(self, slot: _Slot, lane: int, key: Tuple[int, int, int], req: bytes,
+                    timeout: Optional[float]) -> None:
         """Send req and wait until the core has every reply; the socket timeout is one of
         inactivity (no byte for that long), as the blocking filter's."""
-        wire = slot.wire
-        assert wire is not None and wire.transport is not None
-        fut: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        f = slot.f
+        wire = slot.wires.get(key)
+        if wire is None or wire.transport is None or wire.stray:
+            f._wire_sent(lane, _BROKEN,
+                         "the connection to Redis was lost before the request was sent")
+            return
+        fut: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
         wire.waiter, wire.received = fut, 0
+        wire.feed = functools.partial(f._wire_feed, lane)
         try:
             wire.transport.write(req)
-            timeout = self._cfg["socket_timeout"]
             while True:
                 seen = wire.received
                 done, _ = await asyncio.wait({fut}, timeout=timeout)
                 if done:
-                    fut.result()
+                    break
+                if wire.received == seen and timeout is not None:
                     wire.waiter = None
-                    return wire.received
-                if wire.received == seen:
-                    raise RedisTimeoutError(
-                        f"timeout: Redis at {self._where} did not answer within "
-                        f"{timeout * 1000:.0f} ms")
+                    wire.stray = True
+                    f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "
+                                                 f"answer within {timeout * 1000:.0f} ms")
+                    return
         except BaseException:
             if not fut.done():
                 fut.cancel()
             raise
-
-
-def received_nothing(slot: _Slot) -> bool:
-    return slot.wire is not None and slot.wire.received == 0
+        wire.waiter = None
+        try:
+            outcome = fut.result()
+        except _Broken as e:
+            f._wire_sent(lane, _BROKEN, str(e))
+            return
+        f._wire_sent(lane, outcome)
 
 
 class AsyncRedisFilter(_AsyncRedis):

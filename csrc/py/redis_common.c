@@ -1,6 +1,8 @@
 /* redis_common.c: see redis_common.h. */
 #include "redis_common.h"
 
+#include "cluster.h"
+#include "op.h"
 #include "wire.h"
 
 #include "sharded.h"
@@ -397,6 +399,11 @@ fail:
 void lb_redis_filter_release(lb_redis_filter *f)
 {
     f->w_op = NULL;
+    PyMem_Free(f->w_lanes);
+    PyMem_Free(f->w_shard_of);
+    f->w_lanes = NULL;
+    f->w_shard_of = NULL;
+    f->w_nlanes = 0;
     lb_redis_free(f->conn);
     f->conn = NULL;
     PyMem_Free(f->w_out);
@@ -407,6 +414,7 @@ void lb_redis_filter_release(lb_redis_filter *f)
 int lb_redis_filter_renew(lb_redis_filter *f)
 {
     f->w_op = NULL; /* abandoned with the state it lives in */
+    f->w_nlanes = 0;
     lb_redis *fresh = f->conn ? lb_redis_new_like(f->conn) : NULL;
     lb_redis_abandon(f->conn);
     f->conn = fresh;
@@ -624,27 +632,6 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused)
     if (lb_enter(&f->base) < 0)
         return NULL;
     const lb_redis_config *c = lb_redis_get_config(f->conn);
-    if (c->sentinel_service) {
-        lb_leave(&f->base);
-        PyErr_SetString(f->base.st->NotSupportedError,
-                        "the asyncio filters do not resolve redis+sentinel:// URLs yet: use "
-                        "RedisFilter / RedisBloomFilter (blocking), or the primary's address");
-        return NULL;
-    }
-    if (c->wait_replicas > 0) {
-        lb_leave(&f->base);
-        PyErr_SetString(f->base.st->NotSupportedError,
-                        "the asyncio filters do not send WAIT yet: wait_replicas is for "
-                        "RedisFilter / RedisBloomFilter (blocking)");
-        return NULL;
-    }
-    if (c->cluster_nodes) {
-        lb_leave(&f->base);
-        PyErr_SetString(f->base.st->NotSupportedError,
-                        "the asyncio filters do not route to a Redis Cluster yet: use "
-                        "RedisFilter / RedisBloomFilter (blocking) with the redis+cluster:// URL");
-        return NULL;
-    }
     static const char *const reqs[] = {"required", "optional", "none"};
     PyObject *d = PyDict_New();
     if (d && (put(d, "host", PyUnicode_FromString(c->host ? c->host : "localhost")) < 0 ||
@@ -685,47 +672,63 @@ static PyObject *wire_raise(lb_redis_filter *f, lb_redis_status st)
     return NULL;
 }
 
-PyObject *lb_wire_method_opened(PyObject *self, PyObject *unused)
+/* A client carried outside C from now on: a node client becomes a wire
+ * client (*out, c to be freed), a cluster client gets wire clients for its
+ * nodes (*out = c). */
+static lb_redis_status wire_client(lb_redis *c, lb_redis **out)
 {
-    lb_redis_filter *f = LB_REDIS_FILTER(self);
-    if (lb_enter(&f->base) < 0)
-        return NULL;
-    lb_redis_status st = LB_REDIS_OK;
-    if (!lb_wire_is(f->conn)) {
-        /* The first connection of the transport: from now on the filter's
-         * connection is carried outside C (it has no socket of its own). */
-        lb_redis *w = lb_wire_new_from(f->conn);
-        if (!w) {
-            lb_leave(&f->base);
-            return PyErr_NoMemory();
-        }
+    *out = c;
+    if (lb_wire_is(c))
+        return LB_REDIS_OK;
+    if (lb_redis_get_config(c)->cluster_nodes) {
+        lb_cluster_use_wire(c);
+        return LB_REDIS_OK;
+    }
+    *out = lb_wire_new_from(c);
+    return *out ? LB_REDIS_OK : LB_REDIS_ERR_NOMEM;
+}
+
+/* The filter's connections (and its shards'), carried outside C from now on. */
+static lb_redis_status to_wire(lb_redis_filter *f)
+{
+    lb_sharded *sh = f->ops->sharded(f);
+    lb_redis *w;
+    for (uint32_t i = 1; sh && i < lb_sharded_count(sh); i++) {
+        if (wire_client(lb_sharded_conn(sh, i), &w) != LB_REDIS_OK)
+            return LB_REDIS_ERR_NOMEM;
+        lb_sharded_set_conn(sh, i, w); /* the old one freed */
+    }
+    if (wire_client(f->conn, &w) != LB_REDIS_OK)
+        return LB_REDIS_ERR_NOMEM;
+    if (w != f->conn) {
         lb_redis_free(f->conn);
         f->conn = w;
+        if (sh)
+            lb_sharded_set_conn(sh, 0, w);
         f->ops->rebind(f);
     }
-    st = lb_wire_opened(f->conn);
-    if (st != LB_REDIS_OK)
-        return wire_raise(f, st);
-    lb_leave(&f->base);
-    Py_RETURN_NONE;
+    if (!f->w_lanes) {
+        size_t n = sh ? lb_sharded_count(sh) : 1;
+        f->w_lanes = PyMem_Calloc(n, sizeof *f->w_lanes);
+        f->w_shard_of = PyMem_Calloc(n, sizeof *f->w_shard_of);
+        if (!f->w_lanes || !f->w_shard_of)
+            return LB_REDIS_ERR_NOMEM;
+    }
+    return LB_REDIS_OK;
 }
 
-PyObject *lb_wire_method_closed(PyObject *self, PyObject *unused)
+/* The lanes of the next stage of the operation begun. */
+static size_t next_stage(lb_redis_filter *f)
 {
-    lb_redis_filter *f = LB_REDIS_FILTER(self);
-    if (f->base.closed || !f->conn)
-        Py_RETURN_NONE; /* closing after close(): nothing left to forget */
-    if (lb_enter(&f->base) < 0)
-        return NULL;
-    lb_wire_closed(f->conn); /* an operation begun goes on on the next connection */
-    lb_leave(&f->base);
-    Py_RETURN_NONE;
-}
-
-PyObject *lb_wire_method_connected(PyObject *self, void *unused)
-{
-    lb_redis_filter *f = LB_REDIS_FILTER(self);
-    return PyBool_FromLong(!f->base.closed && f->conn && lb_redis_is_connected(f->conn));
+    lb_sharded *sh = f->ops->sharded(f);
+    if (sh)
+        return f->w_nlanes = lb_sharded_wire_stage(sh, f->w_lanes, f->w_shard_of);
+    if (f->w_op && f->w_stages++ == 0) {
+        f->w_lanes[0] = f->w_op; /* the one step machine, once */
+        f->w_shard_of[0] = 0;
+        return f->w_nlanes = 1;
+    }
+    return f->w_nlanes = 0;
 }
 
 /* _wire_begin(kind, keys): 1 add, 2 test (1..chunk_size keys, a list or
@@ -764,8 +767,15 @@ PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
     f->w_out = PyMem_Malloc((size_t)(n ? n : 1));
     f->w_n = (size_t)n;
     f->w_op = NULL;
-    lb_redis_status st = f->w_out ? f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out, &f->w_op)
-                                  : LB_REDIS_ERR_NOMEM;
+    f->w_nlanes = 0;
+    f->w_stages = 0;
+    lb_redis_status st = f->w_out ? to_wire(f) : LB_REDIS_ERR_NOMEM;
+    lb_sharded *sh = f->ops->sharded(f);
+    if (st == LB_REDIS_OK && sh)
+        st = lb_sharded_wire_begin(sh, kind, kv, (size_t)n, f->w_out);
+    else if (st == LB_REDIS_OK)
+        st = f->ops->wire_begin(f, kind, kv, (size_t)n, f->w_out, &f->w_op);
+    size_t lanes = st == LB_REDIS_OK ? next_stage(f) : 0;
     if (st != LB_REDIS_OK) {
         if (st == LB_REDIS_ERR_NOMEM)
             PyErr_NoMemory();
@@ -780,7 +790,7 @@ PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
     PyMem_Free(kv);
     PyMem_Free(holds);
     Py_XDECREF(seq);
-    Py_RETURN_NONE;
+    return PyLong_FromSize_t(lanes);
 fail:
     for (Py_ssize_t i = 0; i < held; i++)
         lb_key_release(&holds[i]);
@@ -815,62 +825,218 @@ PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
     Py_RETURN_NONE;
 }
 
-/* The next request's bytes, or None when the operation is done. */
-PyObject *lb_wire_method_next(PyObject *self, PyObject *unused)
+static lb_op *wire_op(lb_redis_filter *f, Py_ssize_t lane)
+{
+    if (lane < 0 || (size_t)lane >= f->w_nlanes) {
+        PyErr_SetString(PyExc_RuntimeError, "no wire operation is in progress on that lane");
+        return NULL;
+    }
+    return f->w_lanes[lane];
+}
+
+/* The client of shard (0 without shards). */
+static lb_redis *shard_conn(lb_redis_filter *f, int shard)
+{
+    lb_sharded *sh = f->ops->sharded(f);
+    if (sh)
+        return shard >= 0 ? lb_sharded_conn(sh, (uint32_t)shard) : NULL;
+    return shard == 0 ? f->conn : NULL;
+}
+
+static PyObject *seconds(int ms)
+{
+    return ms > 0 ? PyFloat_FromDouble(ms / 1000.0) : Py_NewRef(Py_None);
+}
+
+/* _wire_step(lane) -> the next step of the lane's step machine:
+ *   (0,)                                                     over
+ *   (1, shard, node, probe, host, port, unix_path, tls, connect_timeout)   CONNECT
+ *   (2, shard, node, probe, request_bytes, timeout)          SEND
+ *   (3, seconds)                                             PAUSE
+ * (shard, node, probe) names the connection: the shard's client (0 without
+ * shards), a cluster's node index (0 for one server), and that node's
+ * one-off connection to a sentinel; timeouts in seconds or None. */
+PyObject *lb_wire_method_step(PyObject *self, PyObject *arg)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_ssize_t lane = PyLong_AsSsize_t(arg);
+    if (lane == -1 && PyErr_Occurred())
+        return NULL;
     if (lb_enter(&f->base) < 0)
         return NULL;
-    const lb_redis_batch *req = NULL;
-    lb_redis_status st = f->w_op ? lb_op_wire_next(f->w_op, &req)
-                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
-                                                      "no wire operation is waiting to send");
-    if (st != LB_REDIS_OK)
-        return wire_raise(f, st);
-    PyObject *out = req ? PyBytes_FromStringAndSize(req->buf, (Py_ssize_t)req->len) : Py_NewRef(Py_None);
+    lb_op *op = wire_op(f, lane);
+    if (!op) {
+        lb_leave(&f->base);
+        return NULL;
+    }
+    lb_wire_step s;
+    PyObject *out;
+    if (!lb_op_wire_step(op, &s)) {
+        out = Py_BuildValue("(i)", 0);
+    } else if (s.what == LB_WIRE_PAUSE) {
+        out = Py_BuildValue("(id)", 3, s.pause_ms / 1000.0);
+    } else if (s.what == LB_WIRE_CONNECT) {
+        const lb_redis_config *c = s.cfg;
+        PyObject *unix_path = c->unix_path ? PyUnicode_DecodeFSDefault(c->unix_path)
+                                           : Py_NewRef(Py_None);
+        out = unix_path ? Py_BuildValue("(iIiisiNiN)", 1, f->w_shard_of[lane], s.node, s.probe,
+                                        c->host ? c->host : "localhost", c->port ? c->port : 6379,
+                                        unix_path, c->tls && !c->unix_path,
+                                        seconds(c->connect_timeout_ms))
+                        : NULL;
+    } else {
+        out = Py_BuildValue("(iIiiy#N)", 2, f->w_shard_of[lane], s.node, s.probe, s.req->buf,
+                            (Py_ssize_t)s.req->len,
+                            seconds(s.cfg->timeout_ms));
+    }
     lb_leave(&f->base);
     return out;
 }
 
-/* Reply bytes as they arrive: True once every reply of the request is in. */
-PyObject *lb_wire_method_feed(PyObject *self, PyObject *data)
+/* The transport's outcomes, as the numbers ling_bloom.aio passes. */
+static lb_redis_status outcome(int kind)
+{
+    switch (kind) {
+    case 0: return LB_REDIS_OK;
+    case 1: return LB_REDIS_ERR_CONNECT;
+    case 2: return LB_REDIS_ERR_TIMEOUT;
+    case 3: return LB_REDIS_ERR_IO;
+    default: return LB_REDIS_ERR_PROTOCOL; /* the feed failed: its text is in C already */
+    }
+}
+
+/* _wire_connected(lane, outcome, text): a CONNECT step's outcome (0 OK, 1
+ * refused or unreachable, 2 timed out). */
+PyObject *lb_wire_method_connected(PyObject *self, PyObject *args)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_ssize_t lane;
+    int kind;
+    const char *text = NULL;
+    if (!PyArg_ParseTuple(args, "ni|z:_wire_connected", &lane, &kind, &text))
+        return NULL;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_op *op = wire_op(f, lane);
+    if (op)
+        lb_op_wire_connected(op, outcome(kind), text);
+    lb_leave(&f->base);
+    return op ? Py_NewRef(Py_None) : NULL;
+}
+
+/* _wire_feed(lane, data) -> 1 every reply is in, 0 more to come, -1 the
+ * replies do not fit (out of step: report _wire_sent(lane, 4)). */
+PyObject *lb_wire_method_feed(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_ssize_t lane;
     Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+    if (!PyArg_ParseTuple(args, "ny*:_wire_feed", &lane, &view))
         return NULL;
     if (lb_enter(&f->base) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
+    lb_op *op = wire_op(f, lane);
     int complete = 0;
-    lb_redis_status st = lb_wire_feed(f->conn, view.buf, (size_t)view.len, &complete);
+    lb_redis_status st = op ? lb_op_wire_feed(op, view.buf, (size_t)view.len, &complete)
+                            : LB_REDIS_OK;
     PyBuffer_Release(&view);
-    if (st != LB_REDIS_OK)
-        return wire_raise(f, st); /* the transport drops the connection */
     lb_leave(&f->base);
-    return PyBool_FromLong(complete);
+    if (!op)
+        return NULL;
+    return PyLong_FromLong(st != LB_REDIS_OK ? -1 : complete);
 }
 
-/* The request's replies are in: check them (raises what the blocking call would). */
-PyObject *lb_wire_method_done(PyObject *self, PyObject *unused)
+/* _wire_sent(lane, outcome, text): a SEND step's outcome (0 every reply in,
+ * 2 timed out, 3 the connection broke, 4 the feed failed). */
+PyObject *lb_wire_method_sent(PyObject *self, PyObject *args)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
+    Py_ssize_t lane;
+    int kind;
+    const char *text = NULL;
+    if (!PyArg_ParseTuple(args, "ni|z:_wire_sent", &lane, &kind, &text))
+        return NULL;
     if (lb_enter(&f->base) < 0)
         return NULL;
-    lb_redis_status st = f->w_op ? lb_op_wire_done(f->w_op)
-                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
-                                                      "no wire round trip is in progress");
-    if (st != LB_REDIS_OK)
-        return wire_raise(f, st);
+    lb_op *op = wire_op(f, lane);
+    if (op)
+        lb_op_wire_sent(op, outcome(kind), kind >= 4 ? NULL : text);
+    lb_leave(&f->base);
+    return op ? Py_NewRef(Py_None) : NULL;
+}
+
+/* _wire_open(shard, node, probe) -> whether C keeps that connection open
+ * (False: the transport closes its socket). */
+PyObject *lb_wire_method_open(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int shard, node, probe;
+    if (!PyArg_ParseTuple(args, "iii:_wire_open", &shard, &node, &probe))
+        return NULL;
+    if (f->base.closed || !f->conn)
+        Py_RETURN_FALSE;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis *c = shard_conn(f, shard);
+    lb_redis *w = c ? lb_op_wire_client(c, node) : NULL;
+    int open = w && lb_wire_is_open(w, probe);
+    lb_leave(&f->base);
+    return PyBool_FromLong(open);
+}
+
+/* _wire_lost(shard, node, stray): the transport closed a connection between
+ * round trips: the server closed it (stray 0), or input nobody asked for
+ * came on it (stray 1: out of step). */
+PyObject *lb_wire_method_lost(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int shard, node, stray;
+    if (!PyArg_ParseTuple(args, "iii:_wire_lost", &shard, &node, &stray))
+        return NULL;
+    if (f->base.closed || !f->conn)
+        Py_RETURN_NONE; /* closing after close(): nothing left to forget */
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis *c = shard_conn(f, shard);
+    lb_redis *w = c ? lb_op_wire_client(c, node) : NULL;
+    if (w && stray)
+        lb_wire_out_of_step(w);
+    else if (w)
+        lb_wire_closed(w);
     lb_leave(&f->base);
     Py_RETURN_NONE;
 }
 
-/* The results of the finished add or test: a list of bools. */
+/* _wire_stage() -> the lanes of the operation's next stage, all over now
+ * (0: the operation is over: _wire_result). */
+PyObject *lb_wire_method_stage(PyObject *self, PyObject *unused)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    size_t lanes = next_stage(f);
+    lb_leave(&f->base);
+    return PyLong_FromSize_t(lanes);
+}
+
+/* The results of the finished operation: a list of bools, or the exception
+ * the blocking call raises. */
 PyObject *lb_wire_method_result(PyObject *self, PyObject *unused)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_sharded *sh = f->ops->sharded(f);
+    lb_redis_status st = sh ? lb_sharded_wire_end(sh)
+                       : f->w_op ? lb_op_wire_status(f->w_op)
+                                 : lb_redis_set_error(f->conn, LB_REDIS_ERR_ARG,
+                                                      "no wire operation was begun");
+    f->w_nlanes = 0;
+    if (st != LB_REDIS_OK)
+        return wire_raise(f, st);
+    lb_leave(&f->base);
     PyObject *list = PyList_New((Py_ssize_t)f->w_n);
     if (!list)
         return NULL;

@@ -9,6 +9,7 @@
 #include "module.h"
 #include "client.h"
 #include "op.h"
+#include "sharded.h"
 
 /* The keywords, NULL when not given. */
 typedef struct {
@@ -80,6 +81,8 @@ typedef struct {
     /* f->conn was replaced (by the asyncio transport's client): point what
      * the type built on the connection at it. */
     void (*rebind)(lb_redis_filter *f);
+    /* The shards (shards=N), or NULL. */
+    lb_sharded *(*sharded)(lb_redis_filter *f);
 } lb_redis_ops;
 
 /* The kinds of wire operation (the same numbers as LB_BITMAP_WIRE_* and
@@ -97,6 +100,10 @@ struct lb_redis_filter_s {
     size_t chunk;             /* keys per round trip */
     const lb_redis_ops *ops;
     lb_op *w_op;              /* the wire operation in progress (owned by the type's state) */
+    lb_op **w_lanes;          /* ... its step machines running at once (shards: one stage's) */
+    uint32_t *w_shard_of;     /* ... the shard of each (0 without shards) */
+    size_t w_nlanes;
+    int w_stages;             /* ... stages given so far */
     uint8_t *w_out;           /* the wire operation's results (w_n bytes) */
     size_t w_n;
 };
@@ -196,30 +203,34 @@ PyObject *lb_redis_close(PyObject *self, PyObject *unused);
  * the ssl_* settings), as the URL and keywords gave them. */
 PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused);
 
-/* The _wire_* methods that ling_bloom.aio drives (not public API): the
- * asyncio transport opened or closed a connection; check a batch's keys;
- * begin an operation (kind, keys); the next request's bytes (None: done);
- * feed reply bytes (True: the request is answered); check the replies
- * (raises what the blocking call would); the results; whether the
- * connection is open. */
-PyObject *lb_wire_method_opened(PyObject *self, PyObject *unused);
-PyObject *lb_wire_method_closed(PyObject *self, PyObject *unused);
+/* The _wire_* methods that ling_bloom.aio drives (not public API): check a
+ * batch's keys; begin an operation (kind, keys: the lanes of its first
+ * stage); a lane's next step (connect, send, pause, or over); the next
+ * stage; the outcome of a connect; reply bytes; the outcome
+ * of a send; whether C keeps a connection open; a connection the transport
+ * lost between round trips; the results (or the exception the blocking call
+ * raises).  See csrc/redis/op.h. */
 PyObject *lb_wire_method_check(PyObject *self, PyObject *keys);
 PyObject *lb_wire_method_begin(PyObject *self, PyObject *args);
-PyObject *lb_wire_method_next(PyObject *self, PyObject *unused);
-PyObject *lb_wire_method_feed(PyObject *self, PyObject *data);
-PyObject *lb_wire_method_done(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_step(PyObject *self, PyObject *lane);
+PyObject *lb_wire_method_stage(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_connected(PyObject *self, PyObject *args);
+PyObject *lb_wire_method_feed(PyObject *self, PyObject *args);
+PyObject *lb_wire_method_sent(PyObject *self, PyObject *args);
+PyObject *lb_wire_method_open(PyObject *self, PyObject *args);
+PyObject *lb_wire_method_lost(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
-PyObject *lb_wire_method_connected(PyObject *self, void *unused);
-#define LB_REDIS_WIRE_METHODS                                           \
-    {"_wire_opened", lb_wire_method_opened, METH_NOARGS, NULL},         \
-        {"_wire_closed", lb_wire_method_closed, METH_NOARGS, NULL},     \
-        {"_wire_check", lb_wire_method_check, METH_O, NULL},            \
-        {"_wire_begin", lb_wire_method_begin, METH_VARARGS, NULL},      \
-        {"_wire_next", lb_wire_method_next, METH_NOARGS, NULL},         \
-        {"_wire_feed", lb_wire_method_feed, METH_O, NULL},              \
-        {"_wire_done", lb_wire_method_done, METH_NOARGS, NULL},         \
-        {"_wire_result", lb_wire_method_result, METH_NOARGS, NULL},     \
+#define LB_REDIS_WIRE_METHODS                                               \
+    {"_wire_check", lb_wire_method_check, METH_O, NULL},                    \
+        {"_wire_begin", lb_wire_method_begin, METH_VARARGS, NULL},          \
+        {"_wire_step", lb_wire_method_step, METH_O, NULL},                  \
+        {"_wire_stage", lb_wire_method_stage, METH_NOARGS, NULL},           \
+        {"_wire_connected", lb_wire_method_connected, METH_VARARGS, NULL},  \
+        {"_wire_feed", lb_wire_method_feed, METH_VARARGS, NULL},            \
+        {"_wire_sent", lb_wire_method_sent, METH_VARARGS, NULL},            \
+        {"_wire_open", lb_wire_method_open, METH_VARARGS, NULL},            \
+        {"_wire_lost", lb_wire_method_lost, METH_VARARGS, NULL},            \
+        {"_wire_result", lb_wire_method_result, METH_NOARGS, NULL},         \
         {"_wire_config", lb_redis_wire_config, METH_NOARGS, NULL}
 
 /* Getters of the properties key and ttl. */

@@ -206,6 +206,8 @@ static lb_status rf_test_chunk(lb_base *b, const lb_key *keys, size_t n, uint8_t
 static lb_redis_status rf_wire_begin(lb_redis_filter *r, int kind, const lb_key *keys, size_t n,
                                      uint8_t *out, lb_op **op);
 
+static lb_sharded *rf_sharded(lb_redis_filter *r) { return RF(r)->sh; }
+
 static void rf_rebind(lb_redis_filter *r)
 {
     if (RF(r)->bm)
@@ -222,6 +224,7 @@ static const lb_redis_ops rf_ops = {
     .release = rf_release,
     .wire_begin = rf_wire_begin,
     .rebind = rf_rebind,
+    .sharded = rf_sharded,
 };
 
 /* layout="blocked": sized as BlockedFilter sizes (here, or each shard later),
@@ -902,7 +905,6 @@ static PyGetSetDef rf_getset[] = {
     {"nparts", rf_get_nparts, NULL, "Redis strings the bitmap spans (2**32 bits each)", NULL},
     {"nbytes", rf_get_nbytes, NULL, "bytes of bitmap: ceil(m / 8)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
-    {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

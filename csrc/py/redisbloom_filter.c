@@ -203,6 +203,8 @@ static void rbf_batch_begin(void)
     tl_batch.status = LB_REDIS_OK;
 }
 
+static lb_sharded *rbf_sharded(lb_redis_filter *r) { return RB(r)->sh; }
+
 static void rbf_rebind(lb_redis_filter *r)
 {
     if (RB(r)->bf)
@@ -220,6 +222,7 @@ static const lb_redis_ops rbf_ops = {
     .release = rbf_release,
     .wire_begin = rbf_wire_begin,
     .rebind = rbf_rebind,
+    .sharded = rbf_sharded,
 };
 
 /* capacity=, error_rate= and expansion= into opt.  0, or -1 with the
@@ -736,7 +739,6 @@ static PyMethodDef rbf_methods[] = {
 };
 
 static PyGetSetDef rbf_getset[] = {
-    {"_wire_connected", lb_wire_method_connected, NULL, NULL, NULL},
     {"key", lb_redis_get_key, NULL, "the Redis key of the filter", NULL},
     {"shards", rbf_get_shards, NULL, "RedisBloom keys the filter is spread over (1: one)", NULL},
     {"capacity", rbf_get_capacity, NULL,

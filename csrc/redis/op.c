@@ -3,6 +3,9 @@
 
 #include <limits.h>
 
+#include <string.h>
+
+#include "cluster.h"
 #include "reply.h"
 #include "wire.h"
 
@@ -24,53 +27,139 @@ lb_redis_status lb_op_run(lb_op *op)
 
 /* ------------------------------------------------------------------ wire */
 
-enum { W_NONE = 0, W_HS, W_OP, W_OVER };
+enum { W_NONE = 0, W_NODE, W_ROUTE, W_HOP, W_OVER };
 
-lb_redis_status lb_op_wire_next(lb_op *op, const lb_redis_batch **req)
+static int is_cluster(const lb_redis *conn)
+{
+    return !lb_wire_is(conn) && lb_redis_get_config(conn)->cluster_nodes != NULL;
+}
+
+lb_redis *lb_op_wire_client(lb_redis *conn, int node)
+{
+    if (lb_wire_is(conn))
+        return node == 0 ? conn : NULL;
+    if (is_cluster(conn) && node >= 0)
+        return lb_cluster_node_conn(conn, node);
+    return NULL;
+}
+
+static int op_over(lb_op *op, lb_redis_status st)
+{
+    op->w_st = st;
+    op->w_phase = W_OVER;
+    op->w_node = NULL;
+    return 0;
+}
+
+int lb_op_wire_step(lb_op *op, lb_wire_step *s)
 {
     lb_redis *c = op->conn;
-    *req = NULL;
-    if (op->w_phase == W_OVER)
-        return LB_REDIS_OK;
-    if (op->w_phase != W_NONE)
-        return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire operation is waiting to send");
-    if (!lb_redis_is_connected(c))
-        return lb_redis_set_error(c, LB_REDIS_ERR_IO, "no connection is open on the transport");
-    lb_redis_status st = LB_REDIS_OK;
-    int due = lb_wire_handshake_due(c, req);
-    if (due < 0)
-        return lb_redis_set_error(c, LB_REDIS_ERR_NOMEM, "out of memory building the handshake");
-    if (due) {
-        op->w_phase = W_HS; /* a new connection's AUTH / SELECT first */
-    } else {
-        st = op->vt->next(op, req, &op->w_flags);
-        op->w_phase = st == LB_REDIS_OK && *req ? W_OP : W_OVER;
-        if (op->w_phase == W_OVER)
-            return st;
+    memset(s, 0, sizeof *s);
+    for (;;) {
+        lb_redis_status st;
+        switch (op->w_phase) {
+        case W_NONE: {
+            const lb_redis_batch *req = NULL;
+            int flags = 0;
+            st = op->vt->next(op, &req, &flags);
+            if (st != LB_REDIS_OK || !req)
+                return op_over(op, st);
+            if (is_cluster(c)) {
+                lb_cluster_route_begin(c, req, flags); /* a failure ends the route at once */
+                op->w_phase = W_ROUTE;
+            } else if (lb_wire_is(c)) {
+                lb_wire_exec_begin(c, req, flags);
+                op->w_node = c;
+                op->w_node_id = 0;
+                op->w_phase = W_NODE;
+            } else {
+                return op_over(op, lb_redis_set_error(c, LB_REDIS_ERR_ARG,
+                                                      "the connection is not carried by an "
+                                                      "outside transport"));
+            }
+            continue;
+        }
+        case W_ROUTE: {
+            lb_cluster_hop h;
+            if (!lb_cluster_route_next(c, &h)) {
+                lb_reply **rs = NULL;
+                st = lb_cluster_route_end(c, &rs);
+                st = op->vt->done(op, st, rs);
+                if (st != LB_REDIS_OK)
+                    return op_over(op, st);
+                op->w_phase = W_NONE;
+                continue;
+            }
+            if (!h.b) {
+                s->what = LB_WIRE_PAUSE;
+                s->pause_ms = h.pause_ms;
+                return 1;
+            }
+            lb_redis *n = lb_cluster_node_conn(c, h.node);
+            if (!n || !lb_wire_is(n)) {
+                lb_redis_set_error(c, LB_REDIS_ERR_NOMEM, "out of memory for a cluster node");
+                lb_cluster_route_done(c, LB_REDIS_ERR_NOMEM, NULL);
+                continue;
+            }
+            lb_wire_exec_begin(n, h.b, h.flags);
+            op->w_node = n;
+            op->w_node_id = h.node;
+            op->w_phase = W_HOP;
+            continue;
+        }
+        case W_NODE:
+        case W_HOP: {
+            lb_redis *n = op->w_node;
+            if (lb_wire_exec_next(n, s)) {
+                s->node = op->w_node_id;
+                return 1;
+            }
+            lb_reply **rs = NULL;
+            st = lb_wire_exec_end(n, &rs);
+            if (op->w_phase == W_HOP) {
+                lb_cluster_route_done(c, st, st == LB_REDIS_OK ? rs : NULL);
+                op->w_phase = W_ROUTE;
+                continue;
+            }
+            st = op->vt->done(op, st, rs);
+            if (st != LB_REDIS_OK)
+                return op_over(op, st);
+            op->w_phase = W_NONE;
+            continue;
+        }
+        default:
+            return 0;
+        }
     }
-    st = lb_wire_begin(c, *req);
-    if (st != LB_REDIS_OK) {
-        *req = NULL;
-        op->w_phase = W_OVER;
-    }
+}
+
+void lb_op_wire_connected(lb_op *op, lb_redis_status st, const char *text)
+{
+    if (op->w_node)
+        lb_wire_exec_connected(op->w_node, st, text);
+}
+
+lb_redis_status lb_op_wire_feed(lb_op *op, const void *data, size_t len, int *complete)
+{
+    *complete = 0;
+    if (!op->w_node)
+        return lb_redis_set_error(op->conn, LB_REDIS_ERR_PROTOCOL,
+                                  "protocol error: input nobody asked for");
+    lb_redis_status st = lb_wire_exec_feed(op->w_node, data, len, complete);
+    if (st != LB_REDIS_OK && op->w_node != op->conn)
+        lb_redis_take_error(op->conn, op->w_node); /* the text for the exception raised now */
     return st;
 }
 
-lb_redis_status lb_op_wire_done(lb_op *op)
+void lb_op_wire_sent(lb_op *op, lb_redis_status st, const char *text)
 {
-    lb_redis *c = op->conn;
-    lb_reply **rs;
-    lb_redis_status st;
-    if (op->w_phase == W_HS) {
-        st = lb_wire_handshake_done(c);
-    } else if (op->w_phase == W_OP) {
-        st = lb_wire_replies(c, op->w_flags & LB_REDIS_RAW_ERRORS, &rs);
-        st = op->vt->done(op, st, rs);
-    } else {
-        return lb_redis_set_error(c, LB_REDIS_ERR_ARG, "no wire round trip is in progress");
-    }
-    op->w_phase = st == LB_REDIS_OK ? W_NONE : W_OVER;
-    return st;
+    if (op->w_node)
+        lb_wire_exec_sent(op->w_node, st, text);
+}
+
+lb_redis_status lb_op_wire_status(const lb_op *op)
+{
+    return op->w_phase == W_OVER ? op->w_st : LB_REDIS_ERR_ARG;
 }
 
 /* ------------------------------------------------------------------ PTTL */
@@ -113,7 +202,7 @@ static const lb_op_vt pttl_vt = {pttl_next, pttl_done};
 
 lb_redis_status lb_redis_key_pttl(lb_redis *r, const void *key, size_t keylen, long long *ms)
 {
-    pttl_op p = {{&pttl_vt, r, 0, 0}, {0}, 0, 0};
+    pttl_op p = {{&pttl_vt, r, 0, NULL, 0, LB_REDIS_OK}, {0}, 0, 0};
     lb_redis_batch_init(&p.b);
     lb_redis_batch_cmd(&p.b, 2);
     lb_redis_batch_arg(&p.b, "PTTL", 4);

@@ -4,9 +4,13 @@
  * An operation never does I/O: it says which batch goes out next and checks
  * the replies of each round trip.  lb_op_run carries it on its client with
  * lb_redis_exec (a node's socket or a cluster's nodes, the GIL released);
- * the binding's asyncio transport carries the same machine over a wire
- * client (wire.h, lb_op_wire_next / lb_op_wire_done), asking the session for
- * the handshake of each new connection first.
+ * the binding's asyncio transport carries the same machine with
+ * lb_op_wire_step and the calls after it: each request of the operation goes
+ * to the client's round trip as a step machine too, a wire client's
+ * (wire.h: connect, handshake, sentinels, WAIT, retries) or, for a Redis
+ * Cluster whose nodes are wire clients, the cluster's route (cluster.h:
+ * slots, MOVED, ASK, back-off, map reads) over its nodes' round trips.  So
+ * every rule is written once, whichever transport carries the bytes.
  *
  *     for (;;) {
  *         next(op, &req, &flags);          req NULL: the operation is over
@@ -17,6 +21,7 @@
 #define LB_REDIS_OP_H
 
 #include "client.h"
+#include "wire.h"
 
 typedef struct lb_op lb_op;
 
@@ -32,20 +37,38 @@ typedef struct {
 
 struct lb_op {
     const lb_op_vt *vt;
-    lb_redis *conn; /* the client: errors, connection facts, the blocking driver's I/O */
-    int w_phase;    /* lb_op_wire_*: the request in flight (0 before the first) */
-    int w_flags;    /* ... how the operation asked to send it */
+    lb_redis *conn;     /* the client: errors, connection facts, the blocking driver's I/O */
+    int w_phase;        /* lb_op_wire_*: where the operation is (0 before the first step) */
+    lb_redis *w_node;   /* ... the wire client of the round trip in progress */
+    int w_node_id;      /* ... its number (a cluster's node index; 0 for one server) */
+    lb_redis_status w_st; /* ... the outcome, once over */
 };
 
 /* Run op to its end on op->conn, blocking. */
 lb_redis_status lb_op_run(lb_op *op);
 
-/* The same machine over a wire client (wire.h) whose transport is outside C:
- * the request to send next (the handshake of a new connection first), NULL
- * when the operation is over; after the transport fed every reply of it,
- * lb_op_wire_done checks them. */
-lb_redis_status lb_op_wire_next(lb_op *op, const lb_redis_batch **req);
-lb_redis_status lb_op_wire_done(lb_op *op);
+/* The same machine over a transport outside C (op->conn a wire client, or a
+ * cluster client whose nodes are: lb_cluster_use_wire).  Steps as wire.h's,
+ * s->node naming the connection (a cluster's node index, 0 for one server;
+ * with s->probe, that node's one-off connection to a sentinel):
+ *
+ *     while (lb_op_wire_step(op, &s)) {
+ *         CONNECT: connect, lb_op_wire_connected(op, st, text)
+ *         SEND:    write, lb_op_wire_feed(op, ...) until complete, lb_op_wire_sent(op, st, text)
+ *         PAUSE:   wait
+ *         after each: close the connection of s when lb_op_wire_open(op, s.node, s.probe) is 0
+ *     }
+ *     st = lb_op_wire_status(op);   the operation's outcome, error text on op->conn */
+int lb_op_wire_step(lb_op *op, lb_wire_step *s);
+void lb_op_wire_connected(lb_op *op, lb_redis_status st, const char *text);
+lb_redis_status lb_op_wire_feed(lb_op *op, const void *data, size_t len, int *complete);
+void lb_op_wire_sent(lb_op *op, lb_redis_status st, const char *text);
+lb_redis_status lb_op_wire_status(const lb_op *op);
+
+/* The wire client of node (a cluster's node index, 0 for one server) of a
+ * client carried outside C; NULL when there is none (yet).  For the
+ * transport's lb_wire_is_open, lb_wire_closed, lb_wire_out_of_step. */
+lb_redis *lb_op_wire_client(lb_redis *conn, int node);
 
 /* PTTL key: *ms is the milliseconds left, -1 when the key has no expiry, -2
  * when there is no key.  Any other reply is a protocol error (connection

@@ -37,6 +37,16 @@ struct lb_sharded {
     lb_key *gk;
     uint8_t *gout;
     size_t *off;               /* shard i's keys: [off[i], off[i + 1]) */
+    /* the asyncio transport's operation (lb_sharded_wire_*) */
+    int w_kind, w_stage;
+    size_t w_n;
+    uint8_t *w_out;
+    lb_redis_status w_st;
+    uint32_t *w_list;          /* the shards concerned, and their machines */
+    size_t w_nshards;
+    size_t w_nlist;            /* machines of the running stage */
+    lb_op **w_ops;
+    void *w_record;            /* the record's claim (record_op) */
 };
 
 uint32_t lb_sharded_pick(lb_hash_pair h, uint32_t shards)
@@ -263,6 +273,9 @@ void lb_sharded_free(lb_sharded *sh)
     free(sh->pos);
     free(sh->gk);
     free(sh->gout);
+    free(sh->w_list);
+    free(sh->w_ops);
+    free(sh->w_record);
     free(sh);
 }
 
@@ -455,7 +468,7 @@ static lb_redis_status ensure_record(lb_sharded *sh)
     lb_redis *c = sh->conn[0];
     if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
         return LB_REDIS_OK;
-    record_op o = {{NULL, c, 0, 0}, sh, sh->record, sh->recordlen, {0}, 0, NULL, NULL, 0};
+    record_op o = {{NULL, c, 0, NULL, 0, LB_REDIS_OK}, sh, sh->record, sh->recordlen, {0}, 0, NULL, NULL, 0};
     return run_record(&o);
 }
 
@@ -585,14 +598,11 @@ static lb_redis_status all_shards(lb_sharded *sh, int op)
     return st;
 }
 
-static lb_redis_status keys_op(lb_sharded *sh, int op, const lb_key *keys, size_t n,
-                               uint8_t *out)
+/* Group the n keys by shard (a counting sort that keeps their order) into
+ * gk, and list the shards that got some.  OK or NOMEM. */
+static lb_redis_status group(lb_sharded *sh, const lb_key *keys, size_t n, uint32_t *list,
+                             size_t *nlist)
 {
-    if (n == 0)
-        return LB_REDIS_OK;
-    lb_redis_status st = ensure_record(sh);
-    if (st != LB_REDIS_OK)
-        return st;
     if (sh->cap < n) {
         size_t *pos = realloc(sh->pos, n * sizeof *pos);
         if (pos)
@@ -607,7 +617,6 @@ static lb_redis_status keys_op(lb_sharded *sh, int op, const lb_key *keys, size_
             return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
         sh->cap = n;
     }
-    /* Group the keys by shard (a counting sort that keeps their order). */
     memset(sh->count, 0, sh->n * sizeof *sh->count);
     for (size_t j = 0; j < n; j++) {
         lb_hash_pair h = sh->blocked ? lb_hash_blocked(keys[j].data, keys[j].len)
@@ -619,17 +628,31 @@ static lb_redis_status keys_op(lb_sharded *sh, int op, const lb_key *keys, size_
     sh->off[0] = 0;
     for (uint32_t i = 0; i < sh->n; i++)
         sh->off[i + 1] = sh->off[i] + sh->count[i];
-    uint32_t list[LB_SHARDED_MAX_SHARDS];
-    size_t nlist = 0;
+    *nlist = 0;
     for (uint32_t i = 0; i < sh->n; i++)
         if (sh->count[i])
-            list[nlist++] = i;
+            list[(*nlist)++] = i;
     for (size_t j = 0; j < n; j++) {
         uint32_t s = (uint32_t)sh->pos[j];
         size_t p = sh->off[s + 1] - sh->count[s]--;
         sh->pos[j] = p;
         sh->gk[p] = keys[j];
     }
+    return LB_REDIS_OK;
+}
+
+static lb_redis_status keys_op(lb_sharded *sh, int op, const lb_key *keys, size_t n,
+                               uint8_t *out)
+{
+    if (n == 0)
+        return LB_REDIS_OK;
+    lb_redis_status st = ensure_record(sh);
+    if (st != LB_REDIS_OK)
+        return st;
+    uint32_t list[LB_SHARDED_MAX_SHARDS];
+    size_t nlist;
+    if ((st = group(sh, keys, n, list, &nlist)) != LB_REDIS_OK)
+        return st;
     st = run(sh, op, list, nlist);
     if (st == LB_REDIS_OK && out)
         for (size_t j = 0; j < n; j++)
@@ -662,4 +685,138 @@ lb_redis_status lb_sharded_bitcount(lb_sharded *sh, uint64_t *count)
     for (uint32_t i = 0; st == LB_REDIS_OK && i < sh->n; i++)
         *count += sh->count[i];
     return st;
+}
+
+/* ------------------------------------------ the asyncio transport's form */
+
+lb_redis *lb_sharded_conn(const lb_sharded *sh, uint32_t i)
+{
+    return i < sh->n ? sh->conn[i] : NULL;
+}
+
+void lb_sharded_set_conn(lb_sharded *sh, uint32_t i, lb_redis *conn)
+{
+    if (i >= sh->n || sh->conn[i] == conn)
+        return;
+    if (i > 0)
+        lb_redis_free(sh->conn[i]);
+    sh->conn[i] = conn;
+    if (sh->bm)
+        lb_bitmap_set_conn(sh->bm[i], conn);
+    else
+        lb_bf_set_conn(sh->bf[i], conn);
+}
+
+enum { WS_RECORD, WS_SHARDS, WS_END };
+
+lb_redis_status lb_sharded_wire_begin(lb_sharded *sh, int kind, const lb_key *keys, size_t n,
+                                      uint8_t *out)
+{
+    if (!sh->w_list)
+        sh->w_list = malloc(sh->n * sizeof *sh->w_list);
+    if (!sh->w_ops)
+        sh->w_ops = malloc(sh->n * sizeof *sh->w_ops);
+    if (!sh->w_record)
+        sh->w_record = calloc(1, sizeof(record_op));
+    if (!sh->w_list || !sh->w_ops || !sh->w_record)
+        return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+    const int reset = kind == LB_BITMAP_OP_RESET;
+    sh->w_kind = kind;
+    sh->w_n = reset ? 0 : n;
+    sh->w_out = out;
+    sh->w_st = LB_REDIS_OK;
+    sh->w_nlist = 0;
+    sh->w_stage = WS_RECORD;
+    sh->w_nshards = 0;
+    if (!reset && n == 0) {
+        sh->w_stage = WS_END;
+        return LB_REDIS_OK;
+    }
+    /* Every shard's machine begins now (each builds its first round trip: the
+     * keys need not live longer); they run after the record's check. */
+    size_t nlist = 0;
+    if (reset) {
+        for (uint32_t i = 0; i < sh->n; i++)
+            sh->w_list[nlist++] = i;
+    } else {
+        lb_redis_status st = group(sh, keys, n, sh->w_list, &nlist);
+        if (st != LB_REDIS_OK)
+            return st;
+    }
+    for (size_t j = 0; j < nlist; j++) {
+        uint32_t i = sh->w_list[j];
+        size_t a = sh->off[i], cnt = reset ? 0 : sh->off[i + 1] - a;
+        const lb_key *k = reset ? NULL : sh->gk + a;
+        uint8_t *o = reset ? NULL : sh->gout + a;
+        lb_redis_status st = sh->bm ? lb_bitmap_begin(sh->bm[i], kind, k, cnt, o, &sh->w_ops[j])
+                                    : lb_bf_begin(sh->bf[i], kind, k, cnt, o, &sh->w_ops[j]);
+        if (st != LB_REDIS_OK) {
+            if (i != 0)
+                lb_redis_take_error(sh->conn[0], sh->conn[i]);
+            return st;
+        }
+    }
+    sh->w_nshards = nlist;
+    return LB_REDIS_OK;
+}
+
+/* The outcome of the stage that ran: the first failure by shard. */
+static void stage_over(lb_sharded *sh)
+{
+    for (size_t j = 0; j < sh->w_nlist && sh->w_st == LB_REDIS_OK; j++) {
+        const lb_op *op = sh->w_stage == WS_SHARDS ? &((record_op *)sh->w_record)->op
+                                                   : sh->w_ops[j];
+        uint32_t i = sh->w_stage == WS_SHARDS ? 0 : sh->w_list[j];
+        lb_redis_status st = lb_op_wire_status(op);
+        if (st != LB_REDIS_OK) {
+            if (i != 0)
+                lb_redis_take_error(sh->conn[0], sh->conn[i]);
+            sh->w_st = st;
+        }
+    }
+    sh->w_nlist = 0;
+}
+
+size_t lb_sharded_wire_stage(lb_sharded *sh, lb_op **ops, uint32_t *shard_of)
+{
+    stage_over(sh);
+    if (sh->w_st != LB_REDIS_OK)
+        return 0;
+    if (sh->w_stage == WS_RECORD) {
+        sh->w_stage = WS_SHARDS;
+        lb_redis *c = sh->conn[0];
+        if (!(sh->record_ok && sh->record_conn == lb_redis_connect_count(c) &&
+              lb_redis_is_connected(c))) {
+            record_op *o = sh->w_record;
+            lb_redis_batch_free(&o->b);
+            record_op fresh = {{&record_vt, c, 0, NULL, 0, LB_REDIS_OK}, sh, sh->record,
+                               sh->recordlen, {0}, 0, NULL, NULL, 0};
+            *o = fresh;
+            lb_redis_batch_init(&o->b);
+            ops[0] = &o->op;
+            shard_of[0] = 0;
+            return sh->w_nlist = 1;
+        }
+    }
+    if (sh->w_stage == WS_SHARDS) {
+        sh->w_stage = WS_END;
+        for (size_t j = 0; j < sh->w_nshards; j++) {
+            ops[j] = sh->w_ops[j];
+            shard_of[j] = sh->w_list[j];
+        }
+        return sh->w_nlist = sh->w_nshards;
+    }
+    return 0;
+}
+
+lb_redis_status lb_sharded_wire_end(lb_sharded *sh)
+{
+    stage_over(sh);
+    record_op *o = sh->w_record;
+    if (o)
+        lb_redis_batch_free(&o->b);
+    if (sh->w_st == LB_REDIS_OK && sh->w_out)
+        for (size_t j = 0; j < sh->w_n; j++)
+            sh->w_out[j] = sh->gout[sh->pos[j]];
+    return sh->w_st;
 }

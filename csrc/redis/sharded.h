@@ -37,6 +37,7 @@
 #define LB_REDIS_SHARDED_H
 
 #include "bitmap.h"
+#include "op.h"
 #include "redisbloom.h"
 
 #define LB_SHARDED_MAX_SHARDS 1024
@@ -87,6 +88,31 @@ lb_redis_status lb_sharded_test(lb_sharded *sh, const lb_key *keys, size_t n,
                                       uint8_t *present);
 lb_redis_status lb_sharded_reset(lb_sharded *sh);
 lb_redis_status lb_sharded_bitcount(lb_sharded *sh, uint64_t *count);
+
+/* The asyncio transport's form of add, test (n keys) and reset (keys NULL):
+ * the same machines, run in stages, each stage's step machines (op.h) at
+ * once, each on its shard's client (op->conn, a wire client or a cluster
+ * client whose nodes are):
+ *
+ *     lb_sharded_wire_begin(sh, kind, keys, n, out)    LB_BITMAP_OP_* kinds
+ *     while ((k = lb_sharded_wire_stage(sh, ops, shard_of)) > 0)
+ *         run ops[0..k) to their end (op.h's lb_op_wire_*; ops[j] is on
+ *         shard shard_of[j]'s client, lb_sharded_conn)
+ *     st = lb_sharded_wire_end(sh)
+ *
+ * The first stage claims or checks the record when conn[0] has not (as the
+ * blocking calls do first); the next runs every shard concerned.  End: the
+ * status of the first shard (lowest index) that failed, its text on
+ * conn[0]; out filled in the keys' order.  keys and out live until the end.
+ * ops and shard_of hold LB_SHARDED_MAX_SHARDS entries. */
+lb_redis_status lb_sharded_wire_begin(lb_sharded *sh, int kind, const lb_key *keys, size_t n,
+                                      uint8_t *out);
+size_t lb_sharded_wire_stage(lb_sharded *sh, lb_op **ops, uint32_t *shard_of);
+lb_redis_status lb_sharded_wire_end(lb_sharded *sh);
+/* Shard i's client; replace it (the shard's bitmap or RedisBloom filter
+ * follows; the old one is freed, but conn[0], the caller's). */
+lb_redis *lb_sharded_conn(const lb_sharded *sh, uint32_t i);
+void lb_sharded_set_conn(lb_sharded *sh, uint32_t i, lb_redis *conn);
 
 /* The record at key: OK with *shards, *g and *layout (layout may be NULL),
  * NOTFOUND when there is none, MISMATCH when it is not a record this version

@@ -1,25 +1,36 @@
-/* wire.h: a client (client.h) whose connection is carried by a transport
+/* wire.h: a client (client.h) whose connections are carried by a transport
  * outside C (the asyncio one of ling_bloom.aio): a session (session.h) and
- * nothing else.  The transport connects, writes the requests it is given,
- * feeds every byte that arrives, and closes; the same handshake, reader,
- * bounds and error-reply rules as a node client's apply.  Its exec refuses
- * (it has no socket of its own).  One request at a time:
+ * the node client's rules (node.h), with no I/O.  Its exec refuses (it has
+ * no socket of its own); instead a round trip is a step machine the
+ * transport drives, the same round trip a node client's exec makes:
  *
- *     lb_wire_opened(r)              the transport connected
- *     lb_wire_handshake_due(r, &hb)  1: send AUTH/SELECT first (*hb), then
- *                                    lb_wire_handshake_done(r) checks them
- *                                    (0: none due, -1: out of memory)
- *     lb_wire_begin(r, &batch)       then send batch.buf[0..len)
- *     lb_wire_feed(r, bytes, n, &c)  with what arrives, until c == 1
- *     lb_wire_replies(r, flags, &rs) the replies, error replies turned into a
- *                                    status as lb_redis_exec does
- *     lb_wire_closed(r)              the transport dropped the connection
+ *     lb_wire_exec_begin(r, batch, flags)      as lb_redis_exec's arguments
+ *     while (lb_wire_exec_next(r, &step)) {
+ *         LB_WIRE_CONNECT  connect to step.cfg (host and port or unix path,
+ *                          TLS as it says, within its connect timeout), then
+ *                          lb_wire_exec_connected(r, status, text)
+ *         LB_WIRE_SEND     send step.req on that connection, hand every byte
+ *                          that arrives to lb_wire_exec_feed until it says
+ *                          complete (no byte for the operation timeout: a
+ *                          timeout), then lb_wire_exec_sent(r, status, text)
+ *         LB_WIRE_PAUSE    wait step.pause_ms
+ *     }
+ *     st = lb_wire_exec_end(r, &replies)      as lb_redis_exec's result
  *
- * Any failure of begin or feed (a protocol error, a reply past the bounds,
- * input nobody asked for) means the stream is out of step: the caller drops
- * the connection.  lb_redis_is_connected tells whether the transport's
- * connection is open (and was opened in this process); lb_redis_connect_count
- * counts lb_wire_opened calls. */
+ * The machine does what lb_node_exec does: a new connection's AUTH/SELECT;
+ * through the sentinels when the config names a service (each sentinel asked
+ * on a one-off connection, step.probe = 1: the transport closes it when
+ * lb_wire_is_open(r, 1) says so), ROLE checked, a few tries 200 ms apart
+ * during a failover; WAIT after writes (wait_replicas); an idempotent batch
+ * sent once more when a kept connection turns out dead before any reply byte
+ * (stale), or a demoted primary refuses it (-READONLY); a connection found
+ * out of step (input nobody asked for: lb_wire_out_of_step) never used again.
+ * A failure of a round trip drops the connection (lb_wire_is_open is then 0:
+ * the transport closes its socket); an error reply does not.
+ *
+ * lb_redis_is_connected tells whether the transport's connection is open
+ * (and was opened in this process); lb_redis_connect_count counts the
+ * connections opened. */
 #ifndef LB_REDIS_WIRE_H
 #define LB_REDIS_WIRE_H
 
@@ -35,12 +46,40 @@ lb_redis *lb_wire_new_cfg(const lb_redis_config *cfg);
 /* 1 when r is a wire client. */
 int lb_wire_is(const lb_redis *r);
 
-lb_redis_status lb_wire_opened(lb_redis *r);
+/* What the transport does next. */
+enum { LB_WIRE_OVER = 0, LB_WIRE_CONNECT, LB_WIRE_SEND, LB_WIRE_PAUSE };
+
+typedef struct {
+    int what;                    /* LB_WIRE_* */
+    int probe;                   /* 1: on the one-off connection to a sentinel */
+    int node;                    /* the caller's number for r (op.c: a cluster's node) */
+    const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
+    const lb_redis_batch *req;   /* SEND: the bytes to write */
+    int pause_ms;                /* PAUSE */
+} lb_wire_step;
+
+lb_redis_status lb_wire_exec_begin(lb_redis *r, const lb_redis_batch *b, int flags);
+/* 1 with *s the next step; 0 when the round trip is over. */
+int lb_wire_exec_next(lb_redis *r, lb_wire_step *s);
+/* The outcome of a CONNECT step: OK, or CONNECT / TIMEOUT with the text. */
+void lb_wire_exec_connected(lb_redis *r, lb_redis_status st, const char *text);
+/* Reply bytes of a SEND step: *complete = 1 once every reply is in.  A
+ * failure (a reply that does not fit: PROTOCOL) means the stream is out of
+ * step: report it with lb_wire_exec_sent(r, st, NULL). */
+lb_redis_status lb_wire_exec_feed(lb_redis *r, const void *data, size_t len, int *complete);
+/* The outcome of a SEND step: OK (every reply fed), IO or TIMEOUT with the
+ * text, or the feed's failure with text NULL. */
+void lb_wire_exec_sent(lb_redis *r, lb_redis_status st, const char *text);
+/* The round trip's status and replies, as lb_redis_exec gives them. */
+lb_redis_status lb_wire_exec_end(lb_redis *r, lb_reply ***replies);
+
+/* 1 when the connection (probe: the sentinel's) is open in this process. */
+int lb_wire_is_open(const lb_redis *r, int probe);
+/* The transport closed the connection between round trips: the server
+ * closed it (EOF), or input nobody asked for arrived on it (out of step: a
+ * batch that counted on that connection, LB_REDIS_KEPT_CONN, then fails as
+ * stale without sending, as lb_node_exec does). */
 void lb_wire_closed(lb_redis *r);
-int lb_wire_handshake_due(lb_redis *r, const lb_redis_batch **hb);
-lb_redis_status lb_wire_handshake_done(lb_redis *r);
-lb_redis_status lb_wire_begin(lb_redis *r, const lb_redis_batch *b);
-lb_redis_status lb_wire_feed(lb_redis *r, const void *data, size_t len, int *complete);
-lb_redis_status lb_wire_replies(lb_redis *r, int flags, lb_reply ***replies);
+void lb_wire_out_of_step(lb_redis *r);
 
 #endif
