@@ -12,10 +12,10 @@ the RedisBloom module loaded, created by ``redis-cli --cluster create``
 primary's replica take over within a few seconds.
 
 The slot of a key is computed as the cluster does (tests/support/cluster_tools.py), so
-that each test can put its filter on the node it wants.  What the client did on the wire is read from the servers:
-INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO commandstats the
-commands a replica served.  Also here: wait_replicas (WAIT after every write; on a single
-primary too) and the sharded RedisFilter (shards=N, redis_sharded.c).
+that each test can put its filter on the node it wants.  What the client did on the wire is
+read from the servers: INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO
+commandstats the commands a replica served.  Also here: wait_replicas (WAIT after every
+write; on a single primary too) and the sharded filters (shards=N, redis_sharded.c).
 """
 from __future__ import annotations
 
