@@ -271,7 +271,10 @@ def test_a_sentinel_that_answers_garbage(flavor, sentinels):
 
     def serve():
         for reply in replies:
-            conn, _ = srv.accept()
+            try:
+                conn, _ = srv.accept()
+            except OSError:  # closed by the test: it asked fewer times (it failed)
+                return
             with conn:
                 conn.recv(4096)
                 conn.sendall(reply)
