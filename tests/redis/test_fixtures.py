@@ -1,10 +1,12 @@
-"""The test fixtures' own promises (tests/support/redis_server.py)."""
+"""The test fixtures' own promises (tests/support/redis_server.py, tests/support/flavors.py)."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+
+import pytest
 
 from redis_server import _all_threads_stopped, stop_process
 
@@ -58,3 +60,65 @@ def test_no_folder_of_tests_passes_for_a_module():
         places = [] if spec is None else [*(spec.submodule_search_locations or []), spec.origin]
         assert not any(p and Path(p).resolve().is_relative_to(tests) for p in places), (
             folder, places)
+
+
+# ---- support/flavors.py: the SyncFacade the flavour-parametrized tests stand on ------------
+
+
+def test_the_sync_facade_is_the_async_filter_called_the_blocking_way(clean_redis):
+    import threading
+
+    import ling_bloom as lb
+    from flavors import Flavor
+
+    fl = Flavor("async")
+    f = fl.RedisFilter.from_url(clean_redis.url, "facade", 10_000, 0.01)
+    try:
+        assert repr(f).startswith("<AsyncRedisFilter key='facade'")
+        assert (f.key, f.capacity) == ("facade", 10_000)             # facts, forwarded
+        assert f.add("a") is True and f.add("a") is False and "a" in f and "b" not in f
+        # several threads at once: concurrent tasks on the facade's one loop
+        errors = []
+
+        def work(t):
+            try:
+                batch = [f"t{t}:{i}" for i in range(200)]
+                f.update(batch)
+                assert all(f.test_many(batch))
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        with pytest.raises(lb.GeometryMismatchError):                 # the async error, as is
+            fl.RedisFilter.from_url(clean_redis.url, "facade", 50, 0.2).add("x")
+        with pytest.raises(TypeError, match="keys must be an iterable"):
+            f.add_many("abc")
+        twin = fl.twin(f)
+        assert isinstance(twin, lb.RedisFilter) and set(twin.key_names()) == {
+            b"facade", b"{facade}:meta"}
+        with pytest.raises(AttributeError):
+            f.snapshot                                                # blocking only: loud
+    finally:
+        f.close()
+    assert not f._thread.is_alive()
+    with pytest.raises(lb.ClosedError):
+        f.add("a")
+    fl.close_all()
+
+
+def test_a_hung_async_call_fails_the_test_instead_of_hanging(silent_listener):
+    from flavors import SyncFacade
+    from ling_bloom.aio import AsyncRedisFilter
+
+    f = SyncFacade(AsyncRedisFilter.from_url(silent_listener.url + "?socket_timeout=60",
+                                             "k", 100, 0.01), timeout=0.5)
+    try:
+        with pytest.raises(AssertionError, match="async call hung"):
+            f.add("a")
+    finally:
+        f.close()

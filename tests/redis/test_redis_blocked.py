@@ -181,18 +181,29 @@ def test_what_it_refuses(clean_redis, raw_redis, kwargs, exc, match):
     assert raw_redis.command("DBSIZE") == 0  # nothing was written
 
 
-def test_shards_are_blocked_strings_each_a_blocked_filter(clean_redis, raw_redis):
+def frf(flavor, srv, key, *args, **kwargs):
+    """rf() of the flavour: the blocking RedisFilter, or the async one behind a SyncFacade."""
+    kwargs.setdefault("url", srv.url)
+    kwargs.setdefault("layout", "blocked")
+    return flavor.RedisFilter(key, *args, **kwargs)
+
+
+def test_shards_are_blocked_strings_each_a_blocked_filter(flavor, clean_redis, raw_redis):
     """shards=4: four blocked strings of the geometry BlockedFilter gives each one's share
     (n/S + 3 sqrt(n/S) keys), a version-2 record naming the layout, every key in the shard its
-    hash picks, and the rate of the whole."""
+    hash picks, and the rate of the whole.  For the blocking and the asyncio filter (the
+    `flavor` fixture); key_names, snapshot, load, bits_set and open() are the blocking
+    class's alone, asked of `s`, a blocking filter of the same key (f itself if blocking)."""
     n, shards = 20_000, 4
     per = n / shards
     ms, k = lb.BlockedFilter.geometry(math.ceil(per + 3 * math.sqrt(per)), 0.01)
     keys = [f"user:{i}" for i in range(n)]
-    with rf(clean_redis, "sb", n, 0.01, shards=shards) as f:
+    with frf(flavor, clean_redis, "sb", n, 0.01, shards=shards) as f:
+        s = flavor.twin(f)
         assert (f.shards, f.layout, f.hash, f.m, f.k, f.capacity) == (
             shards, "blocked", "xxh3-block", ms * shards, k, n)
-        assert repr(f) == f"<RedisFilter key='sb' shards=4 layout=blocked m={f.m} k={k}>"
+        assert repr(f) == (f"<{flavor.prefix}RedisFilter key='sb' shards=4 layout=blocked "
+                           f"m={f.m} k={k}>")
         assert f.add_many(["a", "a"]) == [True, False]
         f.update(keys)
         assert all(f.test_many(keys)) and "a" in f
@@ -200,7 +211,7 @@ def test_shards_are_blocked_strings_each_a_blocked_filter(clean_redis, raw_redis
         assert sum(f.test_many(negatives)) / n <= 0.013
         assert raw_redis.command("GET", "{sb}:shards") == (
             f"ling_bloom:v=2;shards=4;m={ms};k={k};hash=xxh3-block;layout=blocked".encode())
-        names = [x.decode() for x in f.key_names()]
+        names = [x.decode() for x in s.key_names()]
         assert names[0] == "{sb}:shards" and "{sb:3}" in names and "{sb:3}:meta" in names
         # Each shard is a blocked RedisFilter of its own (its meta key says so): its bytes are
         # a BlockedFilter's.  A key sits in the one shard its hash picks, so over the four a
@@ -221,33 +232,33 @@ def test_shards_are_blocked_strings_each_a_blocked_filter(clean_redis, raw_redis
         with pytest.raises(lb.GeometryMismatchError, match="stored layout=blocked"):
             RedisFilter("sb", url=clean_redis.url, layout="standard")
         with pytest.raises(lb.GeometryMismatchError, match="hash=xxh3-block layout=blocked"):
-            RedisFilter("sb", n, 0.01, url=clean_redis.url, shards=shards).add("x")
+            flavor.RedisFilter("sb", n, 0.01, url=clean_redis.url, shards=shards).add("x")
         with pytest.raises(lb.GeometryMismatchError, match="shards=4"):
-            rf(clean_redis, "sb", n, 0.01, shards=2).add("x")
-        for call in (f.snapshot, lambda: f.load(lb.BlockedFilter(m=f.m, k=k))):
+            frf(flavor, clean_redis, "sb", n, 0.01, shards=2).add("x")
+        for call in (s.snapshot, lambda: s.load(lb.BlockedFilter(m=f.m, k=k))):
             with pytest.raises(lb.NotSupportedError, match="sharded"):
                 call()
         f.reset()
-        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+        assert not any(f.test_many(keys[:1000])) and s.bits_set() == 0
     # A shard's key held by something else (a user's string): refused, nothing written.
     raw_redis.command("SET", "{sf:1}", "not a filter")
-    with rf(clean_redis, "sf", 1000, 0.01, shards=2) as f:
+    with frf(flavor, clean_redis, "sf", 1000, 0.01, shards=2) as f:
         with pytest.raises(lb.KeyNotOwnedError):
             f.update([f"k{i}" for i in range(50)])
     assert raw_redis.command("GET", "{sf:1}") == b"not a filter"
     # A standard sharded filter at the key refuses a blocked one the same way.
-    with RedisFilter("ss", n, 0.01, url=clean_redis.url, shards=2) as s:
+    with flavor.RedisFilter("ss", n, 0.01, url=clean_redis.url, shards=2) as s:
         s.add("x")
         with pytest.raises(lb.GeometryMismatchError, match="layout=blocked"):
-            rf(clean_redis, "ss", n, 0.01, shards=2).add("x")
+            frf(flavor, clean_redis, "ss", n, 0.01, shards=2).add("x")
 
 
 @pytest.mark.parametrize("m, k, shards, shard_m", [
     (3 * 4096, 16, 3, 4096),
     (1024, 8, 3, 512),  # m/S rounded up to whole blocks
 ])
-def test_shards_with_m_and_k(clean_redis, m, k, shards, shard_m):
-    with rf(clean_redis, "mk", m=m, k=k, shards=shards) as f:
+def test_shards_with_m_and_k(flavor, clean_redis, m, k, shards, shard_m):
+    with frf(flavor, clean_redis, "mk", m=m, k=k, shards=shards) as f:
         assert (f.m, f.k, f.shards) == (shard_m * shards, k, shards)
         f.update(["a", "b", "c"])
         assert f.test_many(["a", "b", "c"]) == [True, True, True]

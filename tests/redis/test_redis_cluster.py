@@ -1,84 +1,40 @@
-"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half).
+"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half), blocking and
+asyncio: a test that takes ``flavor`` runs once with RedisFilter / RedisBloomFilter and once
+with AsyncRedisFilter / AsyncRedisBloomFilter (tests/support/flavors.py), with the same
+assertions.  What only the blocking classes have (key_names, snapshot, card, info, dump,
+the CLI, a forked child) is asked of a blocking filter of the same key (``flavor.twin``)
+or stays a blocking test.  tests/redis/test_aio_cluster.py has what only asyncio has.
 
-One cluster for the module: 3 primaries with one replica each, every node on free ports
-of 127.0.0.1 with the RedisBloom module loaded, created by ``redis-cli --cluster create``
-(tests/support/redis_server.py, RedisClusterServers), stopped afterwards.  A node timeout
-of 1 s makes a killed primary's replica take over within a few seconds.
+The cluster is the session's (the `cluster` fixture of tests/conftest.py, flushed before
+each test): 3 primaries with one replica each, every node on free ports of 127.0.0.1 with
+the RedisBloom module loaded, created by ``redis-cli --cluster create``
+(tests/support/redis_server.py, RedisClusterServers).  A node timeout of 1 s makes a killed
+primary's replica take over within a few seconds.
 
-The slot of a key is computed here as the cluster does (CRC16/XMODEM, which is
-binascii.crc_hqx with 0, of the hash tag or the key), so that each test can put its
-filter on the node it wants.  What the client did on the wire is read from the servers:
-INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO commandstats the
-commands a replica served.  Also here: wait_replicas (WAIT after every write; on a single
-primary too) and the sharded RedisFilter (shards=N, redis_sharded.c).
+The slot of a key is computed as the cluster does (tests/support/cluster_tools.py), so
+that each test can put its filter on the node it wants.  What the client did on the wire is
+read from the servers: INFO errorstats counts the -MOVED and -ASK replies a node sent, INFO
+commandstats the commands a replica served.  Also here: wait_replicas (WAIT after every
+write; on a single primary too) and the sharded filters (shards=N, redis_sharded.c).
 """
 from __future__ import annotations
 
-import binascii
+import asyncio
 import threading
 import time
 
 import pytest
 
 import ling_bloom as lb
+from cluster_tools import errorstat, exists, key_slot, primaries, tag_on, url
 from hostile_server import HostileServer, array, bulk, integer
 from key_names import ALL_BYTES, bitmap_names, sharded_names
-from redis_server import (HOST, ClusterNode, RedisClusterServers, SilentListener,
-                          exit_code_in_forked_child, free_port)
+from redis_server import HOST, SilentListener, exit_code_in_forked_child, free_port
 
 pytestmark = pytest.mark.cluster
 
 
-def key_slot(key: bytes) -> int:
-    start = key.find(b"{")
-    if start >= 0:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1:end]
-    return binascii.crc_hqx(key, 0) % 16384
-
-
-@pytest.fixture(scope="module")
-def cluster(redisbloom_module):
-    with RedisClusterServers(3, 1, extra_args=["--loadmodule", redisbloom_module]) as cl:
-        yield cl
-
-
-def url(cluster, **opts) -> str:
-    q = {"socket_timeout": 5, "socket_connect_timeout": 1, **opts}
-    return cluster.url + "?" + "&".join(f"{k}={v}" for k, v in q.items())
-
-
-def tag_on(cluster, node: ClusterNode, prefix: str) -> str:
-    """A hash tag "{prefix:N}" whose slot node serves."""
-    owners = cluster._slot_owners(cluster.live()[0])
-    for i in range(100000):
-        tag = f"{prefix}:{i}"
-        s = key_slot(tag.encode())
-        if any(lo <= s <= hi and port == node.port for lo, hi, port in owners):
-            return "{" + tag + "}"
-    raise AssertionError("no tag found")
-
-
-def primaries(cluster):
-    return [n for n in cluster.live() if n.role() == "master"]
-
-
-def errorstat(node: ClusterNode, name: str) -> int:
-    with node.client() as c:
-        text = c.command("INFO", "errorstats").decode()
-    for line in text.split("\r\n"):
-        if line.startswith(f"errorstat_{name}:count="):
-            return int(line.split("=", 1)[1])
-    return 0
-
-
-def exists(node: ClusterNode, key: str) -> bool:
-    with node.client() as c:
-        return c.command("EXISTS", key) == 1
-
-
-def test_cluster_urls_are_checked():
+def test_cluster_urls_are_checked(flavor):
     for bad, msg in [
         ("redis+cluster://", "empty cluster node"),
         ("redis+cluster://h:0", "cluster node port"),
@@ -90,16 +46,16 @@ def test_cluster_urls_are_checked():
         ("redis://h:1?read_from_replicas=true", "redis\\+cluster://"),
     ]:
         with pytest.raises(ValueError, match=msg):
-            lb.RedisFilter.from_url(bad, "k", 100, 0.01)
+            flavor.RedisFilter.from_url(bad, "k", 100, 0.01)
     for kw in ({"host": "h"}, {"port": 1}, {"db": 2}):
         with pytest.raises(TypeError, match="cluster"):
-            lb.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
+            flavor.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
 
 
-def test_a_server_that_is_no_cluster_node(redis_server):
+def test_a_server_that_is_no_cluster_node(flavor, redis_server):
     u = f"redis+cluster://{HOST}:{redis_server.port}"
     with pytest.raises(lb.RedisResponseError, match="cluster"):
-        lb.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
+        flavor.RedisFilter.from_url(u, "k", 100, 0.01).add("a")
 
 
 def slot_map(kind: str, ports) -> bytes:
@@ -126,7 +82,7 @@ def slot_map(kind: str, ports) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["shards", "slots"])
-def test_a_refused_slot_map_adds_no_nodes(kind):
+def test_a_refused_slot_map_adds_no_nodes(flavor, kind):
     # A seed answers with a map naming 8 nodes that never answer, then a bad entry: the map is
     # refused whole, the error names it, and no call asks (or even connects to) those nodes.
     silent = [SilentListener() for _ in range(8)]
@@ -146,8 +102,8 @@ def test_a_refused_slot_map_adds_no_nodes(kind):
             for seeds in (f"{HOST}:{srv.port}", f"{HOST}:{srv.port},{HOST}:{free_port()}"):
                 u = (f"redis+cluster://{seeds}?socket_timeout=0.5&socket_connect_timeout=0.5"
                      "&cluster_retry_timeout=0.2")
-                for f in (lb.RedisFilter.from_url(u, "k", 100, 0.01),
-                          lb.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+                for f in (flavor.RedisFilter.from_url(u, "k", 100, 0.01),
+                          flavor.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
                     for call in (lambda: f.add("x"), lambda: f.test_many(["x", "y"]), f.reset):
                         with pytest.raises(lb.RedisProtocolError,
                                            match=f"{srv.port} answered CLUSTER {kind.upper()} "
@@ -162,48 +118,53 @@ def test_a_refused_slot_map_adds_no_nodes(kind):
             s.close()
 
 
-def test_every_operation_on_every_primary(cluster):
+def test_every_operation_on_every_primary(flavor, cluster):
+    # snapshot, bits_set, key_names, load, card, info, dump and restore are the blocking
+    # class's alone: asked of `s`, a blocking filter of the same key (f itself if blocking).
     keys = [f"user:{i}" for i in range(2000)]
     others = [f"other:{i}" for i in range(2000)]
     for node in primaries(cluster):
         tag = tag_on(cluster, node, "ops")
         bits_key, bf_key = f"{tag}:bits", f"{tag}:bf"
-        with lb.RedisFilter.from_url(url(cluster), bits_key, 5000, 0.01) as f:
+        with flavor.RedisFilter.from_url(url(cluster), bits_key, 5000, 0.01) as f:
+            s = flavor.twin(f)
             assert f.add("first") is True and f.add("first") is False and "first" in f
             f.update(keys)
             assert all(f.test_many(keys)) and f.add_many(["first", "new"]) == [False, True]
             # Bit for bit the filter a MemoryFilter of the same geometry builds.
             mem = lb.MemoryFilter(m=f.m, k=f.k, hash=f.hash)
             mem.update(["first", "new", *keys])
-            assert f.snapshot() == mem and f.bits_set() == mem.bits_set
+            assert s.snapshot() == mem and s.bits_set() == mem.bits_set
             assert sum(f.test_many(others)) == sum(mem.test_many(others))
-            for name in f.key_names():
+            for name in s.key_names():
                 assert exists(node, name.decode())   # on the node that serves the tag
             f.reset()
-            assert not any(f.test_many(keys)) and f.bits_set() == 0
-            f.load(mem)
+            assert not any(f.test_many(keys)) and s.bits_set() == 0
+            s.load(mem)
             assert all(f.test_many(keys))
-        with lb.RedisBloomFilter.from_url(url(cluster), bf_key, 5000, 0.01) as bf:
+        with flavor.RedisBloomFilter.from_url(url(cluster), bf_key, 5000, 0.01) as bf:
+            s = flavor.twin(bf)
             assert bf.add("first") is True and bf.add("first") is False and "first" in bf
             bf.update(keys)
-            assert all(bf.test_many(keys)) and bf.card() == 2001
-            assert bf.info().capacity == 5000
-            dump = bf.dump()
+            assert all(bf.test_many(keys)) and s.card() == 2001
+            assert s.info().capacity == 5000
+            dump = s.dump()
             bf.reset()
             assert not any(bf.test_many(keys))
-            bf.restore(dump, replace=True)
+            s.restore(dump, replace=True)
             assert all(bf.test_many(keys))
             assert exists(node, bf_key)
         # Keyless and single-key calls of other shapes route too.
         assert lb.RedisFilter.open(url(cluster), bits_key).m == mem.m
 
 
-def both_filters(cluster, node, prefix, capacity=5000, **opts):
-    """A RedisFilter and a RedisBloomFilter in one slot that node serves: (tag, slot, f, bf)."""
+def both_filters(flavor, cluster, node, prefix, capacity=5000, **opts):
+    """A RedisFilter and a RedisBloomFilter of the flavour in one slot that node serves:
+    (tag, slot, f, bf)."""
     tag = tag_on(cluster, node, prefix)
     u = url(cluster, **opts)
-    f = lb.RedisFilter.from_url(u, f"{tag}:bits", capacity, 0.01)
-    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", capacity, 0.01)
+    f = flavor.RedisFilter.from_url(u, f"{tag}:bits", capacity, 0.01)
+    bf = flavor.RedisBloomFilter.from_url(u, f"{tag}:bf", capacity, 0.01)
     return tag, key_slot(tag.encode()), f, bf
 
 
@@ -234,10 +195,10 @@ class Writer:
         self._thread.join(60)
 
 
-def test_moved_after_a_slot_migration(cluster):
+def test_moved_after_a_slot_migration(flavor, cluster):
     src = primaries(cluster)[0]
     dst = primaries(cluster)[1]
-    tag, slot, f, bf = both_filters(cluster, src, "moved")
+    tag, slot, f, bf = both_filters(flavor, cluster, src, "moved")
     before = [f"before:{i}" for i in range(500)]
     f.update(before)
     bf.update(before)
@@ -258,10 +219,10 @@ def test_moved_after_a_slot_migration(cluster):
     bf.close()
 
 
-def test_ask_while_a_slot_migrates(cluster):
+def test_ask_while_a_slot_migrates(flavor, cluster):
     src = primaries(cluster)[1]
     dst = primaries(cluster)[2]
-    tag, slot, f, bf = both_filters(cluster, src, "ask")
+    tag, slot, f, bf = both_filters(flavor, cluster, src, "ask")
     before = [f"before:{i}" for i in range(500)]
     f.update(before)
     bf.update(before)
@@ -279,17 +240,18 @@ def test_ask_while_a_slot_migrates(cluster):
     finally:
         cluster.end_migration(slot, dst)
     assert all(f.test_many(before + during)) and all(bf.test_many(before + during))
-    assert all(exists(dst, name.decode()) for name in f.key_names())   # bits and meta
+    assert all(exists(dst, name.decode())                               # bits and meta
+               for name in flavor.twin(f).key_names())
     f.close()
     bf.close()
 
 
-def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
+def test_adds_go_on_while_a_slot_migrates_key_by_key(flavor, cluster):
     """A writer thread adds to both filters while their slot moves to another primary one
     key at a time (the way redis-cli --cluster reshard does): every add succeeds, whether
     its keys answer from the old node, through -ASK from the new one, or after -MOVED."""
     src, dst = primaries(cluster)[2], primaries(cluster)[0]
-    tag, slot, f, bf = both_filters(cluster, src, "live", 50_000)
+    tag, slot, f, bf = both_filters(flavor, cluster, src, "live", 50_000)
     f.add("first")
     bf.add("first")
     w = Writer(f, bf, 50)
@@ -297,7 +259,7 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
     try:
         time.sleep(0.1)
         cluster.begin_migration(slot, src, dst)
-        for name in sorted(n.decode() for n in f.key_names()) + [f"{tag}:bf"]:
+        for name in sorted(n.decode() for n in flavor.twin(f).key_names()) + [f"{tag}:bf"]:
             time.sleep(0.05)
             cluster.move_keys(slot, src, dst, [name.encode()])
         time.sleep(0.05)
@@ -318,10 +280,10 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(cluster):
     bf.close()
 
 
-def test_a_hung_node_times_out_and_is_not_retried(cluster):
+def test_a_hung_node_times_out_and_is_not_retried(flavor, cluster):
     node = primaries(cluster)[0]
     tag = tag_on(cluster, node, "hung")
-    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), f"{tag}:bits", 1000, 0.01)
+    f = flavor.RedisFilter.from_url(url(cluster, socket_timeout=0.3), f"{tag}:bits", 1000, 0.01)
     f.add("a")
     node.pause()
     try:
@@ -337,6 +299,7 @@ def test_a_hung_node_times_out_and_is_not_retried(cluster):
 
 
 def test_a_forked_child_opens_its_own_connections(cluster):
+    # blocking only: test_aio.py has the asyncio filter's fork test
     node = primaries(cluster)[2]
     tag = tag_on(cluster, node, "fork")
     f = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
@@ -350,19 +313,29 @@ def test_a_forked_child_opens_its_own_connections(cluster):
     f.close()
 
 
-def test_the_asyncio_filters_refuse_a_cluster_url(cluster):
-    import asyncio
+def test_the_asyncio_filters_accept_a_cluster_url(cluster):
+    # A round trip of each async class on a redis+cluster:// URL, read back by the blocking
+    # classes: the same keys, the same bits.
+    tag = tag_on(cluster, primaries(cluster)[1], "aio")
 
     async def main():
-        with pytest.raises(lb.NotSupportedError, match="Cluster"):
-            f = lb.AsyncRedisFilter.from_url(cluster.url, "k", 100, 0.01)
-            await f.add("a")
+        async with lb.AsyncRedisFilter.from_url(url(cluster), f"{tag}:bits", 100, 0.01) as f:
+            assert await f.add("a") is True and await f.add("a") is False
+            assert await f.test_many(["a", "b"]) == [True, False]
+        async with lb.AsyncRedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 100,
+                                                     0.01) as bf:
+            assert await bf.add("a") is True and await bf.test("a") is True
+            assert await bf.test_many(["a", "b"]) == [True, False]
 
     asyncio.run(main())
+    with lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 100, 0.01) as f:
+        assert "a" in f and "b" not in f
+    with lb.RedisBloomFilter.from_url(url(cluster), f"{tag}:bf", 100, 0.01) as bf:
+        assert "a" in bf and bf.card() == 1
 
 
 @pytest.mark.slow
-def test_a_primary_killed_mid_batch(cluster):
+def test_a_primary_killed_mid_batch(flavor, cluster):
     """A writer adds batches while the primary of its slot is killed.  The cluster
     promotes the replica; the writer's next calls go there.
 
@@ -373,7 +346,8 @@ def test_a_primary_killed_mid_batch(cluster):
     acknowledged is lost, which is what this test checks, for every batch."""
     victim = primaries(cluster)[0]
     replica = cluster.replica_of(victim)
-    tag, _, f, bf = both_filters(cluster, victim, "kill", 100_000, cluster_retry_timeout=20,
+    tag, _, f, bf = both_filters(flavor, cluster, victim, "kill", 100_000,
+                                 cluster_retry_timeout=20,
                                  wait_replicas=1, wait_timeout=2)
     w = Writer(f, bf, 200)
     acked, errors = w.acked, w.errors
@@ -407,10 +381,13 @@ def test_a_primary_killed_mid_batch(cluster):
     bf.close()
 
 
-def test_reads_from_replicas_when_asked(cluster):
+def test_reads_from_replicas_when_asked(flavor, cluster):
     node = primaries(cluster)[1]
     replica = cluster.replica_of(node)
     tag = tag_on(cluster, node, "ro")
+    for srv in (node, replica):          # the counts of this test only (the cluster is shared)
+        with srv.client() as c:
+            c.command("CONFIG", "RESETSTAT")
 
     def reads(srv, name):
         with srv.client() as c:
@@ -421,8 +398,8 @@ def test_reads_from_replicas_when_asked(cluster):
         return 0
 
     u = url(cluster, read_from_replicas="true", wait_replicas=1)
-    f = lb.RedisFilter.from_url(u, f"{tag}:bits", 1000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(u, f"{tag}:bf", 1000, 0.01)
+    f = flavor.RedisFilter.from_url(u, f"{tag}:bits", 1000, 0.01)
+    bf = flavor.RedisBloomFilter.from_url(u, f"{tag}:bf", 1000, 0.01)
     keys = [f"k{i}" for i in range(100)]
     f.update(keys)          # writes go to the primary, and wait for the replica
     bf.update(keys)
@@ -431,38 +408,39 @@ def test_reads_from_replicas_when_asked(cluster):
     assert reads(replica, "bitfield_ro") > before[0] and reads(replica, "bf.mexists") > before[1]
     assert reads(node, "bitfield_ro") == 0
     # Without the option, reads stay on the primary.
-    g = lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
+    g = flavor.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01)
     n = reads(replica, "bitfield_ro")
     assert all(g.test_many(keys)) and reads(replica, "bitfield_ro") == n
     for x in (f, bf, g):
         x.close()
 
 
-def test_a_blocked_filter_on_a_cluster(cluster):
+def test_a_blocked_filter_on_a_cluster(flavor, cluster):
     """layout="blocked" through the slot's node: the answers and bytes of a BlockedFilter."""
     node = primaries(cluster)[2]
     tag = tag_on(cluster, node, "blk")
     keys = [f"user:{i}" for i in range(1000)]
-    with lb.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01, layout="blocked") as f:
+    with flavor.RedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01,
+                                     layout="blocked") as f:
         bf = lb.BlockedFilter(1000, 0.01)
         assert f.add_many(keys) == bf.add_many(keys)
         probe = keys + [f"absent:{i}" for i in range(1000)]
         assert f.test_many(probe) == bf.test_many(probe)
-        assert f.snapshot() == bf
-        for name in f.key_names():
+        assert flavor.twin(f).snapshot() == bf
+        for name in flavor.twin(f).key_names():
             assert exists(node, name.decode())
 
 
-def test_wait_replicas_on_one_server(bf_server_factory):
+def test_wait_replicas_on_one_server(flavor, bf_server_factory):
     """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
     acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
     primary = bf_server_factory(["--repl-diskless-sync-delay", "0"])  # a replica syncs at once
     alone = f"{primary.url}?wait_replicas=1&wait_timeout=0.2"
-    f = lb.RedisFilter.from_url(alone, "w:bits", 1000, 0.01)
+    f = flavor.RedisFilter.from_url(alone, "w:bits", 1000, 0.01)
     with pytest.raises(lb.RedisTimeoutError, match="only 0 of the 1 replicas"):
         f.add("a")
     assert "a" in f                         # done on the primary, not known to be replicated
-    bf = lb.RedisBloomFilter.from_url(alone, "w:bf", 1000, 0.01)
+    bf = flavor.RedisBloomFilter.from_url(alone, "w:bf", 1000, 0.01)
     with pytest.raises(lb.RedisTimeoutError, match="wait_replicas"):
         bf.update(["a", "b"])
     replica = bf_server_factory(["--replicaof", HOST, str(primary.port)])
@@ -477,41 +455,33 @@ def test_wait_replicas_on_one_server(bf_server_factory):
     f.close()
     bf.close()
     synced = f"{primary.url}?wait_replicas=1&wait_timeout=3"   # a first sync may take a moment
-    f = lb.RedisFilter.from_url(synced, "w:bits", 1000, 0.01)
-    bf = lb.RedisBloomFilter.from_url(synced, "w:bf", 1000, 0.01)
+    f = flavor.RedisFilter.from_url(synced, "w:bits", 1000, 0.01)
+    bf = flavor.RedisBloomFilter.from_url(synced, "w:bf", 1000, 0.01)
     assert f.add("b") is True and bf.add("c") is True   # now acknowledged by the replica
     with replica.client() as c:
         assert c.command("EXISTS", "w:bits") == 1 and c.command("BF.EXISTS", "w:bf", "c") == 1
     for x in (f, bf):
         x.close()
     with pytest.raises(ValueError, match="wait_timeout"):
-        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=1, wait_timeout=5,
-                       socket_timeout=1)
+        flavor.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=1, wait_timeout=5,
+                           socket_timeout=1)
     with pytest.raises(ValueError, match="wait_replicas"):
-        lb.RedisFilter.from_url(primary.url + "?wait_replicas=x", "k", 100, 0.01)
+        flavor.RedisFilter.from_url(primary.url + "?wait_replicas=x", "k", 100, 0.01)
     with pytest.raises(ValueError, match="wait_replicas"):
-        lb.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=-1)
-
-    import asyncio
-
-    async def main():
-        with pytest.raises(lb.NotSupportedError, match="WAIT"):
-            await lb.AsyncRedisFilter.from_url(alone, "k", 100, 0.01).add("a")
-
-    asyncio.run(main())
+        flavor.RedisFilter("k", 100, 0.01, url=primary.url, wait_replicas=-1)
 
 
-def test_from_redis_takes_a_redis_py_cluster_client(cluster):
+def test_from_redis_takes_a_redis_py_cluster_client(flavor, cluster):
     pytest.importorskip("redis")
     from redis.cluster import RedisCluster
 
     rc = RedisCluster(host=HOST, port=cluster.nodes[0].port, socket_timeout=5)
     try:
         tag = tag_on(cluster, primaries(cluster)[2], "rp")
-        with lb.RedisFilter.from_redis(rc, f"{tag}:bits", 1000, 0.01) as f:
+        with flavor.RedisFilter.from_redis(rc, f"{tag}:bits", 1000, 0.01) as f:
             f.update(["a", "b"])
             assert f.test_many(["a", "b", "zz"])[:2] == [True, True]
-        with lb.RedisBloomFilter.from_redis(rc, f"{tag}:bf", 1000, 0.01) as bf:
+        with flavor.RedisBloomFilter.from_redis(rc, f"{tag}:bf", 1000, 0.01) as bf:
             assert bf.add("a") is True
         # redis-py reads what the filters wrote, through its own slot map
         assert rc.exists(f"{tag}:bits") == 1
@@ -529,16 +499,19 @@ def test_from_redis_takes_a_redis_py_cluster_client(cluster):
         rc.close()
 
 
-def test_a_sharded_filter_spreads_over_the_primaries(cluster):
+def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
+    # key_names, approximate_count, snapshot, load, bits_set and open are the blocking
+    # class's alone: asked of `s`, a blocking filter of the same key (f itself if blocking).
     keys = [f"user:{i}" for i in range(20_000)]
-    with lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=6) as f:
+    with flavor.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=6) as f:
+        s = flavor.twin(f)
         assert f.shards == 6 and f.m % 6 == 0 and f.capacity == 20_000
         assert f.add_many(["a", "a"]) == [True, False]
         f.update(keys)
         assert all(f.test_many(keys)) and "a" in f
         negatives = [f"other:{i}" for i in range(20_000)]
         assert sum(f.test_many(negatives)) / len(negatives) <= 0.013   # the rate holds
-        names = [n.decode() for n in f.key_names()]
+        names = [n.decode() for n in s.key_names()]
         assert names[0] == "{sh:users}:shards" and "{sh:users:5}:meta" in names
         holders = set()
         for name in names[1:]:
@@ -546,21 +519,22 @@ def test_a_sharded_filter_spreads_over_the_primaries(cluster):
             assert exists(node, name)
             holders.add(node.port)
         assert len(holders) == 3                        # every primary holds shards
-        assert abs(f.approximate_count() - 20_001) < 1000
+        assert abs(s.approximate_count() - 20_001) < 1000
         # Another process opens it the same way, from the record.
         with lb.RedisFilter.open(url(cluster), "sh:users") as g:
             assert g.shards == 6 and g.m == f.m and all(g.test_many(keys[:100]))
         with pytest.raises(lb.GeometryMismatchError, match="shards=6"):
-            lb.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=4).add("x")
+            flavor.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01,
+                                        shards=4).add("x")
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            f.snapshot()
+            s.snapshot()
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            f.load(lb.MemoryFilter(m=f.m, k=f.k))
+            s.load(lb.MemoryFilter(m=f.m, k=f.k))
         f.reset()
-        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
+        assert not any(f.test_many(keys[:1000])) and s.bits_set() == 0
     # A key with braces gets hashed tags; a shard key held by someone else is refused.
-    with lb.RedisFilter.from_url(url(cluster), "{x}y", 1000, 0.01, shards=2) as f:
-        tagged = [n.decode() for n in f.key_names()]
+    with flavor.RedisFilter.from_url(url(cluster), "{x}y", 1000, 0.01, shards=2) as f:
+        tagged = [n.decode() for n in flavor.twin(f).key_names()]
         assert all(len(n.split("}")[0]) == 1 + 16 + 2 for n in tagged[1:])
         shard1 = tagged[1].replace(":meta", "")
         node = cluster.node_for_slot(key_slot(shard1.encode()))
@@ -573,17 +547,20 @@ def test_a_sharded_filter_spreads_over_the_primaries(cluster):
     with cluster.node_for_slot(key_slot(rec.encode())).client() as c:
         c.command("HSET", rec, "a", "b")
     with pytest.raises(lb.WrongTypeError, match=r"^WRONGTYPE .* \(key '\{sh:wrong\}:shards'\)"):
-        lb.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
+        flavor.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
 
 
-def test_a_sharded_redisbloom_filter(cluster):
+def test_a_sharded_redisbloom_filter(flavor, cluster):
+    # card, info, dump, reserve and restore are the blocking class's alone: asked of `s`,
+    # a blocking filter of the same key (bf itself if blocking).
     keys = [f"user:{i}" for i in range(6000)]
-    with lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=3) as bf:
+    with flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=3) as bf:
+        s = flavor.twin(bf)
         assert bf.shards == 3 and bf.capacity == 6000 and "shards=3" in repr(bf)
         assert bf.add_many(["a", "a"]) == [True, False]
         bf.update(keys)
         assert all(bf.test_many(keys)) and "a" in bf
-        assert abs(bf.card() - 6001) < 30                       # BF.CARD summed
+        assert abs(s.card() - 6001) < 30                        # BF.CARD summed
         negatives = [f"other:{i}" for i in range(6000)]
         assert sum(bf.test_many(negatives)) / len(negatives) <= 0.015
         holders = set()
@@ -596,36 +573,38 @@ def test_a_sharded_redisbloom_filter(cluster):
             assert info == [2000 + 135]                         # n/S + 3 sqrt(n/S)
             holders.add(node.port)
         assert len(holders) > 1
-        for method in (bf.info, bf.dump, bf.reserve):
+        for method in (s.info, s.dump, s.reserve):
             with pytest.raises(lb.NotSupportedError, match="sharded"):
                 method()
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            bf.restore([])
+            s.restore([])
         with pytest.raises(lb.GeometryMismatchError, match="shards=3"):
-            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=2).add("x")
+            flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01,
+                                             shards=2).add("x")
         with pytest.raises(lb.GeometryMismatchError, match="capacity=2135"):  # per shard
-            lb.RedisBloomFilter.from_url(url(cluster), "sh:bf", 9000, 0.01, shards=3).add("x")
+            flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 9000, 0.01,
+                                             shards=3).add("x")
         bf.reset()
-        assert not any(bf.test_many(keys[:500])) and bf.card() == 0
+        assert not any(bf.test_many(keys[:500])) and s.card() == 0
     for kw, msg in (({"non_scaling": True}, "non_scaling"), ({"no_create": True}, "no_create"),
                     ({"ttl": 5}, "ttl")):
         with pytest.raises(lb.NotSupportedError, match=msg):
-            lb.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
+            flavor.RedisBloomFilter("k", 100, 0.01, url=cluster.url, shards=2, **kw)
 
 
-def test_keys_with_nul_and_brace_bytes_on_a_cluster(cluster):
+def test_keys_with_nul_and_brace_bytes_on_a_cluster(flavor, cluster):
     # Every name is built from all the bytes of the key (a NUL too) and lands in its slot.
     redis = pytest.importorskip("redis")
     items = [f"item:{i}" for i in range(300)]  # every shard gets some
     want, filters = set(), []
     for k in (b"nul:a", b"nul:a\x00b", b"nul:a\x00c", ALL_BYTES + b"nul:a", b"{nul:a\x00}"):
-        filters.append(lb.RedisFilter.from_url(url(cluster), k, 3000, 0.01))
+        filters.append(flavor.RedisFilter.from_url(url(cluster), k, 3000, 0.01))
         want |= bitmap_names(k)
-        filters.append(lb.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3,
-                                               layout="blocked"))
+        filters.append(flavor.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01,
+                                                   shards=3, layout="blocked"))
         want |= sharded_names(k + b":sh", 3)
-        filters.append(lb.RedisBloomFilter.from_url(url(cluster), k + b":bf", 3000, 0.01,
-                                                    shards=3))
+        filters.append(flavor.RedisBloomFilter.from_url(url(cluster), k + b":bf", 3000, 0.01,
+                                                        shards=3))
         want |= sharded_names(k + b":bf", 3, redisbloom=True)
     try:
         for f in filters:
@@ -647,49 +626,49 @@ def test_keys_with_nul_and_brace_bytes_on_a_cluster(cluster):
             f.close()
 
 
-def test_sharded_filter_arguments():
+def test_sharded_filter_arguments(flavor):
+    # The async flavour: the asyncio filters take shards=N as the blocking ones do.
     for bad, exc in [(0, ValueError), (1025, ValueError), (True, TypeError), ("2", TypeError)]:
         with pytest.raises(exc, match="shards"):
-            lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=bad)
+            flavor.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=bad)
     with pytest.raises(lb.NotSupportedError, match="ttl"):
-        lb.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2, ttl=10)
-    f = lb.RedisFilter("k", m=1000, k=3, url="redis://127.0.0.1:1", shards=3)
+        flavor.RedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2, ttl=10)
+    f = flavor.RedisFilter("k", m=1000, k=3, url="redis://127.0.0.1:1", shards=3)
     assert f.shards == 3 and f.m == 1002 and f.nbytes == 3 * 42
     assert "shards=3" in repr(f)
-    with pytest.raises(lb.NotSupportedError, match="sharded"):
-        lb.AsyncRedisFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
-    with pytest.raises(lb.NotSupportedError, match="sharded"):
-        lb.AsyncRedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    bf = flavor.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=2)
+    assert bf.shards == 2 and "shards=2" in repr(bf)
     with pytest.raises(ValueError, match="shards"):
-        lb.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=0)
+        flavor.RedisBloomFilter("k", 100, 0.01, url="redis://127.0.0.1:1", shards=0)
 
 
-def test_a_sharded_blocked_filter_spreads_over_the_primaries(cluster):
+def test_a_sharded_blocked_filter_spreads_over_the_primaries(flavor, cluster):
     keys = [f"user:{i}" for i in range(20_000)]
-    with lb.RedisFilter.from_url(url(cluster), "shb:users", 20_000, 0.01, shards=6,
-                                 layout="blocked") as f:
+    with flavor.RedisFilter.from_url(url(cluster), "shb:users", 20_000, 0.01, shards=6,
+                                     layout="blocked") as f:
         assert (f.shards, f.layout, f.m % (6 * 512), f.k % 8) == (6, "blocked", 0, 0)
         f.update(keys)
         assert all(f.test_many(keys))
         negatives = [f"other:{i}" for i in range(20_000)]
         assert sum(f.test_many(negatives)) / len(negatives) <= 0.013
-        holders = {cluster.node_for_slot(key_slot(n)).port for n in f.key_names()[1:]}
+        holders = {cluster.node_for_slot(key_slot(n)).port
+                   for n in flavor.twin(f).key_names()[1:]}
         assert len(holders) == 3
         with lb.RedisFilter.open(url(cluster), "shb:users") as g:
             assert (g.layout, g.shards, g.m) == ("blocked", 6, f.m)
             assert all(g.test_many(keys[:100]))
 
 
-def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
+def test_a_sharded_filter_on_one_server_and_a_hung_shard(flavor, cluster, redis_server):
     # Without a cluster the shards share the server: the same filter, other connections.
-    with lb.RedisFilter.from_url(redis_server.url, "sh:one", 1000, 0.01, shards=3) as f:
+    with flavor.RedisFilter.from_url(redis_server.url, "sh:one", 1000, 0.01, shards=3) as f:
         f.update(["a", "b", "c"])
         assert f.test_many(["a", "b", "c"]) == [True, True, True]
     # A node that hangs: the batch raises the timeout (naming the node); the shards on the
     # other nodes did their part; after it resumes everything answers.
     node = primaries(cluster)[1]
-    f = lb.RedisFilter.from_url(url(cluster, socket_timeout=0.3), "sh:hung", 3000, 0.01,
-                                shards=6)
+    f = flavor.RedisFilter.from_url(url(cluster, socket_timeout=0.3), "sh:hung", 3000, 0.01,
+                                    shards=6)
     keys = [f"k{i}" for i in range(300)]
     f.update(keys)
     node.pause()
@@ -700,15 +679,17 @@ def test_a_sharded_filter_on_one_server_and_a_hung_shard(cluster, redis_server):
         node.resume()
     cluster.wait_ok()
     assert all(f.test_many(keys))
+    if not flavor.is_async:  # a forked child: the blocking filter's (test_aio.py: the async one)
 
-    def child():
-        return f.add("from the child") and all(f.test_many(keys[:10]))
+        def child():
+            return f.add("from the child") and all(f.test_many(keys[:10]))
 
-    assert exit_code_in_forked_child(child) == 0 and "from the child" in f
+        assert exit_code_in_forked_child(child) == 0 and "from the child" in f
     f.close()
 
 
 def test_the_command_line_inspects_filters_on_a_cluster(cluster):
+    # blocking only: the command line
     import subprocess
     import sys
 

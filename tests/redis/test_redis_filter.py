@@ -188,16 +188,26 @@ def redis_py(clean_redis):
     client.close()
 
 
+def frf(flavor, srv, key, *args, **kwargs):
+    """rf() of the flavour: the blocking RedisFilter, or the async one behind a SyncFacade."""
+    return flavor.RedisFilter(key, *args, host=srv.host, port=srv.port, **kwargs)
+
+
+# These run for the blocking and the asyncio filter (the `flavor` fixture); key_names() is
+# the blocking class's alone, asked of flavor.twin(f).
+
 @pytest.mark.parametrize("shards", [1, 3])
 @pytest.mark.parametrize("layout", ["standard", "blocked"])
-def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, redis_py, shards, layout):
+def test_keys_with_a_nul_byte_are_distinct_filters(flavor, clean_redis, redis_py, shards,
+                                                   layout):
     kw = {"shards": shards} if shards > 1 else {}
     items = [f"item:{i}" for i in range(300)]  # every shard gets some
 
     def names(key):
         return sharded_names(key, shards) if shards > 1 else bitmap_names(key)
 
-    fs = {key: rf(clean_redis, key, 3000, 0.01, layout=layout, **kw) for key in NUL_KEYS}
+    fs = {key: frf(flavor, clean_redis, key, 3000, 0.01, layout=layout, **kw)
+          for key in NUL_KEYS}
     try:
         fs[b"a\x00b"].update(items)
         assert server_keys(redis_py) == names(b"a\x00b")   # exactly its names, nothing stray
@@ -210,7 +220,7 @@ def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, redis_py, shards
         assert not any(fs[b"a"].test_many(items)) and all(fs[b"a"].test_many(others))
         assert server_keys(redis_py) == names(b"a") | names(b"a\x00b") | names(b"a\x00c")
         for key, f in fs.items():
-            assert set(f.key_names()) == names(key)
+            assert set(flavor.twin(f).key_names()) == names(key)
         fs[b"a"].reset()                                 # a reset empties its own keys only
         assert fs[b"a\x00b"].test_many(items) == [True] * len(items)
     finally:
@@ -218,12 +228,13 @@ def test_keys_with_a_nul_byte_are_distinct_filters(clean_redis, redis_py, shards
             f.close()
 
 
-def test_open_reads_the_sharded_record_of_the_whole_key(clean_redis, redis_py):
-    with rf(clean_redis, b"a", 1000, 0.01, shards=2) as f:
+def test_open_reads_the_sharded_record_of_the_whole_key(flavor, clean_redis, redis_py):
+    # written by the flavour's filter, opened by the blocking class (open() is its alone)
+    with frf(flavor, clean_redis, b"a", 1000, 0.01, shards=2) as f:
         f.add("x")
     with pytest.raises(lb.FilterNotFoundError):
         RedisFilter.open(clean_redis.url, b"a\x00b")    # b"a"'s record is not its own
-    with rf(clean_redis, b"a\x00b", 1000, 0.01, shards=3, layout="blocked") as f:
+    with frf(flavor, clean_redis, b"a\x00b", 1000, 0.01, shards=3, layout="blocked") as f:
         f.add("x")
     with RedisFilter.open(clean_redis.url, b"a\x00b") as g:
         assert (g.shards, g.layout) == (3, "blocked") and "x" in g
@@ -235,13 +246,13 @@ def test_open_reads_the_sharded_record_of_the_whole_key(clean_redis, redis_py):
                                  b"x{\x00}y", b"}\x00{"],
                          ids=["all", "reversed", "nul", "nul-tag", "tag-of-nul", "close-open"])
 @pytest.mark.parametrize("shards", [1, 2])
-def test_every_byte_of_a_key_round_trips(clean_redis, redis_py, key, shards):
+def test_every_byte_of_a_key_round_trips(flavor, clean_redis, redis_py, key, shards):
     kw = {"shards": shards} if shards > 1 else {}
     want = sharded_names(key, shards) if shards > 1 else bitmap_names(key)
-    with rf(clean_redis, key, 1000, 0.01, **kw) as f:
+    with frf(flavor, clean_redis, key, 1000, 0.01, **kw) as f:
         assert f.key == key
         f.update([f"item:{i}" for i in range(50)])
-        assert server_keys(redis_py) == want and set(f.key_names()) == want
+        assert server_keys(redis_py) == want and set(flavor.twin(f).key_names()) == want
     with RedisFilter.open(clean_redis.url, key) as g:
         assert g.key == key and g.shards == shards and "item:7" in g
 
