@@ -517,7 +517,7 @@ class AsyncRedisFilter(_AsyncRedis):
 
     _sync = RedisFilter
     _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes",
-              "layout")
+              "layout", "shards")
 
 
 class AsyncRedisBloomFilter(_AsyncRedis):
@@ -530,4 +530,4 @@ class AsyncRedisBloomFilter(_AsyncRedis):
 
     _sync = RedisBloomFilter
     _facts = ("key", "capacity", "error_rate", "expansion", "non_scaling", "no_create", "ttl",
-              "chunk_size")
+              "chunk_size", "shards")

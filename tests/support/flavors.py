@@ -74,6 +74,8 @@ class SyncFacade:
         try:
             return fut.result(timeout=self._timeout)
         except concurrent.futures.TimeoutError:
+            if fut.done():
+                raise  # the call's own error (RedisTimeoutError is a TimeoutError too)
             fut.cancel()
             raise AssertionError(f"async call hung (no answer within {self._timeout:.0f} s)")
 
