@@ -9,10 +9,10 @@ same keys, each on its own Redis key, on one event loop:
 
 - AsyncRedisFilter (one BITFIELD per key; the C core builds the requests and checks the
   replies, asyncio carries the bytes);
-- redis.asyncio doing the same job the seeds' way: the bit indices are computed beforehand
-  with ling_bloom.indices (NOT timed: only the Redis part is), then a non-transactional
-  pipeline of one BITFIELD per key is built, executed, and its replies folded into one
-  bool per key (timed).
+- redis.asyncio doing the same job by hand, as a Bloom filter written over redis-py does:
+  the bit indices are computed in Python beforehand with ling_bloom.indices (NOT timed:
+  only the Redis part is), then a non-transactional pipeline of one BITFIELD per key is
+  built, executed, and its replies folded into one bool per key (timed).
 
 Rows: single add/test awaited one after another; batches of 100 and 10,000 keys; and 200
 concurrent tasks each testing one key (asyncio.gather), both clients with 4 connections.
