@@ -54,6 +54,8 @@ from typing import Awaitable, Callable, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))  # redis_server.py: the server helper
+# bench_cluster.py, a neighbour (not on sys.path when Python runs with PYTHONSAFEPATH=1)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import ling_bloom as lb  # noqa: E402
 from bench_cluster import shard_of  # noqa: E402  (ling_bloom's shard pick, in Python)
