@@ -8,8 +8,9 @@ the end.  The same filter geometry (capacity 1,000,000, error_rate 0.01: m = 9,5
 k = 7) and the same keys are used by every contender, each on its own Redis key:
 
 - RedisFilter, mode="bitfield" (one BITFIELD per key) and mode="setbit" (k SETBIT/GETBIT);
-- redis-py (with its hiredis parser when installed) doing the same job the seeds' way: the bit
-  indices are computed beforehand with ling_bloom.indices (NOT timed: only the Redis part is),
+- redis-py (with its hiredis parser when installed) doing the same job by hand, as a Bloom
+  filter written over redis-py does: the bit indices are computed in Python beforehand with
+  ling_bloom.indices (NOT timed: only the Redis part is),
   then a non-transactional pipeline of SETBIT/GETBIT -- or of BITFIELD -- is built, executed,
   and its replies folded into one bool per key (timed);
 - the server's limit for the same command stream: `redis-cli --pipe` (a C client that writes

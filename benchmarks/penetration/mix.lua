@@ -1,5 +1,6 @@
 -- wrk script: GET /products/<id> for a mix of ids that exist (1..rows) and random ids that
--- do not (rows+1 .. rows+10^9, the seeds' attack: random ids that bypass the cache).
+-- do not (rows+1 .. rows+10^9, the attack of published cache-penetration write-ups: random
+-- ids that bypass the cache).
 -- wrk ... -s mix.lua URL -- ROWS EXIST_RATIO SEED
 -- Prints one line "WRKJSON {...}" with counts, statuses and latency percentiles (us).
 

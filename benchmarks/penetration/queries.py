@@ -5,7 +5,8 @@
   heavy  a product page: the product row with an aggregate over its reviews, on a column
          with no index, so every lookup, found or not, scans the reviews table (the
          aggregate is computed before the product is joined).  The database does
-         milliseconds of work per request and saturates, as in the seeds.
+         milliseconds of work per request and saturates, as in published cache-penetration
+         write-ups.
 
 Each is one statement (one transaction: the app runs in autocommit), with %(id)s the id.
 """

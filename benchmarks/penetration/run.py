@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The seeds' cache-penetration benchmark, reproduced on one machine.
+"""A cache-penetration benchmark as published write-ups run it (a web service, a cache,
+a database and random ids that do not exist), reproduced on one machine.
 
     python benchmarks/penetration/run.py            # about 3-4 minutes
 
@@ -10,7 +11,8 @@ from PostgreSQL with Redis as its cache, in two workloads (queries.py):
                 per lookup, so the Python app is the bottleneck
   heavy         a product page: the row with an aggregate over a reviews table on a column
                 with no index, so every lookup, found or not, scans the table; the
-                database does milliseconds of work per lookup and saturates, as in the seeds
+                database does milliseconds of work per lookup and saturates, as in
+                published cache-penetration write-ups
 
 wrk sends a mix of ids that exist and random ids that do not (mix.lua), once per workload
 and variant:
@@ -460,7 +462,7 @@ LABELS = {
 WORKLOAD_LABELS = {
     "cheap": "cheap: a primary-key lookup, so the Python app is the bottleneck",
     "heavy": "heavy: an unindexed aggregate per lookup, so the database saturates, as in "
-             "the seeds",
+             "published cache-penetration write-ups",
 }
 
 
@@ -537,7 +539,7 @@ def report(results: List[Dict[str, Any]], args: argparse.Namespace, info: Dict[s
   and with no protection every random id costs a full scan.  The table is sized
   (`--reviews`) so that one lookup costs the database several milliseconds of CPU on this
   machine and the unprotected variant saturates it."""
-    return f"""# Cache penetration: the seeds' benchmark on one machine
+    return f"""# Cache penetration: the published scenario on one machine
 
 Command: `{command}`
 
@@ -567,8 +569,8 @@ Load: wrk, {args.wrk_threads} thread(s), {args.connections} connections, {args.d
 workload and variant; `GET /products/<id>` with {args.exist_ratio:.0%} ids of existing
 products (uniform over {args.rows:,} rows, so most are cache misses in a run this short) and
 {1 - args.exist_ratio:.0%} random ids that do not exist (from a range of 10⁹, so they almost
-never repeat: the seeds' attack of random ids that bypass the cache).  Filters sized for
-{2 * args.rows:,} keys at error_rate {args.error_rate}.
+never repeat: the attack of published cache-penetration write-ups, random ids that bypass
+the cache).  Filters sized for {2 * args.rows:,} keys at error_rate {args.error_rate}.
 
 Columns: *vs none* is against no protection in the same workload; *DB queries* are
 PostgreSQL transactions in the benchmark's database during the run
@@ -592,13 +594,13 @@ Variants (one code path, `ling_bloom.guard.Guard`, configured four ways; see `ap
 - **guard + RedisFilter**: one Redis bitmap shared by every worker, filled by `warmup()`
   from a database cursor before the server starts; a rejection costs one Redis round trip.
 
-What the seeds report, for comparison (their cluster: 3 Redis nodes, MySQL primary/replica
-16 cores, 4 Go service replicas): no protection 1,200 req/s at 98% database CPU;
-null-value caching 5,800 req/s at 35%; Bloom filter 23,000 req/s with the database under
-3%; elsewhere 2,470 → 13,832 req/s (5.6×).  Here everything shares {ncpu} cores and the
+What published cache-penetration write-ups report, for comparison (one cluster: 3 Redis
+nodes, MySQL primary/replica 16 cores, 4 Go service replicas): no protection 1,200 req/s
+at 98% database CPU; null-value caching 5,800 req/s at 35%; Bloom filter 23,000 req/s with
+the database under 3%; another: 2,470 → 13,832 req/s (5.6×).  Here everything shares {ncpu} cores and the
 load generator and the Python app compete with the database for them, so the absolute
 numbers are far smaller.  In the cheap workload the database is never the bottleneck, so
-the filter can only save the app's round trips; the heavy workload is the seeds' scenario,
+the filter can only save the app's round trips; the heavy workload is their scenario,
 a database saturated by lookups.  In both, the guarded variants' database work is what is
 left once the unknown ids are rejected: the existing ids' cache misses ({args.exist_ratio:.0%}
 of the requests here, nearly all of them misses, which bounds the gain at about
