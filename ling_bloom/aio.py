@@ -95,6 +95,7 @@ class _Wire(asyncio.Protocol):
         self.feed: Any = None
         self.on_idle_loss: Any = None
         self.waiter: Optional["asyncio.Future[int]"] = None
+        self.timer: Optional[asyncio.TimerHandle] = None
         self.received = 0
         self.stray = False   # input nobody asked for, EOF or loss: never send on it again
         self.pid = os.getpid()
@@ -115,6 +116,25 @@ class _Wire(asyncio.Protocol):
             w.set_result(_FEED_FAILED)
         elif got:
             w.set_result(_OK)
+
+    def watch(self, timeout: float) -> "_Timer":
+        """A timer that ends the round trip waiting here with _TIMEOUT once no byte came for
+        timeout seconds (one of inactivity: each byte that arrives starts it again)."""
+        seen = self.received
+
+        def tick() -> None:
+            nonlocal seen
+            w = self.waiter
+            if w is None or w.done():
+                return
+            if self.received == seen:
+                w.set_result(_TIMEOUT)
+            else:
+                seen = self.received
+                self.timer = self.loop.call_later(timeout, tick)
+
+        self.timer = self.loop.call_later(timeout, tick)
+        return _Timer(self)
 
     def eof_received(self) -> bool:
         self._lost(None)
@@ -150,6 +170,19 @@ class _Wire(asyncio.Protocol):
             sock = getattr(self.transport, "_sock", None)
             if sock is not None:
                 sock.close()
+
+
+class _Timer:
+    """Cancels whichever timer a watch armed last."""
+
+    def __init__(self, wire: "_Wire"):
+        self.wire = wire
+
+    def cancel(self) -> None:
+        t = self.wire.timer
+        if t is not None:
+            t.cancel()
+            self.wire.timer = None
 
 
 class _Broken(Exception):
@@ -238,6 +271,10 @@ class _AsyncRedis:
         self._waiters: "List[asyncio.Future[_Slot]]" = []
         self._closed = False
         self._ssl: Optional[ssl.SSLContext] = None
+        # single calls waiting for a connection, by kind, to go as one batch
+        self._queued: Dict[int, List[Tuple[Any, "asyncio.Future[bool]"]]] = {_ADD: [], _TEST: []}
+        self._qloop: Optional[asyncio.AbstractEventLoop] = None
+        self._flushers: "set[asyncio.Task[None]]" = set()  # held: a task nobody holds may go
 
     # -- construction, as RedisFilter
     @classmethod
@@ -276,10 +313,10 @@ class _AsyncRedis:
 
     # -- operations
     async def add(self, key: Any) -> bool:
-        return (await self._run(_ADD, [key]))[0]
+        return await self._one(_ADD, key)
 
     async def test(self, key: Any) -> bool:
-        return (await self._run(_TEST, [key]))[0]
+        return await self._one(_TEST, key)
 
     async def add_many(self, keys: Iterable[Any]) -> List[bool]:
         return await self._batch(_ADD, keys)
@@ -348,6 +385,67 @@ class _AsyncRedis:
                 return
         self._idle.append(slot)
 
+    # -- single calls: one round trip each, or together when every connection is busy
+    _coalesce: Tuple[int, ...] = (_ADD, _TEST)   # the kinds whose single calls may share one
+
+    async def _one(self, kind: int, key: Any) -> bool:
+        if self._idle or len(self._slots) < self._max or self._closed \
+                or kind not in self._coalesce:
+            return (await self._run(kind, [key]))[0]
+        # Every connection is busy: the call joins the next batch of single calls of its
+        # kind, which takes a connection as any call does and answers each of them (a bad
+        # key fails only its own call, before anything is queued).
+        self._slots[0].f._wire_check([key])
+        loop = asyncio.get_running_loop()
+        if self._qloop is not loop:  # calls queued on another (closed) loop are gone
+            self._queued = {k: [] for k in self._queued}
+            self._qloop = loop
+        fut: "asyncio.Future[bool]" = loop.create_future()
+        queue = self._queued[kind]
+        queue.append((key, fut))
+        if len(queue) == 1:
+            self._flush_later(kind)
+        return await fut  # cancelled: this call's wait only; the batch goes on
+
+    def _flush_later(self, kind: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush(kind))
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _flush(self, kind: int) -> None:
+        """Send the queued single calls of kind as one batch (up to chunk_size of them) on
+        the next free connection, and answer each; the rest wait for the next one."""
+        batch: List[Tuple[Any, "asyncio.Future[bool]"]] = []
+        try:
+            slot = await self._take()
+            try:
+                queue = self._queued[kind]
+                batch, self._queued[kind] = queue[:self._chunk], queue[self._chunk:]
+                if self._queued[kind]:
+                    self._flush_later(kind)
+                batch = [(k, fut) for k, fut in batch if not fut.done()]  # cancelled: not sent
+                results = await self._on(slot, kind, [k for k, _ in batch]) if batch else []
+            finally:
+                self._give(slot)
+        except BaseException as e:
+            # the filter closed, the batch failed, or the loop is going away: every call
+            # of the batch (or of the queue, when none was taken) ends with it
+            if not batch:
+                batch, self._queued[kind] = self._queued[kind], []
+            for _, fut in batch:
+                if fut.done():
+                    continue
+                if isinstance(e, Exception):
+                    fut.set_exception(e)
+                else:
+                    fut.cancel()
+            if not isinstance(e, Exception):
+                raise
+            return
+        for (_, fut), r in zip(batch, results):
+            if not fut.done():
+                fut.set_result(r)
+
     # -- one operation: steps from the core, carried here
     async def _batch(self, kind: int, keys: Iterable[Any]) -> List[bool]:
         if not isinstance(keys, (list, tuple)):
@@ -412,12 +510,12 @@ class _AsyncRedis:
                     return
                 key = (step[1], step[2], step[3])
                 if what == _CONNECT:
-                    await self._connect(slot, lane, key, step[4], step[5], step[6], step[7],
-                                        step[8])
+                    kept = await self._connect(slot, lane, key, step[4], step[5], step[6],
+                                               step[7], step[8])
                 else:
-                    await self._send(slot, lane, key, step[4], step[5])
-                if key in slot.wires and not f._wire_open(*key):
-                    slot.drop(key, tell=False)  # C dropped it (a failure, a probe done)
+                    kept = await self._send(slot, lane, key, step[4], step[5])
+                if not kept and key in slot.wires:
+                    slot.drop(key, tell=False)  # C dropped it (a failure)
                 key = None
         except BaseException:
             # cancelled or failed mid-step: that connection is out of step for good
@@ -427,7 +525,7 @@ class _AsyncRedis:
 
     async def _connect(self, slot: _Slot, lane: int, key: Tuple[int, int, int], host: str,
                        port: int, unix_path: Optional[str], tls: bool,
-                       timeout: Optional[float]) -> None:
+                       timeout: Optional[float]) -> bool:
         f = slot.f
         if key in slot.wires:
             slot.drop(key, tell=False)
@@ -449,18 +547,15 @@ class _AsyncRedis:
             await asyncio.wait_for(coro, timeout)
         except asyncio.TimeoutError:
             wire.close()
-            f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
-            return
+            return f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
         except ssl.SSLError as e:
             wire.close()
-            f._wire_connected(lane, _REFUSED,
-                              f"TLS handshake with Redis at {where} failed: {e}")
-            return
+            return f._wire_connected(lane, _REFUSED,
+                                     f"TLS handshake with Redis at {where} failed: {e}")
         except OSError as e:
             wire.close()
-            f._wire_connected(lane, _REFUSED,
-                              f"error connecting to Redis at {where}: {e.strerror or e}")
-            return
+            return f._wire_connected(lane, _REFUSED,
+                                     f"error connecting to Redis at {where}: {e.strerror or e}")
         except BaseException:
             wire.close()
             raise
@@ -468,45 +563,42 @@ class _AsyncRedis:
         shard, node = key[0], key[1]
         if not key[2]:
             wire.on_idle_loss = lambda stray: f._wire_lost(shard, node, 1 if stray else 0)
-        f._wire_connected(lane, _OK)
+        return f._wire_connected(lane, _OK)
 
     async def _send(self, slot: _Slot, lane: int, key: Tuple[int, int, int], req: bytes,
-                    timeout: Optional[float]) -> None:
+                    timeout: Optional[float]) -> bool:
         """Send req and wait until the core has every reply; the socket timeout is one of
-        inactivity (no byte for that long), as the blocking filter's."""
+        inactivity (no byte for that long), as the blocking filter's.  Whether C keeps the
+        connection."""
         f = slot.f
         wire = slot.wires.get(key)
         if wire is None or wire.transport is None or wire.stray:
-            f._wire_sent(lane, _BROKEN,
-                         "the connection to Redis was lost before the request was sent")
-            return
-        fut: "asyncio.Future[int]" = asyncio.get_running_loop().create_future()
+            return f._wire_sent(lane, _BROKEN,
+                                "the connection to Redis was lost before the request was sent")
+        fut: "asyncio.Future[int]" = wire.loop.create_future()
         wire.waiter, wire.received = fut, 0
         wire.feed = functools.partial(f._wire_feed, lane)
+        timer = None
         try:
             wire.transport.write(req)
-            while True:
-                seen = wire.received
-                done, _ = await asyncio.wait({fut}, timeout=timeout)
-                if done:
-                    break
-                if wire.received == seen and timeout is not None:
-                    wire.waiter = None
-                    wire.stray = True
-                    f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "
-                                                 f"answer within {timeout * 1000:.0f} ms")
-                    return
+            if timeout is not None:
+                timer = wire.watch(timeout)
+            outcome = await fut
+        except _Broken as e:
+            return f._wire_sent(lane, _BROKEN, str(e))
         except BaseException:
             if not fut.done():
                 fut.cancel()
             raise
-        wire.waiter = None
-        try:
-            outcome = fut.result()
-        except _Broken as e:
-            f._wire_sent(lane, _BROKEN, str(e))
-            return
-        f._wire_sent(lane, outcome)
+        finally:
+            wire.waiter = None
+            if timer is not None:
+                timer.cancel()
+        if outcome == _TIMEOUT and timeout is not None:
+            wire.stray = True
+            return f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "
+                                                f"answer within {timeout * 1000:.0f} ms")
+        return f._wire_sent(lane, outcome)
 
 
 class AsyncRedisFilter(_AsyncRedis):
@@ -529,5 +621,6 @@ class AsyncRedisBloomFilter(_AsyncRedis):
     on the blocking class."""
 
     _sync = RedisBloomFilter
+    _coalesce = (_TEST,)  # an add that fills a non-scaling filter reports its own counts
     _facts = ("key", "capacity", "error_rate", "expansion", "non_scaling", "no_create", "ttl",
               "chunk_size", "shards")

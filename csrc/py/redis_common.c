@@ -905,8 +905,8 @@ static lb_redis_status outcome(int kind)
     }
 }
 
-/* _wire_connected(lane, outcome, text): a CONNECT step's outcome (0 OK, 1
- * refused or unreachable, 2 timed out). */
+/* _wire_connected(lane, outcome, text) -> whether the connection stays open:
+ * a CONNECT step's outcome (0 OK, 1 refused or unreachable, 2 timed out). */
 PyObject *lb_wire_method_connected(PyObject *self, PyObject *args)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
@@ -920,8 +920,9 @@ PyObject *lb_wire_method_connected(PyObject *self, PyObject *args)
     lb_op *op = wire_op(f, lane);
     if (op)
         lb_op_wire_connected(op, outcome(kind), text);
+    int open = op && lb_op_wire_step_open(op);
     lb_leave(&f->base);
-    return op ? Py_NewRef(Py_None) : NULL;
+    return op ? PyBool_FromLong(open) : NULL;
 }
 
 /* _wire_feed(lane, data) -> 1 every reply is in, 0 more to come, -1 the
@@ -948,8 +949,9 @@ PyObject *lb_wire_method_feed(PyObject *self, PyObject *args)
     return PyLong_FromLong(st != LB_REDIS_OK ? -1 : complete);
 }
 
-/* _wire_sent(lane, outcome, text): a SEND step's outcome (0 every reply in,
- * 2 timed out, 3 the connection broke, 4 the feed failed). */
+/* _wire_sent(lane, outcome, text) -> whether the connection stays open (False:
+ * the transport closes it): a SEND step's outcome (0 every reply in, 2 timed
+ * out, 3 the connection broke, 4 the feed failed). */
 PyObject *lb_wire_method_sent(PyObject *self, PyObject *args)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
@@ -963,8 +965,9 @@ PyObject *lb_wire_method_sent(PyObject *self, PyObject *args)
     lb_op *op = wire_op(f, lane);
     if (op)
         lb_op_wire_sent(op, outcome(kind), kind >= 4 ? NULL : text);
+    int open = op && lb_op_wire_step_open(op);
     lb_leave(&f->base);
-    return op ? Py_NewRef(Py_None) : NULL;
+    return op ? PyBool_FromLong(open) : NULL;
 }
 
 /* _wire_open(shard, node, probe) -> whether C keeps that connection open

@@ -112,6 +112,7 @@ int lb_op_wire_step(lb_op *op, lb_wire_step *s)
             lb_redis *n = op->w_node;
             if (lb_wire_exec_next(n, s)) {
                 s->node = op->w_node_id;
+                op->w_probe = s->probe;
                 return 1;
             }
             lb_reply **rs = NULL;
@@ -155,6 +156,11 @@ void lb_op_wire_sent(lb_op *op, lb_redis_status st, const char *text)
 {
     if (op->w_node)
         lb_wire_exec_sent(op->w_node, st, text);
+}
+
+int lb_op_wire_step_open(const lb_op *op)
+{
+    return op->w_node && lb_wire_is_open(op->w_node, op->w_probe);
 }
 
 lb_redis_status lb_op_wire_status(const lb_op *op)
@@ -202,7 +208,7 @@ static const lb_op_vt pttl_vt = {pttl_next, pttl_done};
 
 lb_redis_status lb_redis_key_pttl(lb_redis *r, const void *key, size_t keylen, long long *ms)
 {
-    pttl_op p = {{&pttl_vt, r, 0, NULL, 0, LB_REDIS_OK}, {0}, 0, 0};
+    pttl_op p = {{&pttl_vt, r, 0, NULL, 0, 0, LB_REDIS_OK}, {0}, 0, 0};
     lb_redis_batch_init(&p.b);
     lb_redis_batch_cmd(&p.b, 2);
     lb_redis_batch_arg(&p.b, "PTTL", 4);

@@ -41,6 +41,7 @@ struct lb_op {
     int w_phase;        /* lb_op_wire_*: where the operation is (0 before the first step) */
     lb_redis *w_node;   /* ... the wire client of the round trip in progress */
     int w_node_id;      /* ... its number (a cluster's node index; 0 for one server) */
+    int w_probe;        /* ... the step was on its sentinel probe */
     lb_redis_status w_st; /* ... the outcome, once over */
 };
 
@@ -56,7 +57,7 @@ lb_redis_status lb_op_run(lb_op *op);
  *         CONNECT: connect, lb_op_wire_connected(op, st, text)
  *         SEND:    write, lb_op_wire_feed(op, ...) until complete, lb_op_wire_sent(op, st, text)
  *         PAUSE:   wait
- *         after each: close the connection of s when lb_op_wire_open(op, s.node, s.probe) is 0
+ *         after each: close the connection of s when lb_op_wire_step_open(op) is 0
  *     }
  *     st = lb_op_wire_status(op);   the operation's outcome, error text on op->conn */
 int lb_op_wire_step(lb_op *op, lb_wire_step *s);
@@ -64,6 +65,8 @@ void lb_op_wire_connected(lb_op *op, lb_redis_status st, const char *text);
 lb_redis_status lb_op_wire_feed(lb_op *op, const void *data, size_t len, int *complete);
 void lb_op_wire_sent(lb_op *op, lb_redis_status st, const char *text);
 lb_redis_status lb_op_wire_status(const lb_op *op);
+/* 1 when the connection of the last step is still open (0: C dropped it). */
+int lb_op_wire_step_open(const lb_op *op);
 
 /* The wire client of node (a cluster's node index, 0 for one server) of a
  * client carried outside C; NULL when there is none (yet).  For the

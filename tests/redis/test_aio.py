@@ -10,6 +10,7 @@ import time
 import pytest
 
 import ling_bloom as lb
+import ling_bloom.aio as aio
 from hostile_server import HostileServer, array, integer
 from key_names import ALL_BYTES, NUL_KEYS, bitmap_names, server_keys
 from ling_bloom import AsyncRedisFilter, RedisFilter
@@ -233,6 +234,81 @@ def test_many_concurrent_tasks_on_one_filter(clean_redis):
     assert clean_redis.client().command("CLIENT", "LIST").count(b"cmd=") >= 1
 
 
+def count_round_trips(monkeypatch):
+    """The round trips the asyncio transport makes, counted as it sends them."""
+    sent = [0]
+    send = aio._AsyncRedis._send
+
+    async def counting(self, *args):
+        sent[0] += 1
+        return await send(self, *args)
+
+    monkeypatch.setattr(aio._AsyncRedis, "_send", counting)
+    return sent
+
+
+def test_single_calls_that_find_every_connection_busy_go_as_one_batch(clean_redis,
+                                                                     monkeypatch):
+    """With every connection busy, waiting add()/test() calls of a kind share the next round
+    trip (as auto-pipelining does); each still gets its own answer, a bad key fails only its
+    own call, and a cancelled one is left out."""
+    sent = count_round_trips(monkeypatch)
+
+    async def main():
+        async with af(clean_redis, key="co", capacity=10_000, max_connections=1) as f:
+            await f.add("warm")                  # the meta key's look: before the counts
+            sent[0] = 0
+            added = await asyncio.gather(*[f.add(f"k{i}") for i in range(300)])
+            assert added == [True] * 300
+            assert sent[0] <= 300 // 2, sent     # fewer round trips than calls ...
+            got = await asyncio.gather(*[f.test(f"k{i}") for i in range(100)],
+                                       *[f.test(f"absent{i}") for i in range(100)])
+            assert got[:100] == [True] * 100     # ... and each call its own answer
+            fp = sum(got[100:])
+            with RedisFilter.from_url(clean_redis.url, "co", 10_000, 0.01) as s:
+                assert fp == sum(s.test_many([f"absent{i}" for i in range(100)]))
+            # a bad key among them: its own TypeError, the others answered
+            calls = [f.test("k1"), f.test(b""), f.test(3.5), f.test("k2")]
+            out = await asyncio.gather(*calls, return_exceptions=True)
+            assert out[0] is True and out[3] is True
+            assert isinstance(out[1], lb.EmptyKeyError) and isinstance(out[2], TypeError)
+            # cancelled while queued: left out, the others go on
+            tasks = [asyncio.ensure_future(f.add(f"c{i}")) for i in range(50)]
+            await asyncio.sleep(0)
+            for t in tasks[10:20]:
+                t.cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert all(isinstance(d, asyncio.CancelledError) for d in done[10:20])
+            assert done[:10] + done[20:] == [True] * 40
+            assert await f.test_many([f"c{i}" for i in range(50) if not 10 <= i < 20]) \
+                == [True] * 40
+
+    run(main())
+
+
+def test_queued_single_calls_all_get_the_error_of_their_round_trip(redis_server_factory):
+    srv = redis_server_factory()
+
+    async def main():
+        async with af(srv, key="qe", max_connections=1, socket_timeout=0.3) as f:
+            await f.add("a")
+            srv.pause()                          # the round trips time out, all of them
+            try:
+                out = await asyncio.gather(*[f.test(f"k{i}") for i in range(20)],
+                                           return_exceptions=True)
+            finally:
+                srv.resume()
+            assert all(isinstance(e, lb.RedisTimeoutError) for e in out), out
+            assert await f.test("a") is True and await f.test("zz") is False
+            f2 = af(srv, key="qe2", max_connections=1)
+            pending = [asyncio.ensure_future(f2.test(f"k{i}")) for i in range(20)]
+            await f2.aclose()                    # queued calls end with ClosedError
+            out = await asyncio.gather(*pending, return_exceptions=True)
+            assert all(isinstance(e, (lb.ClosedError, bool)) for e in out), out
+
+    run(main())
+
+
 def test_a_cancelled_call_never_leaves_a_reply_for_the_next(redis_server_factory):
     srv = redis_server_factory()
 
@@ -449,6 +525,27 @@ def test_redisbloom_full_filter_counts_the_whole_batch(bf_server):
             with pytest.raises(lb.FilterFullError) as ei:
                 await f.update(list("aabbcdefg"))  # the README's example, in chunks of 3
             assert (ei.value.processed, ei.value.added) == (7, 5)
+
+    run(main())
+
+
+def test_redisbloom_adds_are_not_merged_tests_are(bf_server, monkeypatch):
+    """A RedisBloom add that fills a non-scaling filter reports its own counts, so waiting
+    single adds are never merged into one BF.MADD; waiting tests may be (BF.MEXISTS)."""
+    async def main():
+        async with abf(bf_server, "arb:co", 20, 0.01, non_scaling=True,
+                       max_connections=1) as f:
+            await f.add("warm")
+            sent = count_round_trips(monkeypatch)
+            out = await asyncio.gather(*[f.add(f"k{i}") for i in range(40)],
+                                       return_exceptions=True)
+            full = [e for e in out if isinstance(e, lb.FilterFullError)]
+            assert full and all(e.processed == 0 and e.added == 0 for e in full)
+            assert sent[0] >= 40, sent           # one round trip per add, at least
+            sent[0] = 0
+            got = await asyncio.gather(*[f.test(f"k{i}") for i in range(40)])
+            assert got[:5] == [True] * 5
+            assert sent[0] < 40, sent            # tests share them
 
     run(main())
 
