@@ -39,7 +39,7 @@ async def bounded(coro, limit: float = HUNG):
 
 
 async def off_loop(fn, *args):
-    """A blocking helper (a RawRedis poll, a server restart) run beside the loop, so that
+    """A blocking helper (a RawRedis poll, a cluster check) run beside the loop, so that
     the tasks on it go on meanwhile."""
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
@@ -187,7 +187,9 @@ def test_a_primary_killed_under_a_writer_task(cluster):
             await until("a WAIT timeout",
                         lambda: any(isinstance(e, lb.RedisTimeoutError) for e in errors))
             assert len(acked) == n
-            await off_loop(victim.restart)
+            # on this (the main) thread: a server started from an executor's thread dies
+            # with that thread (PDEATHSIG), when asyncio.run shuts the executor down
+            victim.restart()
             await until("writing resumed, replicated again", lambda: len(acked) >= n + 5)
         finally:
             stop.set()
@@ -196,7 +198,9 @@ def test_a_primary_killed_under_a_writer_task(cluster):
         assert all(await bounded(f.test_many(keys)))     # every acknowledged key
         assert all(await bounded(bf.test_many(keys)))
         assert all(isinstance(e, (lb.RedisConnectionError, lb.RedisTimeoutError))
-                   for e in errors), errors[:3]
+                   for e in errors), [e for e in errors
+                                  if not isinstance(e, (lb.RedisConnectionError,
+                                                        lb.RedisTimeoutError))][:3]
         await f.aclose()
         await bf.aclose()
 
