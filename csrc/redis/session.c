@@ -267,6 +267,14 @@ lb_redis_status lb_session_wait_check(lb_session *s, size_t nuser, int *drop)
     const lb_reply *x = s->replies[nuser];
     char w[160];
     *drop = 0;
+    /* Every command refused (a cluster's -MOVED from a primary a failover demoted, whose
+     * WAIT then fails too): nothing was written, so there is nothing to wait for; the
+     * refusals are the answer (a cluster client sends the batch where it belongs). */
+    size_t refused = 0;
+    while (refused < nuser && s->replies[refused]->type == LB_REPLY_ERROR)
+        refused++;
+    if (nuser > 0 && refused == nuser)
+        return LB_REDIS_OK;
     where(s, w, sizeof w);
     if (x->type == LB_REPLY_ERROR)
         return lb_error_set(s->err, LB_REDIS_ERR_REPLY, "WAIT refused by Redis at %s: %s", w,

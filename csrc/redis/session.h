@@ -76,7 +76,8 @@ lb_redis_status lb_session_errors(lb_redis_error *e, lb_reply **rs, size_t n, in
 lb_redis_status lb_session_with_wait(lb_session *s, const lb_redis_batch *b,
                                      const lb_redis_batch **out);
 /* The WAIT reply after nuser replies: OK, REPLY (refused), PROTOCOL (not a
- * count: *drop = 1), TIMEOUT (too few replicas). */
+ * count: *drop = 1), TIMEOUT (too few replicas).  OK whatever WAIT said when
+ * every one of the nuser replies is an error (nothing was written). */
 lb_redis_status lb_session_wait_check(lb_session *s, size_t nuser, int *drop);
 
 /* Sentinel: a reply of n says the server is no longer the primary
