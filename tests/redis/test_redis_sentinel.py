@@ -188,7 +188,9 @@ def test_failover_moves_the_filter_to_the_new_primary(flavor, sentinels):
     f.update(before)
     bf.update(before)
     with sentinels.primary().client() as c:
-        assert c.command("WAIT", 1, 5000) == 1      # the caller's WAIT: on the replica too
+        # the caller's WAIT: on the replica too (after a failover of an earlier test, the
+        # replica may still be in its first sync: a few seconds)
+        assert c.command("WAIT", 1, 30000) == 1
     old, new = sentinels.failover()
     # The kept connections point at the demoted primary: the next calls find the new one
     # (a -READONLY write, or a closed connection, sends them back to the sentinels).
@@ -210,7 +212,7 @@ def test_killed_primary_and_a_new_connection(flavor, sentinels):
     primary, replica = sentinels.primary(), sentinels.replica()
     wait_for("the replica in sync", lambda: sentinels._link_up(replica))
     with primary.client() as c:
-        assert c.command("WAIT", 1, 5000) == 1
+        assert c.command("WAIT", 1, 30000) == 1  # the replica may still be in its first sync
     primary.kill()
     try:
         wait_for("sentinel promotes the replica", lambda: sentinels.primary() is replica, 30)
