@@ -345,14 +345,11 @@ void lb_wire_exec_connected(lb_redis *r, lb_redis_status st, const char *text)
         retry_sentinel(w, st);
         return;
     }
-    lb_session_closed(&w->s);
-    st = lb_session_opened(&w->s);
+    st = lb_wire_opened(r);
     if (st != LB_REDIS_OK) {
         over(w, st);
         return;
     }
-    w->pid = getpid();
-    w->connects++;
     lb_session_handshake(&w->s, &w->hs);
     if (w->hs.failed) {
         drop(w);
@@ -504,6 +501,20 @@ lb_redis_status lb_wire_exec_end(lb_redis *r, lb_reply ***replies)
     w->phase = X_IDLE;
     *replies = w->rs;
     return w->st;
+}
+
+lb_redis_status lb_wire_opened(lb_redis *r)
+{
+    if (!lb_wire_is(r))
+        return lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a connection of an outside transport");
+    lb_wire *w = WIRE(r);
+    lb_session_closed(&w->s);
+    lb_redis_status st = lb_session_opened(&w->s);
+    if (st != LB_REDIS_OK)
+        return st;
+    w->pid = getpid();
+    w->connects++;
+    return LB_REDIS_OK;
 }
 
 int lb_wire_is_open(const lb_redis *r, int probe)

@@ -73,6 +73,10 @@ void lb_wire_exec_sent(lb_redis *r, lb_redis_status st, const char *text);
 /* The round trip's status and replies, as lb_redis_exec gives them. */
 lb_redis_status lb_wire_exec_end(lb_redis *r, lb_reply ***replies);
 
+/* A connection of the transport is open (lb_wire_exec_connected says so for
+ * a CONNECT step; a transport or a test may too): a new one, whose handshake
+ * is due before its first batch. */
+lb_redis_status lb_wire_opened(lb_redis *r);
 /* 1 when the connection (probe: the sentinel's) is open in this process. */
 int lb_wire_is_open(const lb_redis *r, int probe);
 /* The transport closed the connection between round trips: the server
