@@ -294,6 +294,39 @@ def test_a_filter_used_under_two_event_loops(cluster, shards):
         assert g.test_many(["a", "b"]) == [True, True]
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_forked_child_opens_connections_of_its_own(cluster, shards):
+    """A child forked after the parent used the filter on a cluster (its nodes' connections
+    open, and each shard's) answers on connections of its own, and the parent's keep
+    working: nothing is sent on, or closed of, the parent's sockets."""
+    import os
+
+    tag = tag_on(cluster, primaries(cluster)[2], "afork")
+    kw = {"max_connections": 1} if shards == 1 else {"max_connections": 1, "shards": shards}
+    f = AsyncRedisFilter.from_url(url(cluster), f"{tag}:bits", 1000, 0.01, **kw)
+    asyncio.run(bounded(f.update(["parent", "p2"])))
+    pid = os.fork()
+    if pid == 0:  # the child: its own loop, its own connections
+        code = 1
+        try:
+            async def child():
+                ok = await bounded(f.test_many(["parent", "p2", "absent"]))
+                assert await bounded(f.add("child")) is True
+                return ok == [True, True, False]
+            code = 0 if asyncio.run(child()) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+    async def parent():
+        got = await bounded(f.test_many(["parent", "child", "absent"]))
+        await f.aclose()
+        return got
+
+    assert asyncio.run(parent()) == [True, True, False]
+
+
 # ---- a sharded async filter against the blocking one on the same key --------------------------
 
 
