@@ -19,7 +19,7 @@ import random
 import pytest
 
 import ling_bloom as lb
-from cluster_tools import key_slot, primaries, tag_on, url
+from cluster_tools import cmdstat, key_slot, primaries, tag_on, url
 from ling_bloom import AsyncRedisBloomFilter, AsyncRedisFilter, RedisBloomFilter, RedisFilter
 
 pytestmark = pytest.mark.cluster
@@ -51,15 +51,6 @@ async def until(what: str, cond, limit: float = 30.0) -> None:
     while not await off_loop(cond):
         assert loop.time() < end, f"never: {what}"
         await asyncio.sleep(0.05)
-
-
-def cmdstat(node, name: str) -> int:
-    with node.client() as c:
-        text = c.command("INFO", "commandstats").decode()
-    for line in text.split("\r\n"):
-        if line.startswith(f"cmdstat_{name}:calls="):
-            return int(line.split("=")[1].split(",")[0])
-    return 0
 
 
 # ---- a cancellation storm: tasks cancelled at random points of their add_many ----------------

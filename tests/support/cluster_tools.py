@@ -53,6 +53,16 @@ def errorstat(node: ClusterNode, name: str) -> int:
     return 0
 
 
+def cmdstat(node: ClusterNode, name: str) -> int:
+    """Calls of a command node counted (INFO commandstats) since its last CONFIG RESETSTAT."""
+    with node.client() as c:
+        text = c.command("INFO", "commandstats").decode()
+    for line in text.split("\r\n"):
+        if line.startswith(f"cmdstat_{name}:calls="):
+            return int(line.split("=")[1].split(",")[0])
+    return 0
+
+
 def exists(node: ClusterNode, key: str) -> bool:
     with node.client() as c:
         return c.command("EXISTS", key) == 1
