@@ -423,10 +423,31 @@ def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, clust
         bf.close()
 
 
+def replica_online(node, replica) -> bool:
+    """CLUSTER SHARDS, as node tells it, names replica with health "online"."""
+    with node.client() as c:
+        shards = c.command("CLUSTER", "SHARDS")
+    for shard in shards:
+        for n in shard[3]:
+            fields = dict(zip(n[::2], n[1::2]))
+            if int(fields[b"port"]) == replica.port:
+                return fields[b"health"] == b"online"
+    return False
+
+
 def test_reads_from_replicas_when_asked(flavor, cluster):
     node = primaries(cluster)[1]
     replica = cluster.replica_of(node)
     tag = tag_on(cluster, node, "ro")
+    # CLUSTER SHARDS names a replica "loading", and the client leaves it out of its map,
+    # until it has replicated something: a fresh cluster's replicas have not
+    with node.client() as c:
+        c.command("SET", f"{tag}:warm", "1")
+        assert c.command("WAIT", 1, 10000) == 1
+    deadline = time.monotonic() + 30
+    while not replica_online(node, replica):
+        assert time.monotonic() < deadline, "the replica never showed as online"
+        time.sleep(0.05)
     for srv in (node, replica):          # the counts of this test only (the cluster is shared)
         with srv.client() as c:
             c.command("CONFIG", "RESETSTAT")
