@@ -1,5 +1,6 @@
-"""ling_bloom.guard: the seeds' flow (filter -> cache -> loader), single flight, null
-caching, counters, the drift warning, Prometheus export, the cache adapters."""
+"""ling_bloom.guard: the flow of a RedisBloom cache-penetration article (filter -> cache ->
+loader), single flight, null caching, counters, the drift warning, Prometheus export, the
+cache adapters."""
 from __future__ import annotations
 
 import asyncio
