@@ -609,7 +609,7 @@ class AsyncRedisFilter(_AsyncRedis):
 
     _sync = RedisFilter
     _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes",
-              "layout", "shards")
+              "layout", "shards", "key_names")
 
 
 class AsyncRedisBloomFilter(_AsyncRedis):

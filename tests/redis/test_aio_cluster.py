@@ -345,7 +345,7 @@ def test_a_sharded_async_filter_answers_as_the_blocking_one(request, where, kind
             async with async_cls.from_url(u, "sh:twin", 5000, 0.01, shards=4) as f:
                 facts = [getattr(f, n) for n in ("shards", "capacity", "error_rate")]
                 if kind == "bitmap":
-                    facts += [f.m, f.k, f.hash]
+                    facts += [f.m, f.k, f.hash, f.key_names()]
                 assert await bounded(f.add_many(a_keys)) == [False] * len(a_keys)
                 await bounded(f.update(b_keys))
                 return facts, await bounded(f.test_many(probe))
@@ -353,7 +353,7 @@ def test_a_sharded_async_filter_answers_as_the_blocking_one(request, where, kind
         facts, got = asyncio.run(main())
         want = [getattr(s, n) for n in ("shards", "capacity", "error_rate")]
         if kind == "bitmap":
-            want += [s.m, s.k, s.hash]
+            want += [s.m, s.k, s.hash, s.key_names()]
         assert facts == want
         assert s.add_many(b_keys) == [False] * len(b_keys)   # async wrote them
         assert s.test_many(probe) == got                      # the same answer for every key
