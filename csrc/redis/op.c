@@ -64,6 +64,12 @@ int lb_op_wire_step(lb_op *op, lb_wire_step *s)
             st = op->vt->next(op, &req, &flags);
             if (st != LB_REDIS_OK || !req)
                 return op_over(op, st);
+            if (req->ncmds == 0) { /* as lb_redis_exec: answered at once, nothing sent */
+                st = op->vt->done(op, LB_REDIS_OK, NULL);
+                if (st != LB_REDIS_OK)
+                    return op_over(op, st);
+                continue;
+            }
             if (is_cluster(c)) {
                 lb_cluster_route_begin(c, req, flags); /* a failure ends the route at once */
                 op->w_phase = W_ROUTE;
