@@ -358,3 +358,29 @@ def test_a_sharded_async_filter_answers_as_the_blocking_one(request, where, kind
         assert s.add_many(b_keys) == [False] * len(b_keys)   # async wrote them
         assert s.test_many(probe) == got                      # the same answer for every key
         assert all(got[:len(a_keys) + len(b_keys)])
+
+
+# ---- from_redis with redis.asyncio's cluster client ------------------------------------------
+
+
+def test_from_redis_takes_a_redis_asyncio_cluster_client(cluster):
+    """An async service hands over its redis.asyncio.cluster.RedisCluster: the filter takes
+    its nodes and settings (not its connections) and routes as with the URL."""
+    pytest.importorskip("redis")
+    from redis.asyncio.cluster import RedisCluster
+
+    host, port = url(cluster).split("//", 1)[1].split(",")[0].split(":")
+    tag = tag_on(cluster, primaries(cluster)[0], "rpa")
+
+    async def main():
+        client = RedisCluster(host=host, port=int(port), socket_timeout=10)
+        await client.initialize()
+        try:
+            async with AsyncRedisFilter.from_redis(client, f"{tag}:bits", 1000, 0.01) as f:
+                await bounded(f.update(["a", "b"]))
+                assert await bounded(f.test_many(["a", "b", "c"])) == [True, True, False]
+            assert await client.exists(f"{tag}:bits") == 1
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
