@@ -10,10 +10,10 @@
 #                and aarch64 of every CPython 3.9-3.13, cross-built with zig cc, with
 #                hiredis, xxhash and OpenSSL inside (packaging/wheels.sh)
 #   make dist-check   the same, then this Python's x86_64 wheel in a fresh venv with no
-#                compiler on PATH and the whole suite run against it; the sdist built
+#                compiler on PATH and the suite (not its slow tests) run against it; the sdist built
 #                with only a C compiler; the aarch64 wheel under qemu-user
 #   make every-python the x86_64 wheel of every CPython 3.9-3.13 that pyenv has, each
-#                with the whole suite; make aarch64-check: the aarch64 smoke test
+#                with the suite but its slow tests (make test runs those); make aarch64-check: the aarch64 smoke test
 #   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
 #                each (default 60); make fuzz-brief: 20 s each, as CI runs them
 #   make ci      what CI runs (.ci/run): test, docs, sanitize, every-python, aarch64-check,
@@ -163,7 +163,7 @@ sdist: dist-deps
 dist: sdist
 	bash packaging/wheels.sh
 
-# make dist, then: this Python's x86_64 wheel in a clean venv with the whole suite; the
+# make dist, then: this Python's x86_64 wheel in a clean venv with the suite (not its slow tests); the
 # sdist built with only a C compiler (no hiredis, xxhash or OpenSSL headers); the aarch64
 # wheel of CPython 3.11 under qemu-user (packaging/check_aarch64.sh says what runs there).
 dist-check: dist
@@ -171,7 +171,7 @@ dist-check: dist
 	bash packaging/check_sdist.sh
 	bash packaging/check_aarch64.sh
 
-# The x86_64 wheel of every CPython 3.9-3.13, each with the whole suite in a clean venv.
+# The x86_64 wheel of every CPython 3.9-3.13, each with the suite (not its slow tests) in a clean venv.
 every-python: sdist
 	bash packaging/every_python.sh $(PYTHONS)
 

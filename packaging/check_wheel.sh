@@ -11,9 +11,12 @@
 #   4. checks: ling_bloom imports from the venv with that PATH; ldd resolves every
 #      library of the extension, and each one is glibc's (nothing else from outside);
 #      (the suite's TLS tests then run on the wheel's own OpenSSL);
-#   5. the whole pytest suite against the installed wheel, from a copy of the
-#      repository without the ling_bloom/ source package (so only the installed one
-#      can be imported), with LING_BLOOM_EXPECT_PREFIX set so a test asserts it.
+#   5. the pytest suite against the installed wheel, from a copy of the repository
+#      without the ling_bloom/ source package (so only the installed one can be
+#      imported), with LING_BLOOM_EXPECT_PREFIX set so a test asserts it.  The tests
+#      marked slow (failovers, fork and stress runs, live web servers: minutes of
+#      waiting on servers, not on the binding) are left out here (WHEEL_PYTEST_MARKS);
+#      `make test` and `make sanitize` run them.
 source "$(dirname "$0")/common.sh"
 
 PY="${1:?usage: check_wheel.sh PYTHON}"
@@ -93,4 +96,5 @@ else
 fi
 [ ! -e "$SUITE/ling_bloom" ]
 echo "== CPython $MINOR: pytest against the installed wheel (in $SUITE)"
-(cd "$SUITE" && LING_BLOOM_EXPECT_PREFIX="$VENV" "$VENV/bin/python" -m pytest -q -p no:cacheprovider)
+(cd "$SUITE" && LING_BLOOM_EXPECT_PREFIX="$VENV" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+   -m "${WHEEL_PYTEST_MARKS:-not slow}")
