@@ -117,7 +117,7 @@ class _Wire(asyncio.Protocol):
         elif got:
             w.set_result(_OK)
 
-    def watch(self, timeout: float) -> "_Timer":
+    def watch(self, timeout: float) -> None:
         """A timer that ends the round trip waiting here with _TIMEOUT once no byte came for
         timeout seconds (one of inactivity: each byte that arrives starts it again)."""
         seen = self.received
@@ -134,7 +134,11 @@ class _Wire(asyncio.Protocol):
                 self.timer = self.loop.call_later(timeout, tick)
 
         self.timer = self.loop.call_later(timeout, tick)
-        return _Timer(self)
+
+    def unwatch(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def eof_received(self) -> bool:
         self._lost(None)
@@ -170,19 +174,6 @@ class _Wire(asyncio.Protocol):
             sock = getattr(self.transport, "_sock", None)
             if sock is not None:
                 sock.close()
-
-
-class _Timer:
-    """Cancels whichever timer a watch armed last."""
-
-    def __init__(self, wire: "_Wire"):
-        self.wire = wire
-
-    def cancel(self) -> None:
-        t = self.wire.timer
-        if t is not None:
-            t.cancel()
-            self.wire.timer = None
 
 
 class _Broken(Exception):
@@ -578,11 +569,10 @@ class _AsyncRedis:
         fut: "asyncio.Future[int]" = wire.loop.create_future()
         wire.waiter, wire.received = fut, 0
         wire.feed = functools.partial(f._wire_feed, lane)
-        timer = None
         try:
             wire.transport.write(req)
             if timeout is not None:
-                timer = wire.watch(timeout)
+                wire.watch(timeout)
             outcome = await fut
         except _Broken as e:
             return f._wire_sent(lane, _BROKEN, str(e))
@@ -592,8 +582,7 @@ class _AsyncRedis:
             raise
         finally:
             wire.waiter = None
-            if timer is not None:
-                timer.cancel()
+            wire.unwatch()
         if outcome == _TIMEOUT and timeout is not None:
             wire.stray = True
             return f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "

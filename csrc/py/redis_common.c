@@ -970,25 +970,6 @@ PyObject *lb_wire_method_sent(PyObject *self, PyObject *args)
     return op ? PyBool_FromLong(open) : NULL;
 }
 
-/* _wire_open(shard, node, probe) -> whether C keeps that connection open
- * (False: the transport closes its socket). */
-PyObject *lb_wire_method_open(PyObject *self, PyObject *args)
-{
-    lb_redis_filter *f = LB_REDIS_FILTER(self);
-    int shard, node, probe;
-    if (!PyArg_ParseTuple(args, "iii:_wire_open", &shard, &node, &probe))
-        return NULL;
-    if (f->base.closed || !f->conn)
-        Py_RETURN_FALSE;
-    if (lb_enter(&f->base) < 0)
-        return NULL;
-    lb_redis *c = shard_conn(f, shard);
-    lb_redis *w = c ? lb_op_wire_client(c, node) : NULL;
-    int open = w && lb_wire_is_open(w, probe);
-    lb_leave(&f->base);
-    return PyBool_FromLong(open);
-}
-
 /* _wire_lost(shard, node, stray): the transport closed a connection between
  * round trips: the server closed it (stray 0), or input nobody asked for
  * came on it (stray 1: out of step). */

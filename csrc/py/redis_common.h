@@ -207,8 +207,8 @@ PyObject *lb_redis_wire_config(PyObject *self, PyObject *unused);
  * batch's keys; begin an operation (kind, keys: the lanes of its first
  * stage); a lane's next step (connect, send, pause, or over); the next
  * stage; the outcome of a connect; reply bytes; the outcome
- * of a send; whether C keeps a connection open; a connection the transport
- * lost between round trips; the results (or the exception the blocking call
+ * of a send (each says whether C keeps the connection); a connection the
+ * transport lost between round trips; the results (or the exception the blocking call
  * raises).  See csrc/redis/op.h. */
 PyObject *lb_wire_method_check(PyObject *self, PyObject *keys);
 PyObject *lb_wire_method_begin(PyObject *self, PyObject *args);
@@ -217,7 +217,6 @@ PyObject *lb_wire_method_stage(PyObject *self, PyObject *unused);
 PyObject *lb_wire_method_connected(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_feed(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_sent(PyObject *self, PyObject *args);
-PyObject *lb_wire_method_open(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_lost(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
 #define LB_REDIS_WIRE_METHODS                                               \
@@ -228,7 +227,6 @@ PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
         {"_wire_connected", lb_wire_method_connected, METH_VARARGS, NULL},  \
         {"_wire_feed", lb_wire_method_feed, METH_VARARGS, NULL},            \
         {"_wire_sent", lb_wire_method_sent, METH_VARARGS, NULL},            \
-        {"_wire_open", lb_wire_method_open, METH_VARARGS, NULL},            \
         {"_wire_lost", lb_wire_method_lost, METH_VARARGS, NULL},            \
         {"_wire_result", lb_wire_method_result, METH_NOARGS, NULL},         \
         {"_wire_config", lb_redis_wire_config, METH_NOARGS, NULL}
