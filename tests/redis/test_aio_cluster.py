@@ -359,6 +359,14 @@ def test_a_sharded_async_filter_answers_as_the_blocking_one(request, where, kind
         assert s.test_many(probe) == got                      # the same answer for every key
         assert all(got[:len(a_keys) + len(b_keys)])
 
+        async def reset():  # every shard emptied, the record kept: the same filter after
+            async with async_cls.from_url(u, "sh:twin", 5000, 0.01, shards=4) as f:
+                await bounded(f.reset())
+                return await bounded(f.test_many(a_keys[:100]))
+
+        assert asyncio.run(reset()) == [False] * 100
+        assert s.test_many(a_keys + b_keys) == [False] * (len(a_keys) + len(b_keys))
+
 
 # ---- from_redis with redis.asyncio's cluster client ------------------------------------------
 
