@@ -181,7 +181,8 @@ def test_a_primary_killed_under_a_writer_task(cluster):
             # on this (the main) thread: a server started from an executor's thread dies
             # with that thread (PDEATHSIG), when asyncio.run shuts the executor down
             victim.restart()
-            await until("writing resumed, replicated again", lambda: len(acked) >= n + 5)
+            await until("writing resumed, replicated again", lambda: len(acked) >= n + 5,
+                        limit=60)
         finally:
             stop.set()
             await bounded(task)

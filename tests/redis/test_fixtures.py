@@ -122,3 +122,31 @@ def test_a_hung_async_call_fails_the_test_instead_of_hanging(silent_listener):
             f.add("a")
     finally:
         f.close()
+
+
+def test_an_unsettled_cluster_says_why_and_is_created_again():
+    """A cluster left unsettled (here: slot 0 served by nobody) makes wait_ok fail with what
+    is wrong, node by node, and each node's view; rebuild() gives a settled cluster on fresh
+    nodes, which is what the `cluster` fixture does for the next test."""
+    from redis_server import RedisClusterServers, RedisServerNotInstalled
+
+    try:
+        cl = RedisClusterServers(3, 0).start()
+    except RedisServerNotInstalled as e:
+        pytest.skip(str(e))
+    try:
+        old_ports = {n.port for n in cl.nodes}
+        for n in cl.nodes:
+            with n.client() as c:
+                c.command("CLUSTER", "DELSLOTS", 0)
+        with pytest.raises(RuntimeError) as e:
+            cl.wait_ok(timeout=3)
+        text = str(e.value)
+        assert f"{cl.nodes[1].port}: cluster_state fail" in text
+        assert f"--- node {cl.nodes[2].port} (running)" in text
+        assert "myself,master" in text                          # CLUSTER NODES, per node
+        cl.rebuild()
+        assert not old_ports & {n.port for n in cl.nodes}
+        cl.wait_ok(timeout=5)
+    finally:
+        cl.stop()

@@ -355,20 +355,25 @@ def test_a_primary_killed_mid_batch(flavor, cluster):
         while len(acked) < 5:
             time.sleep(0.01)
         victim.kill()
-        deadline = time.monotonic() + 30
+        # each step has its own minute: on a loaded machine a promotion, or the old
+        # primary's return as a replica and its full sync, can take a while
+        deadline = time.monotonic() + 60
         while replica.role() != "master":
             assert time.monotonic() < deadline, "the replica was never promoted"
             time.sleep(0.1)
         # The new primary has no replica until the old one comes back as its replica:
         # until then every write fails its WAIT (RedisTimeoutError), as it should.
         n = len(acked)
+        deadline = time.monotonic() + 60
         while not any(isinstance(e, lb.RedisTimeoutError) for e in errors):
             assert time.monotonic() < deadline, f"no WAIT timeout: {errors}"
             time.sleep(0.05)
         assert len(acked) == n
         victim.restart()
+        deadline = time.monotonic() + 60
         while len(acked) < n + 5:                       # writing resumed, replicated again
-            assert time.monotonic() < deadline, f"no write after the failover: {errors[-1:]}"
+            assert time.monotonic() < deadline, (
+                f"no write after the failover: {errors[-1:]}\n{cluster.describe()}")
             time.sleep(0.05)
     finally:
         w.stop()

@@ -574,10 +574,20 @@ class RedisClusterServers:
 
     def __init__(self, primaries: int = 3, replicas: int = 1, extra_args: Sequence[str] = (),
                  node_timeout_ms: int = 1000) -> None:
-        self.nodes = [ClusterNode(node_timeout_ms=node_timeout_ms, extra_args=extra_args)
-                      for _ in range(primaries * (1 + replicas))]
+        self._node_args = dict(node_timeout_ms=node_timeout_ms, extra_args=extra_args)
+        self.nodes = self._new_nodes(primaries * (1 + replicas))
         self.primaries = primaries
         self.replicas = replicas
+
+    def _new_nodes(self, count: int) -> List[ClusterNode]:
+        return [ClusterNode(**self._node_args) for _ in range(count)]
+
+    def rebuild(self) -> "RedisClusterServers":
+        """Stop every node and create the cluster again on fresh nodes (new ports, new
+        identities): for a session-wide cluster that an earlier test left unsettled."""
+        self.stop()
+        self.nodes = self._new_nodes(len(self.nodes))
+        return self.start()
 
     @property
     def url(self) -> str:
@@ -622,19 +632,45 @@ class RedisClusterServers:
         last = ""
         while time.monotonic() < deadline:
             try:
-                infos = [n.info() for n in self.live()]
-                maps = [self._slot_owners(n) for n in self.live()]
-                if (all(i.get("cluster_state") == "ok" for i in infos)
-                        and all(m == maps[0] for m in maps)
-                        and all(self._synced(n) for n in self.live())
-                        and all(int(i.get("cluster_known_nodes", 0)) == len(self.nodes)
-                                for i in infos)):
+                last = self._unsettled()
+                if not last:
                     return
-                last = repr(infos[:1])
             except (OSError, RedisReplyError) as e:
                 last = repr(e)
             time.sleep(0.05)
-        raise RuntimeError(f"the cluster did not settle within {timeout} s: {last}")
+        raise RuntimeError(f"the cluster did not settle within {timeout} s: {last}\n"
+                           + self.describe())
+
+    def describe(self) -> str:
+        """Each node's CLUSTER NODES and the end of its log (for a failure message)."""
+        out = []
+        for n in self.nodes:
+            out.append(f"--- node {n.port} ({'running' if n.running else 'stopped'})")
+            if n.running:
+                try:
+                    with n.client() as c:
+                        out.append(c.command("CLUSTER", "NODES").decode().strip())
+                except (OSError, RedisReplyError) as e:
+                    out.append(f"CLUSTER NODES: {e!r}")
+            out.extend(n.log().splitlines()[-12:])
+        return "\n".join(out)
+
+    def _unsettled(self) -> str:
+        """What keeps the cluster from being settled, node by node ("" once it is)."""
+        live = self.live()
+        infos = [n.info() for n in live]
+        maps = [self._slot_owners(n) for n in live]
+        why = []
+        for n, i, m in zip(live, infos, maps):
+            if i.get("cluster_state") != "ok":
+                why.append(f"{n.port}: cluster_state {i.get('cluster_state')}")
+            if int(i.get("cluster_known_nodes", 0)) != len(self.nodes):
+                why.append(f"{n.port}: knows {i.get('cluster_known_nodes')} nodes")
+            if m != maps[0]:
+                why.append(f"{n.port}: slot owners {m} != {live[0].port}'s {maps[0]}")
+            if not self._synced(n):
+                why.append(f"{n.port}: a replica whose link to its primary is down")
+        return "; ".join(why)
 
     @staticmethod
     def _synced(node: ClusterNode) -> bool:
