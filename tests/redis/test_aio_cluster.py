@@ -20,22 +20,10 @@ import pytest
 
 import ling_bloom as lb
 from cluster_tools import cmdstat, key_slot, primaries, tag_on, url
+from hang_guard import bounded
 from ling_bloom import AsyncRedisBloomFilter, AsyncRedisFilter, RedisBloomFilter, RedisFilter
 
 pytestmark = pytest.mark.cluster
-
-HUNG = 120.0  # seconds: a call that takes longer fails the test instead of hanging the suite
-
-
-async def bounded(coro, limit: float = HUNG):
-    """Await coro; an AssertionError if it has not ended within limit (its own exceptions,
-    RedisTimeoutError included, pass through unchanged)."""
-    task = asyncio.ensure_future(coro)
-    done, _ = await asyncio.wait({task}, timeout=limit)
-    if not done:
-        task.cancel()
-        raise AssertionError(f"hung: no answer within {limit:.0f} s")
-    return task.result()
 
 
 async def off_loop(fn, *args):

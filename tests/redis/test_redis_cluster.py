@@ -27,6 +27,7 @@ import pytest
 
 import ling_bloom as lb
 from cluster_tools import cmdstat, errorstat, exists, key_slot, primaries, tag_on, url
+from hang_guard import returns
 from hostile_server import HostileServer, array, bulk, integer
 from key_names import ALL_BYTES, bitmap_names, sharded_names
 from redis_server import HOST, SilentListener, exit_code_in_forked_child, free_port
@@ -287,10 +288,10 @@ def test_a_hung_node_times_out_and_is_not_retried(flavor, cluster):
     f.add("a")
     node.pause()
     try:
-        t0 = time.monotonic()
+        # the timeout ends the call (no retry: test_aio_cluster.py counts the commands a
+        # paused node runs once it goes on)
         with pytest.raises(lb.RedisTimeoutError, match=str(node.port)):
-            f.add("b")
-        assert time.monotonic() - t0 < 5  # a margin of seconds: the timeout, no retries
+            returns(lambda: f.add("b"))
     finally:
         node.resume()
     assert f.add("c") is True and "a" in f

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import ling_bloom as lb
+from hang_guard import returns
 from key_names import (ALL_BYTES, ALL_BYTES_REVERSED, NUL_KEYS, bitmap_names, server_keys,
                        sharded_names)
 from redis_server import (RawRedis, RedisReplyError, connections_received,
@@ -703,9 +704,11 @@ def test_killed_during_a_big_batch(private_redis):
 
 @pytest.mark.parametrize("call", ["add", "test_many", "add_many", "open"])
 def test_silent_server_times_out(silent_listener, call):
+    """The call ends with RedisTimeoutError (a TimeoutError), on its one connection: no
+    retry of a call that timed out."""
     timeout = 0.5
-    t0 = time.monotonic()
-    with pytest.raises(lb.RedisTimeoutError) as e:
+
+    def run():
         if call == "open":
             RedisFilter.open(silent_listener.url, "bf", socket_timeout=timeout)
         else:
@@ -716,9 +719,11 @@ def test_silent_server_times_out(silent_listener, call):
                 f.test_many(["a"] * 5)
             else:
                 f.add_many([f"k{i}" for i in range(50_000)])
-    elapsed = time.monotonic() - t0
+
+    with pytest.raises(lb.RedisTimeoutError) as e:
+        returns(run)
     assert isinstance(e.value, TimeoutError) and isinstance(e.value, lb.RedisError)
-    assert elapsed < timeout * 5  # hang guard, not a speed claim
+    assert len(silent_listener.accepted) == 1
 
 
 def test_timeout_then_the_filter_recovers(clean_redis, silent_listener):
@@ -967,10 +972,9 @@ def test_from_redis_takes_the_timeout(silent_listener):
     redis = pytest.importorskip("redis")
     client = redis.Redis(host="127.0.0.1", port=silent_listener.port, socket_timeout=0.3)
     f = RedisFilter.from_redis(client, "bf", 100)
-    t0 = time.monotonic()
     with pytest.raises(lb.RedisTimeoutError):
-        f.add("a")
-    assert time.monotonic() - t0 < 0.3 * 5
+        returns(lambda: f.add("a"))             # socket_timeout=0.3 taken: no hang
+    assert len(silent_listener.accepted) == 1   # and no retry
     f.close()
 
 

@@ -1,0 +1,46 @@
+"""A call that hangs fails its test instead of hanging the suite.
+
+Tests assert what a call did (its result, its exception, how many connections or commands it
+took), never how fast: speed lives in benchmarks/.  A call that should end on a timeout is
+run under ``returns`` (blocking) or ``bounded`` (a coroutine), whose limit is generous: it
+tells a hang from an answer, never a slow answer from a fast one.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable
+
+HUNG = 120.0  # seconds; a call that takes longer fails the test instead of hanging the suite
+
+
+def returns(fn: Callable[[], Any], limit: float = HUNG) -> Any:
+    """fn()'s result, or its exception raised here; an AssertionError if it has not ended
+    within limit (it goes on in a daemon thread)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        raise AssertionError(f"hung: no answer within {limit:.0f} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+async def bounded(coro, limit: float = HUNG) -> Any:
+    """Await coro; an AssertionError if it has not ended within limit (its own exceptions,
+    RedisTimeoutError included, pass through unchanged)."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=limit)
+    if not done:
+        task.cancel()
+        raise AssertionError(f"hung: no answer within {limit:.0f} s")
+    return task.result()
