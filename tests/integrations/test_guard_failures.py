@@ -360,35 +360,33 @@ def hung_redis_app(filter):
 
 
 def run_while_redis_hangs(srv, app, timeout):
-    """A guarded request waits on a SIGSTOPped redis-server; meanwhile /health answers.
-    Returns (seconds until /health answered, the guarded request's final status)."""
+    """A guarded request waits on a SIGSTOPped redis-server; meanwhile /health answers,
+    while the guarded request is still waiting (a loop blocked by the hung call could serve
+    /health only after that call's timeout had ended it).  Returns the guarded request's
+    final status, once the server goes on."""
 
     async def main():
-        loop = asyncio.get_running_loop()
         srv.pause()
         try:
-            t0 = loop.time()
             hung = asyncio.ensure_future(asgi_get(app, "/rows/1"))
             await asyncio.sleep(0.2)
             assert not hung.done()  # it waits on the hung server
             assert await asyncio.wait_for(asgi_get(app, "/health"), timeout) == 200
-            took = loop.time() - t0
             assert not hung.done()  # still waiting: the loop did not wait with it
         finally:
             srv.resume()
-        return took, await asyncio.wait_for(hung, timeout + 10)
+        return await asyncio.wait_for(hung, timeout + 10)
 
     return asyncio.run(main())
 
 
 def test_a_hung_blocking_redis_filter_does_not_block_the_asgi_loop(redis_server_factory):
     """A blocking RedisFilter behind the ASGI middleware runs in a thread: while Redis hangs,
-    an unrelated endpoint answers seconds before the hung call's 5 s timeout."""
+    an unrelated endpoint answers while the hung call still waits on its 5 s timeout."""
     srv = redis_server_factory()
     f = RedisFilter.from_url(srv.url, "bf:rows", 1000, 0.01, socket_timeout=5)
     f.add("1")
-    took, status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
-    assert took < 2.5, f"/health waited {took:.1f} s on a hung Redis"
+    status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
     assert status == 200  # the server came back and answered the guarded request
     f.close()
 
@@ -398,8 +396,7 @@ def test_a_hung_async_redis_filter_does_not_block_the_asgi_loop(redis_server_fac
     srv = redis_server_factory()
     f = lb.AsyncRedisFilter.from_url(srv.url, "bf:rows", 1000, 0.01, socket_timeout=5)
     asyncio.run(f.add("1"))
-    took, status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
-    assert took < 2.5, f"/health waited {took:.1f} s on a hung Redis"
+    status = run_while_redis_hangs(srv, hung_redis_app(f), timeout=5)
     assert status == 200
 
 
