@@ -40,6 +40,7 @@ import asyncio
 import functools
 import os
 import ssl
+import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
 
 from ._core import (
@@ -254,6 +255,8 @@ class _AsyncRedis:
             if text.startswith(sync) and text[len(sync):len(sync) + 1] in (":", " ", "("):
                 raise TypeError(type(self).__name__ + text[len(sync):]) from None
             raise
+        self._adopts = self._adopting(args, kwargs)
+        self._making = 0  # pool members being made on a worker thread
         self._cfg = first._wire_config()
         self._chunk = int(self._cfg["chunk_size"])
         self._idle: List[_Slot] = [_Slot(first)]
@@ -266,6 +269,15 @@ class _AsyncRedis:
         self._queued: Dict[int, List[Tuple[Any, "asyncio.Future[bool]"]]] = {_ADD: [], _TEST: []}
         self._qloop: Optional[asyncio.AbstractEventLoop] = None
         self._flushers: "set[asyncio.Task[None]]" = set()  # held: a task nobody holds may go
+        # the whole-filter calls' blocking filter (made on first need) and its calls running
+        self._twin: Any = None
+        self._twin_lock = threading.Lock()
+        self._twin_calls: "set[asyncio.Future[Any]]" = set()
+
+    @staticmethod
+    def _adopting(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+        """Whether the blocking constructor reads the stored geometry (a round trip)."""
+        return False
 
     # -- construction, as RedisFilter
     @classmethod
@@ -335,6 +347,12 @@ class _AsyncRedis:
             if slot in self._idle:
                 slot.drop_all()
                 slot.f.close()
+        if self._twin_calls:  # a whole-filter call in its thread ends on its own timeouts
+            await asyncio.gather(*self._twin_calls, return_exceptions=True)
+        with self._twin_lock:
+            twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.close()
 
     async def __aenter__(self: _A) -> _A:
         return self
@@ -342,15 +360,66 @@ class _AsyncRedis:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
+    # -- the whole-filter calls: the blocking filter's own, on a worker thread
+    #
+    # These read or write a whole filter (load, snapshot, dump, restore), or ask the server
+    # one question about it (bits_set, info, card, remaining_ttl, reserve).  They run the
+    # blocking filter's step machines with its blocking driver, in the loop's default
+    # executor, so the event loop goes on meanwhile: same results, same errors, every
+    # deployment.  One blocking filter of the same arguments (its own connection) serves
+    # them, made on first need and closed by aclose().  A cancelled await leaves the call
+    # to end in its thread (within its timeouts): a write is then done, or not, as the
+    # blocking call's would be.
+
+    def _twin_filter(self) -> Any:
+        with self._twin_lock:
+            if self._closed:
+                raise ClosedError("the filter is closed")
+            if self._twin is None:
+                self._twin = self._sync(*self._args, **self._kwargs)
+            return self._twin
+
+    async def _in_thread(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise ClosedError("the filter is closed")
+        loop = asyncio.get_running_loop()
+
+        def call() -> Any:
+            return getattr(self._twin_filter(), name)(*args, **kwargs)
+
+        fut = loop.run_in_executor(None, call)
+        self._twin_calls.add(fut)
+        fut.add_done_callback(self._twin_calls.discard)
+        return await asyncio.shield(fut)
+
+    async def remaining_ttl(self) -> Optional[float]:
+        """Seconds until the key expires (PTTL), None when it has no expiry or does not
+        exist."""
+        return await self._in_thread("remaining_ttl")
+
     # -- the pool
     async def _take(self) -> _Slot:
         if self._closed:
             raise ClosedError("the filter is closed")
         if self._idle:
             return self._idle.pop()
-        if len(self._slots) < self._max:
-            slot = _Slot(self._sync(*self._args, **self._kwargs))
+        if len(self._slots) + self._making < self._max:
+            make = functools.partial(self._sync, *self._args, **self._kwargs)
+            if not self._adopts:  # sends nothing: made here
+                slot = _Slot(make())
+                self._slots.append(slot)
+                return slot
+            # it reads the stored geometry (a round trip): on a worker thread
+            self._making += 1
+            try:
+                f = await asyncio.get_running_loop().run_in_executor(None, make)
+            finally:
+                self._making -= 1
+            slot = _Slot(f)
             self._slots.append(slot)
+            if self._closed:
+                self._give(slot)  # closes it
+                raise ClosedError("the filter is closed")
             return slot
         w: "asyncio.Future[_Slot]" = asyncio.get_running_loop().create_future()
         self._waiters.append(w)
@@ -600,16 +669,84 @@ class AsyncRedisFilter(_AsyncRedis):
     _facts = ("key", "m", "k", "hash", "capacity", "error_rate", "ttl", "nparts", "nbytes",
               "layout", "shards", "key_names")
 
+    @staticmethod
+    def _adopting(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+        # RedisFilter(key, capacity=None, error_rate=None, m=None, ...): no capacity and no
+        # m, and the geometry is read from the filter's meta key
+        capacity = args[1] if len(args) > 1 else kwargs.get("capacity")
+        m = args[3] if len(args) > 3 else kwargs.get("m")
+        return capacity is None and m is None
+
+    @classmethod
+    async def open(cls, url: str, key: Any, **kwargs: Any) -> "AsyncRedisFilter":
+        """``await AsyncRedisFilter.open(url, key, **options)``: the filter stored at key,
+        its m, k, hash and layout read from its meta key (``RedisFilter.open``'s rules and
+        errors), the read done on a worker thread."""
+        for name in ("capacity", "error_rate", "m", "k"):
+            if name in kwargs:
+                raise TypeError(f"open() adopts the stored geometry; {name} cannot be given")
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a str, not {type(url).__name__}")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(cls, key, url=url, **kwargs))
+
+    async def bits_set(self) -> int:
+        """BITCOUNT over every part (every shard's)."""
+        return await self._in_thread("bits_set")
+
+    async def approximate_count(self) -> int:
+        """Distinct keys, estimated from the bits set."""
+        return await self._in_thread("approximate_count")
+
+    async def fill_ratio(self) -> float:
+        """The fraction of the m bits that are set."""
+        return await self._in_thread("fill_ratio")
+
+    async def current_error_rate(self) -> float:
+        """(bits set / m) ** k, as ``RedisFilter.current_error_rate``."""
+        return await self._in_thread("current_error_rate")
+
+    async def snapshot(self) -> Any:
+        """A local copy of the bitmap: a ``MemoryFilter`` (a ``BlockedFilter`` for
+        layout="blocked")."""
+        return await self._in_thread("snapshot")
+
+    async def load(self, memory_filter: Any) -> None:
+        """OR an in-memory filter of the same m, k and hash into the bitmap (other writers'
+        bits are kept), as ``RedisFilter.load``."""
+        await self._in_thread("load", memory_filter)
+
 
 class AsyncRedisBloomFilter(_AsyncRedis):
     """``AsyncRedisBloomFilter(key, capacity=1000, error_rate=0.001, *, ...,
     max_connections=4)``: the arguments, options, results and errors of
-    ``RedisBloomFilter`` for add, test, their batches and reset, awaitable (a full
-    non-scaling filter raises ``FilterFullError`` with ``processed`` and ``added`` counted
-    over the whole batch).  ``info()``, ``card()``, ``dump()`` and ``restore()`` are only
-    on the blocking class."""
+    ``RedisBloomFilter``, awaitable (a full non-scaling filter raises ``FilterFullError``
+    with ``processed`` and ``added`` counted over the whole batch)."""
 
     _sync = RedisBloomFilter
     _coalesce = (_TEST,)  # an add that fills a non-scaling filter reports its own counts
     _facts = ("key", "capacity", "error_rate", "expansion", "non_scaling", "no_create", "ttl",
               "chunk_size", "shards")
+
+    async def info(self) -> Any:
+        """BF.INFO as ``ling_bloom.redisbloom.RedisBloomInfo``; FilterNotFoundError when the
+        key does not exist."""
+        return await self._in_thread("info")
+
+    async def card(self) -> int:
+        """BF.CARD: items added (0 for a missing key)."""
+        return await self._in_thread("card")
+
+    async def reserve(self) -> bool:
+        """BF.RESERVE now: True when it created the filter, False when a matching one was
+        there; GeometryMismatchError when the one there has other parameters."""
+        return await self._in_thread("reserve")
+
+    async def dump(self) -> List[Tuple[int, bytes]]:
+        """The filter as BF.SCANDUMP's (iterator, chunk) steps; do not write to it
+        meanwhile."""
+        return await self._in_thread("dump")
+
+    async def restore(self, chunks: Any, *, replace: bool = False) -> None:
+        """Replace the filter by a dump, in one step (readers never see half a filter)."""
+        await self._in_thread("restore", chunks, replace=replace)

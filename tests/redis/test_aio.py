@@ -600,3 +600,147 @@ def test_redisbloom_restart_and_cancel(bf_server_factory):
     with lb.RedisBloomFilter.from_url(srv.url, "arb:r", 1000, 0.01) as s:
         info = s.info()
         assert info.capacity == 1000 and info.expansion == 2
+
+
+# ---- the whole-filter calls: the blocking filter's own, on a worker thread -------------------
+
+
+def test_whole_filter_calls_give_the_blocking_results(clean_redis):
+    """bits_set, approximate_count, fill_ratio, current_error_rate, remaining_ttl, snapshot
+    and load, awaited: the blocking filter's answers on the same bitmap, its errors too."""
+    keys = [f"k{i}" for i in range(3000)]
+    extra = lb.MemoryFilter(10_000, 0.01)
+    extra.update(["loaded:1", "loaded:2"])
+    wrong = lb.MemoryFilter(50, 0.2)
+
+    async def main():
+        with RedisFilter.from_url(clean_redis.url, "whole", 10_000, 0.01, ttl=300) as s:
+            async with af(clean_redis, "whole", 10_000, ttl=300) as f:
+                await f.update(keys)
+                assert await f.bits_set() == s.bits_set() > 0
+                assert await f.approximate_count() == s.approximate_count()
+                assert abs(await f.approximate_count() - len(keys)) < len(keys) * 0.05
+                assert await f.fill_ratio() == s.fill_ratio()
+                assert await f.current_error_rate() == s.current_error_rate()
+                assert 0 < await f.remaining_ttl() <= 300
+                snap = await f.snapshot()
+                assert isinstance(snap, lb.MemoryFilter) and snap == s.snapshot()
+                assert all(snap.test_many(keys))
+                await f.load(extra)
+                assert s.test_many(["loaded:1", "loaded:2"]) == [True, True]
+                with pytest.raises(lb.GeometryMismatchError) as e:
+                    await f.load(wrong)
+                with pytest.raises(lb.GeometryMismatchError) as blocking:
+                    s.load(wrong)
+                assert str(e.value) == str(blocking.value)   # the same error, blocking
+
+    run(main())
+
+
+def test_a_whole_filter_call_leaves_the_loop_free(redis_server_factory):
+    """While bits_set() waits on a paused server, other tasks on the loop go on: the call
+    runs on a worker thread; it ends once the server goes on."""
+    srv = redis_server_factory()
+
+    async def main():
+        async with af(srv, "free", 1000) as f:
+            await f.add("a")
+            srv.pause()
+            try:
+                call = asyncio.ensure_future(f.bits_set())
+                ticks = 0
+                while ticks < 20:                   # the loop runs while the call waits
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+                assert not call.done()
+            finally:
+                srv.resume()
+            assert await bounded(call) > 0
+
+    run(main())
+
+
+def test_whole_filter_calls_after_aclose_raise_closed(clean_redis):
+    async def main():
+        f = af(clean_redis, "closed-whole", 1000)
+        await f.add("a")
+        assert await f.bits_set() > 0              # the worker's blocking filter is made
+        twin = f._twin
+        await f.aclose()
+        assert f._twin is None and twin.closed    # and closed with the pool
+        with pytest.raises(lb.ClosedError):
+            await f.bits_set()
+
+    run(main())
+
+
+def test_open_adopts_the_stored_geometry_off_the_loop(clean_redis, monkeypatch):
+    """await AsyncRedisFilter.open(url, key): RedisFilter.open's rules, the geometry read on a
+    worker thread, for the first connection and each one after it."""
+    with RedisFilter.from_url(clean_redis.url, "stored", 5000, 0.001) as s:
+        s.update(["a", "b"])
+        m, k = s.m, s.k
+    import threading
+
+    loop_threads = []
+
+    async def main():
+        loop_threads.append(threading.get_ident())
+        f = await AsyncRedisFilter.open(clean_redis.url, "stored", max_connections=3)
+        async with f:
+            assert (f.m, f.k) == (m, k)
+            # three tasks at once: three connections, each made off the loop
+            assert await asyncio.gather(*(f.test_many(["a", "b", "c"]) for _ in range(3))) \
+                == [[True, True, False]] * 3
+            assert len(f._slots) == 3
+        with pytest.raises(TypeError, match="adopts the stored geometry; capacity"):
+            await AsyncRedisFilter.open(clean_redis.url, "stored", capacity=10)
+        with pytest.raises(lb.RedisError) as e:
+            await AsyncRedisFilter.open(clean_redis.url, "nothing-stored")
+        with pytest.raises(type(e.value)):
+            RedisFilter.open(clean_redis.url, "nothing-stored")   # the same error, blocking
+
+    made_on = []
+
+    def spy(*a, **kw):
+        made_on.append(threading.get_ident())
+        return RedisFilter(*a, **kw)
+
+    monkeypatch.setattr(AsyncRedisFilter, "_sync", staticmethod(spy))
+    run(main())
+    assert made_on and loop_threads[0] not in made_on   # never constructed on the loop
+
+
+def test_redisbloom_whole_filter_calls_give_the_blocking_results(bf_server):
+    """info, card, reserve, dump, restore and remaining_ttl, awaited: the blocking
+    filter's answers and errors."""
+    from ling_bloom import AsyncRedisBloomFilter, RedisBloomFilter
+
+    async def main():
+        async with AsyncRedisBloomFilter.from_url(bf_server.url, "abf:whole", 1000, 0.01) as f:
+            with pytest.raises(lb.FilterNotFoundError):
+                await f.info()
+            assert await f.card() == 0
+            assert await f.reserve() is True and await f.reserve() is False
+            await f.update(["a", "b", "c"])
+            info, card, dump = await f.info(), await f.card(), await f.dump()
+            ttl = await f.remaining_ttl()
+        async with AsyncRedisBloomFilter.from_url(bf_server.url, "abf:copy", 1000, 0.01) as g:
+            await g.restore(dump)
+            return info, card, ttl, await g.test_many(["a", "b", "c", "d"])
+
+    info, card, ttl, copied = run(main())
+    with RedisBloomFilter.from_url(bf_server.url, "abf:whole", 1000, 0.01) as s:
+        assert info == s.info() and card == s.card() == 3
+    assert ttl is None
+    assert copied == [True, True, True, False]
+    with RedisBloomFilter.from_url(bf_server.url, "abf:whole", 5000, 0.01) as s:
+        with pytest.raises(lb.GeometryMismatchError):
+            s.reserve()
+
+    async def mismatch():
+        async with AsyncRedisBloomFilter.from_url(bf_server.url, "abf:whole", 5000, 0.01) as f:
+            await f.reserve()
+
+    with pytest.raises(lb.GeometryMismatchError):   # the same error, awaited
+        run(mismatch())
