@@ -33,6 +33,11 @@ rules that keep a connection in step:
 Calls wait for an idle connection of the pool (``max_connections``, 4 by default; each is
 opened on first need and checks the filter's meta key once), so many tasks may share one
 filter.  ``key in f`` cannot be awaited: use ``await f.test(key)``.
+
+The calls that read or write a whole filter, or ask the server one question about it
+(``snapshot``, ``load``, ``bits_set``, ``info``, ``dump``, ``restore``...), are the blocking
+filter's own, awaited on a worker thread: they are not on the request path, and the loop
+goes on meanwhile.
 """
 from __future__ import annotations
 

@@ -101,8 +101,9 @@ def test_the_sync_facade_is_the_async_filter_called_the_blocking_way(clean_redis
         twin = fl.twin(f)
         assert isinstance(twin, lb.RedisFilter) and set(twin.key_names()) == {
             b"facade", b"{facade}:meta"}
+        assert f.bits_set() == twin.bits_set() > 0          # an async method, run to its end
         with pytest.raises(AttributeError):
-            f.snapshot                                                # blocking only: loud
+            f.no_such_call                                    # what the async class lacks: loud
     finally:
         f.close()
     assert not f._thread.is_alive()

@@ -1,9 +1,9 @@
 """Both Redis filters on a real Redis Cluster (issue 14, the Cluster half), blocking and
 asyncio: a test that takes ``flavor`` runs once with RedisFilter / RedisBloomFilter and once
 with AsyncRedisFilter / AsyncRedisBloomFilter (tests/support/flavors.py), with the same
-assertions.  What only the blocking classes have (key_names, snapshot, card, info, dump,
-the CLI, a forked child) is asked of a blocking filter of the same key (``flavor.twin``)
-or stays a blocking test.  tests/redis/test_aio_cluster.py has what only asyncio has.
+assertions, whole-filter calls (snapshot, load, card, info, dump...) included.  A blocking
+filter of the same key (``flavor.twin``) reads what the other client wrote; the CLI and a
+forked child stay blocking tests.  tests/redis/test_aio_cluster.py has what only asyncio has.
 
 The cluster is the session's (the `cluster` fixture of tests/conftest.py, flushed before
 each test): 3 primaries with one replica each, every node on free ports of 127.0.0.1 with
@@ -120,39 +120,37 @@ def test_a_refused_slot_map_adds_no_nodes(flavor, kind):
 
 
 def test_every_operation_on_every_primary(flavor, cluster):
-    # snapshot, bits_set, key_names, load, card, info, dump and restore are the blocking
-    # class's alone: asked of `s`, a blocking filter of the same key (f itself if blocking).
+    # snapshot, bits_set, load, card, info, dump and restore too: in the async flavour the
+    # async filter's whole-filter calls (the blocking filter's own, on a worker thread).
     keys = [f"user:{i}" for i in range(2000)]
     others = [f"other:{i}" for i in range(2000)]
     for node in primaries(cluster):
         tag = tag_on(cluster, node, "ops")
         bits_key, bf_key = f"{tag}:bits", f"{tag}:bf"
         with flavor.RedisFilter.from_url(url(cluster), bits_key, 5000, 0.01) as f:
-            s = flavor.twin(f)
             assert f.add("first") is True and f.add("first") is False and "first" in f
             f.update(keys)
             assert all(f.test_many(keys)) and f.add_many(["first", "new"]) == [False, True]
             # Bit for bit the filter a MemoryFilter of the same geometry builds.
             mem = lb.MemoryFilter(m=f.m, k=f.k, hash=f.hash)
             mem.update(["first", "new", *keys])
-            assert s.snapshot() == mem and s.bits_set() == mem.bits_set
+            assert f.snapshot() == mem and f.bits_set() == mem.bits_set
             assert sum(f.test_many(others)) == sum(mem.test_many(others))
-            for name in s.key_names():
+            for name in f.key_names():
                 assert exists(node, name.decode())   # on the node that serves the tag
             f.reset()
-            assert not any(f.test_many(keys)) and s.bits_set() == 0
-            s.load(mem)
+            assert not any(f.test_many(keys)) and f.bits_set() == 0
+            f.load(mem)
             assert all(f.test_many(keys))
         with flavor.RedisBloomFilter.from_url(url(cluster), bf_key, 5000, 0.01) as bf:
-            s = flavor.twin(bf)
             assert bf.add("first") is True and bf.add("first") is False and "first" in bf
             bf.update(keys)
-            assert all(bf.test_many(keys)) and s.card() == 2001
-            assert s.info().capacity == 5000
-            dump = s.dump()
+            assert all(bf.test_many(keys)) and bf.card() == 2001
+            assert bf.info().capacity == 5000
+            dump = bf.dump()
             bf.reset()
             assert not any(bf.test_many(keys))
-            s.restore(dump, replace=True)
+            bf.restore(dump, replace=True)
             assert all(bf.test_many(keys))
             assert exists(node, bf_key)
         # Keyless and single-key calls of other shapes route too.
@@ -488,8 +486,8 @@ def test_a_blocked_filter_on_a_cluster(flavor, cluster):
         assert f.add_many(keys) == bf.add_many(keys)
         probe = keys + [f"absent:{i}" for i in range(1000)]
         assert f.test_many(probe) == bf.test_many(probe)
-        assert flavor.twin(f).snapshot() == bf
-        for name in flavor.twin(f).key_names():
+        assert f.snapshot() == bf
+        for name in f.key_names():
             assert exists(node, name.decode())
 
 
@@ -562,18 +560,17 @@ def test_from_redis_takes_a_redis_py_cluster_client(flavor, cluster):
 
 
 def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
-    # key_names, approximate_count, snapshot, load, bits_set and open are the blocking
-    # class's alone: asked of `s`, a blocking filter of the same key (f itself if blocking).
+    # approximate_count, snapshot, load and bits_set: in the async flavour the async
+    # filter's whole-filter calls.
     keys = [f"user:{i}" for i in range(20_000)]
     with flavor.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01, shards=6) as f:
-        s = flavor.twin(f)
         assert f.shards == 6 and f.m % 6 == 0 and f.capacity == 20_000
         assert f.add_many(["a", "a"]) == [True, False]
         f.update(keys)
         assert all(f.test_many(keys)) and "a" in f
         negatives = [f"other:{i}" for i in range(20_000)]
         assert sum(f.test_many(negatives)) / len(negatives) <= 0.013   # the rate holds
-        names = [n.decode() for n in s.key_names()]
+        names = [n.decode() for n in f.key_names()]
         assert names[0] == "{sh:users}:shards" and "{sh:users:5}:meta" in names
         holders = set()
         for name in names[1:]:
@@ -581,7 +578,7 @@ def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
             assert exists(node, name)
             holders.add(node.port)
         assert len(holders) == 3                        # every primary holds shards
-        assert abs(s.approximate_count() - 20_001) < 1000
+        assert abs(f.approximate_count() - 20_001) < 1000
         # Another process opens it the same way, from the record.
         with lb.RedisFilter.open(url(cluster), "sh:users") as g:
             assert g.shards == 6 and g.m == f.m and all(g.test_many(keys[:100]))
@@ -589,14 +586,14 @@ def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
             flavor.RedisFilter.from_url(url(cluster), "sh:users", 20_000, 0.01,
                                         shards=4).add("x")
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            s.snapshot()
+            f.snapshot()
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            s.load(lb.MemoryFilter(m=f.m, k=f.k))
+            f.load(lb.MemoryFilter(m=f.m, k=f.k))
         f.reset()
-        assert not any(f.test_many(keys[:1000])) and s.bits_set() == 0
+        assert not any(f.test_many(keys[:1000])) and f.bits_set() == 0
     # A key with braces gets hashed tags; a shard key held by someone else is refused.
     with flavor.RedisFilter.from_url(url(cluster), "{x}y", 1000, 0.01, shards=2) as f:
-        tagged = [n.decode() for n in flavor.twin(f).key_names()]
+        tagged = [n.decode() for n in f.key_names()]
         assert all(len(n.split("}")[0]) == 1 + 16 + 2 for n in tagged[1:])
         shard1 = tagged[1].replace(":meta", "")
         node = cluster.node_for_slot(key_slot(shard1.encode()))
@@ -613,16 +610,15 @@ def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
 
 
 def test_a_sharded_redisbloom_filter(flavor, cluster):
-    # card, info, dump, reserve and restore are the blocking class's alone: asked of `s`,
-    # a blocking filter of the same key (bf itself if blocking).
+    # card, info, dump, reserve and restore: in the async flavour the async filter's
+    # whole-filter calls.
     keys = [f"user:{i}" for i in range(6000)]
     with flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01, shards=3) as bf:
-        s = flavor.twin(bf)
         assert bf.shards == 3 and bf.capacity == 6000 and "shards=3" in repr(bf)
         assert bf.add_many(["a", "a"]) == [True, False]
         bf.update(keys)
         assert all(bf.test_many(keys)) and "a" in bf
-        assert abs(s.card() - 6001) < 30                        # BF.CARD summed
+        assert abs(bf.card() - 6001) < 30                        # BF.CARD summed
         negatives = [f"other:{i}" for i in range(6000)]
         assert sum(bf.test_many(negatives)) / len(negatives) <= 0.015
         holders = set()
@@ -635,11 +631,11 @@ def test_a_sharded_redisbloom_filter(flavor, cluster):
             assert info == [2000 + 135]                         # n/S + 3 sqrt(n/S)
             holders.add(node.port)
         assert len(holders) > 1
-        for method in (s.info, s.dump, s.reserve):
+        for method in (bf.info, bf.dump, bf.reserve):
             with pytest.raises(lb.NotSupportedError, match="sharded"):
                 method()
         with pytest.raises(lb.NotSupportedError, match="sharded"):
-            s.restore([])
+            bf.restore([])
         with pytest.raises(lb.GeometryMismatchError, match="shards=3"):
             flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 6000, 0.01,
                                              shards=2).add("x")
@@ -647,7 +643,7 @@ def test_a_sharded_redisbloom_filter(flavor, cluster):
             flavor.RedisBloomFilter.from_url(url(cluster), "sh:bf", 9000, 0.01,
                                              shards=3).add("x")
         bf.reset()
-        assert not any(bf.test_many(keys[:500])) and s.card() == 0
+        assert not any(bf.test_many(keys[:500])) and bf.card() == 0
     for kw, msg in (({"non_scaling": True}, "non_scaling"), ({"no_create": True}, "no_create"),
                     ({"ttl": 5}, "ttl")):
         with pytest.raises(lb.NotSupportedError, match=msg):

@@ -6,8 +6,8 @@ through it and calls them the blocking way:
 
     f = flavor.RedisFilter.from_url(url, "k", 1000, 0.01)      # or flavor.RedisBloomFilter
     f.add("a"); "a" in f; f.test_many([...]); f.close()
-    flavor.twin(f).key_names()   # what only the blocking class has: a blocking filter of
-                                 # the same arguments (f itself in the blocking flavour)
+    flavor.twin(f)               # a blocking filter of the same arguments (f itself in
+                                 # the blocking flavour): another client of the same keys
 
 In the async flavour each filter is a ``SyncFacade``: the async filter, driven on an event
 loop of its own in a background thread.  Its results and exceptions are the async filter's,
@@ -135,8 +135,8 @@ class SyncFacade:
         return attr
 
     def blocking_twin(self) -> Any:
-        """A new blocking filter built with the same arguments (for what only the
-        blocking class offers: key_names(), snapshot(), card()...)."""
+        """A new blocking filter built with the same arguments (to read what the async
+        filter wrote through another client)."""
         if self._twin is None:
             raise TypeError("this facade was not built by a Flavor: no blocking twin")
         return self._twin()
