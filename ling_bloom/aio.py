@@ -352,8 +352,10 @@ class _AsyncRedis:
             if slot in self._idle:
                 slot.drop_all()
                 slot.f.close()
-        if self._twin_calls:  # a whole-filter call in its thread ends on its own timeouts
-            await asyncio.gather(*self._twin_calls, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        running = [c for c in self._twin_calls if c.get_loop() is loop]
+        if running:  # a whole-filter call in its thread ends on its own timeouts
+            await asyncio.gather(*running, return_exceptions=True)
         with self._twin_lock:
             twin, self._twin = self._twin, None
         if twin is not None:
@@ -394,8 +396,13 @@ class _AsyncRedis:
 
         fut = loop.run_in_executor(None, call)
         self._twin_calls.add(fut)
-        fut.add_done_callback(self._twin_calls.discard)
-        return await asyncio.shield(fut)
+        fut.add_done_callback(self._twin_done)
+        return await asyncio.shield(fut)  # cancelled: the call still ends in its thread
+
+    def _twin_done(self, fut: "asyncio.Future[Any]") -> None:
+        self._twin_calls.discard(fut)
+        if not fut.cancelled():
+            fut.exception()  # an await that was cancelled does not read it: read here
 
     async def remaining_ttl(self) -> Optional[float]:
         """Seconds until the key expires (PTTL), None when it has no expiry or does not

@@ -656,6 +656,20 @@ def test_a_whole_filter_call_leaves_the_loop_free(redis_server_factory):
             finally:
                 srv.resume()
             assert await bounded(call) > 0
+            # cancelled while the server is paused: the call ends in its thread, the
+            # filter goes on, and aclose() waits for it
+            srv.pause()
+            try:
+                call = asyncio.ensure_future(f.bits_set())
+                await asyncio.sleep(0.05)
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                assert len(f._twin_calls) == 1
+            finally:
+                srv.resume()
+            assert await bounded(f.bits_set()) > 0
+        assert not f._twin_calls
 
     run(main())
 
@@ -672,6 +686,19 @@ def test_whole_filter_calls_after_aclose_raise_closed(clean_redis):
             await f.bits_set()
 
     run(main())
+
+
+def test_whole_filter_calls_from_a_second_event_loop(clean_redis):
+    """The worker's blocking filter belongs to no loop: a second asyncio.run() asks it too,
+    and a third closes it."""
+    with RedisFilter.from_url(clean_redis.url, "two-loops", 1000, 0.01) as s:
+        s.add("a")
+    f = af(clean_redis, "two-loops", 1000)
+    first = run(f.bits_set())
+    assert run(f.bits_set()) == first > 0
+    run(f.aclose())
+    with pytest.raises(lb.ClosedError):
+        run(f.bits_set())
 
 
 def test_open_adopts_the_stored_geometry_off_the_loop(clean_redis, monkeypatch):
