@@ -6,6 +6,7 @@ scrape time; a guard's name unique among the live guards of a registry).
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, NamedTuple, Optional
@@ -79,6 +80,8 @@ def _filter_rate(flt: Any, name: str) -> Optional[float]:
     except Exception:  # closed filter, Redis down: no number
         return None
     if callable(value):
+        if inspect.iscoroutinefunction(value):
+            return None  # an async filter's: not asked from synchronous code
         try:
             value = value()
         except Exception:
