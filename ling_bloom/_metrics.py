@@ -35,7 +35,8 @@ class GuardStats(NamedTuple):
     coalesced        lookups that waited for another lookup's loader call
     false_positive_rate   observed: not_found / (not_found + rejected); None before any
     error_rate       the filter's promise (None when the filter does not say)
-    estimated_error_rate  the filter's own estimate from its fill now (None if unknown)
+    estimated_error_rate  the filter's own estimate from its fill now (None if unknown, and for
+                     an async filter, whose estimate must be awaited)
     filter_errors    calls to the filter that failed (its backend: down, timed out, refused)
     bypassed         lookups the failure policy decided (after an error, or while the
                      circuit was open), not the filter; their outcomes are not counted as
