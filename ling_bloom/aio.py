@@ -383,8 +383,12 @@ class _AsyncRedis:
             if self._closed:
                 raise ClosedError("the filter is closed")
             if self._twin is None:
-                self._twin = self._sync(*self._args, **self._kwargs)
+                self._twin = self._blocking()
             return self._twin
+
+    def _blocking(self) -> Any:
+        """A new blocking filter of this one's arguments (a pool member, or the worker's)."""
+        return self._sync(*self._args, **self._kwargs)
 
     async def _in_thread(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._closed:
@@ -416,15 +420,14 @@ class _AsyncRedis:
         if self._idle:
             return self._idle.pop()
         if len(self._slots) + self._making < self._max:
-            make = functools.partial(self._sync, *self._args, **self._kwargs)
             if not self._adopts:  # sends nothing: made here
-                slot = _Slot(make())
+                slot = _Slot(self._blocking())
                 self._slots.append(slot)
                 return slot
             # it reads the stored geometry (a round trip): on a worker thread
             self._making += 1
             try:
-                f = await asyncio.get_running_loop().run_in_executor(None, make)
+                f = await asyncio.get_running_loop().run_in_executor(None, self._blocking)
             finally:
                 self._making -= 1
             slot = _Slot(f)
@@ -697,10 +700,9 @@ class AsyncRedisFilter(_AsyncRedis):
         for name in ("capacity", "error_rate", "m", "k"):
             if name in kwargs:
                 raise TypeError(f"open() adopts the stored geometry; {name} cannot be given")
-        if not isinstance(url, str):
-            raise TypeError(f"url must be a str, not {type(url).__name__}")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(cls, key, url=url, **kwargs))
+        return await loop.run_in_executor(None, functools.partial(cls.from_url, url, key,
+                                                                  **kwargs))
 
     async def bits_set(self) -> int:
         """BITCOUNT over every part (every shard's)."""

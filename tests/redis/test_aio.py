@@ -722,6 +722,8 @@ def test_open_adopts_the_stored_geometry_off_the_loop(clean_redis, monkeypatch):
             assert len(f._slots) == 3
         with pytest.raises(TypeError, match="adopts the stored geometry; capacity"):
             await AsyncRedisFilter.open(clean_redis.url, "stored", capacity=10)
+        with pytest.raises(TypeError, match="url must be a str"):
+            await AsyncRedisFilter.open(clean_redis.url.encode(), "stored")
         with pytest.raises(lb.RedisError) as e:
             await AsyncRedisFilter.open(clean_redis.url, "nothing-stored")
         with pytest.raises(type(e.value)):
