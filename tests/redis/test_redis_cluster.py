@@ -30,7 +30,8 @@ from cluster_tools import cmdstat, errorstat, exists, key_slot, primaries, tag_o
 from hang_guard import returns
 from hostile_server import HostileServer, array, bulk, integer
 from key_names import ALL_BYTES, bitmap_names, sharded_names
-from redis_server import HOST, SilentListener, exit_code_in_forked_child, free_port
+from redis_server import (HOST, RedisReplyError, SilentListener, exit_code_in_forked_child,
+                          free_port)
 
 pytestmark = pytest.mark.cluster
 
@@ -439,6 +440,17 @@ def replica_online(node, replica) -> bool:
     return False
 
 
+def serves_reads(replica, key: str) -> bool:
+    """READONLY, then a read of key: answered by the replica itself, not -MOVED."""
+    with replica.client() as c:
+        c.command("READONLY")
+        try:
+            c.command("BITFIELD_RO", key, "GET", "u1", 0)
+        except RedisReplyError:
+            return False
+    return True
+
+
 def test_reads_from_replicas_when_asked(flavor, cluster):
     node = primaries(cluster)[1]
     replica = cluster.replica_of(node)
@@ -454,6 +466,11 @@ def test_reads_from_replicas_when_asked(flavor, cluster):
     while not all(replica_online(n, replica) for n in cluster.live()):
         assert time.monotonic() < deadline, "the replica never showed as online everywhere"
         time.sleep(0.05)
+    # and the replica itself serves the slot's reads (after an earlier test's failover it
+    # may still answer -MOVED for a moment, and the client would then read on the primary)
+    while not serves_reads(replica, f"{tag}:warm"):
+        assert time.monotonic() < deadline, "the replica never served a read of the slot"
+        time.sleep(0.05)
     for srv in (node, replica):          # the counts of this test only (the cluster is shared)
         with srv.client() as c:
             c.command("CONFIG", "RESETSTAT")
@@ -466,7 +483,9 @@ def test_reads_from_replicas_when_asked(flavor, cluster):
     bf.update(keys)
     before = cmdstat(replica, "bitfield_ro"), cmdstat(replica, "bf.mexists")
     assert all(f.test_many(keys)) and all(bf.test_many(keys))
-    assert cmdstat(replica, "bitfield_ro") > before[0]
+    assert cmdstat(replica, "bitfield_ro") > before[0], (
+        f"primary: {cmdstat(node, 'bitfield_ro')} BITFIELD_RO, replica refused with MOVED "
+        f"{errorstat(replica, 'MOVED')} times")
     assert cmdstat(replica, "bf.mexists") > before[1]
     assert cmdstat(node, "bitfield_ro") == 0
     # Without the option, reads stay on the primary.
