@@ -428,15 +428,18 @@ def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, clust
         bf.close()
 
 
-def replica_online(node, replica) -> bool:
-    """CLUSTER SHARDS, as node tells it, names replica with health "online"."""
+def replica_online(node, primary, replica) -> bool:
+    """CLUSTER SHARDS, as node tells it, names replica a replica of primary's shard, with
+    health "online": what the client's map needs to send reads there."""
     with node.client() as c:
         shards = c.command("CLUSTER", "SHARDS")
     for shard in shards:
-        for n in shard[3]:
-            fields = dict(zip(n[::2], n[1::2]))
-            if int(fields[b"port"]) == replica.port:
-                return fields[b"health"] == b"online"
+        nodes = dict(zip(shard[::2], shard[1::2]))[b"nodes"]
+        by_port = {int(f[b"port"]): f for f in (dict(zip(n[::2], n[1::2])) for n in nodes)}
+        if primary.port in by_port:
+            p, r = by_port[primary.port], by_port.get(replica.port, {})
+            return (p[b"role"] == b"master" and r.get(b"role") == b"replica"
+                    and r.get(b"health") == b"online")
     return False
 
 
@@ -461,9 +464,10 @@ def test_reads_from_replicas_when_asked(flavor, cluster):
         c.command("SET", f"{tag}:warm", "1")
         assert c.command("WAIT", 1, 10000) == 1
     # every node's CLUSTER SHARDS: the client reads its map from any of them, and each
-    # learns the replica's progress by gossip, some tenths of a second apart
+    # learns the replica's progress, and after an earlier test's failover who is whose
+    # replica, by gossip, some tenths of a second apart
     deadline = time.monotonic() + 30
-    while not all(replica_online(n, replica) for n in cluster.live()):
+    while not all(replica_online(n, node, replica) for n in cluster.live()):
         assert time.monotonic() < deadline, "the replica never showed as online everywhere"
         time.sleep(0.05)
     # and the replica itself serves the slot's reads (after an earlier test's failover it

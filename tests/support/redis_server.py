@@ -660,14 +660,18 @@ class RedisClusterServers:
         live = self.live()
         infos = [n.info() for n in live]
         maps = [self._slot_owners(n) for n in live]
+        ports = {n.port for n in live}
+        roles = [self._roles(n, ports) for n in live]
         why = []
-        for n, i, m in zip(live, infos, maps):
+        for n, i, m, r in zip(live, infos, maps, roles):
             if i.get("cluster_state") != "ok":
                 why.append(f"{n.port}: cluster_state {i.get('cluster_state')}")
             if int(i.get("cluster_known_nodes", 0)) != len(self.nodes):
                 why.append(f"{n.port}: knows {i.get('cluster_known_nodes')} nodes")
             if m != maps[0]:
                 why.append(f"{n.port}: slot owners {m} != {live[0].port}'s {maps[0]}")
+            if r != roles[0]:
+                why.append(f"{n.port}: roles {r} != {live[0].port}'s {roles[0]}")
             if not self._synced(n):
                 why.append(f"{n.port}: a replica whose link to its primary is down")
         return "; ".join(why)
@@ -678,6 +682,25 @@ class RedisClusterServers:
         with node.client() as c:
             text = c.command("INFO", "replication").decode()
         return "role:master" in text or "master_link_status:up" in text
+
+    @staticmethod
+    def _roles(node: ClusterNode, ports: set) -> list:
+        """Who is whose replica, as node's CLUSTER NODES tells it, for the live nodes: a
+        (port, primary's port or 0) pair each.  After a failover the other nodes learn the
+        new roles by gossip, a moment after the slots: until then one may list the demoted
+        primary as a primary of no slots, and its CLUSTER SHARDS give the slots' shard no
+        replica (a client that reads its map there reads on the primary)."""
+        with node.client() as c:
+            lines = c.command("CLUSTER", "NODES").decode().strip().splitlines()
+        rows = [line.split() for line in lines]
+        port_of = {r[0]: int(r[1].split("@")[0].rsplit(":", 1)[1]) for r in rows}
+        out = []
+        for r in rows:
+            port = port_of[r[0]]
+            if port in ports:
+                primary = 0 if r[3] == "-" else port_of.get(r[3], -1)
+                out.append((port, primary if "slave" in r[2].split(",") else 0))
+        return sorted(out)
 
     @staticmethod
     def _slot_owners(node: ClusterNode) -> list:
