@@ -91,6 +91,11 @@ class FilterNotFoundError(RedisResponseError, KeyError):
 
     key: Any
 
+class FilterLostError(FilterNotFoundError):
+    """The filter is gone from the Redis server although it was made without a ttl (the
+    server restarted empty, was flushed or evicted the key): its answers would be wrong, so
+    none is given. A warm-up, reset() or restore() builds it again."""
+
 class KeyNotOwnedError(RedisError, ValueError):
     """The Redis key holds data this library did not write (no meta key beside it)."""
 

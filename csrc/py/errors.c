@@ -77,6 +77,11 @@ static const struct {
      "No RedisBloom filter at the key (.key), and it was not to be created "
      "(no_create=True), or info()/dump() of a missing key; or no RedisFilter at "
      "the key and no geometry given (RedisFilter.open)."},
+    {offsetof(lb_state, FilterLostError), "FilterLostError", OWN(FilterNotFoundError), NO_EXC,
+     "The filter is gone from the Redis server although it was made without a ttl: "
+     "the server restarted empty, was flushed, or evicted the key (.key).  Its "
+     "answers would be wrong (every key absent), so none is given; a warm-up, "
+     "reset() or restore() builds it again."},
     {offsetof(lb_state, KeyNotOwnedError), "KeyNotOwnedError", OWN(RedisError),
      BUILTIN(ValueError),
      "The Redis key (.key) holds data this library did not write (no meta key "
@@ -168,6 +173,7 @@ static const struct {
     REDIS(ERR_NOMODULE) = {OWN(ModuleMissingError), NULL, ATTR_REPLY},
     REDIS(ERR_TOOLARGE) = {OWN(InvalidCapacityError), NULL, 0},
     REDIS(ERR_NOTOWNED) = {OWN(KeyNotOwnedError), NULL, ATTR_KEY},
+    REDIS(ERR_LOST) = {OWN(FilterLostError), NULL, ATTR_REPLY | ATTR_KEY},
 };
 
 #define MAP_SIZE ((lb_error_code)(sizeof(status_map) / sizeof(status_map[0])))

@@ -45,6 +45,7 @@ typedef struct {
     PyObject *ModuleMissingError;
     PyObject *FilterNotFoundError;
     PyObject *KeyNotOwnedError;
+    PyObject *FilterLostError;
     PyObject *RedisProtocolError;
 } lb_state;
 

@@ -17,6 +17,7 @@ const char *lb_redis_status_name(lb_redis_status st)
         [LB_REDIS_ERR_ARG] = "arg",     [LB_REDIS_ERR_NOMEM] = "nomem",
         [LB_REDIS_ERR_FULL] = "full",   [LB_REDIS_ERR_NOMODULE] = "nomodule",
         [LB_REDIS_ERR_TOOLARGE] = "toolarge", [LB_REDIS_ERR_NOTOWNED] = "notowned",
+        [LB_REDIS_ERR_LOST] = "lost",
     };
     if ((unsigned)st < sizeof names / sizeof names[0] && names[st])
         return names[st];

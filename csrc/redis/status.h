@@ -27,7 +27,8 @@ typedef enum {
     LB_REDIS_ERR_FULL,      /* non-scaling RedisBloom filter full (redisbloom) [FilterFullError]   */
     LB_REDIS_ERR_NOMODULE,  /* no BF.* commands on the server (redisbloom)  [ModuleMissingError]   */
     LB_REDIS_ERR_TOOLARGE,  /* the filter would not fit (size limit, maxmemory) [InvalidCapacityError] */
-    LB_REDIS_ERR_NOTOWNED   /* the key holds data this library did not write [KeyNotOwnedError]   */
+    LB_REDIS_ERR_NOTOWNED,  /* the key holds data this library did not write [KeyNotOwnedError]   */
+    LB_REDIS_ERR_LOST       /* the filter this client saw is gone from the server [FilterLostError] */
 } lb_redis_status;
 
 /* A short constant name of a status ("connect", "io", "timeout", ...). */
