@@ -386,6 +386,8 @@ class ScalableFilter(_Saved):
         """NotSupportedError: a chain of stages has no sound union."""
     def intersection(self, other: ScalableFilter, /) -> NoReturn:
         """NotSupportedError: a chain of stages has no sound intersection."""
+    def __or__(self, other: ScalableFilter, /) -> NoReturn: ...
+    def __and__(self, other: ScalableFilter, /) -> NoReturn: ...
 
 # ---- the Redis filters ----------------------------------------------------------------------
 

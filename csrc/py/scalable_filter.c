@@ -360,6 +360,25 @@ static PyObject *ScalableFilter_no_setop(PyObject *self, PyObject *other)
     return NULL;
 }
 
+/* a | b, a & b (and |=, &=, which fall back to them): the refusal of union and
+ * intersection when both operands are ScalableFilters; NotImplemented otherwise, so
+ * that a ScalableFilter and anything else stay the usual TypeError. */
+static PyObject *ScalableFilter_nb_setop(PyObject *a, PyObject *b)
+{
+    lb_state *st = lb_state_from_type(Py_TYPE(a));
+    if (!st) {
+        PyErr_Clear();
+        st = lb_state_from_type(Py_TYPE(b));
+        if (!st) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    if (!PyObject_TypeCheck(a, st->ScalableFilter) || !PyObject_TypeCheck(b, st->ScalableFilter))
+        Py_RETURN_NOTIMPLEMENTED;
+    return ScalableFilter_no_setop(a, b);
+}
+
 static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = AS_SCALABLE(self)->base.st;
@@ -526,6 +545,8 @@ static PyType_Slot ScalableFilter_slots[] = {
     {Py_tp_repr, ScalableFilter_repr},
     {Py_tp_richcompare, ScalableFilter_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
+    {Py_nb_or, ScalableFilter_nb_setop},
+    {Py_nb_and, ScalableFilter_nb_setop},
     {Py_sq_contains, ScalableFilter_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},

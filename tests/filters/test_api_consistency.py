@@ -425,8 +425,33 @@ def test_scalable_refuses_union_and_intersection():
         a.union(b)
     with pytest.raises(lb.NotSupportedError, match="stages"):
         a.intersection(b)
-    with pytest.raises(TypeError):
-        a | b  # noqa: B018
+
+
+def test_scalable_operators_raise_what_union_and_intersection_raise():
+    a, b = lb.ScalableFilter(100), lb.ScalableFilter(100)
+    with pytest.raises(lb.NotSupportedError) as by_method:
+        a.union(b)
+    for op in (lambda: a | b, lambda: a & b, lambda: b | a, lambda: b & a):
+        with pytest.raises(lb.NotSupportedError) as by_operator:
+            op()
+        assert str(by_operator.value) == str(by_method.value)
+    c = a
+    with pytest.raises(lb.NotSupportedError):
+        c |= b
+    with pytest.raises(lb.NotSupportedError):
+        c &= b
+
+    class Sub(lb.ScalableFilter):
+        pass
+
+    with pytest.raises(lb.NotSupportedError):
+        Sub(100) | a  # noqa: B018
+    # Anything else is not an operand at all: the usual TypeError, not a refusal.
+    for other in (3, "x", None, lb.MemoryFilter(100, 0.01)):
+        with pytest.raises(TypeError):
+            a | other  # noqa: B018
+        with pytest.raises(TypeError):
+            other & a  # noqa: B018
 
 
 # ---- 9. save and load on file objects -----------------------------------------------------
