@@ -262,6 +262,7 @@ def _lines(path: str) -> "Iterator[bytes]":
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    _no_hash_for_blocked(args)
     capacity = args.capacity
     sized_here = capacity is None
     if sized_here:
@@ -273,25 +274,40 @@ def cmd_build(args: argparse.Namespace) -> int:
         chunks: "Iterable[List[bytes]]" = [keys]
     else:
         chunks = _chunks(_lines(args.keys), 65536)
-    if args.type == "scalable":
-        f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter" = lb.ScalableFilter(
-            capacity, args.error_rate, hash=args.hash)
+    f: "lb.MemoryFilter | lb.BlockedFilter | lb.CountingFilter | lb.ScalableFilter"
+    if args.type == "blocked":
+        f = lb.BlockedFilter(capacity, args.error_rate)
+    elif args.type == "scalable":
+        f = lb.ScalableFilter(capacity, args.error_rate, hash=args.hash or "xxh3-mix")
     else:
         cls = lb.CountingFilter if args.type == "counting" else lb.MemoryFilter
-        f = cls(capacity, args.error_rate, hash=args.hash)
+        f = cls(capacity, args.error_rate, hash=args.hash or "xxh3-mix")
     read = new = 0
     for chunk in chunks:
         read += len(chunk)
         if sized_here or args.type == "scalable":
             f.update(chunk)
-        else:  # count the keys that were new: at most the distinct keys, never an estimate
+        else:
+            # The keys that found a bit clear: each is distinct from every key before it,
+            # so this is a lower bound of the distinct keys (not the count: a key whose
+            # bits were all set already is not in it; past capacity, more and more are).
             new += sum(f.add_many(chunk))
     f.save(args.out)
-    print(f"{args.out}: {type(f).__name__} of {read:,} keys read (about {len(f):,} distinct), "
-          f"{_human_bytes(f.nbytes)}, current rate {f.current_error_rate():.6g}")
-    if not sized_here and args.type != "scalable" and new > capacity:
-        print(f"warning: {new:,} distinct keys in a filter sized for {capacity:,}: its "
-              f"false-positive rate is above {args.error_rate}", file=sys.stderr)
+    over = not sized_here and args.type != "scalable" and new > capacity
+    rate = f.current_error_rate()
+    # Over capacity, the estimate from the fill says little (a saturated filter's is
+    # about its number of bits); the lower bound is what is known.
+    distinct = f"at least {new:,} distinct" if over else f"about {len(f):,} distinct"
+    print(f"{args.out}: {type(f).__name__} of {read:,} keys read ({distinct}), "
+          f"{_human_bytes(f.nbytes)}, current rate {rate:.6g}")
+    if over:
+        why = (f"the filter is saturated (current rate {rate:.3g}, not {args.error_rate}: "
+               f"most keys never added test present), so the keys it counted as new are a "
+               f"lower bound" if rate >= 0.5 else
+               f"its false-positive rate is about {rate:.3g}, above {args.error_rate}")
+        print(f"warning: at least {new:,} distinct keys (of {read:,} read) in a filter sized "
+              f"for {capacity:,}: {why}; build without --capacity to size it for the keys "
+              f"read", file=sys.stderr)
     return EXIT_OK
 
 
@@ -325,7 +341,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     return EXIT_ABSENT if absent else EXIT_OK
 
 
-def zip_results(f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter",
+def zip_results(f: "lb.MemoryFilter | lb.BlockedFilter | lb.CountingFilter | lb.ScalableFilter",
                 keys: "Iterable[bytes]") -> "Iterator[Tuple[bytes, bool]]":
     """(key, present) for each key, tested in batches of 65,536 (test_many)."""
     batch: List[bytes] = []
@@ -338,10 +354,17 @@ def zip_results(f: "lb.MemoryFilter | lb.CountingFilter | lb.ScalableFilter",
         yield from zip(batch, f.test_many(batch))
 
 
+def _no_hash_for_blocked(args: argparse.Namespace) -> None:
+    if args.type == "blocked" and args.hash is not None:
+        raise UsageError("--hash does not apply to --type blocked: a BlockedFilter has one "
+                         "hashing scheme (xxh3-block)")
+
+
 def cmd_fpr(args: argparse.Namespace) -> int:
     from . import analysis
 
     kind = args.type
+    _no_hash_for_blocked(args)
     if kind == "scalable" and (args.m is not None or args.k is not None):
         raise UsageError("--m/--k size a fixed filter; a scalable filter takes -n and -p")
     if (args.m is None) != (args.k is None):
@@ -364,7 +387,8 @@ def cmd_fpr(args: argparse.Namespace) -> int:
         kwargs = {"growth_ratio": args.growth_ratio, "fpr_ratio": args.fpr_ratio}
     exp = analysis.run_experiment(
         kind, args.n, None if args.m is not None else args.p,
-        keys=args.keys, probe_keys=args.probe_keys, hash=args.hash, m=args.m, k=args.k,
+        keys=args.keys, probe_keys=args.probe_keys, hash=args.hash or "xxh3-mix", m=args.m,
+        k=args.k,
         checkpoints=args.checkpoints, spacing=spacing, load=load, probes=args.probes,
         seed=args.seed, **kwargs,
     )
@@ -444,8 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m ling_bloom fpr --type scalable -n 1000 --load 1000 "
                "--plot growth.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    f.add_argument("--type", choices=sorted(["memory", "counting", "scalable"]),
-                   default="memory", help="filter type (default memory)")
+    f.add_argument("--type", choices=("memory", "blocked", "counting", "scalable"),
+                   default="memory", help="filter type (default memory; blocked: "
+                                          "BlockedFilter, sized by its own rate)")
     f.add_argument("-n", "--n", type=_positive_int, default=100_000,
                    help="capacity the filter is sized for; the initial capacity of a "
                         "scalable filter (default 100000)")
@@ -454,8 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--m", type=_positive_int, help="bits, with --k: a fixed geometry instead "
                                                    "of -p")
     f.add_argument("--k", type=_positive_int, help="hash functions, with --m")
-    f.add_argument("--hash", choices=HASHES, default="xxh3-mix",
-                   help="hashing scheme (default xxh3-mix; xxh3: the unmixed walk; ling-base: the Go library's FNV-1a)")
+    f.add_argument("--hash", choices=HASHES,
+                   help="hashing scheme (default xxh3-mix; xxh3: the unmixed walk; ling-base: "
+                        "the Go library's FNV-1a; not with --type blocked)")
     f.add_argument("--keys", choices=("sequential", "uuid", "url", "random"),
                    default="sequential", help="shape of the added keys (default sequential)")
     f.add_argument("--probe-keys", choices=("sequential", "uuid", "url", "random"),
@@ -508,10 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "the initial capacity of a scalable filter)")
     b.add_argument("--error-rate", type=_rate, default=0.01,
                    help="false-positive rate (default 0.01)")
-    b.add_argument("--type", choices=("memory", "counting", "scalable"), default="memory",
-                   help="filter type (default memory)")
-    b.add_argument("--hash", choices=HASHES, default="xxh3-mix",
-                   help="hashing scheme (default xxh3-mix)")
+    b.add_argument("--type", choices=("memory", "blocked", "counting", "scalable"),
+                   default="memory",
+                   help="filter type (default memory, which RedisFilter.load uploads; "
+                        "blocked: BlockedFilter, the fastest)")
+    b.add_argument("--hash", choices=HASHES,
+                   help="hashing scheme (default xxh3-mix; not with --type blocked)")
     b.set_defaults(func=cmd_build)
 
     t = sub.add_parser(

@@ -276,6 +276,52 @@ def test_build_warns_when_overfilled(tmp_path, capsys):
     assert "sized for 10" in capsys.readouterr().err
 
 
+def test_build_over_capacity_gives_the_distinct_keys_as_a_lower_bound(tmp_path, capsys):
+    # 100,000 distinct keys into a filter sized for 1,000: it saturates, and most keys find
+    # their bits already set.  The keys counted as new are a lower bound, said as one.
+    keys = tmp_path / "k"
+    keys.write_text("".join(f"{i}\n" for i in range(100_000)))
+    assert main(["build", str(keys), str(tmp_path / "o"), "--capacity", "1000"]) == 0
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert err.startswith("warning: at least ") and "(of 100,000 read)" in err, err
+    counted = int(err[len("warning: at least "):].split()[0].replace(",", ""))
+    assert 1000 < counted <= 100_000
+    assert "sized for 1,000" in err and "saturated" in err and "lower bound" in err
+    assert f"(at least {counted:,} distinct)" in cap.out  # not an estimate from the fill
+    # Over capacity but not saturated: the rate it has now, no "saturated".
+    assert main(["build", str(keys), str(tmp_path / "o"), "--capacity", "50000"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: at least ") and "saturated" not in err
+    assert "false-positive rate is about" in err
+
+
+def test_build_fpr_and_inspect_a_blocked_filter(tmp_path, capsys):
+    keys = tmp_path / "ids.txt"
+    keys.write_text("".join(f"id:{i}\n" for i in range(3000)))
+    out = tmp_path / "ids.bloom"
+    assert main(["build", str(keys), str(out), "--type", "blocked", "--error-rate",
+                 "0.001"]) == 0
+    assert "BlockedFilter of 3,000 keys read" in capsys.readouterr().out
+    f = lb.load(str(out))
+    assert isinstance(f, lb.BlockedFilter) and f.capacity == 3000 and f.error_rate == 0.001
+    assert all(f.test_many([f"id:{i}" for i in range(3000)]))
+    p = run("test", str(out), "id:0", "id:2999", check_rc=0)
+    assert p.stdout == "present\tid:0\npresent\tid:2999\n"
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "BlockedFilter, hash=xxh3-block" in text and f"m={f.m:,} k={f.k}" in text
+    assert main(["build", str(keys), str(out), "--type", "blocked", "--capacity", "100"]) == 0
+    assert "sized for 100" in capsys.readouterr().err
+    assert main(["fpr", "--type", "blocked", "-n", "5000", "--checkpoints", "2",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "BlockedFilter" in data["experiment"] and len(data["rows"]) == 2
+    for cmd in (["build", str(keys), str(out)], ["fpr"]):
+        p = run(*cmd, "--type", "blocked", "--hash", "ling-base", check_rc=2)
+        assert "--hash does not apply to --type blocked" in p.stderr
+
+
 @pytest.mark.parametrize("n", [1, 2, 10, 100, 1000, 5000, 12345])
 @pytest.mark.parametrize("rate", ["0.001", "0.01", "0.1"])
 def test_build_sized_for_the_keys_it_read_never_warns(tmp_path, capsys, n, rate):
