@@ -15,7 +15,12 @@ import importlib
 import re
 from typing import Any, Optional
 
-import griffe
+try:
+    import griffe
+    _Extension = griffe.Extension
+except ImportError:  # the merge rules alone (tests/docs imports them without the docs extra)
+    griffe = None  # type: ignore[assignment]
+    _Extension = object  # type: ignore[assignment,misc]
 
 _SIG = re.compile(r"^[A-Za-z_][\w.]*\(.*\)(\s*->.*)?$")
 
@@ -41,9 +46,9 @@ def _merge(c_doc: Optional[str], stub_doc: Optional[str], is_class: bool) -> Opt
     if is_class and sigs:
         parts.append("```python\n" + "\n".join(sigs) + "\n```")
     s, b = _norm(stub_doc or ""), _norm(body)
-    if s and b and b in s:      # the stub says all the C text says, and more
+    if s and b and b in s:      # the stub says all the C text says (and maybe more)
         body = ""
-    if s and s not in b:        # the stub's own words (often a one-line summary) lead
+    if s and (s not in b or not body):  # the stub's own words lead, or stand for both
         parts.append(stub_doc.strip())
     if body:
         parts.append(body)
@@ -87,7 +92,7 @@ def _escape_prose(text: str) -> str:
     return "\n".join(out)
 
 
-class CoreDocstrings(griffe.Extension):
+class CoreDocstrings(_Extension):  # type: ignore[misc,valid-type]
     """Merge the built ``ling_bloom._core``'s docstrings into the stubs' objects."""
 
     def __init__(self, module: str = "ling_bloom._core") -> None:

@@ -199,6 +199,51 @@ def test_the_api_reference_covers_every_public_name():
     assert not missing, f"not in docs/api/*.md: {missing}"
 
 
+def _stub_docstrings():
+    """{(class or None, name): docstring} of the classes and functions in _core.pyi."""
+    import ast
+
+    tree = ast.parse((ROOT / "ling_bloom" / "_core.pyi").read_text(encoding="utf-8"))
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node):
+            out[(None, node.name)] = ast.get_docstring(node, clean=False)
+        if isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, ast.FunctionDef) and ast.get_docstring(sub):
+                    out[(node.name, sub.name)] = ast.get_docstring(sub, clean=False)
+    return out
+
+
+def test_the_api_reference_keeps_both_the_stub_and_the_c_description():
+    """docs/_ext/core_docstrings.py merges each C docstring into its stub's for the API
+    reference: whatever either says is in the page (a class whose stub and C text say the
+    same once lost both, its reference showing only its constructor forms)."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        from core_docstrings import _merge, _norm, _split_c_doc
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+    from ling_bloom import _core
+
+    lost = []
+    for (cls, name), stub in _stub_docstrings().items():
+        owner = getattr(_core, cls, None) if cls else _core  # the stubs' own bases are not
+        live = getattr(owner, name, None)                       # in the module
+        c_doc = getattr(live, "__doc__", None)
+        if not isinstance(c_doc, str) or live is None:
+            continue
+        is_class = cls is None and isinstance(live, type)
+        merged = _norm(_merge(c_doc, stub, is_class) or "")
+        body = _norm(_split_c_doc(c_doc)[1])
+        for what, text in (("stub", _norm(stub)), ("C", body)):
+            if text and text not in merged:
+                lost.append(f"{cls + '.' if cls else ''}{name}: the {what} text")
+    assert not lost, lost
+    merged = _merge(_core.MemoryFilter.__doc__, _stub_docstrings()[(None, "MemoryFilter")], True)
+    assert "A Bloom filter in one bit array of m bits with k hash functions." in merged
+
+
 # ---- words a user cannot know ---------------------------------------------------------------
 
 UNTOLD = [
