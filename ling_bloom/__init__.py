@@ -139,6 +139,11 @@ def __getattr__(name: str) -> object:
     return value
 
 
+def __dir__() -> "list[str]":
+    # The names loaded on first use too (tab completion, help()), without loading them.
+    return sorted(set(globals()) | set(_LAZY) | {"aio"})
+
+
 _KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
     1: MemoryFilter,
     2: CountingFilter,

@@ -92,6 +92,31 @@ def test_importing_the_package_loads_neither_asyncio_nor_ssl(tmp_path):
     assert same == "True"
 
 
+def test_dir_lists_the_names_loaded_on_first_use_without_loading_them(tmp_path):
+    # dir() (what tab completion and help() read) names every public name, the lazy
+    # ones too, and listing them imports nothing.
+    pkg_parent = str(Path(ling_bloom.__file__).parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
+    code = (
+        "import rlcompleter, sys, ling_bloom\n"
+        "names = dir(ling_bloom)\n"
+        "print(sorted(set(ling_bloom.__all__) - set(names)), 'aio' in names)\n"
+        "print(sorted(m for m in ('asyncio', 'ssl', 'ling_bloom.aio', 'ling_bloom.guard') "
+        "if m in sys.modules))\n"
+        "c = rlcompleter.Completer({'ling_bloom': ling_bloom})\n"
+        "print(sorted(c.attr_matches('ling_bloom.AsyncRedis')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    missing, loaded, completed = out.stdout.splitlines()
+    assert missing == "[] True", f"not in dir(ling_bloom): {missing}"
+    assert loaded == "[]", f"dir(ling_bloom) loaded {loaded}"
+    assert "ling_bloom.AsyncRedisFilter(" in completed, completed
+    assert "ling_bloom.AsyncRedisBloomFilter(" in completed, completed
+
+
 def _setup_py_extension():
     """The Extension that setup.py declares, read without building anything."""
     import runpy
