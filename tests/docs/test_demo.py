@@ -1,6 +1,7 @@
 """`python -m ling_bloom demo` (`make demo`): BlockedFilter beside MemoryFilter, both Redis
 filters on private servers, and the guard in front of a real web app it starts on
-127.0.0.1 (Flask under gunicorn, over SQLite), with the database queries counted."""
+127.0.0.1 (Flask under gunicorn with several worker processes sharing the filter's file,
+over SQLite), with the database queries counted."""
 from __future__ import annotations
 
 import io
@@ -54,6 +55,13 @@ def test_the_guard_in_front_of_a_web_app():
     assert guarded["rejected"] >= 78                         # 0.1% filter: few pass it
     assert guarded["queries"] == 20 + (80 - guarded["rejected"])
     assert "http://127.0.0.1:" in text and "gunicorn stopped" in text
+    # Several worker processes serve the one filter file: a product created through one of
+    # them is found (200, not a guarded 404) through every other one at once.
+    assert _demo_web.WORKERS > 1 and guarded["workers"] > 1, text
+    shared = results["shared"]
+    assert len(shared["statuses"]) == _demo_web.WORKERS, text     # every worker answered
+    assert all(s == 200 for codes in shared["statuses"].values() for s in codes), text
+    assert shared["others"] and shared["created_by"] not in shared["others"], text
 
 
 def test_the_whole_demo(monkeypatch):

@@ -36,6 +36,21 @@ def test_the_readme_has_its_examples():
     assert 20 <= code_lines <= 45, code_lines
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_first_guard_example_shares_its_filter_between_worker_processes(page, tmp_path,
+                                                                            request):
+    """The first web guard a reader sees serves a filter every worker shares (a file or
+    Redis), not one in each process's memory: run with UnsharedFilterWarning an error."""
+    first = next(b for b in dx.blocks(ROOT / page)
+                 if b.lang == "python" and "bloom.guard" in b.code)
+    assert re.search(r"files=|LING_BLOOM_FILES|RedisFilter|MemoryFilter\.open", first.code)
+    code = ("import warnings, ling_bloom\n"
+            "warnings.simplefilter('error', ling_bloom.UnsharedFilterWarning)\n" + first.code)
+    env = dx.python_env(first.code, request, tmp_path)
+    proc = dx.run_python(code, tmp_path, env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+
+
 def test_the_speed_table_names_its_command():
     speed = README.split("## Speed", 1)[1].split("\n## ", 1)[0]
     assert "python benchmarks/bench_memory.py --rounds 3" in speed
