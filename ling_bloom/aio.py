@@ -469,8 +469,12 @@ class _AsyncRedis:
             return (await self._run(kind, [key]))[0]
         # Every connection is busy: the call joins the next batch of single calls of its
         # kind, which takes a connection as any call does and answers each of them (a bad
-        # key fails only its own call, before anything is queued).
+        # key fails only its own call, before anything is queued).  The key's bytes are
+        # taken now: a caller that changes its bytearray while the call waits changes
+        # neither its own call nor the others of the batch.
         self._slots[0].f._wire_check([key])
+        if not isinstance(key, (str, bytes, int)):
+            key = memoryview(key).tobytes()
         loop = asyncio.get_running_loop()
         if self._qloop is not loop:  # calls queued on another (closed) loop are gone
             self._queued = {k: [] for k in self._queued}

@@ -308,6 +308,47 @@ def test_queued_single_calls_all_get_the_error_of_their_round_trip(redis_server_
     run(main())
 
 
+def test_a_key_changed_while_its_call_waits_to_be_merged_changes_no_other_call(clean_redis,
+                                                                              monkeypatch):
+    """Single calls queued behind a busy connection go as one batch; a caller that empties
+    its bytearray right after calling gets the answer for the key as it was when called, and
+    every other call of the batch its own answer."""
+    batches = []
+    on = aio._AsyncRedis._on
+
+    async def spy(self, slot, kind, keys):
+        batches.append(None if keys is None else len(keys))
+        return await on(self, slot, kind, keys)
+
+    monkeypatch.setattr(aio._AsyncRedis, "_on", spy)
+
+    async def main():
+        async with af(clean_redis, key="mut", capacity=10_000, max_connections=1) as f:
+            await f.add_many(["present:0", "present:1", "present:2"])
+            for kind in ("add", "test"):
+                mutable = bytearray(f"{kind}:mutable".encode())
+                if kind == "test":
+                    await f.add(bytes(mutable))
+                batches.clear()
+                busy = asyncio.ensure_future(f.test_many(["present:0"]))
+                await asyncio.sleep(0)           # busy holds the only connection
+                call = getattr(f, kind)
+                others = [f"{kind}:{i}" if kind == "add" else f"present:{i % 3}"
+                          for i in range(10)]
+                tasks = [asyncio.ensure_future(call(k)) for k in others[:5]]
+                tasks.append(asyncio.ensure_future(call(mutable)))
+                tasks += [asyncio.ensure_future(call(k)) for k in others[5:]]
+                await asyncio.sleep(0)           # every call is queued
+                mutable.clear()                  # the caller empties its key
+                got = await asyncio.gather(*tasks, return_exceptions=True)
+                assert await busy == [True]
+                assert batches == [1, 11], batches   # the busy call, then one merged batch
+                assert got == [True] * 11, (kind, got)
+            assert await f.test_many([b"add:mutable", b"test:mutable"]) == [True, True]
+
+    run(main())
+
+
 def test_a_cancelled_call_never_leaves_a_reply_for_the_next(redis_server_factory):
     srv = redis_server_factory()
 
