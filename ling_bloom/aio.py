@@ -27,12 +27,16 @@ rules that keep a connection in step:
   call;
 - input that arrives when no call waits for it (a late reply, the server's EOF) marks
   the connection out of step: it is dropped before anything else is sent on it;
-- a forked child never uses its parent's connections, nor a second event loop the
-  first one's.
+- a forked child never uses its parent's connections, nor an event loop another loop's.
 
 Calls wait for an idle connection of the pool (``max_connections``, 4 by default; each is
 opened on first need and checks the filter's meta key once), so many tasks may share one
-filter.  ``key in f`` cannot be awaited: use ``await f.test(key)``.
+filter.  Each event loop that calls the filter has a pool of its own, so one filter serves
+several loops as the blocking filter serves several threads: threads each running a loop at
+once (a loop's calls never wait on another loop's connections, and every future is completed
+on its own loop), or one loop after another (``asyncio.run()`` twice: a closed loop's idle
+members go to the next loop's pool).  ``key in f`` cannot be awaited: use
+``await f.test(key)``.
 
 The calls that read or write a whole filter, or ask the server one question about it
 (``snapshot``, ``load``, ``bits_set``, ``info``, ``dump``, ``restore``...), are the blocking
@@ -242,8 +246,30 @@ class _Slot:
                 self.drop(key)
 
 
+class _Pool:
+    """One event loop's pool: its members (up to max_connections), the calls of that loop
+    waiting for one, and its single calls queued to go as one batch.  Only its loop's
+    thread touches it: a future is completed on its own loop, and a loop never waits for a
+    connection another loop holds."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.pid = os.getpid()
+        self.idle: List[_Slot] = []
+        self.slots: List[_Slot] = []
+        self.making = 0  # pool members being made on a worker thread
+        self.waiters: "List[asyncio.Future[_Slot]]" = []
+        # single calls waiting for a connection, by kind, to go as one batch
+        self.queued: Dict[int, List[Tuple[Any, "asyncio.Future[bool]"]]] = {_ADD: [], _TEST: []}
+        self.flushers: "set[asyncio.Task[None]]" = set()  # held: a task nobody holds may go
+
+    def gone(self) -> bool:
+        """Its loop is closed (asyncio.run() ended), or it is a parent process's."""
+        return self.loop.is_closed() or self.pid != os.getpid()
+
+
 class _AsyncRedis:
-    """What the two async filters share: the pool, the transport, the operations."""
+    """What the two async filters share: the pools, the transport, the operations."""
 
     _sync: Any = None                 # the blocking class whose C state speaks the protocol
     _facts: Tuple[str, ...] = ()      # attributes read from it (no round trip)
@@ -261,19 +287,17 @@ class _AsyncRedis:
                 raise TypeError(type(self).__name__ + text[len(sync):]) from None
             raise
         self._adopts = self._adopting(args, kwargs)
-        self._making = 0  # pool members being made on a worker thread
+        self._first = first  # the facts, and the key checks
         self._cfg = first._wire_config()
         self._chunk = int(self._cfg["chunk_size"])
-        self._idle: List[_Slot] = [_Slot(first)]
-        self._slots: List[_Slot] = [self._idle[0]]
         self._max = max_connections
-        self._waiters: "List[asyncio.Future[_Slot]]" = []
         self._closed = False
         self._ssl: Optional[ssl.SSLContext] = None
-        # single calls waiting for a connection, by kind, to go as one batch
-        self._queued: Dict[int, List[Tuple[Any, "asyncio.Future[bool]"]]] = {_ADD: [], _TEST: []}
-        self._qloop: Optional[asyncio.AbstractEventLoop] = None
-        self._flushers: "set[asyncio.Task[None]]" = set()  # held: a task nobody holds may go
+        # one pool per event loop; the members of no loop's pool yet: the first, and the
+        # idle ones of loops that are closed, taken by the next loop's pool
+        self._pools: Dict[asyncio.AbstractEventLoop, _Pool] = {}
+        self._spare: List[_Slot] = [_Slot(first)]
+        self._pools_lock = threading.Lock()
         # the whole-filter calls' blocking filter (made on first need) and its calls running
         self._twin: Any = None
         self._twin_lock = threading.Lock()
@@ -301,7 +325,7 @@ class _AsyncRedis:
     # -- the facts of the filter (no round trip)
     def __getattr__(self, name: str) -> Any:
         if name in self._facts:
-            return getattr(self._slots[0].f, name)
+            return getattr(self._first, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
@@ -313,7 +337,7 @@ class _AsyncRedis:
         return self._max
 
     def __repr__(self) -> str:
-        inner = repr(self._slots[0].f).strip("<>").split(" ", 1)[1].replace(" closed", "")
+        inner = repr(self._first).strip("<>").split(" ", 1)[1].replace(" closed", "")
         return f"<{type(self).__name__} {inner}{' closed' if self._closed else ''}>"
 
     def __contains__(self, key: Any) -> bool:
@@ -344,22 +368,41 @@ class _AsyncRedis:
         if self._closed:
             return
         self._closed = True
-        for w in self._waiters:
-            if not w.done():
-                w.set_exception(ClosedError("the filter is closed"))
-        self._waiters.clear()
-        for slot in self._slots:
-            if slot in self._idle:
-                slot.drop_all()
-                slot.f.close()
         loop = asyncio.get_running_loop()
-        running = [c for c in self._twin_calls if c.get_loop() is loop]
+        with self._pools_lock:
+            pools, self._pools = list(self._pools.values()), {}
+            spare, self._spare = self._spare, []
+        for slot in spare:
+            slot.drop_all()
+            slot.f.close()
+        for pool in pools:
+            if pool.loop is loop or pool.gone():
+                self._close_pool(pool)
+                continue
+            try:  # another thread's loop: its pool is closed there
+                pool.loop.call_soon_threadsafe(self._close_pool, pool)
+            except RuntimeError:  # that loop closed meanwhile
+                self._close_pool(pool)
+        running = [c for c in list(self._twin_calls) if c.get_loop() is loop]
         if running:  # a whole-filter call in its thread ends on its own timeouts
             await asyncio.gather(*running, return_exceptions=True)
         with self._twin_lock:
             twin, self._twin = self._twin, None
         if twin is not None:
             twin.close()
+
+    def _close_pool(self, pool: _Pool) -> None:
+        """On the pool's own loop (or once that loop is gone): calls waiting for a
+        connection raise ClosedError, idle members close; busy ones close when given back."""
+        waiters, pool.waiters = pool.waiters, []
+        if not pool.gone():
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(ClosedError("the filter is closed"))
+        idle, pool.idle = pool.idle, []
+        for slot in idle:
+            slot.drop_all()
+            slot.f.close()
 
     async def __aenter__(self: _A) -> _A:
         return self
@@ -413,100 +456,127 @@ class _AsyncRedis:
         exist."""
         return await self._in_thread("remaining_ttl")
 
-    # -- the pool
-    async def _take(self) -> _Slot:
+    # -- the pools: one per event loop
+    def _pool(self) -> _Pool:
+        """The running loop's pool, made on its first call: several loops (threads each
+        running one, or asyncio.run() after asyncio.run()) share the filter, never a
+        connection nor a future.  A new pool takes the idle members of the pools whose
+        loop is closed (their connections are dropped before use: _Slot.sweep)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is not None:
+            return pool
+        with self._pools_lock:
+            if self._closed:  # _take raises ClosedError
+                return _Pool(loop)
+            pool = self._pools.get(loop)
+            if pool is None:
+                pool = self._pools[loop] = _Pool(loop)
+                for old in [p for p in self._pools.values() if p.gone()]:
+                    del self._pools[old.loop]
+                    self._spare += old.idle
+                take, self._spare = self._spare[:self._max], self._spare[self._max:]
+                pool.idle += take
+                pool.slots += take
+        return pool
+
+    async def _take(self, pool: _Pool) -> _Slot:
         if self._closed:
             raise ClosedError("the filter is closed")
-        if self._idle:
-            return self._idle.pop()
-        if len(self._slots) + self._making < self._max:
+        if pool.idle:
+            return pool.idle.pop()
+        if len(pool.slots) + pool.making < self._max:
             if not self._adopts:  # sends nothing: made here
                 slot = _Slot(self._blocking())
-                self._slots.append(slot)
+                pool.slots.append(slot)
                 return slot
             # it reads the stored geometry (a round trip): on a worker thread
-            self._making += 1
+            pool.making += 1
             try:
-                f = await asyncio.get_running_loop().run_in_executor(None, self._blocking)
+                f = await pool.loop.run_in_executor(None, self._blocking)
             finally:
-                self._making -= 1
+                pool.making -= 1
             slot = _Slot(f)
-            self._slots.append(slot)
+            pool.slots.append(slot)
             if self._closed:
-                self._give(slot)  # closes it
+                self._give(pool, slot)  # closes it
                 raise ClosedError("the filter is closed")
             return slot
-        w: "asyncio.Future[_Slot]" = asyncio.get_running_loop().create_future()
-        self._waiters.append(w)
+        w: "asyncio.Future[_Slot]" = pool.loop.create_future()
+        pool.waiters.append(w)
         try:
             return await w
         except asyncio.CancelledError:
             if w.done() and not w.cancelled() and w.exception() is None:
-                self._give(w.result())  # handed over as we were cancelled: pass it on
+                self._give(pool, w.result())  # handed over as we were cancelled: pass it on
             raise
         finally:
-            if w in self._waiters:
-                self._waiters.remove(w)
+            if w in pool.waiters:
+                pool.waiters.remove(w)
 
-    def _give(self, slot: _Slot) -> None:
+    def _give(self, pool: _Pool, slot: _Slot) -> None:
         if self._closed:
             slot.drop_all()
             slot.f.close()
             return
-        while self._waiters:
-            w = self._waiters.pop(0)
+        while pool.waiters:
+            w = pool.waiters.pop(0)
             if not w.done():
                 w.set_result(slot)
                 return
-        self._idle.append(slot)
+        pool.idle.append(slot)
 
     # -- single calls: one round trip each, or together when every connection is busy
     _coalesce: Tuple[int, ...] = (_ADD, _TEST)   # the kinds whose single calls may share one
 
     async def _one(self, kind: int, key: Any) -> bool:
-        if self._idle or len(self._slots) < self._max or self._closed \
+        pool = self._pool()
+        frozen = isinstance(key, (str, bytes, int))
+        if not frozen:
+            # the key's bytes as they are now: a caller that changes its bytearray while
+            # the call waits changes neither its own call nor the others of its batch
+            self._first._wire_check([key])
+            key = memoryview(key).tobytes()
+        if pool.idle or len(pool.slots) < self._max or self._closed \
                 or kind not in self._coalesce:
-            return (await self._run(kind, [key]))[0]
-        # Every connection is busy: the call joins the next batch of single calls of its
-        # kind, which takes a connection as any call does and answers each of them (a bad
-        # key fails only its own call, before anything is queued).
-        self._slots[0].f._wire_check([key])
-        loop = asyncio.get_running_loop()
-        if self._qloop is not loop:  # calls queued on another (closed) loop are gone
-            self._queued = {k: [] for k in self._queued}
-            self._qloop = loop
-        fut: "asyncio.Future[bool]" = loop.create_future()
-        queue = self._queued[kind]
+            return (await self._run(kind, [key], pool))[0]
+        # Every connection of this loop's pool is busy: the call joins the next batch of
+        # single calls of its kind, which takes a connection as any call does and answers
+        # each of them (a bad key fails only its own call, before anything is queued).
+        if frozen:
+            self._first._wire_check([key])
+        fut: "asyncio.Future[bool]" = pool.loop.create_future()
+        queue = pool.queued[kind]
         queue.append((key, fut))
         if len(queue) == 1:
-            self._flush_later(kind)
+            self._flush_later(pool, kind)
         return await fut  # cancelled: this call's wait only; the batch goes on
 
-    def _flush_later(self, kind: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush(kind))
-        self._flushers.add(task)
-        task.add_done_callback(self._flushers.discard)
+    def _flush_later(self, pool: _Pool, kind: int) -> None:
+        task = pool.loop.create_task(self._flush(pool, kind))
+        pool.flushers.add(task)
+        task.add_done_callback(pool.flushers.discard)
 
-    async def _flush(self, kind: int) -> None:
+    async def _flush(self, pool: _Pool, kind: int) -> None:
         """Send the queued single calls of kind as one batch (up to chunk_size of them) on
         the next free connection, and answer each; the rest wait for the next one."""
         batch: List[Tuple[Any, "asyncio.Future[bool]"]] = []
         try:
-            slot = await self._take()
+            slot = await self._take(pool)
             try:
-                queue = self._queued[kind]
-                batch, self._queued[kind] = queue[:self._chunk], queue[self._chunk:]
-                if self._queued[kind]:
-                    self._flush_later(kind)
+                queue = pool.queued[kind]
+                batch, pool.queued[kind] = queue[:self._chunk], queue[self._chunk:]
+                if pool.queued[kind]:
+                    self._flush_later(pool, kind)
                 batch = [(k, fut) for k, fut in batch if not fut.done()]  # cancelled: not sent
                 results = await self._on(slot, kind, [k for k, _ in batch]) if batch else []
             finally:
-                self._give(slot)
+                self._give(pool, slot)
         except BaseException as e:
             # the filter closed, the batch failed, or the loop is going away: every call
             # of the batch (or of the queue, when none was taken) ends with it
             if not batch:
-                batch, self._queued[kind] = self._queued[kind], []
+                batch, pool.queued[kind] = pool.queued[kind], []
             for _, fut in batch:
                 if fut.done():
                     continue
@@ -533,7 +603,7 @@ class _AsyncRedis:
                 raise ClosedError("the filter is closed")
             return []
         # every key is checked before anything is sent (a bad key changes nothing)
-        self._slots[0].f._wire_check(keys)
+        self._first._wire_check(keys)
         out: List[bool] = []
         step = self._chunk
         for start in range(0, len(keys), step):
@@ -546,12 +616,15 @@ class _AsyncRedis:
                 raise
         return out
 
-    async def _run(self, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
-        slot = await self._take()
+    async def _run(self, kind: int, keys: Optional[Sequence[Any]],
+                   pool: Optional[_Pool] = None) -> List[bool]:
+        if pool is None:
+            pool = self._pool()
+        slot = await self._take(pool)
         try:
             return await self._on(slot, kind, keys)
         finally:
-            self._give(slot)
+            self._give(pool, slot)
 
     async def _on(self, slot: _Slot, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         f = slot.f

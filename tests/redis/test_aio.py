@@ -227,7 +227,7 @@ def test_many_concurrent_tasks_on_one_filter(clean_redis):
                                         *[f.test_many([f"k{i}", f"no{i}"]) for i in range(50)])
             assert hits[:200] == [True] * 200
             assert all(h[0] for h in hits[200:])
-            assert len(f._slots) == 3  # the pool grew to its bound, no further
+            assert len(f._pool().slots) == 3  # the pool grew to its bound, no further
 
     run(main())
     assert clean_redis.client().command("CLIENT", "LIST").count(b"cmd=") >= 1
@@ -304,6 +304,145 @@ def test_queued_single_calls_all_get_the_error_of_their_round_trip(redis_server_
             await f2.aclose()                    # queued calls end with ClosedError
             out = await asyncio.gather(*pending, return_exceptions=True)
             assert all(isinstance(e, (lb.ClosedError, bool)) for e in out), out
+
+    run(main())
+
+
+def test_one_filter_from_two_event_loops_in_two_threads_at_once(clean_redis):
+    """Two threads, each running an event loop of its own, call one filter at the same time
+    with its pool busy (max_connections=1): every call of each loop is answered, on its own
+    loop; then a later asyncio.run() goes on with the same filter."""
+    import threading
+
+    f = af(clean_redis, key="two-threads", capacity=10_000, max_connections=1)
+    start = threading.Barrier(2)
+    out = {}
+
+    async def calls(name):
+        added = await asyncio.gather(*[f.add(f"{name}:{i}") for i in range(150)],
+                                     *[f.add_many([f"{name}:m{i}"]) for i in range(20)])
+        hits = await asyncio.gather(*[f.test(f"{name}:{i}") for i in range(150)],
+                                    f.bits_set())
+        return added, hits
+
+    def thread(name):
+        async def main():
+            start.wait(30)          # both loops running before either calls
+            return await bounded(calls(name))
+
+        try:
+            out[name] = asyncio.run(main())
+        except BaseException as e:  # reported below, with the thread's name
+            out[name] = e
+
+    threads = [threading.Thread(target=thread, args=(n,), daemon=True) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(2 * 120 + 30)
+    assert not any(t.is_alive() for t in threads), "a loop's calls never ended"
+    for name in ("a", "b"):
+        assert not isinstance(out[name], BaseException), (name, out[name])
+        added, hits = out[name]
+        assert added == [True] * 150 + [[True]] * 20, name
+        assert hits[:150] == [True] * 150 and hits[150] > 0, name
+    # one loop after the other, as scripts do: the filter goes on, then closes
+    assert run(f.test_many(["a:0", "b:149", "a:m3"])) == [True, True, True]
+    run(f.aclose())
+    with pytest.raises(lb.ClosedError):
+        run(f.test("a:0"))
+
+
+def test_aclose_on_one_loop_ends_the_calls_waiting_on_another(redis_server_factory):
+    """aclose() awaited on one loop while another thread's loop has a call in a round trip
+    (the server paused) and others waiting for the connection: the waiting ones raise
+    ClosedError on their own loop, the server still paused; the one in flight is answered
+    once the server goes on."""
+    import threading
+
+    srv = redis_server_factory()
+    f = af(srv, key="close-across", max_connections=1)
+    waiting, ended = threading.Event(), threading.Event()
+    out = {}
+
+    async def other_loop():
+        await f.add("a")
+        srv.pause()                              # the next round trip stays in flight
+        in_flight = asyncio.ensure_future(f.test("a"))
+        await asyncio.sleep(0)
+        tasks = [asyncio.ensure_future(f.test(f"q{i}")) for i in range(5)]
+        tasks.append(asyncio.ensure_future(f.add_many(["x", "y"])))
+        await asyncio.sleep(0)
+        waiting.set()
+        try:
+            out["waiting"] = await bounded(asyncio.gather(*tasks, return_exceptions=True))
+        finally:
+            ended.set()
+        out["in_flight"] = await bounded(in_flight)
+
+    def thread():
+        try:
+            asyncio.run(other_loop())
+        except BaseException as e:
+            out["error"] = e
+        finally:
+            ended.set()
+
+    t = threading.Thread(target=thread, daemon=True)
+    t.start()
+    try:
+        assert waiting.wait(120), out
+        run(f.aclose())                          # on this thread's loop
+        assert ended.wait(150), out              # the server still paused
+    finally:
+        srv.resume()
+    t.join(150)
+    assert not t.is_alive(), "the other loop's calls never ended"
+    assert "error" not in out, out["error"]
+    assert all(isinstance(e, lb.ClosedError) for e in out["waiting"]), out
+    assert out["in_flight"] is True
+    assert f.closed
+    with pytest.raises(lb.ClosedError):
+        run(f.test("a"))
+
+
+def test_a_key_changed_while_its_call_waits_to_be_merged_changes_no_other_call(clean_redis,
+                                                                              monkeypatch):
+    """Single calls queued behind a busy connection go as one batch; a caller that empties
+    its bytearray right after calling gets the answer for the key as it was when called, and
+    every other call of the batch its own answer."""
+    batches = []
+    on = aio._AsyncRedis._on
+
+    async def spy(self, slot, kind, keys):
+        batches.append(None if keys is None else len(keys))
+        return await on(self, slot, kind, keys)
+
+    monkeypatch.setattr(aio._AsyncRedis, "_on", spy)
+
+    async def main():
+        async with af(clean_redis, key="mut", capacity=10_000, max_connections=1) as f:
+            await f.add_many(["present:0", "present:1", "present:2"])
+            for kind in ("add", "test"):
+                mutable = bytearray(f"{kind}:mutable".encode())
+                if kind == "test":
+                    await f.add(bytes(mutable))
+                batches.clear()
+                busy = asyncio.ensure_future(f.test_many(["present:0"]))
+                await asyncio.sleep(0)           # busy holds the only connection
+                call = getattr(f, kind)
+                others = [f"{kind}:{i}" if kind == "add" else f"present:{i % 3}"
+                          for i in range(10)]
+                tasks = [asyncio.ensure_future(call(k)) for k in others[:5]]
+                tasks.append(asyncio.ensure_future(call(mutable)))
+                tasks += [asyncio.ensure_future(call(k)) for k in others[5:]]
+                await asyncio.sleep(0)           # every call is queued
+                mutable.clear()                  # the caller empties its key
+                got = await asyncio.gather(*tasks, return_exceptions=True)
+                assert await busy == [True]
+                assert batches == [1, 11], batches   # the busy call, then one merged batch
+                assert got == [True] * 11, (kind, got)
+            assert await f.test_many([b"add:mutable", b"test:mutable"]) == [True, True]
 
     run(main())
 
@@ -719,7 +858,7 @@ def test_open_adopts_the_stored_geometry_off_the_loop(clean_redis, monkeypatch):
             # three tasks at once: three connections, each made off the loop
             assert await asyncio.gather(*(f.test_many(["a", "b", "c"]) for _ in range(3))) \
                 == [[True, True, False]] * 3
-            assert len(f._slots) == 3
+            assert len(f._pool().slots) == 3
         with pytest.raises(TypeError, match="adopts the stored geometry; capacity"):
             await AsyncRedisFilter.open(clean_redis.url, "stored", capacity=10)
         with pytest.raises(TypeError, match="url must be a str"):
