@@ -673,7 +673,8 @@ class Guard(_GuardBase):
                RedisError, and OSError: ConnectionError, TimeoutError)
     deleted_ttl, deleted_max  how long (3600 s) and how many (100,000) keys reported with
                ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
-               not as observed false positives (a CountingFilter forgets them instead)    rebuild    ``rebuild(filter)``: builds a lost filter again (e.g. ``refill(filter,
+               not as observed false positives (a CountingFilter forgets them instead)
+    rebuild    ``rebuild(filter)``: builds a lost filter again (e.g. ``refill(filter,
                keys)``: reset() then the keys); run once per loss off the request path.
                It may return another filter object for the guard to use. None: the guard
                waits for the filter to answer again

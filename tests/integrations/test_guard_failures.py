@@ -16,6 +16,7 @@ import pytest
 
 import ling_bloom as lb
 from ling_bloom.guard import Guard, MemoryCache
+from lost_filters import AsyncLostFilter, LostFilter, MismatchedFilter, wait_for
 
 RedisFilter = lb.RedisFilter
 
@@ -471,48 +472,6 @@ def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
 # ---- a lost filter: "cannot say", whatever the policy ---------------------------------------
 
 
-class LostFilter:
-    """A filter whose server lost it: while ``lost``, test/add/update raise FilterLostError
-    (what the Redis filters raise for a filter made without a ttl that is gone); reset()
-    builds it again, empty."""
-
-    error_rate = 0.01
-    key = "bf:rows"
-
-    def __init__(self, keys=()):
-        self.inner = lb.MemoryFilter(1000, 0.01)
-        self.inner.update(list(keys))
-        self.lost = False
-        self.tests = 0
-        self.resets = 0
-
-    def lose(self):
-        self.lost = True
-        self.inner = lb.MemoryFilter(1000, 0.01)
-
-    def _check(self):
-        if self.lost:
-            raise lb.FilterLostError("the filter at 'bf:rows' is gone from the server (scripted)")
-
-    def test(self, key):
-        self.tests += 1
-        self._check()
-        return self.inner.test(key)
-
-    def add(self, key):
-        self._check()
-        return self.inner.add(key)
-
-    def update(self, keys):
-        self._check()
-        self.inner.update(list(keys))
-
-    def reset(self):
-        self.resets += 1
-        self.lost = False
-        self.inner = lb.MemoryFilter(1000, 0.01)
-
-
 def lost_guard(policy="open", rebuild=None, keys=("1", "2"), **kw):
     loads = []
 
@@ -524,14 +483,6 @@ def lost_guard(policy="open", rebuild=None, keys=("1", "2"), **kw):
     g = Guard(f, MemoryCache(), load, on_filter_error=policy, metrics=False,
               name=f"lost-{policy}", rebuild=rebuild, null_ttl=0, **kw)
     return g, f, loads
-
-
-def wait_for(condition, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
@@ -644,22 +595,6 @@ def test_lost_filter_prometheus_series():
     assert value("ling_bloom_guard_rebuilds_total", result="done") == 0
 
 
-class AsyncLostFilter(LostFilter):
-    """The same, with coroutine methods (as AsyncRedisFilter)."""
-
-    async def test(self, key):
-        return LostFilter.test(self, key)
-
-    async def add(self, key):
-        return LostFilter.add(self, key)
-
-    async def update(self, keys):
-        return LostFilter.update(self, keys)
-
-    async def reset(self):
-        return LostFilter.reset(self)
-
-
 def test_async_guard_a_lost_filter_passes_and_is_rebuilt_on_the_loop():
     from ling_bloom.guard import AsyncGuard, arefill
 
@@ -704,20 +639,6 @@ def test_async_guard_a_lost_filter_passes_and_is_rebuilt_on_the_loop():
 
 
 # ---- a stored filter of another geometry: a configuration error ----------------------------
-
-
-class MismatchedFilter:
-    error_rate = 0.01
-    key = "bf:rows"
-
-    def __init__(self):
-        self.tests = 0
-
-    def test(self, key):
-        self.tests += 1
-        raise lb.GeometryMismatchError("stored m=9585 k=7, this filter m=19170 k=7 (scripted)")
-
-    add = test
 
 
 @pytest.mark.parametrize("policy,expect", [("open", "one"), ("closed", None)])
