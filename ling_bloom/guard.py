@@ -123,8 +123,10 @@ __all__ = [
     "NULL",
     "RedisCache",
     "as_key",
+    "arefill",
     "bloom_guard",
     "is_null",
+    "refill",
 ]
 
 V = TypeVar("V")
@@ -495,6 +497,8 @@ class _GuardBase:
     def _finish_rebuild(self, flt: Any, target: Any) -> None:
         if target is not flt:
             self.filter = target
+            if hasattr(self, "_offload"):  # an AsyncGuard: how to call the new one
+                self._offload = _blocks(target)
         with self._loss_lock:
             self._lost = False
         self.logger.warning("ling_bloom guard %r: the filter was rebuilt from its warm-up "
@@ -536,7 +540,7 @@ class _GuardBase:
         self._geometry_error = str(error)
         if first:
             self.logger.error("ling_bloom guard %r: %s; until then lookups %s", self.name,
-                              geometry_message(self.filter, error),
+                              _geometry_message(self.filter, error),
                               {"open": "pass unfiltered", "closed": "are rejected",
                                "raise": "raise it"}[self.on_filter_error])
 
@@ -916,7 +920,6 @@ class AsyncGuard(_GuardBase):
                 self._rebuild_failed(flt, e, len(keys))
                 return
         self._finish_rebuild(flt, target)
-        self._offload = _blocks(self.filter)
 
     def check(self, key: Any) -> bool:
         if not self._offload and _is_async_method(self.filter.test):
@@ -1049,7 +1052,7 @@ class AsyncGuard(_GuardBase):
 # ---------------------------------------------------------------- set-up and rebuilds
 
 
-def geometry_message(flt: Any, error: BaseException) -> str:
+def _geometry_message(flt: Any, error: BaseException) -> str:
     """What a GeometryMismatchError of a guarded filter means, and how to migrate."""
     key = getattr(flt, "key", None)
     where = f"at {key!r} " if key is not None else ""
@@ -1062,14 +1065,14 @@ def geometry_message(flt: Any, error: BaseException) -> str:
             f"settings")
 
 
-PROBE_KEY = "ling_bloom:set-up probe"
+_PROBE_KEY = "ling_bloom:set-up probe"
 
 
-def setup_problem(flt: Any) -> Optional[BaseException]:
+def _setup_problem(flt: Any) -> Optional[BaseException]:
     """Ask a blocking filter one test at set-up: the GeometryMismatchError it raises, or
     None (it answered, or failed otherwise: an outage is not a set-up mistake)."""
     try:
-        out = flt.test(PROBE_KEY)
+        out = flt.test(_PROBE_KEY)
     except GeometryMismatchError as e:
         return e
     except Exception:  # noqa: BLE001 - down, lost...: not what set-up checks
@@ -1079,13 +1082,13 @@ def setup_problem(flt: Any) -> Optional[BaseException]:
     return None
 
 
-async def asetup_problem(flt: Any) -> Optional[BaseException]:
-    """setup_problem() for the event loop: a blocking Redis filter is asked in a thread."""
+async def _asetup_problem(flt: Any) -> Optional[BaseException]:
+    """_setup_problem() for the event loop: a blocking Redis filter is asked in a thread."""
     try:
         if _blocks(flt):
-            await asyncio.get_running_loop().run_in_executor(None, flt.test, PROBE_KEY)
+            await asyncio.get_running_loop().run_in_executor(None, flt.test, _PROBE_KEY)
         else:
-            await _maybe_await(flt.test(PROBE_KEY))
+            await _maybe_await(flt.test(_PROBE_KEY))
     except GeometryMismatchError as e:
         return e
     except Exception:  # noqa: BLE001
@@ -1104,10 +1107,10 @@ def _resolve(value: Any) -> Any:
     return value
 
 
-REBUILD_BATCH = 10_000
+_REBUILD_BATCH = 10_000
 
 
-def refill(flt: Any, keys: Any, batch_size: int = REBUILD_BATCH) -> None:
+def refill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
     """A lost filter built again, blocking (a rebuild's thread): ``reset()`` (which makes
     it again, empty, with its geometry), then every key of ``keys`` added in batches (keys
     converted as the warm-up converts them)."""
@@ -1124,7 +1127,7 @@ def refill(flt: Any, keys: Any, batch_size: int = REBUILD_BATCH) -> None:
         _resolve(flt.update(batch))
 
 
-async def arefill(flt: Any, keys: Any, batch_size: int = REBUILD_BATCH) -> None:
+async def arefill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
     """refill() on the event loop: ``keys`` an iterable, an async iterable, or an awaitable
     of either; a blocking Redis filter's calls run in a thread."""
     loop = asyncio.get_running_loop()

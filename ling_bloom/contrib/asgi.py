@@ -54,7 +54,7 @@ except ImportError as exc:  # name the extra, not the first missing dependency
                       f"({exc})", name=exc.name) from exc
 
 from ling_bloom._keys import as_key
-from ling_bloom.guard import AsyncGuard, Guard, arefill, asetup_problem
+from ling_bloom.guard import AsyncGuard, Guard, arefill, _asetup_problem
 from ling_bloom.filefilter import warn_unshared
 
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]
@@ -263,7 +263,7 @@ class BloomGuardMiddleware:
                 "routes closest to it: %s", route.path,
                 ", ".join(map(repr, close)) or "none")
         for guard in self.guards.values():
-            problem = await asetup_problem(guard.filter)
+            problem = await _asetup_problem(guard.filter)
             if problem is not None:
                 guard._note_geometry(problem)
 

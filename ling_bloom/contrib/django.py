@@ -317,8 +317,7 @@ def guard_for(name: str, loader: Optional[Callable[..., Any]] = None, *,
             c = cache
         options.setdefault("key_prefix", f"ling_bloom:{name}:")
         options.setdefault("name", name)
-        if not is_async:  # (an AsyncGuard's rebuild would be a coroutine function)
-            options.setdefault("rebuild", _rebuild_for(name))
+        options.setdefault("rebuild", _rebuild_for(name))  # (run in a thread)
         cls = AsyncGuard if is_async else Guard
         g = cls(get_filter(name), c, None, **options)
         with _lock:

@@ -212,7 +212,7 @@ class BloomGuard:
     def _probe_geometry(self, made_only: bool) -> None:
         """Ask each filter (not a served file) one test: a GeometryMismatchError is logged
         once, as a configuration error with how to migrate (see ling_bloom.guard)."""
-        from ling_bloom.guard import setup_problem
+        from ling_bloom.guard import _setup_problem
 
         for name, f in list(self._filters.items()):
             if name in self.files or name in self._probed:
@@ -221,7 +221,7 @@ class BloomGuard:
                 continue  # a factory's filter: made and probed by check()
             self._probed.add(name)
             guard = self.get_guard(name)
-            problem = setup_problem(guard.filter)
+            problem = _setup_problem(guard.filter)
             if problem is not None:
                 guard._note_geometry(problem)
 

@@ -119,7 +119,7 @@ def _geometry_checks(conf: Dict[str, Any]) -> List[checks.CheckMessage]:
     not an error, so that ``bloom_warmup`` (which runs the checks) can still be run to
     migrate; under the default "open" policy requests pass unfiltered meanwhile."""
     from ling_bloom.contrib import django as lbd
-    from ling_bloom.guard import geometry_message, setup_problem
+    from ling_bloom.guard import _geometry_message, _setup_problem
 
     out: List[checks.CheckMessage] = []
     for name in conf.get("FILTERS") or {}:
@@ -130,10 +130,10 @@ def _geometry_checks(conf: Dict[str, Any]) -> List[checks.CheckMessage]:
             flt = lbd.get_filter(name)
         except Exception:  # noqa: BLE001 - reported by E001 or at first use
             continue
-        problem = setup_problem(flt)
+        problem = _setup_problem(flt)
         if problem is not None:
             out.append(checks.Warning(
-                f"LING_BLOOM['FILTERS'][{name!r}]: {geometry_message(flt, problem)}",
+                f"LING_BLOOM['FILTERS'][{name!r}]: {_geometry_message(flt, problem)}",
                 hint="with a new key in OPTIONS, run `manage.py bloom_warmup "
                      f"{name}`; or delete the stored keys and run it",
                 id="ling_bloom.W003"))
