@@ -136,6 +136,8 @@ def _claim_rebuild(flt: object) -> bool:
 def _queue_add(flt: object, key: object) -> bool:
     """A key added while flt is being rebuilt: kept for after the rebuild (True), or False
     when no rebuild of flt runs (add it to the filter)."""
+    if not _rebuilding:  # the common case, without the lock
+        return False
     if isinstance(key, (bytearray, memoryview)):
         key = bytes(key)
     with _rebuilding_lock:

@@ -230,6 +230,7 @@ class BloomGuardMiddleware:
         self.reject_status = reject_status
         self.reject = reject
         self._started = False
+        self._tasks: set = set()
 
     def get_guard(self, name: str = _DEFAULT) -> Union[Guard, AsyncGuard]:
         return self.guards[name]
@@ -248,10 +249,11 @@ class BloomGuardMiddleware:
             out = await out
         return out
 
-    async def startup_checks(self, app: Any = None) -> None:
+    async def startup_checks(self, app: Any = None, wait: bool = True) -> None:
         """The set-up checks (once): guarded paths that match no route of the app, stored
         filters of another geometry; logged.  Run at the lifespan's startup, else at the
-        first request."""
+        first request (which does not wait for the filters' answers: they are asked in a
+        task)."""
         if self._started:
             return
         self._started = True
@@ -262,6 +264,16 @@ class BloomGuardMiddleware:
                 "it are never guarded (a typo, or the app's route changed); the app's "
                 "routes closest to it: %s", route.path,
                 ", ".join(map(repr, close)) or "none")
+        if wait:
+            await self._probe_filters()
+        else:
+            import asyncio
+
+            task = asyncio.get_running_loop().create_task(self._probe_filters())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _probe_filters(self) -> None:
         for guard in self.guards.values():
             problem = await _asetup_problem(guard.filter)
             if problem is not None:
@@ -287,7 +299,7 @@ class BloomGuardMiddleware:
             return
         if not self._started:
             try:
-                await self.startup_checks(scope.get("app"))
+                await self.startup_checks(scope.get("app"), wait=False)
             except Exception:  # noqa: BLE001
                 log.exception("ling_bloom: the start-up checks failed")
         method, path = scope.get("method", "GET"), _route_path(scope)
@@ -383,18 +395,27 @@ def app_paths(app: Any) -> Optional[List[str]]:
         return None
     out: List[str] = []
 
+    class Unlisted(Exception):
+        pass
+
     def walk(rs: Any, prefix: str) -> None:
         for r in rs:
             path = getattr(r, "path", None)
             if not isinstance(path, str):
-                continue  # a Host route, or something else: not listed
+                raise Unlisted  # a Host route, or something else: cannot say
             children = getattr(r, "routes", None)
-            if children is not None and type(r).__name__ == "Mount":
-                walk(children, prefix + path.rstrip("/"))
+            if type(r).__name__ == "Mount":
+                if children:
+                    walk(children, prefix + path.rstrip("/"))
+                else:  # a mounted app of its own: every path under it
+                    out.append(prefix + path.rstrip("/") + "/{rest:path}")
             elif children is None:
                 out.append(prefix + path)
 
-    walk(routes, "")
+    try:
+        walk(routes, "")
+    except Unlisted:
+        return None
     return out
 
 

@@ -686,3 +686,66 @@ def test_real_redis_filter_flushed_passes_lookups_and_is_rebuilt(clean_redis, ra
     wait_for(lambda: not g.stats().filter_lost, "the guard to use the filter again")
     assert g.check("2") is True and g.check("absent") is False
     f.close()
+
+
+def test_a_rebuild_that_returns_another_filter_is_used_from_then_on():
+    fresh = lb.MemoryFilter(1000, 0.01)
+
+    def rebuild(flt):
+        fresh.update(["1", "2"])
+        return fresh                             # e.g. a new key, made and filled
+
+    g, f, _ = lost_guard(rebuild=rebuild)
+    f.lose()
+    assert g.check("1") is True
+    wait_for(lambda: g.stats().rebuilds == 1, "the rebuild")
+    assert g.filter is fresh
+    assert g.check("2") is True and g.check("absent") is False
+
+
+def test_async_guard_with_a_plain_rebuild_runs_it_in_a_thread():
+    from ling_bloom.guard import AsyncGuard, refill
+
+    threads = []
+
+    def rebuild(flt):
+        threads.append(threading.current_thread())
+        refill(flt, ["1", "2"])
+
+    async def main():
+        f = LostFilter(["1", "2"])
+        g = AsyncGuard(f, None, ROWS.get, metrics=False, name="async-plain", rebuild=rebuild)
+        f.lose()
+        assert await g.acheck("1") is True
+        for _ in range(500):
+            if g.stats().rebuilds:
+                break
+            await asyncio.sleep(0.01)
+        assert g.stats().rebuilds == 1 and threads[0] is not threading.current_thread()
+        assert await g.acheck("absent") is False
+
+    asyncio.run(main())
+
+
+def test_geometry_mismatch_prometheus_gauge():
+    prometheus_client = pytest.importorskip("prometheus_client")
+    reg = prometheus_client.CollectorRegistry()
+    g = Guard(MismatchedFilter(), None, ROWS.get, name="prom-geom", metrics=reg)
+    g.get("1")
+    assert reg.get_sample_value("ling_bloom_guard_geometry_mismatch", {"guard": "prom-geom"}) == 1
+
+
+def test_real_redis_filter_of_another_capacity_fails_open_not_a_500(clean_redis, caplog):
+    old = RedisFilter.from_url(clean_redis.url, "bf:resized", 1000, 0.01)
+    old.update(["1", "2"])
+    new = RedisFilter.from_url(clean_redis.url, "bf:resized", 50_000, 0.01)  # settings changed
+    g = Guard(new, MemoryCache(), ROWS.get, metrics=False, name="resized")
+    with caplog.at_level(logging.ERROR, logger="ling_bloom.guard"):
+        for _ in range(3):
+            assert g.get("1") == "one"
+        g.add("9")
+    [logged] = [r.getMessage() for r in caplog.records if "another geometry" in r.getMessage()]
+    assert "'bf:resized:v2'" in logged and "key_names()" in logged
+    assert g.stats().geometry_mismatch
+    old.close()
+    new.close()
