@@ -25,6 +25,9 @@ settings.py::
                 "MODEL": "shop.Product", "FIELD": "pk",
                 "PREFIX": "",                                # prepended to every key
                 "SIGNALS": True,                             # add keys of saved rows
+                "REBUILD": True,                             # a Redis filter its server
+                                                             # lost is rebuilt from MODEL
+                                                             # (once per loss, a thread)
             },
         },
         "ROUTES": [
@@ -40,6 +43,10 @@ settings.py::
 A rejected request never reaches its view: no query runs.  A request that passes and
 still answers 404 is counted as an observed false positive of the filter
 (``get_guard("products").stats()``; exported to Prometheus when installed).
+
+A filter its server lost (``FilterLostError``) lets requests through to their views, under
+every policy, and is rebuilt from MODEL.FIELD (see ling_bloom.guard); ``manage.py check``
+warns (``ling_bloom.W003``) of a stored filter whose geometry is not the settings'.
 
 ``python manage.py bloom_warmup products`` fills the filter from MODEL.FIELD (and saves it
 to FILE); ``--incremental`` reads only rows newer than the last run's.

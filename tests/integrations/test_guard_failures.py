@@ -749,3 +749,29 @@ def test_real_redis_filter_of_another_capacity_fails_open_not_a_500(clean_redis,
     assert g.stats().geometry_mismatch
     old.close()
     new.close()
+
+
+def test_two_guards_of_one_lost_filter_rebuild_it_once():
+    release = threading.Event()
+    calls = []
+
+    def rebuild(flt):
+        calls.append(1)
+        flt.reset()
+        assert release.wait(10)
+        flt.update(["1", "2"])
+
+    f = LostFilter(["1", "2"])
+    a = Guard(f, None, ROWS.get, metrics=False, name="a", rebuild=rebuild)
+    b = Guard(f, None, ROWS.get, metrics=False, name="b", rebuild=rebuild)
+    f.lose()
+    assert a.check("1") is True
+    wait_for(lambda: calls, "the rebuild to start")
+    asked = f.tests
+    assert b.check("1") is True and b.check("2") is True   # not asked: it is half filled
+    assert f.tests == asked and b.stats().filter_lost and b.stats().rebuilding
+    b.add("5")                                              # handed to a's rebuild
+    release.set()
+    wait_for(lambda: a.stats().rebuilds == 1, "the rebuild to end")
+    assert calls == [1]
+    assert b.check("5") is True and b.check("absent") is False
