@@ -501,8 +501,8 @@ class _GuardBase:
                 self._offload = _blocks(target)
         with self._loss_lock:
             self._lost = False
-        self.logger.warning("ling_bloom guard %r: the filter was rebuilt from its warm-up "
-                            "source; lookups use it again", self.name)
+        self.logger.info("ling_bloom guard %r: the filter was rebuilt from its warm-up "
+                         "source; lookups use it again", self.name)
         self._count(rebuilds=1)
 
     def _rebuild_failed(self, flt: Any, error: BaseException, held: int = 0) -> None:
