@@ -90,3 +90,87 @@ class _Breaker:
             if self._opened_at is not None:
                 total += self.clock() - self._opened_at
             return total
+
+
+# ------------------------------------------------------------------ a lost filter
+
+# The filters a guard of this process is rebuilding now: id(filter) -> _Rebuild (held only
+# while the rebuild runs).  Every guard of such a filter lets lookups through without asking
+# it (a half-filled filter would reject rows not yet added again), starts no rebuild of its
+# own, and hands its adds to the rebuild (added when it is done).
+_rebuilding: dict = {}
+_rebuilding_lock = threading.Lock()
+
+# After a rebuild failed, the next one starts no sooner than this (seconds).
+REBUILD_RETRY_SECONDS = 30.0
+
+# Keys added while a rebuild runs, kept to be added after it (a row saved meanwhile may not
+# be in what the rebuild read): at most this many; past it they are dropped (the next
+# warm-up adds them) and counted.
+PENDING_ADDS_MAX = 100_000
+
+
+class _Rebuild:
+    __slots__ = ("filter", "pending", "dropped")
+
+    def __init__(self, flt: object):
+        self.filter = flt
+        self.pending: dict = {}  # an ordered set of keys
+        self.dropped = 0
+
+
+def _being_rebuilt(flt: object) -> bool:
+    r = _rebuilding.get(id(flt))
+    return r is not None and r.filter is flt
+
+
+def _claim_rebuild(flt: object) -> bool:
+    """True when the caller is to rebuild flt (no rebuild of it runs in this process)."""
+    with _rebuilding_lock:
+        if id(flt) in _rebuilding:
+            return False
+        _rebuilding[id(flt)] = _Rebuild(flt)
+        return True
+
+
+def _queue_add(flt: object, key: object) -> bool:
+    """A key added while flt is being rebuilt: kept for after the rebuild (True), or False
+    when no rebuild of flt runs (add it to the filter)."""
+    if not _rebuilding:  # the common case, without the lock
+        return False
+    if isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
+    with _rebuilding_lock:
+        r = _rebuilding.get(id(flt))
+        if r is None or r.filter is not flt:
+            return False
+        if len(r.pending) < PENDING_ADDS_MAX:
+            r.pending[key] = None
+        else:
+            r.dropped += 1
+        return True
+
+
+def _take_pending(flt: object) -> list:
+    """The keys added while flt was rebuilt, taken; when there are none left the rebuild
+    ends (atomically: an add after this goes to the filter)."""
+    with _rebuilding_lock:
+        r = _rebuilding.get(id(flt))
+        if r is None or r.filter is not flt:
+            return []
+        if not r.pending:
+            del _rebuilding[id(flt)]
+            return []
+        keys = list(r.pending)
+        r.pending.clear()
+        return keys
+
+
+def _end_rebuild(flt: object) -> int:
+    """Drop the rebuild of flt (it failed): the number of added keys it held."""
+    with _rebuilding_lock:
+        r = _rebuilding.get(id(flt))
+        if r is None or r.filter is not flt:
+            return 0
+        del _rebuilding[id(flt)]
+        return len(r.pending) + r.dropped

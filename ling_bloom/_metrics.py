@@ -45,6 +45,17 @@ class GuardStats(NamedTuple):
     circuit_open_seconds  the time the circuit has been open, in all
     deleted          passed lookups that resolved to "not found" for a key reported deleted
                      (``guard.deleted(key)``) within ``deleted_ttl``: not false positives
+    filter_lost      whether the filter is lost now (its server answered FilterLostError:
+                     restarted empty, flushed, evicted) and not yet rebuilt: lookups pass
+    rebuilding       whether a rebuild of the lost filter runs now (in this process)
+    filter_losses    times the filter was found lost (each logged once)
+    lost_lookups     lookups that passed unfiltered because the filter was lost (under every
+                     policy); their outcomes are not counted as found/not_found
+    lost_adds        adds the lost filter refused (handed to the rebuild when one runs)
+    rebuilds         rebuilds of the lost filter that completed
+    rebuild_failures rebuilds that failed (logged; retried after 30 s)
+    geometry_mismatch  whether the stored filter's geometry is not the code's (a
+                     configuration error, logged once; the lookups follow the policy)
     """
 
     lookups: int
@@ -65,6 +76,14 @@ class GuardStats(NamedTuple):
     circuit_open: bool = False
     circuit_open_seconds: float = 0.0
     deleted: int = 0
+    filter_lost: bool = False
+    rebuilding: bool = False
+    filter_losses: int = 0
+    lost_lookups: int = 0
+    lost_adds: int = 0
+    rebuilds: int = 0
+    rebuild_failures: int = 0
+    geometry_mismatch: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(self._asdict())
@@ -73,6 +92,7 @@ class GuardStats(NamedTuple):
 _COUNTERS = (
     "lookups", "rejected", "found", "not_found", "errors",
     "cache_hits", "null_hits", "loads", "coalesced", "filter_errors", "bypassed", "deleted",
+    "filter_losses", "lost_lookups", "lost_adds", "rebuilds", "rebuild_failures",
 )
 
 def _filter_rate(flt: Any, name: str) -> Optional[float]:
@@ -158,6 +178,28 @@ class _GuardCollector:
         open_now = GaugeMetricFamily(
             "ling_bloom_guard_circuit_open",
             "1 while the circuit breaker keeps the filter out of lookups", labels=["guard"])
+        losses = CounterMetricFamily(
+            "ling_bloom_guard_filter_losses",
+            "Times the filter was found gone from its server (FilterLostError)",
+            labels=["guard"])
+        lost_lookups = CounterMetricFamily(
+            "ling_bloom_guard_lost_lookups",
+            "Lookups that passed unfiltered because the filter was lost", labels=["guard"])
+        lost_adds = CounterMetricFamily(
+            "ling_bloom_guard_lost_adds",
+            "Adds the lost filter refused (handed to its rebuild)", labels=["guard"])
+        rebuilds = CounterMetricFamily(
+            "ling_bloom_guard_rebuilds",
+            "Rebuilds of the lost filter, by result: done or failed",
+            labels=["guard", "result"])
+        lost_now = GaugeMetricFamily(
+            "ling_bloom_guard_filter_lost",
+            "1 while the filter is lost and not yet rebuilt (lookups pass unfiltered)",
+            labels=["guard"])
+        mismatch_now = GaugeMetricFamily(
+            "ling_bloom_guard_geometry_mismatch",
+            "1 while the stored filter's geometry is not the code's (a configuration error)",
+            labels=["guard"])
         for name, guards in sorted(by_name.items()):
             totals = dict.fromkeys(_COUNTERS, 0)
             promise: Optional[float] = None
@@ -187,8 +229,17 @@ class _GuardCollector:
                 bypassed.add_metric([name, policy], n)
             open_time.add_metric([name], sum(g._breaker.open_seconds() for g in guards))
             open_now.add_metric([name], float(any(g._breaker.is_open() for g in guards)))
+            losses.add_metric([name], totals["filter_losses"])
+            lost_lookups.add_metric([name], totals["lost_lookups"])
+            lost_adds.add_metric([name], totals["lost_adds"])
+            rebuilds.add_metric([name, "done"], totals["rebuilds"])
+            rebuilds.add_metric([name, "failed"], totals["rebuild_failures"])
+            lost_now.add_metric([name], float(any(g.filter_lost for g in guards)))
+            mismatch_now.add_metric([name], float(any(g._geometry_error is not None
+                                                      for g in guards)))
         return [lookups, cache, loads, coalesced, observed, promised, backend, bypassed,
-                open_time, open_now]
+                open_time, open_now, losses, lost_lookups, lost_adds, rebuilds, lost_now,
+                mismatch_now]
 
 
 def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:

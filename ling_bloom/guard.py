@@ -44,6 +44,26 @@ one lookup tries it again, and a success closes the circuit.  The failure is log
 interval, not once per request; ``stats()`` and Prometheus count the errors, the lookups the
 policy decided, and the time the circuit was open.  Lookups the policy decided are not
 counted as observed false positives.
+
+A lost filter (``FilterLostError``: a Redis filter made without a ttl is gone from its
+server, which restarted empty, was flushed or evicted it) is not an outage: the server
+answers, but every answer would be "absent", every existing row a 404.  So the guard "cannot
+say": the lookup passes (fails open) under every policy, "closed" and "raise" included (a
+lost filter must never turn a real user away, and neither rejecting nor raising can do
+anything about it but wait for a rebuild).  It is logged once per loss (a new loss after the
+filter came back is logged again), counted (``filter_losses``, ``lost_lookups``,
+``lost_adds``) and flagged (``stats().filter_lost``).  With ``rebuild=`` (a function
+``rebuild(filter)``, or a coroutine function for an AsyncGuard; the frameworks pass their
+warm-up source) one rebuild starts per loss, in a thread (a coroutine function: a task of
+the running event loop); while it runs the filter is not asked (half filled, it would reject
+rows not yet added again), and keys added meanwhile are handed to it.  The guard uses the
+filter again when its rebuild is done, or, without one, at the first lookup the filter
+answers (someone else rebuilt it).  Adds the lost filter refuses never fail the caller.
+
+A stored filter whose geometry is not the code's (``GeometryMismatchError``: the capacity
+changed in the settings) is a configuration error: logged once with how to migrate, counted
+as a filter error, flagged (``stats().geometry_mismatch``), and the lookup follows the
+policy ("open": it passes, never a 500).
 """
 from __future__ import annotations
 
@@ -68,9 +88,21 @@ from typing import (
 )
 
 # The guard's parts, a module each; their public names are imported from here.
-from ._breaker import POLICIES, _Breaker, _default_filter_errors
+from ._breaker import (
+    POLICIES,
+    REBUILD_RETRY_SECONDS,
+    _being_rebuilt,
+    _Breaker,
+    _claim_rebuild,
+    _default_filter_errors,
+    _end_rebuild,
+    _queue_add,
+    _rebuilding,
+    _take_pending,
+)
 from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
 from ._cache import _Null  # noqa: F401  (the marker's class, where its pickles name it)
+from ._core import FilterLostError, GeometryMismatchError
 from ._keys import Key, as_key  # noqa: F401  (Key: the type of a converted key)
 from ._keys import key_text as _text
 from ._metrics import (
@@ -91,8 +123,10 @@ __all__ = [
     "NULL",
     "RedisCache",
     "as_key",
+    "arefill",
     "bloom_guard",
     "is_null",
+    "refill",
 ]
 
 V = TypeVar("V")
@@ -134,6 +168,7 @@ class _GuardBase:
         filter_errors: Optional[Tuple[Type[BaseException], ...]] = None,
         deleted_ttl: float = 3600.0,
         deleted_max: int = 100_000,
+        rebuild: Optional[Callable[[Any], Any]] = None,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
@@ -164,6 +199,18 @@ class _GuardBase:
         self._deleted: "OrderedDict[str, float]" = OrderedDict()
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._drifting = False
+        # the filter is gone from its server (FilterLostError): lookups pass until it is
+        # rebuilt (``rebuild(filter)``, started once per loss) or answers again
+        if rebuild is not None and not callable(rebuild):
+            raise TypeError("rebuild must be a function rebuild(filter) (or None)")
+        self.rebuild = rebuild
+        self._loss_lock = threading.Lock()
+        self._lost = False
+        self._rebuild_retry_at = -math.inf
+        self._rebuild_tasks: set = set()
+        # the stored filter's geometry is not the code's (GeometryMismatchError): the
+        # error's text, logged once, until the filter answers again
+        self._geometry_error: Optional[str] = None
         self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
         # metrics: None = Prometheus' default registry when prometheus_client is installed,
         # False = none, a CollectorRegistry = that one.
@@ -236,7 +283,21 @@ class _GuardBase:
             circuit_open=self._breaker.is_open(),
             circuit_open_seconds=self._breaker.open_seconds(),
             deleted=c["deleted"],
+            filter_lost=self.filter_lost,
+            rebuilding=_being_rebuilt(self.filter),
+            filter_losses=c["filter_losses"],
+            lost_lookups=c["lost_lookups"],
+            lost_adds=c["lost_adds"],
+            rebuilds=c["rebuilds"],
+            rebuild_failures=c["rebuild_failures"],
+            geometry_mismatch=self._geometry_error is not None,
         )
+
+    @property
+    def filter_lost(self) -> bool:
+        """True while the filter is lost (its server answered FilterLostError) and not yet
+        rebuilt: lookups pass unfiltered."""
+        return self._lost or bool(_rebuilding) and _being_rebuilt(self.filter)
 
     def reset_stats(self) -> None:
         with self._stat_lock:
@@ -288,6 +349,8 @@ class _GuardBase:
         answers: True for "open", False for "closed", the error for "raise"."""
         fk = as_key(key)
         _bypassed.set(False)
+        if _rebuilding and _being_rebuilt(self.filter):
+            return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
         try:
@@ -297,6 +360,10 @@ class _GuardBase:
             self._breaker.release()
             self._count(lookups=1, rejected=1)
             return False
+        except FilterLostError as e:
+            return self._filter_lost(e)
+        except GeometryMismatchError as e:
+            return self._misconfigured(e)
         except self.filter_errors as e:
             return self._policy(e)
         except BaseException:
@@ -309,6 +376,8 @@ class _GuardBase:
         if self._breaker.success():
             self.logger.info("ling_bloom guard %r: the filter answers again; the circuit is "
                              "closed", self.name)
+        if self._lost or self._geometry_error is not None:
+            self._answers_again()
         if hit:
             self._count(lookups=1)
             return True
@@ -333,17 +402,172 @@ class _GuardBase:
         _bypassed.set(True)
         return self.on_filter_error == "open"
 
+    # -- a lost filter: "cannot say", whatever the policy
+    #
+    # FilterLostError is not an outage: the server answers, but the filter is gone (the
+    # server restarted empty, was flushed, or evicted it), so every answer would be
+    # "absent" and every existing row a 404.  The lookup passes (fails open) under every
+    # policy, "closed" and "raise" included: "closed" is for keeping unfiltered traffic off
+    # the database while a backend is down for a while, and "raise" for code that retries
+    # or handles an outage itself; neither can do anything with a lost filter but turn
+    # real users away until someone rebuilds it.  It is logged once per loss, counted
+    # (filter_losses, lost_lookups, lost_adds) and flagged (stats().filter_lost).
+
+    def _lost_lookup(self) -> bool:
+        self._count(lookups=1, lost_lookups=1)
+        _bypassed.set(True)  # not evidence about the filter
+        return True
+
+    def _filter_lost(self, error: BaseException) -> bool:
+        # the server answered: not a backend failure (the circuit closes)
+        if self._breaker.success():
+            self.logger.info("ling_bloom guard %r: the filter's server answers again; the "
+                             "circuit is closed", self.name)
+        self._note_lost(error)
+        return self._lost_lookup()
+
+    def _note_lost(self, error: BaseException) -> None:
+        with self._loss_lock:
+            first = not self._lost
+            self._lost = True
+        if first:
+            self._count(filter_losses=1)
+            self.logger.warning(
+                "ling_bloom guard %r: the filter is gone from its server (%s: %s); lookups "
+                "pass unfiltered (the database answers them) until %s",
+                self.name, type(error).__name__, error,
+                "the rebuild from its warm-up source, started now, is done"
+                if self.rebuild is not None else
+                "it is rebuilt (a warm-up, reset() or restore(); no warm-up source is "
+                "configured for this guard)")
+        self._maybe_rebuild()
+
+    def _answers_again(self) -> None:
+        """The filter answered a lookup: it is not lost (any more), nor misconfigured."""
+        self._geometry_error = None
+        with self._loss_lock:
+            was, self._lost = self._lost, False
+        if was:
+            self.logger.info("ling_bloom guard %r: the filter answers again (rebuilt); "
+                             "lookups use it again", self.name)
+
+    def _maybe_rebuild(self) -> None:
+        if self.rebuild is None or time.monotonic() < self._rebuild_retry_at:
+            return
+        flt = self.filter
+        if not _claim_rebuild(flt):
+            return  # a rebuild of this filter runs already (this guard's, or another's)
+        try:
+            self._start_rebuild(flt)
+        except BaseException as e:
+            self._rebuild_failed(flt, e)
+
+    def _start_rebuild(self, flt: Any) -> None:
+        """Run the rebuild off the request path: in a thread (a coroutine function's in its
+        own event loop there)."""
+        fn = self.rebuild
+        assert fn is not None
+
+        def run() -> None:
+            try:
+                out = _resolve(fn(flt))
+            except BaseException as e:  # noqa: BLE001 - reported, retried later
+                self._rebuild_failed(flt, e)
+                return
+            self._rebuild_done(flt, out)
+
+        threading.Thread(target=run, name=f"ling_bloom rebuild {self.name}",
+                         daemon=True).start()
+
+    def _rebuild_done(self, flt: Any, out: Any) -> None:
+        """The rebuild returned: add the keys added meanwhile, then use the filter again
+        (or the one it returned)."""
+        target = out if out is not None and hasattr(out, "test") else flt
+        while True:
+            keys = _take_pending(flt)  # none left: the rebuild ends here, atomically
+            if not keys:
+                break
+            try:
+                _resolve(target.update(keys))
+            except BaseException as e:  # noqa: BLE001
+                self._rebuild_failed(flt, e, len(keys))
+                return
+        self._finish_rebuild(flt, target)
+
+    def _finish_rebuild(self, flt: Any, target: Any) -> None:
+        if target is not flt:
+            self.filter = target
+            if hasattr(self, "_offload"):  # an AsyncGuard: how to call the new one
+                self._offload = _blocks(target)
+        with self._loss_lock:
+            self._lost = False
+        self.logger.info("ling_bloom guard %r: the filter was rebuilt from its warm-up "
+                         "source; lookups use it again", self.name)
+        self._count(rebuilds=1)
+
+    def _rebuild_failed(self, flt: Any, error: BaseException, held: int = 0) -> None:
+        dropped = _end_rebuild(flt) + held
+        self._rebuild_retry_at = time.monotonic() + REBUILD_RETRY_SECONDS
+        self.logger.error(
+            "ling_bloom guard %r: rebuilding the lost filter failed (%s: %s); lookups keep "
+            "passing unfiltered, and the next one the filter cannot answer after %g s "
+            "starts another rebuild%s", self.name, type(error).__name__, error,
+            REBUILD_RETRY_SECONDS,
+            f" ({dropped} keys added meanwhile are left to the next warm-up)" if dropped else "")
+        self._count(rebuild_failures=1)
+
+    def _add_lost(self, error: BaseException, fk: Any) -> None:
+        """An add the lost filter refused: counted, never raised (the row is saved; the
+        rebuild reads it, or is handed it when it runs)."""
+        self._count(lost_adds=1)
+        self._note_lost(error)
+        _queue_add(self.filter, fk)
+
+    # -- a filter whose stored geometry is not the code's: a configuration error
+    def _misconfigured(self, error: BaseException) -> bool:
+        self._breaker.release()
+        self._count(filter_errors=1)
+        self._note_geometry(error)
+        if self.on_filter_error == "raise":
+            self._count(lookups=1)
+            raise error
+        self._count(lookups=1, bypassed=1)
+        _bypassed.set(True)
+        return self.on_filter_error == "open"
+
+    def _note_geometry(self, error: BaseException) -> None:
+        first = self._geometry_error is None
+        self._geometry_error = str(error)
+        if first:
+            self.logger.error("ling_bloom guard %r: %s; until then lookups %s", self.name,
+                              _geometry_message(self.filter, error),
+                              {"open": "pass unfiltered", "closed": "are rejected",
+                               "raise": "raise it"}[self.on_filter_error])
+
     def _add_found(self, key: Any) -> None:
         """After a load found a value: add its key to the filter.  A failing backend does
         not fail the lookup (the value is served; the key is missing from the filter until
         a warm-up or the next lookup that finds it), unless the policy is "raise"."""
         if _bypassed.get() or self._breaker.is_open():
             return  # the backend is failing: do not wait on it again for this lookup
+        fk = as_key(key)
+        if _queue_add(self.filter, fk):
+            return
         try:
             # a FileFilter's ensure(): no add-log record for a key it already answers
-            getattr(self.filter, "ensure", self.filter.add)(as_key(key))
+            getattr(self.filter, "ensure", self.filter.add)(fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
         except self.filter_errors as e:
             self._add_failed(e)
+
+    def _add_misconfigured(self, e: BaseException) -> None:
+        self._count(filter_errors=1)
+        self._note_geometry(e)
+        if self.on_filter_error == "raise":
+            raise e
 
     def _add_failed(self, e: BaseException) -> None:
         if self.on_filter_error == "raise":
@@ -454,6 +678,10 @@ class Guard(_GuardBase):
     deleted_ttl, deleted_max  how long (3600 s) and how many (100,000) keys reported with
                ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
                not as observed false positives (a CountingFilter forgets them instead)
+    rebuild    ``rebuild(filter)``: builds a lost filter again (e.g. ``refill(filter,
+               keys)``: reset() then the keys); run once per loss off the request path.
+               It may return another filter object for the guard to use. None: the guard
+               waits for the filter to answer again
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -523,8 +751,17 @@ class Guard(_GuardBase):
 
     def add(self, key: Any, value: Any = None) -> None:
         """A key that now exists (a new row): add it to the filter, and cache value (when
-        given) or drop any null marker cached for it."""
-        self.filter.add(as_key(key))
+        given) or drop any null marker cached for it.  A lost filter (FilterLostError) does
+        not fail it: the add is counted (``lost_adds``) and handed to the rebuild; nor, under
+        "open" and "closed", a stored geometry that is not the code's (logged once)."""
+        fk = as_key(key)
+        if not _queue_add(self.filter, fk):
+            try:
+                self.filter.add(fk)
+            except FilterLostError as e:
+                self._add_lost(e, fk)
+            except GeometryMismatchError as e:
+                self._add_misconfigured(e)
         ck = self.cache_key(key)
         if value is None:
             self.cache.delete(ck)
@@ -624,6 +861,8 @@ class AsyncGuard(_GuardBase):
         counting and failure policy, without blocking the loop."""
         fk = as_key(key)
         _bypassed.set(False)
+        if _rebuilding and _being_rebuilt(self.filter):
+            return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
         try:
@@ -633,12 +872,54 @@ class AsyncGuard(_GuardBase):
             self._breaker.release()
             self._count(lookups=1, rejected=1)
             return False
+        except FilterLostError as e:
+            return self._filter_lost(e)
+        except GeometryMismatchError as e:
+            return self._misconfigured(e)
         except self.filter_errors as e:
             return self._policy(e)
         except BaseException:
             self._breaker.release()
             raise
         return self._answered(hit)
+
+    def _start_rebuild(self, flt: Any) -> None:
+        """A coroutine function's rebuild runs as a task of the running event loop (it
+        never blocks it); a plain function's in a thread."""
+        fn = self.rebuild
+        if not inspect.iscoroutinefunction(fn):
+            return super()._start_rebuild(flt)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return super()._start_rebuild(flt)
+        task = loop.create_task(self._arun_rebuild(flt))
+        self._rebuild_tasks.add(task)  # held until it ends
+        task.add_done_callback(self._rebuild_tasks.discard)
+
+    async def _arun_rebuild(self, flt: Any) -> None:
+        try:
+            out = await self.rebuild(flt)  # type: ignore[misc]
+        except BaseException as e:  # noqa: BLE001 - reported, retried later
+            self._rebuild_failed(flt, e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return
+        target = out if out is not None and hasattr(out, "test") else flt
+        offload = _blocks(target)
+        while True:
+            keys = _take_pending(flt)
+            if not keys:
+                break
+            try:
+                if offload:
+                    await asyncio.get_running_loop().run_in_executor(None, target.update, keys)
+                else:
+                    await _maybe_await(target.update(keys))
+            except BaseException as e:  # noqa: BLE001
+                self._rebuild_failed(flt, e, len(keys))
+                return
+        self._finish_rebuild(flt, target)
 
     def check(self, key: Any) -> bool:
         if not self._offload and _is_async_method(self.filter.test):
@@ -648,8 +929,15 @@ class AsyncGuard(_GuardBase):
     async def _aadd_found(self, key: Any) -> None:
         if _bypassed.get() or self._breaker.is_open():
             return
+        fk = as_key(key)
+        if _queue_add(self.filter, fk):
+            return
         try:
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), as_key(key))
+            await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
         except self.filter_errors as e:
             self._add_failed(e)
 
@@ -717,7 +1005,14 @@ class AsyncGuard(_GuardBase):
                 await self._aadd_found(key)
 
     async def add(self, key: Any, value: Any = None) -> None:
-        await self._ask(self.filter.add, as_key(key))
+        fk = as_key(key)
+        if not _queue_add(self.filter, fk):
+            try:
+                await self._ask(self.filter.add, fk)
+            except FilterLostError as e:
+                self._add_lost(e, fk)
+            except GeometryMismatchError as e:
+                self._add_misconfigured(e)
         ck = self.cache_key(key)
         if value is None:
             await _maybe_await(self.cache.delete(ck))
@@ -752,6 +1047,117 @@ class AsyncGuard(_GuardBase):
         guarded.add = guard.add  # type: ignore[attr-defined]
         guarded.uncached = func  # type: ignore[attr-defined]
         return guarded
+
+
+# ---------------------------------------------------------------- set-up and rebuilds
+
+
+def _geometry_message(flt: Any, error: BaseException) -> str:
+    """What a GeometryMismatchError of a guarded filter means, and how to migrate."""
+    key = getattr(flt, "key", None)
+    where = f"at {key!r} " if key is not None else ""
+    return (f"the filter stored {where}was made with another geometry than this code's "
+            f"({error}): the capacity, error rate or hash in the settings changed, the "
+            f"stored filter keeps the old ones. A configuration error: migrate by giving "
+            f"the filter a new key (e.g. {str(key) + ':v2' if key is not None else 'bf:name:v2'!r}) "
+            f"and running the warm-up, or by deleting the stored keys "
+            f"(filter.key_names() lists them) and running the warm-up; or restore the old "
+            f"settings")
+
+
+_PROBE_KEY = "ling_bloom:set-up probe"
+
+
+def _setup_problem(flt: Any) -> Optional[BaseException]:
+    """Ask a blocking filter one test at set-up: the GeometryMismatchError it raises, or
+    None (it answered, or failed otherwise: an outage is not a set-up mistake)."""
+    try:
+        out = flt.test(_PROBE_KEY)
+    except GeometryMismatchError as e:
+        return e
+    except Exception:  # noqa: BLE001 - down, lost...: not what set-up checks
+        return None
+    if inspect.isawaitable(out):  # an async filter: not asked from here
+        getattr(out, "close", lambda: None)()
+    return None
+
+
+async def _asetup_problem(flt: Any) -> Optional[BaseException]:
+    """_setup_problem() for the event loop: a blocking Redis filter is asked in a thread."""
+    try:
+        if _blocks(flt):
+            await asyncio.get_running_loop().run_in_executor(None, flt.test, _PROBE_KEY)
+        else:
+            await _maybe_await(flt.test(_PROBE_KEY))
+    except GeometryMismatchError as e:
+        return e
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def _resolve(value: Any) -> Any:
+    """In a rebuild's thread: an awaitable (an async filter's call) run to its end in an
+    event loop of the thread's own."""
+    if inspect.isawaitable(value):
+        async def wait() -> Any:
+            return await value
+
+        return asyncio.run(wait())
+    return value
+
+
+_REBUILD_BATCH = 10_000
+
+
+def refill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
+    """A lost filter built again, blocking (a rebuild's thread): ``reset()`` (which makes
+    it again, empty, with its geometry), then every key of ``keys`` added in batches (keys
+    converted as the warm-up converts them)."""
+    reset = getattr(flt, "reset", None)
+    if reset is not None:
+        _resolve(reset())
+    batch: list = []
+    for k in keys:
+        batch.append(as_key(k))
+        if len(batch) >= batch_size:
+            _resolve(flt.update(batch))
+            batch = []
+    if batch:
+        _resolve(flt.update(batch))
+
+
+async def arefill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
+    """refill() on the event loop: ``keys`` an iterable, an async iterable, or an awaitable
+    of either; a blocking Redis filter's calls run in a thread."""
+    loop = asyncio.get_running_loop()
+    offload = _blocks(flt)
+
+    async def call(method: Callable[..., Any], *args: Any) -> Any:
+        if offload:
+            return await loop.run_in_executor(None, method, *args)
+        return await _maybe_await(method(*args))
+
+    if inspect.isawaitable(keys):
+        keys = await keys
+    reset = getattr(flt, "reset", None)
+    if reset is not None:
+        await call(reset)
+    batch: list = []
+    if hasattr(keys, "__aiter__"):
+        async for k in keys:
+            batch.append(as_key(k))
+            if len(batch) >= batch_size:
+                await call(flt.update, batch)
+                batch = []
+    else:
+        for k in keys:
+            batch.append(as_key(k))
+            if len(batch) >= batch_size:
+                await call(flt.update, batch)
+                batch = []
+    if batch:
+        await call(flt.update, batch)
 
 
 def bloom_guard(filter: Any, cache: Any = None, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

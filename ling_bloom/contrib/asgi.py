@@ -22,12 +22,28 @@ A filter that running processes keep current from a saved file (the warm-up writ
 ``filters={"products": ling_bloom.warmup.FileFilter(path, check_every=2.0)}`` -- reloaded
 when the file changes; before the file exists requests are served unguarded (logged).
 
+A filter its server lost (``FilterLostError``: a Redis filter made without a ttl, after a
+restart, FLUSHALL or eviction) lets requests through (see ling_bloom.guard); with
+``sources={"products": product_ids}`` (a function giving the keys: an iterable, an async
+iterable, or an awaitable of one) the guard rebuilds it from there once per loss, as a task
+of the event loop (a blocking filter's calls in threads), and uses it again when done.
+
+At start-up (the lifespan's startup, or the first request when the server runs no
+lifespan) it says what would otherwise go unnoticed: a guarded path that matches no route
+of the app (a Starlette or FastAPI app, whose routes it lists) is logged as a warning naming
+the routes close to it (that endpoint is not guarded), and a stored filter whose geometry
+is not the code's (``GeometryMismatchError``) is logged as a configuration error with how to
+migrate (each filter is asked one test).
+
 It is a pure ASGI middleware (no BaseHTTPMiddleware): streaming responses, websockets and
 lifespan events pass through untouched.
 """
 from __future__ import annotations
 
+import difflib
 import inspect
+import logging
+import re
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 try:
@@ -38,7 +54,7 @@ except ImportError as exc:  # name the extra, not the first missing dependency
                       f"({exc})", name=exc.name) from exc
 
 from ling_bloom._keys import as_key
-from ling_bloom.guard import AsyncGuard, Guard
+from ling_bloom.guard import AsyncGuard, Guard, arefill, _asetup_problem
 from ling_bloom.filefilter import warn_unshared
 
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]
@@ -47,6 +63,8 @@ _DEFAULT = "default"
 
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
+
+log = logging.getLogger("ling_bloom.guard")
 
 _INVALID = object()
 _AUTO_TYPES = (int, float)
@@ -169,6 +187,9 @@ class BloomGuardMiddleware:
     guard_options  keywords for the guards it makes, e.g. ``{"on_filter_error": "closed",
                    "breaker_seconds": 10}`` (see ling_bloom.guard: by default a failing
                    filter backend lets requests through, "open")
+    sources        {name: function giving every key of that filter} (an iterable, an async
+                   iterable, or an awaitable of one): a filter its server lost is rebuilt
+                   from it (reset(), then the keys), once per loss, on the event loop
     """
 
     def __init__(self, app: Callable[..., Any],
@@ -178,8 +199,10 @@ class BloomGuardMiddleware:
                  reject: Optional[Callable[..., Any]] = None,
                  metrics: Any = None,
                  guards: Optional[Dict[str, Union[Guard, AsyncGuard]]] = None,
-                 guard_options: Optional[Dict[str, Any]] = None):
+                 guard_options: Optional[Dict[str, Any]] = None,
+                 sources: Optional[Dict[str, Callable[[], Any]]] = None):
         self.app = app
+        self.sources: Dict[str, Callable[[], Any]] = dict(sources or {})
         self.routes = _routes(routes)
         filters = dict(filters or {})
         if filter is not None:
@@ -188,14 +211,26 @@ class BloomGuardMiddleware:
         for name, f in filters.items():
             warn_unshared(name, f, "a ling_bloom.warmup.FileFilter", stacklevel=3)
             if name not in self.guards:
-                self.guards[name] = AsyncGuard(f, name=name, metrics=metrics,
-                                               **(guard_options or {}))
+                options = dict(guard_options or {})
+                if name in self.sources:
+                    options.setdefault("rebuild", _rebuild_from(self.sources[name]))
+                self.guards[name] = AsyncGuard(f, name=name, metrics=metrics, **options)
         for r in self.routes:
             if r.filter not in self.guards:
                 raise ValueError(f"{r!r}: no filter named {r.filter!r} (known: "
                                  f"{', '.join(sorted(self.guards)) or 'none'})")
+        for name, source in self.sources.items():
+            if name not in self.guards:
+                raise ValueError(f"sources: no filter named {name!r} (known: "
+                                 f"{', '.join(sorted(self.guards)) or 'none'})")
+            g = self.guards[name]
+            if g.rebuild is None:
+                g.rebuild = _rebuild_from(source) if isinstance(g, AsyncGuard) else (
+                    lambda flt, source=source: _refill_blocking(flt, source))
         self.reject_status = reject_status
         self.reject = reject
+        self._started = False
+        self._tasks: set = set()
 
     def get_guard(self, name: str = _DEFAULT) -> Union[Guard, AsyncGuard]:
         return self.guards[name]
@@ -214,10 +249,59 @@ class BloomGuardMiddleware:
             out = await out
         return out
 
+    async def startup_checks(self, app: Any = None, wait: bool = True) -> None:
+        """The set-up checks (once): guarded paths that match no route of the app, stored
+        filters of another geometry; logged.  Run at the lifespan's startup, else at the
+        first request (which does not wait for the filters' answers: they are asked in a
+        task)."""
+        if self._started:
+            return
+        self._started = True
+        app = app if app is not None else self.app
+        for route, close in unmatched_routes(self.routes, app):
+            log.warning(
+                "ling_bloom: the guarded path %r matches no route of the app: requests to "
+                "it are never guarded (a typo, or the app's route changed); the app's "
+                "routes closest to it: %s", route.path,
+                ", ".join(map(repr, close)) or "none")
+        if wait:
+            await self._probe_filters()
+        else:
+            import asyncio
+
+            task = asyncio.get_running_loop().create_task(self._probe_filters())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _probe_filters(self) -> None:
+        for guard in self.guards.values():
+            problem = await _asetup_problem(guard.filter)
+            if problem is not None:
+                guard._note_geometry(problem)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and not self._started:
+            app = scope.get("app")
+
+            async def receive_startup() -> Message:
+                message = await receive()
+                if message.get("type") == "lifespan.startup":
+                    try:
+                        await self.startup_checks(app)
+                    except Exception:  # noqa: BLE001 - checks never stop the app
+                        log.exception("ling_bloom: the start-up checks failed")
+                return message
+
+            await self.app(scope, receive_startup, send)
+            return
         if scope["type"] != "http" or not self.routes:
             await self.app(scope, receive, send)
             return
+        if not self._started:
+            try:
+                await self.startup_checks(scope.get("app"), wait=False)
+            except Exception:  # noqa: BLE001
+                log.exception("ling_bloom: the start-up checks failed")
         method, path = scope.get("method", "GET"), _route_path(scope)
         for route in self.routes:
             if not route._resolved and "app" in scope:
@@ -262,3 +346,96 @@ class BloomGuardMiddleware:
             raise
         code = status[0] if status else 500
         guard.record(None if code >= 500 else code != 404, key)
+
+
+def _rebuild_from(source: Callable[[], Any]) -> Callable[[Any], Any]:
+    async def rebuild(flt: Any) -> None:
+        await arefill(flt, source())
+
+    return rebuild
+
+
+def _refill_blocking(flt: Any, source: Callable[[], Any]) -> None:
+    # a plain Guard of yours: its rebuild runs in a thread, an async source in its own loop
+    import asyncio
+
+    from ling_bloom.guard import refill
+
+    keys = source()
+    if inspect.isawaitable(keys) or hasattr(keys, "__aiter__"):
+        async def collect() -> List[Any]:
+            k = await keys if inspect.isawaitable(keys) else keys
+            if hasattr(k, "__aiter__"):
+                return [x async for x in k]
+            return list(k)
+
+        keys = asyncio.run(collect())
+    refill(flt, keys)
+
+
+# ------------------------------------------------------------ start-up: the app's routes
+
+_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::([a-zA-Z_][a-zA-Z0-9_]*))?}")
+_SAMPLES = {"int": "1", "float": "1", "path": "a/b",
+            "uuid": "00000000-0000-0000-0000-000000000000"}
+
+
+def _sample(path: str) -> str:
+    """A path that BloomRoute ``path`` matches (each parameter a value of its type)."""
+    return _PARAM.sub(lambda m: _SAMPLES.get(m.group(2) or "str", "x"), path)
+
+
+def app_paths(app: Any) -> Optional[List[str]]:
+    """The paths of an app's routes, mounts flattened ("/api" + "/items/{id}"); None when
+    the app's routes cannot be listed (not a Starlette or FastAPI app)."""
+    routes = getattr(app, "routes", None)
+    if routes is None:
+        routes = getattr(getattr(app, "router", None), "routes", None)
+    if routes is None:
+        return None
+    out: List[str] = []
+
+    class Unlisted(Exception):
+        pass
+
+    def walk(rs: Any, prefix: str) -> None:
+        for r in rs:
+            path = getattr(r, "path", None)
+            if not isinstance(path, str):
+                raise Unlisted  # a Host route, or something else: cannot say
+            children = getattr(r, "routes", None)
+            if type(r).__name__ == "Mount":
+                if children:
+                    walk(children, prefix + path.rstrip("/"))
+                else:  # a mounted app of its own: every path under it
+                    out.append(prefix + path.rstrip("/") + "/{rest:path}")
+            elif children is None:
+                out.append(prefix + path)
+
+    try:
+        walk(routes, "")
+    except Unlisted:
+        return None
+    return out
+
+
+def unmatched_routes(routes: Sequence[BloomRoute], app: Any) -> List[Tuple[BloomRoute, List[str]]]:
+    """The guarded routes that match none of the app's routes, each with the app's paths
+    closest to it; [] when the app's routes cannot be listed."""
+    paths = app_paths(app)
+    if paths is None:
+        return []
+    regexes = []
+    for p in paths:
+        try:
+            regexes.append(compile_path(p)[0])
+        except Exception:  # noqa: BLE001 - a path Starlette takes but we cannot compile
+            continue
+    out = []
+    for route in routes:
+        sample = _sample(route.path)
+        if any(rx.match(sample) for rx in regexes):
+            continue
+        close = difflib.get_close_matches(route.path, paths, n=3, cutoff=0.4)
+        out.append((route, close))
+    return out

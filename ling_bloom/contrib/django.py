@@ -25,6 +25,9 @@ settings.py::
                 "MODEL": "shop.Product", "FIELD": "pk",
                 "PREFIX": "",                                # prepended to every key
                 "SIGNALS": True,                             # add keys of saved rows
+                "REBUILD": True,                             # a Redis filter its server
+                                                             # lost is rebuilt from MODEL
+                                                             # (once per loss, a thread)
             },
         },
         "ROUTES": [
@@ -40,6 +43,10 @@ settings.py::
 A rejected request never reaches its view: no query runs.  A request that passes and
 still answers 404 is counted as an observed false positive of the filter
 (``get_guard("products").stats()``; exported to Prometheus when installed).
+
+A filter its server lost (``FilterLostError``) lets requests through to their views, under
+every policy, and is rebuilt from MODEL.FIELD (see ling_bloom.guard); ``manage.py check``
+warns (``ling_bloom.W003``) of a stored filter whose geometry is not the settings'.
 
 ``python manage.py bloom_warmup products`` fills the filter from MODEL.FIELD (and saves it
 to FILE); ``--incremental`` reads only rows newer than the last run's.
@@ -172,9 +179,33 @@ def get_guard(name: str) -> Guard:
             g = _guards.get(name)
             if g is None:
                 spec = filter_settings(name)
-                g = _guards[name] = Guard(get_filter(name), name=name,
-                                          **spec.get("GUARD_OPTIONS", {}))
+                options = dict(spec.get("GUARD_OPTIONS", {}))
+                options.setdefault("rebuild", _rebuild_for(name))
+                g = _guards[name] = Guard(get_filter(name), name=name, **options)
     return g
+
+
+def _rebuild_for(name: str) -> Optional[Callable[[Any], None]]:
+    """How a guard of filter ``name`` builds it again when its server lost it
+    (FilterLostError): reset() and the keys of MODEL.FIELD, in a thread; None without a
+    MODEL, with REBUILD False, or for a FILE (a served file is never lost)."""
+    spec = filter_settings(name)
+    if not spec.get("MODEL") or spec.get("REBUILD", True) is False:
+        return None
+    if spec.get("FILE") and "FILTER" not in spec:
+        return None
+
+    def rebuild(flt: Any) -> None:
+        from django.db import connections
+
+        from ling_bloom.guard import refill
+
+        try:
+            refill(flt, model_keys(name))
+        finally:
+            connections.close_all()  # this thread's connections
+
+    return rebuild
 
 
 def reset() -> None:
@@ -293,6 +324,7 @@ def guard_for(name: str, loader: Optional[Callable[..., Any]] = None, *,
             c = cache
         options.setdefault("key_prefix", f"ling_bloom:{name}:")
         options.setdefault("name", name)
+        options.setdefault("rebuild", _rebuild_for(name))  # (run in a thread)
         cls = AsyncGuard if is_async else Guard
         g = cls(get_filter(name), c, None, **options)
         with _lock:
@@ -474,7 +506,9 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
         if value is None:
             return
         key = _key(name, value)
-        get_filter(name).add(key)
+        # through the guard: a lost filter (or, under "open", a stored geometry that is not
+        # the code's) does not fail the save; it is logged and counted
+        get_guard(name).add(key)
         for g in list(_full_guards.get(name, ())):
             if isinstance(g, Guard):
                 g.invalidate(key)

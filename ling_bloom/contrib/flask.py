@@ -23,6 +23,14 @@ not have or a URL parameter its rule does not have.  ``LING_BLOOM_REJECT_STATUS`
 a rejected key.  A guarded request that passes the filter and still answers 404 is
 counted as an observed false positive (``bloom.get_guard("products").stats()``).
 
+A filter its server lost (``FilterLostError``: a Redis filter made without a ttl, after a
+restart, FLUSHALL or eviction) lets requests through (see ling_bloom.guard), and when the
+filter has a ``@bloom.source`` (and no file), the guard rebuilds it from the source once, in
+a thread inside an app context (``LING_BLOOM_REBUILD = False``: never).  A stored filter
+whose geometry is not the code's (``GeometryMismatchError``) is logged as a configuration
+error, with how to migrate, at ``init_app`` for filters given made and by ``check()`` for
+the others (each is asked one test).
+
 ``flask bloom-warmup NAME`` fills the filter from its source and, for a filter in
 ``files`` (LING_BLOOM_FILES), saves it there: running servers reload it within
 LING_BLOOM_CHECK_EVERY seconds.  An in-memory filter without a file lives in the
@@ -100,6 +108,8 @@ class BloomGuard:
         self.check_every = check_every
         self.unwarmed = unwarmed
         self.mapped = False  # LING_BLOOM_MAPPED
+        self.rebuild = True  # LING_BLOOM_REBUILD: rebuild a lost filter from its source
+        self._probed: "set[str]" = set()
         self._checked: "set[int]" = set()
         self._apps: list = []
         # the views given to @bloom.guard (the function, not its guarded wrapper): one the
@@ -123,6 +133,7 @@ class BloomGuard:
         if self.unwarmed is None:
             self.unwarmed = app.config.get("LING_BLOOM_UNWARMED", "serve")
         self.mapped = bool(app.config.get("LING_BLOOM_MAPPED", self.mapped))
+        self.rebuild = bool(app.config.get("LING_BLOOM_REBUILD", True))
         if self.unwarmed not in ("serve", "reject"):
             raise ValueError(f"LING_BLOOM_UNWARMED must be 'serve' or 'reject', not {self.unwarmed!r}")
         for name in self.files:
@@ -138,6 +149,7 @@ class BloomGuard:
             self._require_filter(name, where)
         for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
             self._check_route(app, endpoint, spec, registered_only=True)
+        self._probe_geometry(made_only=True)
         app.before_request(self._before_request)
         app.after_request(self._after_request)
         if "bloom-warmup" not in app.cli.commands:
@@ -173,14 +185,53 @@ class BloomGuard:
                         # a factory's filter, made now (a made one was checked at init_app)
                         f = self._filters[name] = f()
                         warn_unshared(name, f, "LING_BLOOM_FILES", stacklevel=4)
+                    options = dict(self.guard_options)
+                    options.setdefault("rebuild", self._rebuild_for(name))
                     guard = self._guards[name] = Guard(f, name=name, metrics=self.metrics,
-                                                       **self.guard_options)
+                                                       **options)
         return guard
+
+    def _rebuild_for(self, name: str) -> Optional[Callable[[Any], None]]:
+        """How the guard of filter ``name`` builds it again when its server lost it: its
+        ``@bloom.source`` read in an app context, after reset(); None without a source, for
+        a served file (never lost), or with LING_BLOOM_REBUILD False."""
+        if not self.rebuild or name in self.files or name not in self.sources:
+            return None
+
+        def rebuild(flt: Any) -> None:
+            from contextlib import nullcontext
+
+            from ling_bloom.guard import refill
+
+            app = self._apps[-1] if self._apps else None
+            with app.app_context() if app is not None else nullcontext():
+                refill(flt, self.sources[name]())
+
+        return rebuild
+
+    def _probe_geometry(self, made_only: bool) -> None:
+        """Ask each filter (not a served file) one test: a GeometryMismatchError is logged
+        once, as a configuration error with how to migrate (see ling_bloom.guard)."""
+        from ling_bloom.guard import _setup_problem
+
+        for name, f in list(self._filters.items()):
+            if name in self.files or name in self._probed:
+                continue
+            if made_only and not hasattr(f, "test"):
+                continue  # a factory's filter: made and probed by check()
+            self._probed.add(name)
+            guard = self.get_guard(name)
+            problem = _setup_problem(guard.filter)
+            if problem is not None:
+                guard._note_geometry(problem)
 
     def source(self, name: str = _DEFAULT) -> Callable[[Callable[[], Iterable[Any]]], Callable[[], Iterable[Any]]]:
         """Register the function giving every key of filter ``name`` (for the warm-up)."""
         def register(fn: Callable[[], Iterable[Any]]) -> Callable[[], Iterable[Any]]:
             self.sources[name] = fn
+            guard = self._guards.get(name)
+            if guard is not None and guard.rebuild is None:
+                guard.rebuild = self._rebuild_for(name)
             return fn
         return register
 
@@ -235,6 +286,7 @@ class BloomGuard:
         for endpoint, spec in (app.config.get("LING_BLOOM_ROUTES") or {}).items():
             self._check_route(app, endpoint, spec, registered_only=False)
         self._checked.add(id(app))
+        self._probe_geometry(made_only=False)
 
     # -- the check
     def _reject(self) -> Any:

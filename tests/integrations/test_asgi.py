@@ -352,3 +352,91 @@ def test_an_in_memory_filter_warns_that_workers_do_not_share_adds(tmp_path):
         BloomGuardMiddleware(inner, routes=routes,
                              filters={"p": FileFilter(str(tmp_path / "p.bloom"))},
                              metrics=False)
+
+
+# ---- start-up: a guarded path that matches no route; a lost or mismatched filter ------------
+
+import logging  # noqa: E402
+
+from lost_filters import AsyncLostFilter, LostFilter, MismatchedFilter, wait_for  # noqa: E402
+
+
+def _unmatched(caplog):
+    return [r.getMessage() for r in caplog.records if "matches no route" in r.getMessage()]
+
+
+def test_a_guarded_path_that_matches_no_route_is_a_start_up_warning(db, filters, caplog):
+    typo = BloomRoute("/prodcts/{product_id:int}", "product_id", "products")
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        with TestClient(make_app(db, filters, routes=[typo])):  # the lifespan's startup
+            assert len(_unmatched(caplog)) == 1
+        message = _unmatched(caplog)[0]
+        assert "'/prodcts/{product_id:int}'" in message
+        assert "'/products/{product_id:int}'" in message          # the route close to it
+        caplog.clear()
+        ok = [BloomRoute("/products/{product_id:int}", "product_id", "products"),
+              BloomRoute("/api/products/{product_id:int}", "product_id", "products")]
+        with TestClient(make_app(db, filters, routes=ok)) as client:   # a Mount's route too
+            client.get("/products/1")
+        assert _unmatched(caplog) == []
+
+
+def test_without_a_lifespan_the_first_request_says_it(db, filters, caplog):
+    typo = BloomRoute("/product/{product_id:int}", "product_id", "products")
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        client = TestClient(make_app(db, filters, routes=[typo]))  # no `with`: no lifespan
+        client.get("/products/1")
+        client.get("/products/2")
+    assert len(_unmatched(caplog)) == 1
+
+
+def test_fastapi_a_guarded_path_that_matches_no_route_is_a_start_up_warning(filters, caplog):
+    fastapi = require("fastapi", "asgi")
+    app = fastapi.FastAPI()
+    app.add_middleware(BloomGuardMiddleware, filters=filters, metrics=False,
+                       routes={"/item/{item_id:int}": ("item_id", "products")})
+
+    @app.get("/items/{item_id}")
+    def read_item(item_id: int):
+        return {"id": item_id}
+
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        with TestClient(app):
+            pass
+    [message] = _unmatched(caplog)
+    assert "'/item/{item_id:int}'" in message and "'/items/{item_id}'" in message
+
+
+@pytest.mark.parametrize("make", [AsyncLostFilter, LostFilter], ids=["async", "blocking"])
+def test_a_lost_filter_serves_existing_rows_and_is_rebuilt_from_its_source(db, make):
+    flt = make([str(i) for i in range(1, 101)])
+
+    async def product_ids():                      # an async source: an async iterable
+        conn = sqlite3.connect(db.path)           # not counted as the app's queries
+        for (i,) in conn.execute("SELECT id FROM product").fetchall():
+            yield i
+        conn.close()
+
+    app = make_app(db, {"products": flt, "skus": lb.MemoryFilter(100, 0.01)},
+                   sources={"products": product_ids},
+                   guard_options={"on_filter_error": "closed"})
+    with TestClient(app) as client:
+        assert call(client, db, "GET", "/products/4242") == (404, 0)
+        flt.lose()
+        assert call(client, db, "GET", "/products/7") == (200, 1)    # not a 404
+        guard = middleware_of(client).get_guard("products")
+        wait_for(lambda: guard.stats().rebuilds == 1, "the rebuild from the source")
+        assert flt.resets == 1 and not guard.stats().filter_lost
+        assert call(client, db, "GET", "/products/4242") == (404, 0)  # the filter again
+        assert call(client, db, "GET", "/products/8") == (200, 1)
+
+
+def test_a_stored_geometry_that_is_not_the_codes_is_said_at_start_up_and_fails_open(db, caplog):
+    app = make_app(db, {"products": MismatchedFilter(), "skus": lb.MemoryFilter(100, 0.01)})
+    with caplog.at_level(logging.ERROR, logger="ling_bloom.guard"):
+        with TestClient(app) as client:
+            assert [r for r in caplog.records if "another geometry" in r.getMessage()]
+            for _ in range(3):
+                assert call(client, db, "GET", "/products/7") == (200, 1)   # never a 500
+            assert middleware_of(client).get_guard("products").stats().geometry_mismatch
+    assert len([r for r in caplog.records if "another geometry" in r.getMessage()]) == 1

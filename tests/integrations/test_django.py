@@ -407,3 +407,57 @@ def test_a_plain_str_route_keys_follow_the_model_field():
         assert (r.status_code, queries) == (404, 0)
         s = lbd.get_guard("products").stats()
         assert (s.found, s.rejected) == (1, 1)
+
+
+# ---- a filter the server lost; a stored geometry that is not the settings' ------------------
+
+from lost_filters import LostFilter, MismatchedFilter, wait_for  # noqa: E402
+
+
+def _lost_products(flt, **extra):
+    """The "products" filter as a given object (no FILE), its keys from Product.pk."""
+    spec = {"FILTER": flt, "MODEL": "shop.Product", "FIELD": "pk", **extra}
+    return _conf(FILTERS=dict(settings.LING_BLOOM["FILTERS"], products=spec))
+
+
+def test_a_lost_filter_serves_existing_rows_and_is_rebuilt_from_the_model():
+    bulk(range(1, 6))
+    flt = LostFilter([str(i) for i in range(1, 6)])
+    conf = _lost_products(flt, GUARD_OPTIONS={"on_filter_error": "closed"})
+    with override_settings(LING_BLOOM=conf):
+        client = Client()
+        r, queries = get(client, "/products/999/")
+        assert (r.status_code, queries) == (404, 0)  # the filter rejects it
+        flt.lose()                                   # the server restarted empty
+        r, _ = get(client, "/products/3/")
+        assert r.status_code == 200                  # an existing row, not a 404
+        guard = lbd.get_guard("products")
+        wait_for(lambda: guard.stats().rebuilds == 1, "the rebuild from Product.pk")
+        assert flt.resets == 1 and not guard.stats().filter_lost
+        r, queries = get(client, "/products/999/")
+        assert (r.status_code, queries) == (404, 0)  # rejected by the rebuilt filter
+        r, _ = get(client, "/products/4/")
+        assert r.status_code == 200
+
+
+def test_a_save_to_a_lost_filter_does_not_fail_and_is_counted():
+    flt = LostFilter()
+    with override_settings(LING_BLOOM=_lost_products(flt, REBUILD=False)):
+        flt.lose()
+        Product.objects.create(pk=77, sku="sku-77", name="saved while lost")  # post_save
+        assert Product.objects.filter(pk=77).exists()
+        st = lbd.get_guard("products").stats()
+        assert (st.lost_adds, st.filter_losses, st.filter_lost) == (1, 1, True)
+        assert get(Client(), "/products/77/")[0].status_code == 200
+
+
+def test_a_stored_geometry_that_is_not_the_settings_is_a_check_warning_and_no_500():
+    conf = _lost_products(MismatchedFilter())
+    found = _check_ids(conf)
+    assert [i for i, _ in found] == ["ling_bloom.W003"]
+    assert "another geometry" in found[0][1] and "new key" in found[0][1]
+    bulk([5])
+    with override_settings(LING_BLOOM=conf):
+        r, _ = get(Client(), "/products/5/")
+        assert r.status_code == 200                  # "open": it fails open, not a 500
+        assert lbd.get_guard("products").stats().geometry_mismatch

@@ -481,3 +481,68 @@ def test_an_in_memory_filter_warns_at_set_up_that_workers_do_not_share_adds(tmp_
         app.config["LING_BLOOM_FILES"] = {"p": str(tmp_path / "p.bloom")}
         BloomGuard(app, filters={"p": lambda: lb.MemoryFilter(100, 0.01)},
                    metrics=False).get_guard("p")
+
+
+# ---- a filter the server lost; a stored geometry that is not the code's ---------------------
+
+import logging  # noqa: E402
+
+from lost_filters import LostFilter, MismatchedFilter, wait_for  # noqa: E402
+
+
+def lost_app(flt, rows, **config):
+    app = flask.Flask(__name__)
+    app.config.update({"TESTING": True,
+                       "LING_BLOOM_GUARD_OPTIONS": {"on_filter_error": "raise"}, **config})
+    bloom = BloomGuard(app, filters={"rows": flt}, metrics=False)
+    seen = []
+
+    @app.get("/rows/<int:row_id>")
+    @bloom.guard("row_id", filter="rows")
+    def row(row_id):
+        seen.append(row_id)
+        return ({"id": row_id}, 200) if row_id in rows else ({}, 404)
+
+    @bloom.source("rows")
+    def row_ids():
+        assert flask.current_app._get_current_object() is app   # in an app context
+        return list(rows)
+
+    return app, bloom, seen
+
+
+def test_a_lost_filter_serves_existing_rows_and_is_rebuilt_from_the_source():
+    rows = {1, 2, 3}
+    flt = LostFilter([str(i) for i in rows])
+    app, bloom, seen = lost_app(flt, rows)
+    client = app.test_client()
+    assert client.get("/rows/9").status_code == 404 and seen == []   # rejected
+    flt.lose()
+    assert client.get("/rows/2").status_code == 200     # not a 404, not a 500 ("raise")
+    guard = bloom.get_guard("rows")
+    wait_for(lambda: guard.stats().rebuilds == 1, "the rebuild from @bloom.source")
+    assert flt.resets == 1 and not guard.stats().filter_lost
+    seen.clear()
+    assert client.get("/rows/9").status_code == 404 and seen == []   # the filter again
+    assert client.get("/rows/3").status_code == 200
+
+
+def test_no_rebuild_without_a_source_or_when_turned_off():
+    flt = LostFilter(["1"])
+    app, bloom, _ = lost_app(flt, {1}, LING_BLOOM_REBUILD=False)
+    flt.lose()
+    assert app.test_client().get("/rows/1").status_code == 200
+    assert bloom.get_guard("rows").rebuild is None and flt.resets == 0
+    bloom.get_guard("rows").add(5)                      # an add: counted, not raised
+    assert bloom.get_guard("rows").stats().lost_adds == 1
+
+
+def test_a_stored_geometry_that_is_not_the_codes_is_logged_at_init_app_and_fails_open(caplog):
+    with caplog.at_level(logging.ERROR, logger="ling_bloom.guard"):
+        app, bloom, seen = lost_app(MismatchedFilter(), {1},
+                                    LING_BLOOM_GUARD_OPTIONS={"on_filter_error": "open"})
+        assert [r for r in caplog.records if "another geometry" in r.getMessage()]
+        for _ in range(3):
+            assert app.test_client().get("/rows/1").status_code == 200   # never a 500
+    assert len([r for r in caplog.records if "another geometry" in r.getMessage()]) == 1
+    assert bloom.get_guard("rows").stats().geometry_mismatch

@@ -8,6 +8,8 @@ ling_bloom.E003  a route's KWARG is not a keyword argument of that URL pattern
 ling_bloom.E004  a PATTERN route's KWARG is not a named group of its regular expression
 ling_bloom.W001  a filter's FILE is in a directory that does not exist (the warm-up cannot
                  save it; the filter stays unwarmed)
+ling_bloom.W003  the stored filter's geometry is not the settings' (GeometryMismatchError:
+                 the capacity or error rate changed); the filter is asked one test
 """
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ def check_ling_bloom(app_configs: Any = None, **kwargs: Any) -> List[checks.Chec
                     f"LING_BLOOM['FILTERS'][{name!r}]['FILE'] is in {folder}, which does not "
                     f"exist: bloom_warmup cannot save it and the filter stays unwarmed",
                     id="ling_bloom.W001"))
+    errors.extend(_geometry_checks(conf))
     try:
         urls = _url_kwargs_by_name()
     except Exception as e:  # a broken URLconf is reported by Django's own checks
@@ -109,3 +112,29 @@ def check_ling_bloom(app_configs: Any = None, **kwargs: Any) -> List[checks.Chec
                     f"{where}: KWARG {r['KWARG']!r} is not a named group of PATTERN "
                     f"{r['PATTERN']!r}", id="ling_bloom.E004"))
     return errors
+
+
+def _geometry_checks(conf: Dict[str, Any]) -> List[checks.CheckMessage]:
+    """W003: a filter (not a FILE) whose stored geometry is not the settings'.  A warning,
+    not an error, so that ``bloom_warmup`` (which runs the checks) can still be run to
+    migrate; under the default "open" policy requests pass unfiltered meanwhile."""
+    from ling_bloom.contrib import django as lbd
+    from ling_bloom.guard import _geometry_message, _setup_problem
+
+    out: List[checks.CheckMessage] = []
+    for name in conf.get("FILTERS") or {}:
+        try:
+            spec = lbd.filter_settings(name)
+            if spec.get("FILE") and "FILTER" not in spec:
+                continue  # a served file: checked when it loads
+            flt = lbd.get_filter(name)
+        except Exception:  # noqa: BLE001 - reported by E001 or at first use
+            continue
+        problem = _setup_problem(flt)
+        if problem is not None:
+            out.append(checks.Warning(
+                f"LING_BLOOM['FILTERS'][{name!r}]: {_geometry_message(flt, problem)}",
+                hint="with a new key in OPTIONS, run `manage.py bloom_warmup "
+                     f"{name}`; or delete the stored keys and run it",
+                id="ling_bloom.W003"))
+    return out
