@@ -22,12 +22,14 @@ the function that picks each row's key.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import sys
 import tempfile
 import threading
 import time
 import types
+from collections import abc as _abc
 from itertools import islice
 from typing import (
     Any,
@@ -208,8 +210,14 @@ def _key_of(item: Any, key: Optional[Callable[[Any], Any]]) -> Any:
     try:
         return as_key(value)
     except TypeError as e:
-        raise TypeError(f"warmup: {e}; pass key= to pick each item's key "
-                        "(key=lambda row: row[0] for a row's first column)") from None
+        if isinstance(value, (_abc.Sequence, _abc.Mapping)):
+            hint = " (key=lambda row: row[0] for a row's first column)"
+        elif isinstance(value, numbers.Number):
+            hint = " (key=int for ids read as floats)"
+        else:
+            hint = ""
+        raise TypeError(f"warmup: {e}; pass key= to give each item's key as a str, bytes "
+                        f"or int{hint}") from None
 
 
 def _batches(keys: Iterable[Any], size: int, key: Optional[Callable[[Any], Any]]) -> Iterator[list]:
