@@ -3,17 +3,18 @@ tests/test_typing.py checks that every public name of the built module is declar
 
 from types import TracebackType
 from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, List, NoReturn, Optional, Sequence,
-                    Tuple, Type, TypeVar, Union)
+                    SupportsIndex, Tuple, Type, TypeVar, Union)
 import os
 
 from typing_extensions import Buffer, Self
 
 from .redisbloom import RedisBloomInfo
 
-Key = Union[str, Buffer, int]
+Key = Union[str, Buffer, int, SupportsIndex]
 """A key: a str (hashed as UTF-8), bytes, any C-contiguous buffer, or an int (hashed as its
-decimal text: 42 and "42" are one key).  Never empty.  bool (an int to the type checker) and
-float are a TypeError at run time."""
+decimal text: 42 and "42" are one key) or int-like (__index__: numpy's integer scalars, the
+key of their int).  Never empty.  bool (an int to the type checker), float and the other
+numbers (numpy's floating and bool scalars, Decimal, Fraction) are a TypeError at run time."""
 
 _Path = Union[str, "os.PathLike[str]", BinaryIO]
 """A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""
@@ -129,6 +130,15 @@ def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
 def hash_pair(key: Key, hash: Optional[str] = ...) -> Tuple[int, int]:
     """The two 64-bit hashes double hashing starts from; hash="xxh3-block" gives
     BlockedFilter's pair (XXH3-64 of the key, and a word derived from it)."""
+
+def key_bytes(key: Key) -> bytes:
+    """The bytes every filter hashes for key: a str's UTF-8, an int's (or int-like's)
+    decimal text, a buffer's bytes.  A key no filter takes raises what add(key) raises
+    (TypeError, EmptyKeyError, ValueError)."""
+
+def _key(key: Key) -> Union[str, bytes]:
+    """key as the filters read it: a str as an exact str, an int or int-like as its decimal
+    text (a str), a buffer as bytes; bad keys raise as in key_bytes."""
 
 # ---- what every filter has ------------------------------------------------------------------
 

@@ -1,36 +1,88 @@
 """Keys: how a value from an app (a URL parameter, a primary key, a DB row) becomes the key a
 filter tests, a cache stores, or an add log records.
 
+There is one conversion, the filters' own (csrc/py/keys.c, exposed as ``_core._key`` and
+``_core.key_bytes``): every name here defers to it, so a key the guard tests, a key a
+warm-up adds and a key a served file logs are the key the filter hashes.
+
 ``as_key``     the filter's form of a key, for the guard, the warm-up and the framework
-               integrations: ``str`` and bytes-like keys as they are, a one-column row
-               unpacked, anything else ``str(key)`` (``42`` and ``"42"`` are the same key)
+               integrations: ``str`` and bytes-like keys as they are, an int or int-like
+               (an int subclass, an ``IntEnum``, numpy's integer scalars: ``__index__``) as
+               its decimal text, a buffer as its bytes, a one-column row unpacked; other
+               numbers (float, Decimal, numpy's floats, bool) and wider rows a TypeError;
+               anything else ``str(key)`` (a UUID, a date)
+``route_key``  a URL route's value (Flask, ASGI): as ``as_key``, but a float (a
+               ``<float:...>`` route, a view annotated ``float``) is its ``str()``
 ``key_text``   a key of ``as_key`` as text (the guard's cache keys)
-``key_bytes``  a key as the filters hash it (the add log of a served file): ``str`` as
-               UTF-8, ``int`` as its decimal text, a buffer as its bytes; anything else a
-               TypeError
+``key_bytes``  a key as the filters hash it (the add log of a served file): the bytes of
+               ``_core.key_bytes``; a key no filter takes raises what ``add`` raises
 
 ``ling_bloom.guard.as_key`` is the public name of ``as_key``.
 """
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-__all__ = ["Key", "as_key", "key_bytes", "key_text"]
+from . import _core
+
+__all__ = ["Key", "as_key", "key_bytes", "key_text", "route_key"]
 
 Key = Union[str, bytes, bytearray, memoryview]
 
+#: The bytes every filter hashes for a key (a str's UTF-8, an int's or int-like's decimal
+#: text, a buffer's bytes); TypeError, EmptyKeyError or ValueError as ``add`` raises them.
+key_bytes = _core.key_bytes
+
+
+def _row_key(row: Any) -> Key:
+    """The key of a row: its one column's, or a TypeError."""
+    values = list(row.values()) if isinstance(row, Mapping) else row
+    if len(values) != 1:
+        raise TypeError(f"a row of {len(values)} columns is not a key: {row!r}")
+    return as_key(values[0])
+
+
+def _is_buffer(key: Any) -> bool:
+    try:
+        memoryview(key)
+    except TypeError:
+        return False
+    return True
+
 
 def as_key(key: Any) -> Key:
-    """The filter's form of a key: ``str`` and bytes-like keys as they are, a one-column
-    row (a 1-tuple or 1-list, as DB cursors yield) unpacked, anything else ``str(key)``
-    (``42`` and ``"42"`` are the same key)."""
+    """The filter's form of a key: ``str`` and bytes-like keys as they are, an int or
+    int-like as its decimal text (``42``, ``np.int64(42)`` and an ``IntEnum`` member of
+    value 42 are the key ``"42"``), a buffer as its bytes, a one-column row (a 1-tuple or
+    1-list, an ``sqlite3.Row`` or mapping of one column, as DB cursors yield) unpacked.
+    A row of more columns, ``None``, ``bool`` and the numbers no filter takes (float,
+    complex, Decimal, Fraction, numpy's floating and bool scalars) are a TypeError;
+    anything else is ``str(key)`` (a UUID, a date)."""
     if isinstance(key, (str, bytes, bytearray, memoryview)):
         return key
-    if isinstance(key, (tuple, list)) and len(key) == 1:
-        return as_key(key[0])
-    if isinstance(key, bool) or key is None:
+    if isinstance(key, (tuple, list)):
+        return _row_key(key)
+    if key is None:
         raise TypeError(f"not a key: {key!r}")
+    try:
+        return _core._key(key)
+    except TypeError:
+        if isinstance(key, (Sequence, Mapping)):  # sqlite3.Row, other DB API rows
+            return _row_key(key)
+        if isinstance(key, (bool, numbers.Number)) or _is_buffer(key):
+            raise  # a number, or a buffer, that no filter takes: never its str()
     return str(key)
+
+
+def route_key(value: Any) -> Key:
+    """A URL route's value as a key: as ``as_key``, except that a float, the value of a
+    ``<float:...>`` route or of a view annotated ``float``, is its ``str()`` ("2.50" is
+    read as 2.5, the key "2.5"): the number as the view reads it."""
+    if type(value) is float:
+        return str(value)
+    return as_key(value)
 
 
 def key_text(key: Key) -> str:
@@ -39,18 +91,3 @@ def key_text(key: Key) -> str:
     if isinstance(key, str):
         return key
     return bytes(key).decode("utf-8", "backslashreplace")
-
-
-def key_bytes(key: Any) -> bytes:
-    """A key as the filters hash it: ``str`` as UTF-8, ``int`` (not bool) as its decimal
-    text, a buffer as its bytes."""
-    if isinstance(key, str):
-        return key.encode("utf-8")
-    if isinstance(key, int) and not isinstance(key, bool):
-        return str(int(key)).encode("ascii")
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        return bytes(key)
-    try:
-        return bytes(memoryview(key))
-    except TypeError:
-        raise TypeError(f"a key is str, int, bytes or a buffer, not {type(key).__name__}") from None

@@ -13,18 +13,23 @@ through your own callbacks) so the next run resumes where this one stopped.
 (``FileFilter``), with every key they added since the last publish folded in, so no add
 is lost to the warm-up that replaces the file (``ling_bloom._addlog`` says how).
 
-Keys are converted as the guard converts them (``ling_bloom.guard.as_key``): ``str`` and
-bytes as they are, one-column rows unpacked, anything else (an ``int`` id) with ``str``.
+Keys are converted as the guard converts them (``ling_bloom.guard.as_key``), which is how
+the filters key them: ``str`` and bytes as they are, an ``int`` id (or an int subclass,
+numpy's integer scalars) as its decimal text, one-column rows unpacked.  A row of more
+columns and a number that is not an integer (``3.0``) are a TypeError that names ``key=``,
+the function that picks each row's key.
 """
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import sys
 import tempfile
 import threading
 import time
 import types
+from collections import abc as _abc
 from itertools import islice
 from typing import (
     Any,
@@ -198,11 +203,27 @@ def _known_length(keys: Any) -> Optional[int]:
     return None
 
 
+def _key_of(item: Any, key: Optional[Callable[[Any], Any]]) -> Any:
+    """The filter's key of one item (``key(item)`` when given), or a TypeError that says
+    how ``key=`` picks it."""
+    value = key(item) if key is not None else item
+    try:
+        return as_key(value)
+    except TypeError as e:
+        if isinstance(value, (_abc.Sequence, _abc.Mapping)):
+            hint = " (key=lambda row: row[0] for a row's first column)"
+        elif isinstance(value, numbers.Number):
+            hint = " (key=int for ids read as floats)"
+        else:
+            hint = ""
+        raise TypeError(f"warmup: {e}; pass key= to give each item's key as a str, bytes "
+                        f"or int{hint}") from None
+
+
 def _batches(keys: Iterable[Any], size: int, key: Optional[Callable[[Any], Any]]) -> Iterator[list]:
-    convert = (lambda row: as_key(key(row))) if key is not None else as_key
     it = iter(keys)
     while True:
-        batch = [convert(k) for k in islice(it, size)]
+        batch = [_key_of(k, key) for k in islice(it, size)]
         if not batch:
             return
         yield batch
@@ -224,7 +245,8 @@ def warmup(
     ``update`` call each: one round trip per batch for the Redis filters).
 
     key        a function from each item to its key (``lambda row: row.sku``); default:
-               the item itself (one-column rows unpacked, ints as str)
+               the item itself (one-column rows unpacked, ints as their decimal text; a
+               row of more columns is a TypeError)
     total      the number of keys, for the bar's percentage (known for lists, ranges, ...)
     progress   None: a bar when ``stream`` is a terminal; True / False: always / never;
                "plain" or "tqdm": always, that kind (tqdm is used when installed)

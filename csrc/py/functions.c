@@ -1,5 +1,6 @@
 /* functions.c: the functions of ling_bloom._core: estimate, geometry, indices,
- * hash_pair and _saved_length (lb_module_functions, the module's method table). */
+ * hash_pair, key_bytes, _key and _saved_length (lb_module_functions, the module's
+ * method table). */
 #include "functions.h"
 
 #include "args.h"
@@ -140,6 +141,45 @@ static PyObject *hash_pair(PyObject *module, PyObject *args, PyObject *kwargs)
     return Py_BuildValue("(KK)", (unsigned long long)h.h1, (unsigned long long)h.h2);
 }
 
+/* key_bytes(key) and _key(key): the one key conversion of keys.c, for the Python
+ * code that keeps keys of its own (the add log of a served file, a guard's cache
+ * keys), so that they and the filters never disagree.  Each raises what a
+ * filter's add(key) raises for a bad key. */
+static PyObject *key_bytes(PyObject *module, PyObject *obj)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(PyModule_GetState(module), obj, &k, &hold) < 0)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(k.data, (Py_ssize_t)k.len);
+    lb_key_release(&hold);
+    return out;
+}
+
+static PyObject *key_form(PyObject *module, PyObject *obj)
+{
+    if (PyUnicode_CheckExact(obj) || PyBytes_CheckExact(obj)) {
+        if (PyObject_Length(obj) == 0) {
+            lb_key_empty(PyModule_GetState(module));
+            return NULL;
+        }
+        return Py_NewRef(obj);
+    }
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_get(PyModule_GetState(module), obj, &k, &hold) < 0)
+        return NULL;
+    PyObject *out;
+    if (hold.held == LB_HOLD_DIGITS || hold.held == LB_HOLD_TEXT)
+        out = PyUnicode_FromStringAndSize(k.data, (Py_ssize_t)k.len); /* ASCII digits */
+    else if (PyUnicode_Check(obj))
+        out = PyUnicode_FromObject(obj); /* a str subclass: an exact str of it */
+    else
+        out = PyBytes_FromStringAndSize(k.data, (Py_ssize_t)k.len);
+    lb_key_release(&hold);
+    return out;
+}
+
 /* _saved_length(head, have=None) -> (total, whole): the length of the saved
  * filter whose header is head (the first 48 bytes, or all there are), for
  * load() to read no more; have: the bytes there are (a file's length), None
@@ -192,5 +232,13 @@ PyMethodDef lb_module_functions[] = {
      "hash_pair(key, hash=\"xxh3-mix\") -> (h1, h2)\n\nThe two 64-bit hashes double hashing "
      "starts from; hash=\"xxh3-block\" gives BlockedFilter's pair (XXH3-64 of the key, and "
      "a word derived from it)."},
+    {"key_bytes", key_bytes, METH_O,
+     "key_bytes(key) -> bytes\n\nThe bytes every filter hashes for key: a str's UTF-8, an int's "
+     "(or int-like's: __index__) decimal text, a buffer's bytes.  A key no filter takes raises "
+     "what add(key) raises (TypeError, EmptyKeyError, ValueError)."},
+    {"_key", key_form, METH_O,
+     "_key(key) -> str | bytes\n\nkey as the filters read it: a str as an exact str, an int "
+     "or int-like as its decimal text (a str), a buffer as bytes; bad keys raise as in "
+     "key_bytes."},
     {NULL, NULL, 0, NULL},
 };

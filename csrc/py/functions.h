@@ -5,7 +5,7 @@
 #include "state.h"
 
 /* The module's method table: _saved_length, estimate, geometry, indices,
- * hash_pair (the module state is an lb_state). */
+ * hash_pair, key_bytes, _key (the module state is an lb_state). */
 extern PyMethodDef lb_module_functions[];
 
 #endif

@@ -72,6 +72,51 @@ static int int_key(PyObject *obj, lb_key *key, lb_key_hold *hold)
     return 0;
 }
 
+/* A number that is not a key (float, complex, numpy's floating, complex and bool
+ * scalars, Decimal, Fraction ...): the TypeError of any other type. */
+static int not_a_key(PyObject *obj)
+{
+    /* bool too: True is not the key "1" (nor "True") */
+    PyErr_Format(PyExc_TypeError, "key must be str, bytes, a bytes-like object or int, not %.200s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+/* An object with __index__ that is not an int (numpy's integer scalars, a 0-d
+ * integer array, other int-likes): the key of the int it indexes to.  0, or
+ * -1 with an exception. */
+static int index_key(PyObject *obj, lb_key *key, lb_key_hold *hold)
+{
+    PyObject *v = PyNumber_Index(obj);
+    if (!v)
+        return -1;
+    /* int_key keeps no reference to v (a large int's text is an object of
+     * its own): v may go at once. */
+    int r = int_key(v, key, hold);
+    Py_DECREF(v);
+    return r;
+}
+
+/* What a buffer of no dimensions holds (a numpy scalar, a 0-d array, a ctypes
+ * number): 'i' an integer, 'n' another number (floating, complex, bool), 0
+ * anything else (bytes "5s", text "1w", a record ...).  A format is a struct
+ * code, maybe after a byte order, and 'Z' before a complex one. */
+static char scalar_kind(const Py_buffer *view)
+{
+    if (view->ndim != 0 || !view->format)
+        return 0;
+    const char *f = view->format;
+    if (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!')
+        f++;
+    if (*f == 'Z')
+        return f[1] != '\0' && f[2] == '\0' && strchr("efdg", f[1]) ? 'n' : 0;
+    if (*f == '\0' || f[1] != '\0')
+        return 0;
+    if (strchr("bBhHiIlLqQnN", *f))
+        return 'i';
+    return strchr("?efdgFDG", *f) ? 'n' : 0;
+}
+
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
 {
     hold->held = LB_HOLD_NONE;
@@ -83,11 +128,24 @@ int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold
         key->data = s;
         key->len = (size_t)len;
     }
-    else if (PyLong_Check(obj) && !PyBool_Check(obj)) {
+    else if (PyLong_Check(obj)) {
+        if (PyBool_Check(obj))
+            return not_a_key(obj);
         return int_key(obj, key, hold); /* never empty */
     }
-    else if (PyObject_CheckBuffer(obj)) {
-        if (PyObject_GetBuffer(obj, &hold->u.view, PyBUF_SIMPLE) < 0) {
+    else if (PyFloat_Check(obj) || PyComplex_Check(obj)) {
+        return not_a_key(obj); /* numpy's float64 and complex128 are these */
+    }
+    else {
+        PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
+        int has_index = nb && nb->nb_index;
+        if (!PyObject_CheckBuffer(obj))
+            return has_index ? index_key(obj, key, hold) : not_a_key(obj);
+        /* PyBUF_ND | PyBUF_FORMAT: C-contiguous as PyBUF_SIMPLE, and the
+         * shape and items that tell a number from bytes: numpy's scalars
+         * export a buffer too, whose raw bytes are not the key of their
+         * number. */
+        if (PyObject_GetBuffer(obj, &hold->u.view, PyBUF_ND | PyBUF_FORMAT) < 0) {
             if (PyErr_ExceptionMatches(PyExc_BufferError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError,
@@ -97,15 +155,19 @@ int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold
             return -1;
         }
         hold->held = LB_HOLD_VIEW;
+        char kind = scalar_kind(&hold->u.view);
+        if (kind) {
+            /* A number: an integer one is the key of its int (__index__:
+             * numpy's integer scalars, a 0-d integer array); any other
+             * (numpy's floating, complex and bool scalars) is refused as a
+             * float is. */
+            lb_key_release(hold);
+            if (kind == 'i' && has_index)
+                return index_key(obj, key, hold); /* never empty */
+            return not_a_key(obj);
+        }
         key->data = hold->u.view.buf;
         key->len = (size_t)hold->u.view.len;
-    }
-    else {
-        /* bool too: True is not the key "1" (nor "True") */
-        PyErr_Format(PyExc_TypeError,
-                     "key must be str, bytes, a bytes-like object or int, not %.200s",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
     }
     if (key->len == 0) {
         lb_key_release(hold);

@@ -5,8 +5,12 @@
  * caches on the object), bytes, any object with the buffer protocol, or an
  * int (not a bool), hashed as its decimal text: 42 is the key "42", -42 is
  * "-42", an int past 64 bits its full decimal text (an int subclass by its
- * value, never its str()).  Another type is a TypeError; an empty key is
- * EmptyKeyError. */
+ * value, never its str()).  An int-like (__index__: numpy's integer scalars, a
+ * 0-d integer array) is the key of its int, looked at before the buffer that
+ * numpy's scalars export too.  Other numbers are a TypeError, as a float is:
+ * float and complex and their subclasses, a 0-d buffer of a number format
+ * (numpy's floating, complex and bool scalars); so is any other type.  An
+ * empty key is EmptyKeyError. */
 #ifndef LB_PY_KEYS_H
 #define LB_PY_KEYS_H
 
@@ -34,7 +38,7 @@ typedef struct {
 } lb_key_hold;
 
 /* The slow path of lb_key_get (not an exact compact-ASCII str, not exact
- * bytes): a str subclass or non-ASCII str, an int, a buffer.  The key's
+ * bytes): a str subclass or non-ASCII str, an int or int-like, a buffer.  The key's
  * bytes may live in *hold (a view, an int's digits, its text): keep the hold
  * where it is, unmoved, until lb_key_release. */
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold);

@@ -53,7 +53,7 @@ except ImportError as exc:  # name the extra, not the first missing dependency
     raise ImportError(f"ling_bloom.contrib.asgi needs Starlette: pip install 'ling_bloom[asgi]' "
                       f"({exc})", name=exc.name) from exc
 
-from ling_bloom._keys import as_key
+from ling_bloom._keys import route_key
 from ling_bloom.guard import AsyncGuard, Guard, arefill, _asetup_problem
 from ling_bloom.filefilter import warn_unshared
 
@@ -311,7 +311,7 @@ class BloomGuardMiddleware:
                 continue
             if value is _INVALID:  # the app answers it (FastAPI: 422), unguarded
                 break
-            key = as_key(value)
+            key = route_key(value)
             if route.prefix:
                 key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
             guard = self.guards[route.filter]

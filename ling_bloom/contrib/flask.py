@@ -55,7 +55,7 @@ except ImportError as exc:  # name the extra, not the first missing dependency
     raise ImportError(f"ling_bloom.contrib.flask needs Flask: pip install 'ling_bloom[flask]' "
                       f"({exc})", name=exc.name) from exc
 
-from ling_bloom._keys import as_key
+from ling_bloom._keys import route_key
 from ling_bloom.guard import Guard
 import ling_bloom as lb
 from ling_bloom._addlog import AddLog
@@ -295,7 +295,7 @@ class BloomGuard:
     def deleted(self, name: str, key: Any, prefix: str = "") -> None:
         """Call when the row of ``key`` is deleted: lookups of it are then counted as
         deletes, not false positives (``Guard.deleted``; a CountingFilter forgets it)."""
-        k = as_key(key)
+        k = route_key(key)
         if prefix:
             k = prefix + (k if isinstance(k, str) else bytes(k).decode("utf-8", "surrogateescape"))
         self.get_guard(name).deleted(k)
@@ -318,7 +318,7 @@ class BloomGuard:
         flt = guard.filter
         if isinstance(flt, FileFilter) and flt.unwarmed == "serve" and not flt.warmed:
             return None  # no file yet (logged once): unguarded, not evidence for the stats
-        key = as_key(value)
+        key = route_key(value)
         if prefix:
             key = prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
         if not guard.check(key):

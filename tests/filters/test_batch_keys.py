@@ -102,3 +102,32 @@ def test_a_scalable_batch_that_cannot_grow_raises_from_a_gil_free_chunk():
             method([f"batch:{i}" for i in range(3000)])
     assert f.to_bytes() == before
     assert f.test_many([f"k:{i}" for i in range(15)]) == [True] * 15
+
+
+def test_int_likes_in_a_batch_are_the_key_of_their_int(make):
+    # numpy's integer scalars (a pandas column's values) and int subclasses between the other
+    # shapes, over several chunks: the keys of their ints, as alone.
+    np = pytest.importorskip("numpy")
+    col = np.arange(-100, 4400, dtype=np.int64)
+    ks = [v if i % 3 else SHAPES[i % len(SHAPES)](i) for i, v in enumerate(col)]
+    as_ints = [int(k) if isinstance(k, np.integer) else k for k in ks]
+    a, b, c = make(), make(), make()
+    assert a.add_many(ks) == [b.add(k) for k in as_ints]
+    c.update(ks)
+    assert a.to_bytes() == b.to_bytes() == c.to_bytes()
+    assert c.test_many([str(int(v)) for v in col[1::3]]) == [True] * len(col[1::3])
+
+
+@pytest.mark.parametrize("where", [0, 2047, 2048, 4999])
+def test_a_numpy_number_that_is_not_an_integer_anywhere_in_a_batch_changes_nothing(make, where):
+    np = pytest.importorskip("numpy")
+    f = make()
+    f.update(mixed_keys(10))
+    before = f.to_bytes()
+    for bad in (np.float64(7.0), np.float32(7.0), np.bool_(True), np.array(7.5)):
+        batch = [np.int64(i) for i in range(5000)]
+        batch[where] = bad
+        for method in (f.add_many, f.update, f.test_many):
+            with pytest.raises(TypeError, match="or int, not "):
+                method(batch)
+    assert f.to_bytes() == before

@@ -1,10 +1,16 @@
 """Integer keys: an int is the key of its decimal text (42 and "42" set the same bits, -42 is
-"-42", an int past 64 bits its full decimal text), on every type, alone and in batches; bool
-and float stay a TypeError (keys.c, lb_key_get_other)."""
+"-42", an int past 64 bits its full decimal text), on every type, alone and in batches; so is
+an int-like (numpy's integer scalars, anything with __index__); bool, float and the other
+numbers (numpy's floating and bool scalars, Decimal, Fraction) stay a TypeError (keys.c,
+lb_key_get_other)."""
 from __future__ import annotations
 
+import array
 import asyncio
+import ctypes
+import decimal
 import enum
+import fractions
 import sys
 
 import pytest
@@ -33,6 +39,50 @@ def make(request):
 
 class Color(enum.IntEnum):
     RED = 7
+
+
+class Status(int, enum.Enum):
+    OK = 200
+
+
+class Flag(enum.IntFlag):
+    A = 1
+    B = 2
+
+
+class Idx:
+    """Not an int, but an int-like: __index__ and nothing else."""
+
+    def __init__(self, v: int):
+        self.v = v
+
+    def __index__(self) -> int:
+        return self.v
+
+
+@pytest.fixture
+def np():
+    return pytest.importorskip("numpy")
+
+
+def numpy_ints(np):
+    """An np integer scalar of every width, the int each is, and a 0-d integer array."""
+    out = []
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+              np.intp):
+        info = np.iinfo(t)
+        for v in (0, 1, int(info.max), int(info.min)):
+            out.append((t(v), v))
+    out.append((np.int64(-42), -42))
+    out.append((np.array(123456789, dtype=np.int64), 123456789))  # a 0-d array: its int
+    return out
+
+
+def numpy_numbers(np):
+    """numpy's scalars that are numbers but not integers, and 0-d arrays of them."""
+    return [np.float64(3.0), np.float32(3.0), np.float16(1.5), np.longdouble(2.0),
+            np.complex128(1j), np.complex64(1), np.bool_(True), np.bool_(False),
+            np.array(2.5), np.array(True)]
 
 
 class Odd(int):
@@ -119,6 +169,102 @@ def test_bool_and_float_stay_a_type_error(make, bad):
             with pytest.raises(TypeError, match="or int, not " + type(bad).__name__):
                 method(batch)
     assert f.to_bytes() == before
+
+
+def test_int_likes_are_the_key_of_their_int(make):
+    # Int subclasses (Enum members mixing in int, IntFlag) and __index__ objects: the int's
+    # decimal text, never their str() ("Status.OK", "Flag.A|B") nor their bytes.
+    keys = [Status.OK, Flag.A, Flag.A | Flag.B, Idx(42), Idx(-7), Idx(2**70)]
+    ints = [200, 1, 3, 42, -7, 2**70]
+    a, b, c = make(), make(), make()
+    for k in keys:
+        assert a.add(k) is True
+    b.update(ints)
+    assert c.add_many(keys) == [True] * len(keys)
+    assert a.to_bytes() == b.to_bytes() == c.to_bytes()
+    assert a.test_many([str(i) for i in ints]) == [True] * len(ints)
+    assert b.test_many(keys) == [True] * len(keys) and Idx(42) in b
+    assert "Status.OK" not in a and "Flag.A|B" not in a
+
+
+def test_numpy_integer_scalars_are_the_key_of_their_int(make, np):
+    pairs = numpy_ints(np)
+    a, b = make(), make()
+    for scalar, v in pairs:
+        a.add(scalar)
+        assert b.test(scalar) is b.test(v)
+        b.add(v)
+        assert a.test(v) and a.test(str(v)) and b.test(scalar), (scalar, v)
+    assert a.to_bytes() == b.to_bytes()
+    # In batches (and over several chunks), the same bits.
+    col = np.arange(-2000, 2600, dtype=np.int64)
+    c, d = make(), make()
+    c.update(list(col))
+    d.update(col.tolist())
+    assert c.to_bytes() == d.to_bytes()
+    assert c.add_many(list(col[:50])) == [False] * 50
+    assert d.test_many(list(col)) == [True] * len(col)
+
+
+@pytest.mark.parametrize("which", range(10))
+def test_numpy_numbers_that_are_not_integers_are_a_type_error(make, np, which):
+    bad = numpy_numbers(np)[which]
+    f = make()
+    f.update(["a", 1])
+    before = f.to_bytes()
+    for call in (f.add, f.test, f.__contains__):
+        with pytest.raises(TypeError, match="or int, not "):
+            call(bad)
+    for where in (0, 2500):
+        batch = list(range(3000))
+        batch[where] = bad
+        for method in (f.add_many, f.update, f.test_many):
+            with pytest.raises(TypeError, match="or int, not "):
+                method(batch)
+    assert f.to_bytes() == before
+
+
+@pytest.mark.parametrize("bad", [decimal.Decimal(3), fractions.Fraction(3, 1), 3.0 + 0j,
+                                 ctypes.c_double(3.0)], ids=str)
+def test_other_numbers_are_a_type_error(make, bad):
+    f = make()
+    for call in (f.add, f.test, lambda k: f.update([1, k])):
+        with pytest.raises(TypeError, match="or int, not "):
+            call(bad)
+    assert f.approximate_count() == 0
+
+
+def test_numpy_bytes_arrays_stay_their_bytes(make, np):
+    f = make()
+    u8 = np.frombuffer(b"abc", dtype=np.uint8)
+    f.add(u8)
+    f.add(np.array([b"xyz"], dtype="S3"))
+    f.add(np.array(b"0-d"))  # a 0-d bytes array: its bytes, not a number
+    f.add(np.bytes_(b"npb"))
+    assert f.test_many([b"abc", b"xyz", b"0-d", b"npb"]) == [True] * 4
+    assert f.test_many([u8, np.array(b"0-d"), b"zzz"]) == [True, True, False]
+    # Arrays of other dtypes, as before: their raw bytes.
+    ints = np.array([1, 2], dtype="<i4")
+    f.add(ints)
+    assert f.test(ints.tobytes()) and f.test(array.array("i", [1, 2]).tobytes())
+
+
+def test_key_bytes_is_what_the_filters_hash(np):
+    keys = ["x", "é", b"raw", bytearray(b"ba"), memoryview(b"mv"), 42, -42, 2**80, Color.RED,
+            Status.OK, Odd(9), Idx(5), np.int64(42), np.uint64(2**64 - 1),
+            np.array(b"0-d"), np.frombuffer(b"u8", dtype=np.uint8)]
+    for k in keys:
+        b = lb._core.key_bytes(k)
+        assert type(b) is bytes and lb.hash_pair(k) == lb.hash_pair(b), k
+    assert [lb._core.key_bytes(k) for k in (42, np.int64(42), Status.OK, Odd(9))] == \
+        [b"42", b"42", b"200", b"9"]
+    assert lb._core.key_bytes("é") == "é".encode()
+    for bad in (True, 1.5, None, np.float64(1), np.bool_(1), decimal.Decimal(1)):
+        with pytest.raises(TypeError):
+            lb._core.key_bytes(bad)
+    for empty in ("", b"", bytearray()):
+        with pytest.raises(lb.EmptyKeyError):
+            lb._core.key_bytes(empty)
 
 
 def test_counting_filter_removes_an_int_as_its_text():
@@ -214,6 +360,34 @@ def test_redis_filter_int_keys_set_the_bits_of_their_text(clean_redis, kind):
         assert a.test_many(probe) == b.test_many([str(i) for i in probe])
 
 
+@pytest.mark.parametrize("kind", sorted(REDIS_KINDS))
+def test_redis_filter_keys_int_likes_by_their_int(clean_redis, kind, np):
+    opts = REDIS_KINDS[kind]
+    col = np.arange(-300, 1300, dtype=np.int64)
+    with lb.RedisFilter("likes", 5000, 0.01, url=clean_redis.url, **opts) as a:
+        assert a.add(np.int64(42)) is True
+        assert a.add(42) is False and a.test("42") and Status.OK not in a
+        assert a.add(Status.OK) is True and a.test(200) and a.test(Idx(200))
+        a.update(list(col))
+        assert a.test_many(col.tolist()) == [True] * len(col)
+        assert a.add_many([np.int32(7), Idx(10**6)]) == [False, True]
+        assert a.test_many([np.uint8(7), "1000000", Flag.A | Flag.B]) == [True] * 3
+        for bad in (np.float64(1.0), np.float32(1.0), np.bool_(True), decimal.Decimal(1)):
+            with pytest.raises(TypeError, match="or int, not "):
+                a.add(bad)
+            with pytest.raises(TypeError, match="or int, not "):
+                a.test_many([1, bad])
+
+
+def test_redisbloom_filter_keys_int_likes_by_their_int(bf_server, np):
+    with lb.RedisBloomFilter("rblikes", 10_000, 0.001, url=bf_server.url, chunk_size=300) as f:
+        assert f.add(np.int64(42)) is True and f.add("42") is False
+        f.update(list(np.arange(1000, dtype=np.uint32)) + [Status.OK])
+        assert f.test_many([str(i) for i in range(1000)] + ["200"]) == [True] * 1001
+        with pytest.raises(TypeError, match="or int, not "):
+            f.update([1, np.float32(2)])
+
+
 def test_redis_filter_refuses_bool_and_float_before_sending(clean_redis, raw_redis):
     with lb.RedisFilter("bad", 1000, 0.01, url=clean_redis.url) as f:
         for bad in (True, 1.5):
@@ -257,6 +431,12 @@ def test_async_filters_take_int_keys(clean_redis, bf_server):
                 await a.add(True)
             with pytest.raises(TypeError):
                 await a.update([1, 2.5])
+            np = pytest.importorskip("numpy")
+            assert await a.add(np.int64(7000)) is True
+            assert await a.add_many([7000, Idx(9000)]) == [False, True]
+            assert await a.test_many(["7000", "9000", np.uint16(9000), Status.OK]) == [True] * 4
+            with pytest.raises(TypeError):
+                await a.test_many([1, np.float64(2)])
         async with AsyncRedisBloomFilter.from_url(bf_server.url, "abints", 5000, 0.01) as b:
             assert await b.add(-42) is True
             assert await b.test("-42") is True

@@ -3,12 +3,19 @@ loader), single flight, null caching, counters, the drift warning, Prometheus ex
 cache adapters."""
 from __future__ import annotations
 
+import array
 import asyncio
+import datetime
+import decimal
+import enum
+import fractions
 import json
 import logging
 import pickle
+import sqlite3
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -218,6 +225,80 @@ def test_as_key():
         as_key(None)
     with pytest.raises(TypeError):
         as_key(True)
+
+
+class Status(int, enum.Enum):
+    OK = 200
+
+
+class Color(enum.IntEnum):
+    RED = 7
+
+
+class Idx:
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_as_key_is_the_filters_conversion():
+    # An int, an int subclass whose str() is not its number, an IntEnum, an __index__ object:
+    # their int's decimal text, as the filters key them (never str(): "Status.OK").
+    for k, text in [(42, "42"), (Status.OK, "200"), (Color.RED, "7"), (Idx(-5), "-5"),
+                    (2**70, str(2**70))]:
+        assert as_key(k) == text and type(as_key(k)) is str
+        assert lb._core.key_bytes(k) == text.encode()
+    # A buffer is its bytes, as the filters hash it.
+    assert as_key(array.array("B", b"ab")) == b"ab"
+    # Numbers that are not integers are no key, as in the filters (not "3.0").
+    for bad in (3.0, 3j, decimal.Decimal(3), fractions.Fraction(3, 1), None, True):
+        with pytest.raises(TypeError):
+            as_key(bad)
+    # Other objects (a UUID primary key, a date) are still their str.
+    u = uuid.UUID(int=5)
+    assert as_key(u) == str(u) and as_key(datetime.date(2024, 1, 2)) == "2024-01-02"
+
+
+def test_as_key_takes_one_column_rows_and_refuses_wider_ones():
+    db = sqlite3.connect(":memory:")
+    db.row_factory = sqlite3.Row
+    row = db.execute("SELECT 7 AS id").fetchone()
+    assert as_key(row) == "7" and as_key((Status.OK,)) == "200" and as_key({"id": 9}) == "9"
+    wide = db.execute("SELECT 7 AS id, 'product 7' AS name").fetchone()
+    for bad in [wide, (7, "product 7"), [1, 2], (), {"id": 1, "name": "x"}]:
+        with pytest.raises(TypeError, match="row of"):
+            as_key(bad)
+    db.close()
+
+
+def test_numpy_keys_in_the_guard_are_the_filters_keys():
+    np = pytest.importorskip("numpy")
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update([np.int64(42), Status.OK])  # what a warm-up from a pandas column adds
+    assert as_key(np.int64(42)) == "42" and as_key(np.uint8(7)) == "7"
+    with pytest.raises(TypeError):
+        as_key(np.float64(42.0))
+    cache, load = SpyCache(), Loader({42: "answer", Status.OK: "ok"})
+    g = Guard(f, cache, load, metrics=False, key_prefix="p:")
+    assert g.get(42) == "answer"
+    assert g.get(np.int64(42)) == "answer" and load.calls == [42]  # one cache key: "p:42"
+    assert g.get(Status.OK) == "ok" and g.cache_key(Status.OK) == "p:200"
+    assert g.get(np.int64(43)) is None and g.stats().rejected == 1
+
+
+def test_a_guard_passes_the_int_subclass_keys_its_filter_holds():
+    # The filter keys Status.OK as 200: the guard must test the same key, not "Status.OK".
+    f = lb.MemoryFilter(1000, 0.01)
+    f.add(Status.OK)
+    g = Guard(f, MemoryCache(), lambda key: "row", metrics=False)
+    assert g.check(Status.OK) and g.check(200) and g.check("200")
+    assert g.get(Status.OK) == "row"
+    assert g.stats().rejected == 0
+    h = Guard(lb.MemoryFilter(1000, 0.01), MemoryCache(), lambda key: "row", metrics=False)
+    h.add(Status.OK)
+    assert 200 in h.filter
 
 
 # ----------------------------------------------------------------- decorators

@@ -71,6 +71,65 @@ def test_warmup_from_a_db_cursor_unpacks_one_column_rows(db):
     assert f.test_many(["1", "2500"]) == [True, True]
 
 
+def test_warmup_refuses_rows_of_two_columns_and_says_key_picks_the_column(db):
+    # SELECT id, sku without key=: no key made of the whole row ("(7, 'sku-7')"), no
+    # summary of success; the error says how to pick the column.
+    f = lb.MemoryFilter(10_000, 0.01)
+    with pytest.raises(TypeError, match=r"row of 2 columns.*key=lambda row: row\[0\]"):
+        warmup(f, db.execute("SELECT id, sku FROM product"), progress=False)
+    assert f.approximate_count() == 0
+    db.row_factory = sqlite3.Row
+    with pytest.raises(TypeError, match="key="):
+        warmup(f, db.execute("SELECT id, sku FROM product"), progress=False)
+    with pytest.raises(TypeError, match="key="):
+        warmup(f, [[1, 2]], progress=False)
+    with pytest.raises(TypeError, match="key="):  # key= that still gives a row
+        warmup(f, db.execute("SELECT id, sku FROM product"), key=lambda r: tuple(r),
+               progress=False)
+    # One column of sqlite3.Row, a 1-tuple, a 1-list: that column's value.
+    s = warmup(f, db.execute("SELECT id FROM product"), progress=False)
+    assert s.keys == 2500 and f.test_many([1, "2500", 2500]) == [True] * 3
+    warmup(f, [("a",), ["b"]], progress=False)
+    assert f.test_many(["a", "b"]) == [True, True]
+
+
+def test_warmup_refuses_floats_and_keys_int_likes_by_their_int():
+    f = lb.MemoryFilter(1000, 0.01)
+    with pytest.raises(TypeError, match="not float.*key=int"):
+        warmup(f, [1, 2, 3.0], progress=False)  # never the key "3.0"
+    assert f.approximate_count() == 0
+    import enum
+
+    class Status(int, enum.Enum):
+        OK = 200
+
+    warmup(f, [Status.OK, (Status.OK,)], progress=False)
+    assert f.test(200) and f.test("200") and not f.test("Status.OK")
+
+
+def test_warmup_from_a_numpy_column_is_the_keys_of_its_ints():
+    np = pytest.importorskip("numpy")
+    f = lb.MemoryFilter(10_000, 0.01)
+    col = np.arange(1, 2501, dtype=np.int64)  # a pandas column's values
+    assert warmup(f, col, batch_size=700, progress=False).keys == 2500
+    assert f.test_many(list(range(1, 2501))) == [True] * 2500
+    with pytest.raises(TypeError, match="key="):
+        warmup(f, np.array([1.0, 2.0]), progress=False)
+
+
+def test_sync_keys_are_the_filters_keys():
+    import enum
+
+    class Status(int, enum.Enum):
+        OK = 200
+
+    f = lb.MemoryFilter(1000, 0.01)
+    sync(f, lambda after, limit: [] if after else [(1, Status.OK), (2, "x")])
+    assert f.test(200) and f.test("x") and not f.test("Status.OK")
+    with pytest.raises(TypeError):
+        sync(f, lambda after, limit: [(1, 2.5)])
+
+
 def test_warmup_with_a_key_function(db):
     f = lb.MemoryFilter(10_000, 0.01)
     warmup(f, db.execute("SELECT id, sku FROM product"), key=lambda row: row[1],
@@ -388,6 +447,34 @@ def test_file_filter_keys_are_the_filters_keys(tmp_path):
     with pytest.raises(TypeError):
         a.add(True)
     assert not hasattr(a, "remove")                  # removes are not shared: none at all
+    a.close(); b.close()
+
+
+def test_file_filter_logs_the_bytes_the_filters_hash(tmp_path):
+    # The add log records what the filter hashes: an int subclass by its value (not its
+    # __int__), a str subclass by its UTF-8 (not its encode()), numpy's ints as ints.
+    from ling_bloom.warmup import FileFilter
+
+    class Lying(int):
+        def __int__(self):
+            return 0
+
+    class Coded(str):
+        def encode(self, *a, **kw):
+            return b"other"
+
+    path = str(tmp_path / "f.bloom")
+    lb.MemoryFilter(1000, 0.01).save(path)
+    a, b = FileFilter(path), FileFilter(path)
+    a.update([Lying(7), Coded("word")])
+    a.add(8)
+    assert b.test(7) and b.test("word") and b.test(8)
+    assert not b.test(0) and not b.test("other")
+    np = pytest.importorskip("numpy")
+    a.add(np.int64(42))
+    assert b.test(42) and b.test("42")
+    with pytest.raises(TypeError):
+        a.add(np.float64(1.0))
     a.close(); b.close()
 
 
