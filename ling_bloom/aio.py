@@ -58,6 +58,7 @@ from ._core import (
     RedisBloomFilter,
     RedisConnectionError,
     RedisFilter,
+    _key as _key_form,
 )
 from ._redis_client import connection_kwargs
 
@@ -533,10 +534,11 @@ class _AsyncRedis:
         pool = self._pool()
         frozen = isinstance(key, (str, bytes, int))
         if not frozen:
-            # the key's bytes as they are now: a caller that changes its bytearray while
-            # the call waits changes neither its own call nor the others of its batch
+            # the key as the filters read it, taken now: a caller that changes its bytearray
+            # while the call waits changes neither its own call nor the others of its batch,
+            # and an int-like (numpy's integer scalars) is the key of its int, not its bytes
             self._first._wire_check([key])
-            key = memoryview(key).tobytes()
+            key = _key_form(key)
         if pool.idle or len(pool.slots) < self._max or self._closed \
                 or kind not in self._coalesce:
             return (await self._run(kind, [key], pool))[0]
