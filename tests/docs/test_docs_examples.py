@@ -250,11 +250,7 @@ REFERENCED = {  # a name that needs its citation: what the page names it by (out
     "ling-base Go library": "the ling-base Go library",
     "cache-penetration article": "the RedisBloom cache-penetration article",
 }
-REFERENCES_KNOWN = {  # {page: why} for a page known to name them without the link: xfail
-    "docs/redis.md": "names the ling-base Go library; edited elsewhere, the link to add",
-    "docs/integrations.md": "names the cache-penetration article; edited elsewhere, the "
-                            "link to add",
-}
+REFERENCES_KNOWN: dict = {}  # {page: why} for a page known to name them without the link: xfail
 
 
 def test_the_references_cite_what_a_reader_can_follow():
