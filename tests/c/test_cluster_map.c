@@ -97,6 +97,50 @@ static void test_cluster_protocol(void)
         free(k);
         free(base);
     }
+    /* A key with a '}' and no hash tag: every name derived from its base (base
+     * ":meta", base ":part:1", a temporary name) lands in the key's own slot. */
+    {
+        static const struct { const char *k; size_t n; } keys[] = {
+            {"a}b", 3}, {"a{}b", 4}, {"order}", 6}, {"}", 1}, {"}{", 2}, {"{}", 2},
+            {"x}{y", 4}, {"a\0}", 3}, {"}}}{", 4}, {"{}{}", 4},
+        };
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            char *k, *base;
+            size_t baselen, off, tl;
+            CHECK(!lb_hash_tag(keys[i].k, keys[i].n, &off, &tl));
+            CHECK(lb_redis_slot_names(keys[i].k, keys[i].n, &k, &base, &baselen) == 0);
+            const unsigned want = lb_cluster_key_slot(keys[i].k, keys[i].n);
+            const char *const sfx[] = {":meta", ":part:1", ":part:4095", ""};
+            for (size_t j = 0; j < 4; j++) {
+                char name[64];
+                memcpy(name, base, baselen);
+                memcpy(name + baselen, sfx[j], strlen(sfx[j]));
+                CHECK_MSG(lb_cluster_key_slot(name, baselen + strlen(sfx[j])) == want,
+                          "key %zu name %s: slot %u, the key's %u", i, sfx[j],
+                          lb_cluster_key_slot(name, baselen + strlen(sfx[j])), want);
+            }
+            size_t tlen;
+            char *tmp = lb_redis_temp_name(base, baselen, "load", 7, &tlen);
+            CHECK(tmp && lb_cluster_key_slot(tmp, tlen) == want);
+            free(tmp);
+            /* distinct keys, distinct bases: the key is in its base whole */
+            CHECK(baselen == keys[i].n + 6 && memcmp(base + 6, keys[i].k, keys[i].n) == 0);
+            free(k);
+            free(base);
+        }
+        /* Every slot has a tag of four bytes '@'..'O'. */
+        static unsigned char seen[LB_CLUSTER_SLOTS];
+        size_t covered = 0;
+        for (unsigned v = 0; v < 65536; v++) {
+            char t[4];
+            for (int i = 0; i < 4; i++)
+                t[i] = (char)(0x40 | ((v >> (12 - 4 * i)) & 15));
+            unsigned s = lb_cluster_crc16(t, 4) & (LB_CLUSTER_SLOTS - 1);
+            covered += !seen[s];
+            seen[s] = 1;
+        }
+        CHECK_MSG(covered == LB_CLUSTER_SLOTS, "%zu slots have a tag", covered);
+    }
 
     /* A batch knows its slot: key arguments, BITOP's second, keyless commands. */
     lb_redis_batch b;

@@ -709,6 +709,32 @@ def test_keys_with_nul_and_brace_bytes_on_a_cluster(flavor, cluster):
             f.close()
 
 
+def test_keys_with_a_closing_brace_and_no_hash_tag_on_a_cluster(flavor, cluster):
+    # "a}b", "a{}b", "order}": no hash tag, so the key hashes whole; its meta key and parts
+    # must land in that slot too, or every call fails with CROSSSLOT/MOVED on a cluster
+    # while it works on one server.
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(200)]
+    for k in (b"a}b", b"a{}b", b"order}", b"}{", b"x{}y}"):
+        names = bitmap_names(k)
+        assert all(cluster.node_for_slot(key_slot(n)).port ==
+                   cluster.node_for_slot(key_slot(k)).port for n in names)
+        with flavor.RedisFilter.from_url(url(cluster), k, 3000, 0.01) as f:
+            assert set(f.key_names()) == names
+            assert f.add("first") is True and f.add("first") is False and "first" in f
+            f.update(items)
+            assert all(f.test_many(items))
+            with redis.Redis(host=HOST, port=cluster.node_for_slot(key_slot(k)).port) as c:
+                assert all(c.exists(n) == 1 for n in names)
+            f.reset()
+            assert not any(f.test_many(items))
+        with flavor.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3) as f:
+            f.update(items)
+            assert all(f.test_many(items))
+            f.reset()
+            assert not any(f.test_many(items))
+
+
 def test_sharded_filter_arguments(flavor):
     # The async flavour: the asyncio filters take shards=N as the blocking ones do.
     for bad, exc in [(0, ValueError), (1025, ValueError), (True, TypeError), ("2", TypeError)]:
