@@ -229,6 +229,21 @@ static void test_cluster_protocol(void)
           strstr(err, "database 0"));
     CHECK(lb_redis_config_from_url(&c, "redis://h:1?cluster_retry_timeout=1", err, sizeof err) ==
           LB_REDIS_ERR_URL);
+    /* At most LB_REDIS_CLUSTER_MAX_SEEDS nodes in the URL. */
+    for (int n = LB_REDIS_CLUSTER_MAX_SEEDS; n <= LB_REDIS_CLUSTER_MAX_SEEDS + 1; n++) {
+        char *many = malloc(32 + (size_t)n * 16), *q = many;
+        q += sprintf(q, "redis+cluster://");
+        for (int i = 0; i < n; i++)
+            q += sprintf(q, "%sh%d:7000", i ? "," : "", i);
+        lb_redis_status st = lb_redis_config_from_url(&c, many, err, sizeof err);
+        if (n == LB_REDIS_CLUSTER_MAX_SEEDS) {
+            CHECK(st == LB_REDIS_OK);
+            lb_redis_config_free(&c);
+        } else {
+            CHECK(st == LB_REDIS_ERR_URL && strstr(err, "names 1001 nodes, at most 1000"));
+        }
+        free(many);
+    }
     char longurl[400] = "redis+cluster://";
     memset(longurl + 16, 'h', 300);
     strcpy(longurl + 316, ":1");

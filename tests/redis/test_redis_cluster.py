@@ -49,6 +49,13 @@ def test_cluster_urls_are_checked(flavor):
     ]:
         with pytest.raises(ValueError, match=msg):
             flavor.RedisFilter.from_url(bad, "k", 100, 0.01)
+    # a URL of many nodes: a ValueError naming the limit (it was a bare MemoryError)
+    for n in (1001, 30001):
+        many = "redis+cluster://" + ",".join(f"10.0.{i // 250}.{i % 250}:7000" for i in range(n))
+        with pytest.raises(ValueError, match=f"names {n} nodes, at most 1000"):
+            flavor.RedisFilter.from_url(many, "k", 100, 0.01)
+    seeds = ",".join(f"10.0.{i // 250}.{i % 250}:7000" for i in range(1000))
+    flavor.RedisFilter.from_url("redis+cluster://" + seeds, "k", 100, 0.01).close()
     for kw in ({"host": "h"}, {"port": 1}, {"db": 2}):
         with pytest.raises(TypeError, match="cluster"):
             flavor.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
