@@ -11,22 +11,49 @@
 #include "resp.h"
 #include "slots.h"
 
+/* The parse's callbacks: node ids by address (the same address, the same id),
+ * and for each range one entry per node as before (primary, then replica). */
+static int nodes_seen, node_calls;
+static char node_host[64][64];
+static int node_port[64];
+static int note_node(void *ctx, const char *host, int port)
+{
+    (void)ctx;
+    node_calls++;
+    for (int i = 0; i < nodes_seen; i++)
+        if (node_port[i] == port && strcmp(node_host[i], host) == 0)
+            return i;
+    if (nodes_seen >= 64)
+        return -1;
+    snprintf(node_host[nodes_seen], sizeof node_host[0], "%s", host);
+    node_port[nodes_seen] = port;
+    return nodes_seen++;
+}
+
 static int ranges_seen;
 static long range_lo[8], range_hi[8], range_port[8], range_rep[8];
 static char range_host[8][64];
-static int note_range(void *ctx, long lo, long hi, const char *host, int port, int replica)
+static void note_one(long lo, long hi, int id, int replica)
 {
-    (void)ctx;
     if (ranges_seen < 8) {
         range_lo[ranges_seen] = lo;
         range_hi[ranges_seen] = hi;
-        range_port[ranges_seen] = port;
+        range_port[ranges_seen] = node_port[id];
         range_rep[ranges_seen] = replica;
-        snprintf(range_host[ranges_seen], sizeof range_host[0], "%s", host);
+        snprintf(range_host[ranges_seen], sizeof range_host[0], "%s", node_host[id]);
     }
     ranges_seen++;
+}
+static int note_range(void *ctx, long lo, long hi, int primary, int replica)
+{
+    (void)ctx;
+    if (primary >= 0)
+        note_one(lo, hi, primary, 0);
+    if (replica >= 0)
+        note_one(lo, hi, replica, 1);
     return 0;
 }
+static const lb_cluster_map_fns note_fns = {note_node, note_range};
 
 static lb_reply *mk(int type, const char *str, long long v, size_t n, lb_reply **el)
 {
@@ -56,7 +83,7 @@ static void unmk(lb_reply *x)
 /* parse_map on a reply built here, then freed */
 static int parse_built(lb_reply *x, int shards, int tls)
 {
-    int r = lb_cluster_parse_map(x, shards, "asked", tls, note_range, NULL);
+    int r = lb_cluster_parse_map(x, shards, "asked", tls, &note_fns, NULL);
     unmk(x);
     return r;
 }
@@ -182,7 +209,7 @@ static void test_cluster_protocol(void)
                           A(S("?"), I(7003), S("id4"))),
                         A(I(5461), I(16383), A(S(""), I(7001), S("id2"))));
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(slots, 0, "asked", 0, note_range, NULL) == 0 && ranges_seen == 3);
+    CHECK(lb_cluster_parse_map(slots, 0, "asked", 0, &note_fns, NULL) == 0 && ranges_seen == 3);
     CHECK(range_lo[0] == 0 && range_hi[0] == 5460 && range_port[0] == 7000 && !range_rep[0] &&
           strcmp(range_host[0], "10.0.0.1") == 0);
     CHECK(range_rep[1] && strcmp(range_host[1], "asked") == 0 && range_port[1] == 7003);
@@ -198,12 +225,12 @@ static void test_cluster_protocol(void)
                                S("ip"), S("10.0.0.1"), S("endpoint"), S("?"), S("role"),
                                S("master"), S("health"), S("online")))));
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(shards, 1, "asked", 1, note_range, NULL) == 0 && ranges_seen == 4);
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 1, &note_fns, NULL) == 0 && ranges_seen == 4);
     CHECK(!range_rep[0] && range_port[0] == 8000 && strcmp(range_host[0], "10.0.0.1") == 0);
     CHECK(range_rep[1] && range_port[1] == 7004 && range_hi[1] == 99);
     CHECK(range_lo[2] == 200 && range_hi[2] == 300 && !range_rep[2]);
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(shards, 1, "asked", 0, note_range, NULL) == 0 &&
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 0, &note_fns, NULL) == 0 &&
           range_port[0] == 7000);
     unmk(slots);
     unmk(shards);

@@ -20,6 +20,7 @@ write; on a single primary too) and the sharded filters (shards=N, redis_sharded
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -125,6 +126,116 @@ def test_a_refused_slot_map_adds_no_nodes(flavor, kind):
     finally:
         for s in silent:
             s.close()
+
+
+def test_a_slot_map_past_its_byte_limit_is_refused(flavor):
+    # A CLUSTER SHARDS reply of 17 MiB (a real cluster's is under 10 MB): a protocol error as
+    # it arrives, nothing parsed; the call returns (it used to parse whatever came).
+    huge = array(array(bulk(b"slots"), array(integer(0), integer(16383)), bulk(b"nodes"),
+                       array(array(bulk(b"id"), bulk(b"x" * (17 << 20)), bulk(b"port"),
+                                   integer(1), bulk(b"ip"), bulk(HOST.encode()), bulk(b"role"),
+                                   bulk(b"master"), bulk(b"health"), bulk(b"online")))))
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return huge
+        return b"-ERR no such command here\r\n"
+
+    with HostileServer(script) as srv:
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=0.2"
+        for f in (flavor.RedisFilter.from_url(u, "k", 100, 0.01),
+                  flavor.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+            with pytest.raises(lb.RedisProtocolError, match="at most 16777"):
+                returns(lambda: f.add("x"))
+            f.close()
+
+
+def test_a_slot_map_of_many_ranges_and_nodes_is_read_whole(flavor):
+    # One shard of 16384 single-slot ranges and 4000 nodes (0.6 MB): every range once and
+    # every node once (the parse went over every node for every range: minutes).  The map
+    # names this server for every slot, which then answers the call's commands itself.
+    nodes = [array(*(bulk(x) for x in (b"port",)), integer(p),
+                   *(bulk(x) for x in (b"ip", HOST.encode(), b"role", b"replica", b"health",
+                                       b"online")))
+             for p in range(20000, 24000)]
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return the_map
+        return b"-ERR no such command here\r\n"
+
+    with HostileServer(script) as srv:
+        me = array(bulk(b"port"), integer(srv.port), bulk(b"ip"), bulk(HOST.encode()),
+                   bulk(b"role"), bulk(b"master"), bulk(b"health"), bulk(b"online"))
+        the_map = array(array(bulk(b"slots"),
+                              array(*(integer(s) for s in range(16384) for _ in (0, 1))),
+                              bulk(b"nodes"), array(*nodes, me)))
+        assert len(the_map) > 500_000
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=0.2"
+        with flavor.RedisFilter.from_url(u, "k", 100, 0.01) as f:
+            with pytest.raises(lb.RedisResponseError, match="no such command here"):
+                returns(lambda: f.add("x"))
+        asked = [a for _, a in srv.commands if a[:1] == [b"CLUSTER"]]
+        assert len(asked) == 1 and len(srv.commands) > 1  # the map taken, the call sent
+
+
+def open_sockets_to(ports) -> int:
+    """This process's TCP sockets whose peer is 127.0.0.1 on one of ports (/proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    want = {f"0100007F:{p:04X}" for p in ports}
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if cols[2] in want and cols[9] in inodes and cols[3] == "01":  # ESTABLISHED
+                n += 1
+    return n
+
+
+def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server):
+    # Each call is sent with -ASK to another address the map does not name (a server in
+    # front of a real one): the client drops such a node when the next call begins, so its
+    # connections do not pile up (they used to stay open: 40 calls, 40 sockets).
+    targets = []
+
+    def target(ctx, args):
+        return b"+OK\r\n" if args[:1] == [b"ASKING"] else None
+
+    def seed(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return array(array(bulk(b"slots"), array(integer(0), integer(16383)),
+                               bulk(b"nodes"),
+                               array(array(bulk(b"port"), integer(srv.port), bulk(b"ip"),
+                                           bulk(HOST.encode()), bulk(b"role"), bulk(b"master"),
+                                           bulk(b"health"), bulk(b"online")))))
+        seed.n += 1
+        t = targets[seed.n % len(targets)]
+        return b"-ASK 0 %s:%d\r\n" % (HOST.encode(), t.port)
+    seed.n = 0
+
+    with HostileServer(seed) as srv:
+        targets.extend(HostileServer(target, upstream_port=redis_server.port) for _ in range(40))
+        try:
+            ports = [t.port for t in targets]
+            u = f"redis+cluster://{HOST}:{srv.port}"
+            with flavor.RedisFilter.from_url(u, "fd", 1000, 0.01) as f:
+                most = 0
+                for i in range(80):
+                    f.test(f"k{i}")
+                    most = max(most, open_sockets_to(ports))
+                assert sum(t.connections for t in targets) >= 40  # every target was used
+                assert most <= 3, f"{most} connections open to the redirect targets"
+        finally:
+            for t in targets:
+                t.stop()
 
 
 def test_every_operation_on_every_primary(flavor, cluster):
