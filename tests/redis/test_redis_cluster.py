@@ -238,6 +238,36 @@ def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server)
                 t.stop()
 
 
+def test_a_map_that_lacks_slots_is_read_from_another_node(flavor, cluster):
+    # Just after a cluster forms, a node may not know every slot yet: its map leaves some
+    # unserved.  Here the seed is such a node for good (its map lacks the range of the
+    # filter's key); the client reads the map again from a node that map named, instead of
+    # failing with "no node of the Redis Cluster serves slot ...".
+    key = "fresh:{x}"
+    slot = key_slot(key.encode())
+    owners = cluster._slot_owners(cluster.live()[0])
+    partial = [(lo, hi, port) for lo, hi, port in owners if not lo <= slot <= hi]
+    assert len(partial) == len(owners) - 1
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:2]] == [b"CLUSTER", b"SHARDS"]:
+            return array(*(array(bulk(b"slots"), array(integer(lo), integer(hi)),
+                                 bulk(b"nodes"),
+                                 array(array(bulk(b"port"), integer(port), bulk(b"ip"),
+                                             bulk(HOST.encode()), bulk(b"role"),
+                                             bulk(b"master"), bulk(b"health"), bulk(b"online"))))
+                           for lo, hi, port in partial))
+        return b"-ERR not a data node\r\n"
+
+    with HostileServer(script) as srv:
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=1"
+        with flavor.RedisFilter.from_url(u, key, 1000, 0.01) as f:
+            assert f.add("a") is True and "a" in f and "b" not in f
+        with flavor.RedisBloomFilter.from_url(u, key + ":bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True and "a" in bf
+        assert not [a for _, a in srv.commands if a[:1] != [b"CLUSTER"]]  # no data sent there
+
+
 def test_every_operation_on_every_primary(flavor, cluster):
     # snapshot, bits_set, load, card, info, dump and restore too: in the async flavour the
     # async filter's whole-filter calls (the blocking filter's own, on a worker thread).
