@@ -1009,6 +1009,46 @@ PyObject *lb_wire_method_lost(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _wire_drops() -> the nodes a Redis Cluster client (every shard's) dropped
+ * so far: when it changes, the transport closes the connections of the nodes
+ * _wire_live no longer names.  0 for one server. */
+PyObject *lb_wire_method_drops(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.closed || !f->conn)
+        return PyLong_FromLong(0);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    unsigned long n = 0;
+    lb_sharded *sh = f->ops->sharded(f);
+    uint32_t shards = sh ? lb_sharded_count(sh) : 1;
+    for (uint32_t i = 0; i < shards; i++)
+        n += lb_cluster_drops(shard_conn(f, (int)i));
+    lb_leave(&f->base);
+    return PyLong_FromUnsignedLong(n);
+}
+
+/* _wire_live(shard, node) -> whether that node of that shard's client is
+ * still one (a Redis Cluster client drops the nodes its map no longer names). */
+PyObject *lb_wire_method_live(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int shard, node;
+    if (!PyArg_ParseTuple(args, "ii:_wire_live", &shard, &node))
+        return NULL;
+    if (f->base.closed || !f->conn)
+        Py_RETURN_FALSE;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis *c = shard_conn(f, shard);
+    int live = c && (lb_wire_is(c) || !lb_redis_get_config(c)->cluster_nodes
+                         ? node == 0
+                         : lb_cluster_node_host(c, node) != NULL);
+    lb_leave(&f->base);
+    return PyBool_FromLong(live);
+}
+
 /* _wire_stage() -> the lanes of the operation's next stage, all over now
  * (0: the operation is over: _wire_result). */
 PyObject *lb_wire_method_stage(PyObject *self, PyObject *unused)

@@ -83,6 +83,7 @@ struct lb_cluster {
     int *freeidx;            /* gone indexes, taken again first */
     size_t nfree;
     unsigned long gone_connects, gone_roundtrips; /* the counts of dropped nodes */
+    unsigned long drops;     /* nodes dropped so far */
     int prune_due;           /* a map was read or a redirect added a node since the last prune */
     int route_new;           /* nodes the route's redirects added */
     int16_t cand_primary[LB_CLUSTER_SLOTS]; /* the most complete incomplete map of a read */
@@ -270,6 +271,7 @@ static void prune(lb_cluster *c)
         memset(n, 0, sizeof *n);
         n->gone = 1;
         c->freeidx[c->nfree++] = (int)i;
+        c->drops++;
         dropped = 1;
     }
     free(keep);
@@ -475,6 +477,11 @@ static unsigned long cluster_roundtrip_count(const lb_redis *r)
 }
 
 unsigned long lb_cluster_map_reads(const lb_redis *r) { return CCLUSTER(r)->map_reads; }
+
+unsigned long lb_cluster_drops(const lb_redis *r)
+{
+    return is_cluster(r) ? CCLUSTER(r)->drops : 0;
+}
 
 static const lb_redis_config *cluster_config(const lb_redis *r) { return &CCLUSTER(r)->cfg; }
 

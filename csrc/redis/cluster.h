@@ -72,6 +72,10 @@
 lb_redis *lb_cluster_new(const lb_redis_config *cfg);
 /* Times the slot map was read (r a cluster client). */
 unsigned long lb_cluster_map_reads(const lb_redis *r);
+/* Nodes dropped so far (see lb_cluster_node_conn): a transport outside C
+ * that keeps connections by node index closes the ones of nodes
+ * lb_cluster_node_host no longer names when this changes. */
+unsigned long lb_cluster_drops(const lb_redis *r);
 
 /* ---------------------------------------------------------------- the route */
 

@@ -29,7 +29,7 @@ import pytest
 import ling_bloom as lb
 from cluster_tools import cmdstat, errorstat, exists, key_slot, primaries, tag_on, url
 from hang_guard import returns
-from hostile_server import HostileServer, array, bulk, integer
+from hostile_server import HostileServer, array, bulk, integer, wait_until
 from key_names import ALL_BYTES, bitmap_names, sharded_names
 from redis_server import (HOST, RedisReplyError, SilentListener, exit_code_in_forked_child,
                           free_port)
@@ -266,6 +266,44 @@ def test_a_map_that_lacks_slots_is_read_from_another_node(flavor, cluster):
         with flavor.RedisBloomFilter.from_url(u, key + ":bf", 1000, 0.01) as bf:
             assert bf.add("a") is True and "a" in bf
         assert not [a for _, a in srv.commands if a[:1] != [b"CLUSTER"]]  # no data sent there
+
+
+def test_a_node_the_new_map_does_not_name_is_closed(flavor, redis_server):
+    # A serves every slot, then the map moves them all to B (A answers -MOVED): when the next
+    # call begins, A is named by no map and its connection is closed (the asyncio filter
+    # closes the socket it carried for that node too).
+    state = {"owner": None}
+
+    def map_of(port):
+        return array(array(bulk(b"slots"), array(integer(0), integer(16383)), bulk(b"nodes"),
+                           array(array(bulk(b"port"), integer(port), bulk(b"ip"),
+                                       bulk(HOST.encode()), bulk(b"role"), bulk(b"master"),
+                                       bulk(b"health"), bulk(b"online")))))
+
+    def node(me):
+        def script(ctx, args):
+            if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+                return map_of(state["owner"].port)
+            if args[:1] == [b"ASKING"]:
+                return b"+OK\r\n"
+            if state["owner"] is not me():
+                return b"-MOVED 0 %s:%d\r\n" % (HOST.encode(), state["owner"].port)
+            return None
+        return script
+
+    with HostileServer(node(lambda: None)) as seed, \
+            HostileServer(node(lambda: a), upstream_port=redis_server.port) as a, \
+            HostileServer(node(lambda: b), upstream_port=redis_server.port) as b:
+        state["owner"] = a
+        with flavor.RedisFilter.from_url(f"redis+cluster://{HOST}:{seed.port}", "moving",
+                                         1000, 0.01) as f:
+            f.add("x")
+            assert open_sockets_to([a.port]) == 1
+            state["owner"] = b
+            assert "x" in f           # -MOVED, the map read again: B
+            assert "x" in f           # A is dropped as this call begins
+            assert wait_until(lambda: open_sockets_to([a.port]) == 0)
+            assert open_sockets_to([b.port]) == 1
 
 
 def test_every_operation_on_every_primary(flavor, cluster):
