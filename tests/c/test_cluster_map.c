@@ -234,6 +234,27 @@ static void test_cluster_protocol(void)
           range_port[0] == 7000);
     unmk(slots);
     unmk(shards);
+    /* One shard of 8192 single-slot ranges and 40 nodes: each node is read once and each
+     * range once (not every node for every range). */
+    {
+        lb_reply **pairs = malloc(16384 * sizeof *pairs), **nds = malloc(40 * sizeof *nds);
+        for (int i = 0; i < 16384; i++)
+            pairs[i] = I(i / 2 * 2);
+        for (int j = 0; j < 40; j++)
+            nds[j] = A(S("port"), I(9000 + j), S("ip"), S("10.0.0.9"), S("role"),
+                       S(j == 39 ? "master" : "replica"), S("health"), S(j % 2 ? "online" : "loading"));
+        lb_reply *sl = mk(LB_REPLY_ARRAY, NULL, 0, 16384, pairs);
+        lb_reply *nl = mk(LB_REPLY_ARRAY, NULL, 0, 40, nds);
+        lb_reply *big = A(A(S("slots"), sl, S("nodes"), nl));
+        nodes_seen = node_calls = ranges_seen = 0;
+        CHECK(lb_cluster_parse_map(big, 1, "asked", 0, &note_fns, NULL) == 0);
+        CHECK_MSG(node_calls == 20 && ranges_seen == 2 * 8192, "%d node calls, %d ranges",
+                  node_calls, ranges_seen); /* the primary and the 19 online replicas */
+        CHECK(range_port[0] == 9039 && !range_rep[0] && range_port[1] == 9001 && range_rep[1]);
+        unmk(big);
+        free(pairs);
+        free(nds);
+    }
     /* Not a map: refused. */
     CHECK(parse_built(S("x"), 0, 0) == -1);
     CHECK(parse_built(A(A(I(5), I(2), A(S("h"), I(1)))), 0, 0) == -1);
