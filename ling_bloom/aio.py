@@ -225,6 +225,7 @@ class _Slot:
     def __init__(self, f: Any):
         self.f = f
         self.wires: Dict[Tuple[int, int, int], _Wire] = {}
+        self.drops = 0  # the nodes C had dropped when last looked
 
     def drop(self, key: Tuple[int, int, int], tell: bool = True) -> None:
         w = self.wires.pop(key, None)
@@ -236,6 +237,15 @@ class _Slot:
     def drop_all(self) -> None:
         for key in list(self.wires):
             self.drop(key)
+
+    def forget_dropped(self) -> None:
+        """After an operation: the connections of the Redis Cluster nodes C dropped (its map
+        names them no more, or a redirect's target it does not name) are closed."""
+        drops = self.f._wire_drops()
+        if drops != self.drops:
+            self.drops = drops
+            for key in [k for k in self.wires if not k[2] and not self.f._wire_live(k[0], k[1])]:
+                self.drop(key, tell=False)
 
     def sweep(self) -> None:
         """Before an operation: connections of another process or event loop, or out of
@@ -640,6 +650,7 @@ class _AsyncRedis:
             lanes = f._wire_stage()
         for k in [k for k in slot.wires if k[2]]:
             slot.drop(k, tell=False)  # sentinel probes left open
+        slot.forget_dropped()
         result: List[bool] = f._wire_result()
         return result
 

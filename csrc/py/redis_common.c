@@ -14,20 +14,36 @@
 #include <strings.h>
 #include <unistd.h>
 
+/* The text of a str (UTF-8) or bytes for the C side, which takes C strings: a
+ * NUL inside would cut it there ("good\0@evil" read as "good"), so it is a
+ * ValueError naming what.  NULL with the exception set. */
+static const char *c_text(PyObject *obj, const char *what)
+{
+    const char *s;
+    Py_ssize_t n;
+    if (PyUnicode_Check(obj)) {
+        if (!(s = PyUnicode_AsUTF8AndSize(obj, &n)))
+            return NULL;
+    } else if (PyBytes_Check(obj)) {
+        s = PyBytes_AS_STRING(obj);
+        n = PyBytes_GET_SIZE(obj);
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.200s", what,
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    if (memchr(s, '\0', (size_t)n)) {
+        PyErr_Format(PyExc_ValueError, "%s must not contain a NUL byte", what);
+        return NULL;
+    }
+    return s;
+}
+
 static int set_str(char **field, PyObject *obj, const char *what)
 {
     if (!obj || obj == Py_None)
         return 0;
-    const char *s;
-    if (PyUnicode_Check(obj))
-        s = PyUnicode_AsUTF8(obj);
-    else if (PyBytes_Check(obj))
-        s = PyBytes_AS_STRING(obj);
-    else {
-        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.200s", what,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
+    const char *s = c_text(obj, what);
     if (!s)
         return -1;
     if (lb_redis_config_set(field, s) != LB_REDIS_OK) {
@@ -116,7 +132,7 @@ static int set_cert_reqs(int *field, PyObject *obj)
         return 0;
     }
     if (PyUnicode_Check(obj)) {
-        const char *s = PyUnicode_AsUTF8(obj);
+        const char *s = c_text(obj, "ssl_cert_reqs");
         if (!s)
             return -1;
         if (strcasecmp(s, "required") == 0)
@@ -171,7 +187,7 @@ int lb_conn_config(lb_state *st, const lb_conn_kw *kw, lb_redis_config *cfg)
                          Py_TYPE(kw->url)->tp_name);
             return -1;
         }
-        const char *url = PyUnicode_AsUTF8(kw->url);
+        const char *url = c_text(kw->url, "the Redis URL");
         if (!url)
             return -1;
         char err[256];
@@ -991,6 +1007,46 @@ PyObject *lb_wire_method_lost(PyObject *self, PyObject *args)
         lb_wire_closed(w);
     lb_leave(&f->base);
     Py_RETURN_NONE;
+}
+
+/* _wire_drops() -> the nodes a Redis Cluster client (every shard's) dropped
+ * so far: when it changes, the transport closes the connections of the nodes
+ * _wire_live no longer names.  0 for one server. */
+PyObject *lb_wire_method_drops(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    if (f->base.closed || !f->conn)
+        return PyLong_FromLong(0);
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    unsigned long n = 0;
+    lb_sharded *sh = f->ops->sharded(f);
+    uint32_t shards = sh ? lb_sharded_count(sh) : 1;
+    for (uint32_t i = 0; i < shards; i++)
+        n += lb_cluster_drops(shard_conn(f, (int)i));
+    lb_leave(&f->base);
+    return PyLong_FromUnsignedLong(n);
+}
+
+/* _wire_live(shard, node) -> whether that node of that shard's client is
+ * still one (a Redis Cluster client drops the nodes its map no longer names). */
+PyObject *lb_wire_method_live(PyObject *self, PyObject *args)
+{
+    lb_redis_filter *f = LB_REDIS_FILTER(self);
+    int shard, node;
+    if (!PyArg_ParseTuple(args, "ii:_wire_live", &shard, &node))
+        return NULL;
+    if (f->base.closed || !f->conn)
+        Py_RETURN_FALSE;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    lb_redis *c = shard_conn(f, shard);
+    int live = c && (lb_wire_is(c) || !lb_redis_get_config(c)->cluster_nodes
+                         ? node == 0
+                         : lb_cluster_node_host(c, node) != NULL);
+    lb_leave(&f->base);
+    return PyBool_FromLong(live);
 }
 
 /* _wire_stage() -> the lanes of the operation's next stage, all over now

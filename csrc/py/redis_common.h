@@ -219,6 +219,8 @@ PyObject *lb_wire_method_feed(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_sent(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_lost(PyObject *self, PyObject *args);
 PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_drops(PyObject *self, PyObject *unused);
+PyObject *lb_wire_method_live(PyObject *self, PyObject *args);
 #define LB_REDIS_WIRE_METHODS                                               \
     {"_wire_check", lb_wire_method_check, METH_O, NULL},                    \
         {"_wire_begin", lb_wire_method_begin, METH_VARARGS, NULL},          \
@@ -229,6 +231,8 @@ PyObject *lb_wire_method_result(PyObject *self, PyObject *unused);
         {"_wire_sent", lb_wire_method_sent, METH_VARARGS, NULL},            \
         {"_wire_lost", lb_wire_method_lost, METH_VARARGS, NULL},            \
         {"_wire_result", lb_wire_method_result, METH_NOARGS, NULL},         \
+        {"_wire_drops", lb_wire_method_drops, METH_NOARGS, NULL},           \
+        {"_wire_live", lb_wire_method_live, METH_VARARGS, NULL},            \
         {"_wire_config", lb_redis_wire_config, METH_NOARGS, NULL}
 
 /* Getters of the properties key and ttl. */

@@ -17,9 +17,10 @@
  *   base = "{" key "}"    otherwise, when key contains no '}': the tag is then
  *                         exactly the key, which is what the key's own slot
  *                         hashes;
- *   base = key            otherwise (no tag and a '}' inside: no name can
- *                         share that slot; the other names are only
- *                         co-located outside Cluster -- a documented limit).
+ *   base = "{" T "}" key  otherwise (no tag and a '}' inside, "a}b", "a{}b":
+ *                         no tag can be the key): T is the four bytes of
+ *                         '@'..'O' whose slot is the key's (slots.h), so
+ *                         every name shares it, e.g. "{@ACM}a}b:meta".
  *   part p >= 1   : base ":part:" p        e.g. "{bf:users}:part:1"
  *   meta          : base ":meta"           e.g. "{bf:users}:meta", "bf:{users}:meta"
  *   load temp key : base ":load:" unique   (lives only during lb_bitmap_load)

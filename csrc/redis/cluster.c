@@ -32,7 +32,17 @@ typedef struct {
     int port;
     lb_redis *conn;          /* created on first use */
     unsigned long ro_conn;   /* connect count when READONLY was sent, 0: never */
+    unsigned char seed;      /* named in the URL: kept for the client's life */
+    unsigned char gone;      /* dropped (see prune): a free index, no address */
 } cnode;
+
+/* The most node indexes (int16 in the slot tables), and the most nodes a
+ * route's redirects (-MOVED, -ASK) may add that the slot map does not name. */
+#define MAX_NODES 32000
+#define MAX_REDIRECT_NODES 64
+/* A map that leaves slots unserved (a node that has not learned every slot
+ * yet): at most this many more nodes are asked for a complete one. */
+#define INCOMPLETE_MAP_TRIES 3
 
 typedef struct cblock {
     struct cblock *next;
@@ -67,7 +77,19 @@ struct lb_cluster {
     int replica_reads;
     int wire;                /* node clients are wire clients (lb_cluster_use_wire) */
     cnode *nodes;
-    size_t nnodes, cap;
+    size_t nnodes, cap;      /* indexes in use (gone ones included) */
+    int32_t *ht;             /* address -> index + 1 (0: empty); NULL: scan */
+    size_t hmask;
+    int *freeidx;            /* gone indexes, taken again first */
+    size_t nfree;
+    unsigned long gone_connects, gone_roundtrips; /* the counts of dropped nodes */
+    unsigned long drops;     /* nodes dropped so far */
+    int prune_due;           /* a map was read or a redirect added a node since the last prune */
+    int route_new;           /* nodes the route's redirects added */
+    int16_t cand_primary[LB_CLUSTER_SLOTS]; /* the most complete incomplete map of a read */
+    int16_t cand_replica[LB_CLUSTER_SLOTS];
+    long cand_served;        /* its served slots, -1: none */
+    int map_incomplete;      /* incomplete maps in this read */
     int16_t primary[LB_CLUSTER_SLOTS]; /* node index per slot, -1 none */
     int16_t replica[LB_CLUSTER_SLOTS]; /* a replica of it for reads, -1 none */
     int have_map;
@@ -125,34 +147,144 @@ static void sleep_ms(int ms)
         ;
 }
 
-/* The node at host:port, added when new; its index, or -1 (out of memory, or
- * more nodes than a slot map can name). */
-static int node_index(lb_cluster *c, const char *host, int port)
+static uint32_t addr_hash(const char *host, int port)
 {
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (c->nodes[i].port == port && strcmp(c->nodes[i].host, host) == 0)
-            return (int)i;
-    if (strlen(host) >= sizeof c->nodes[0].host || c->nnodes >= 30000)
-        return -1;
-    if (c->nnodes == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        cnode *nn = realloc(c->nodes, cap * sizeof *nn);
-        if (!nn)
-            return -1;
-        c->nodes = nn;
-        c->cap = cap;
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)host; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return (h ^ (uint32_t)port) * 16777619u;
+}
+
+/* The address table over the live nodes, built again (its size at least
+ * twice their number); on failure (out of memory) lookups scan instead. */
+static void ht_rebuild(lb_cluster *c)
+{
+    size_t size = 16;
+    while (size < 2 * (c->nnodes + 1))
+        size *= 2;
+    free(c->ht);
+    c->ht = calloc(size, sizeof *c->ht);
+    if (!c->ht)
+        return;
+    c->hmask = size - 1;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i].gone)
+            continue;
+        size_t h = addr_hash(c->nodes[i].host, c->nodes[i].port) & c->hmask;
+        while (c->ht[h])
+            h = (h + 1) & c->hmask;
+        c->ht[h] = (int32_t)i + 1;
     }
-    cnode *n = &c->nodes[c->nnodes];
+}
+
+static int node_find(const lb_cluster *c, const char *host, int port)
+{
+    if (!c->ht) {
+        for (size_t i = 0; i < c->nnodes; i++)
+            if (!c->nodes[i].gone && c->nodes[i].port == port &&
+                strcmp(c->nodes[i].host, host) == 0)
+                return (int)i;
+        return -1;
+    }
+    for (size_t h = addr_hash(host, port) & c->hmask; c->ht[h]; h = (h + 1) & c->hmask) {
+        const cnode *n = &c->nodes[c->ht[h] - 1];
+        if (n->port == port && strcmp(n->host, host) == 0)
+            return c->ht[h] - 1;
+    }
+    return -1;
+}
+
+/* The node at host:port, added when new (*added set; a gone index is taken
+ * again first); its index, or -1 (out of memory, or MAX_NODES). */
+static int node_index(lb_cluster *c, const char *host, int port, int *added)
+{
+    if (added)
+        *added = 0;
+    int found = node_find(c, host, port);
+    if (found >= 0)
+        return found;
+    if (strlen(host) >= sizeof c->nodes[0].host)
+        return -1;
+    size_t i;
+    if (c->nfree) {
+        i = (size_t)c->freeidx[--c->nfree];
+    } else {
+        if (c->nnodes >= MAX_NODES)
+            return -1;
+        if (c->nnodes == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 8;
+            cnode *nn = realloc(c->nodes, cap * sizeof *nn);
+            if (!nn)
+                return -1;
+            c->nodes = nn;
+            c->cap = cap;
+        }
+        i = c->nnodes++;
+    }
+    cnode *n = &c->nodes[i];
     memset(n, 0, sizeof *n);
     strcpy(n->host, host);
     n->port = port;
-    return (int)c->nnodes++;
+    if (c->ht && 2 * (c->nnodes + 1) <= c->hmask + 1) {
+        size_t h = addr_hash(host, port) & c->hmask;
+        while (c->ht[h])
+            h = (h + 1) & c->hmask;
+        c->ht[h] = (int32_t)i + 1;
+    } else {
+        ht_rebuild(c);
+    }
+    if (added)
+        *added = 1;
+    return (int)i;
+}
+
+/* Drop (close, forget) every node that is neither named in the URL nor in the
+ * slot map now in use: the nodes of an older map, the redirect targets the
+ * map does not name.  Only between routes: no index is held then. */
+static void prune(lb_cluster *c)
+{
+    unsigned char *keep = calloc(c->nnodes ? c->nnodes : 1, 1);
+    if (!keep)
+        return; /* another time */
+    for (int s = 0; s < LB_CLUSTER_SLOTS; s++) {
+        if (c->primary[s] >= 0)
+            keep[c->primary[s]] = 1;
+        if (c->replica[s] >= 0)
+            keep[c->replica[s]] = 1;
+    }
+    int dropped = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        cnode *n = &c->nodes[i];
+        if (keep[i] || n->seed || n->gone)
+            continue;
+        if (c->nfree == c->nnodes)
+            break;
+        if (!c->freeidx) {
+            if (!(c->freeidx = malloc(MAX_NODES * sizeof *c->freeidx)))
+                break;
+        }
+        if (n->conn) {
+            c->gone_connects += lb_redis_connect_count(n->conn);
+            c->gone_roundtrips += lb_redis_roundtrip_count(n->conn);
+            lb_redis_free(n->conn);
+        }
+        memset(n, 0, sizeof *n);
+        n->gone = 1;
+        c->freeidx[c->nfree++] = (int)i;
+        c->drops++;
+        dropped = 1;
+    }
+    free(keep);
+    if (dropped)
+        ht_rebuild(c);
 }
 
 /* The connection of node i (created on first use), or NULL when out of memory. */
 static lb_redis *node_conn(lb_cluster *c, int i)
 {
     cnode *n = &c->nodes[i];
+    if (n->gone)
+        return NULL;
     if (!n->conn) {
         char *h = c->tmpl.host;
         c->tmpl.host = n->host;
@@ -174,7 +306,8 @@ lb_redis *lb_cluster_node_conn(lb_redis *r, int node)
 
 const char *lb_cluster_node_host(const lb_redis *r, int node)
 {
-    if (!is_cluster(r) || node < 0 || (size_t)node >= CCLUSTER(r)->nnodes)
+    if (!is_cluster(r) || node < 0 || (size_t)node >= CCLUSTER(r)->nnodes ||
+        CCLUSTER(r)->nodes[node].gone)
         return NULL;
     return CCLUSTER(r)->nodes[node].host;
 }
@@ -244,9 +377,12 @@ lb_redis *lb_cluster_new(const lb_redis_config *given)
     const char *p = cfg->cluster_nodes;
     char host[256];
     int port;
-    while (lb_redis_host_list_next(&p, host, sizeof host, &port))
-        if (!port || node_index(c, host, port) < 0)
+    while (lb_redis_host_list_next(&p, host, sizeof host, &port)) {
+        int i = port ? node_index(c, host, port, NULL) : -1;
+        if (i < 0)
             goto fail;
+        c->nodes[i].seed = 1;
+    }
     return &c->base;
 fail:
     cluster_free(&c->base);
@@ -270,6 +406,8 @@ static void cluster_free(lb_redis *r)
     for (size_t i = 0; i < c->nnodes; i++)
         lb_redis_free(c->nodes[i].conn);
     free(c->nodes);
+    free(c->ht);
+    free(c->freeidx);
     free(c->res);
     free(c->off);
     free(c->target);
@@ -321,7 +459,7 @@ static void cluster_set_timeout(lb_redis *r, int timeout_ms)
 /* The sum of a count over the node connections made so far. */
 static unsigned long sum_nodes(const lb_cluster *c, unsigned long (*count)(const lb_redis *))
 {
-    unsigned long n = 0;
+    unsigned long n = count == lb_redis_connect_count ? c->gone_connects : c->gone_roundtrips;
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn)
             n += count(c->nodes[i].conn);
@@ -339,6 +477,11 @@ static unsigned long cluster_roundtrip_count(const lb_redis *r)
 }
 
 unsigned long lb_cluster_map_reads(const lb_redis *r) { return CCLUSTER(r)->map_reads; }
+
+unsigned long lb_cluster_drops(const lb_redis *r)
+{
+    return is_cluster(r) ? CCLUSTER(r)->drops : 0;
+}
 
 static const lb_redis_config *cluster_config(const lb_redis *r) { return &CCLUSTER(r)->cfg; }
 
@@ -443,7 +586,21 @@ static void map_begin(lb_cluster *c, route_phase ret)
     c->map_refused[0] = '\0';
     c->map_pass = 0;
     c->map_i = 0;
+    c->cand_served = -1;
+    c->map_incomplete = 0;
     c->phase = R_MAP;
+}
+
+/* The map in use from now on is m (primary, replica: node indexes per slot). */
+static void map_take(lb_cluster *c, const int16_t *primary, const int16_t *replica)
+{
+    if (primary != c->primary)
+        memcpy(c->primary, primary, sizeof c->primary);
+    if (replica != c->replica)
+        memcpy(c->replica, replica, sizeof c->replica);
+    c->have_map = 1;
+    c->prune_due = 1;
+    c->map_reads++;
 }
 
 static void map_over(lb_cluster *c, lb_redis_status st)
@@ -472,6 +629,14 @@ static int map_next(lb_cluster *c)
 {
     for (;;) {
         if (c->map_pass >= 2) {
+            if (c->cand_served >= 0) {
+                /* no node gave a complete map: the most complete one (slots may be
+                 * unassigned; the route waits for the ones it needs) */
+                map_take(c, c->cand_primary, c->cand_replica);
+                lb_error_clear(&c->base.err);
+                map_over(c, LB_REDIS_OK);
+                return 0;
+            }
             lb_redis_status st = c->map_st;
             if (c->map_refused[0] && st != LB_REDIS_ERR_PROTOCOL)
                 st = lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL, "%s", c->map_refused);
@@ -485,7 +650,7 @@ static int map_next(lb_cluster *c)
         }
         const cnode *n = &c->nodes[c->map_i];
         int open = n->conn && lb_redis_is_connected(n->conn);
-        if (open == (c->map_pass == 0))
+        if (!n->gone && open == (c->map_pass == 0))
             break;
         c->map_i++;
     }
@@ -508,28 +673,94 @@ static int map_ask(lb_cluster *c, lb_cluster_hop *hop)
         map_tried(c, st);
         return 0;
     }
+    lb_redis_batch_expect_bytes(&c->mapb, LB_CLUSTER_MAP_MAX_BYTES);
     return hand_out(c, (int)c->map_i, &c->mapb, LB_REDIS_IDEMPOTENT, R_MAP_WAIT, hop);
 }
 
+/* A map being parsed: the nodes it names (their addresses point into the
+ * reply), deduplicated by a table, and per slot the ids of its primary and
+ * replica; nothing of the client changes until the whole map is read. */
 typedef struct {
-    lb_cluster *c;
-    int16_t *primary, *replica;
+    const char *host;
+    int port;
+    int idx; /* the client's node index, once merged */
+} map_node;
+
+typedef struct {
+    map_node *n;
+    size_t len, cap;
+    int32_t *ht; /* id + 1, 0: empty */
+    size_t hmask;
+    int16_t *primary, *replica; /* ids; primary -2: named with no primary */
 } map_ctx;
 
-static int map_range(void *vctx, long lo, long hi, const char *host, int port, int replica)
+static int map_ht_grow(map_ctx *m)
 {
-    map_ctx *m = vctx;
-    int i = node_index(m->c, host, port);
-    if (i < 0)
+    size_t size = m->ht ? (m->hmask + 1) * 2 : 64;
+    int32_t *ht = calloc(size, sizeof *ht);
+    if (!ht)
         return -1;
-    for (long s = lo; s <= hi; s++) {
-        if (!replica)
-            m->primary[s] = (int16_t)i;
-        else if (m->replica[s] < 0)
-            m->replica[s] = (int16_t)i;
+    free(m->ht);
+    m->ht = ht;
+    m->hmask = size - 1;
+    for (size_t i = 0; i < m->len; i++) {
+        size_t h = addr_hash(m->n[i].host, m->n[i].port) & m->hmask;
+        while (m->ht[h])
+            h = (h + 1) & m->hmask;
+        m->ht[h] = (int32_t)i + 1;
     }
     return 0;
 }
+
+static int map_node_fn(void *vctx, const char *host, int port)
+{
+    map_ctx *m = vctx;
+    if (strlen(host) >= sizeof ((cnode *)0)->host)
+        return -1;
+    if (m->ht) {
+        size_t h = addr_hash(host, port) & m->hmask;
+        for (; m->ht[h]; h = (h + 1) & m->hmask) {
+            const map_node *n = &m->n[m->ht[h] - 1];
+            if (n->port == port && strcmp(n->host, host) == 0)
+                return m->ht[h] - 1;
+        }
+    }
+    if (m->len >= LB_CLUSTER_MAP_MAX_NODES)
+        return -1;
+    if (m->len == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 16;
+        map_node *nn = realloc(m->n, cap * sizeof *nn);
+        if (!nn)
+            return -1;
+        m->n = nn;
+        m->cap = cap;
+    }
+    if ((!m->ht || 2 * (m->len + 1) > m->hmask + 1) && map_ht_grow(m))
+        return -1;
+    m->n[m->len] = (map_node){host, port, -1};
+    size_t h = addr_hash(host, port) & m->hmask;
+    while (m->ht[h])
+        h = (h + 1) & m->hmask;
+    m->ht[h] = (int32_t)m->len + 1;
+    return (int)m->len++;
+}
+
+/* A slot named twice is no map (Redis names each once): so the slots filled
+ * in all are at most 16384, whatever the reply. */
+static int map_range_fn(void *vctx, long lo, long hi, int primary, int replica)
+{
+    map_ctx *m = vctx;
+    for (long s = lo; s <= hi; s++)
+        if (m->primary[s] != -1)
+            return -1;
+    for (long s = lo; s <= hi; s++) {
+        m->primary[s] = (int16_t)(primary >= 0 ? primary : -2);
+        m->replica[s] = (int16_t)replica;
+    }
+    return 0;
+}
+
+static const lb_cluster_map_fns map_fns = {map_node_fn, map_range_fn};
 
 /* R_MAP_WAIT: node i's answer to CLUSTER SHARDS/SLOTS (st, rs). */
 static void map_answer(lb_cluster *c, int i, lb_redis_status st, lb_reply **rs)
@@ -560,30 +791,57 @@ static void map_answer(lb_cluster *c, int i, lb_redis_status st, lb_reply **rs)
     }
     char asked[256]; /* node_index may move c->nodes */
     snprintf(asked, sizeof asked, "%s", c->nodes[i].host);
-    map_ctx m = {c, pm, pm + LB_CLUSTER_SLOTS};
+    map_ctx m = {NULL, 0, 0, NULL, 0, pm, pm + LB_CLUSTER_SLOTS};
     for (int s = 0; s < 2 * LB_CLUSTER_SLOTS; s++)
         pm[s] = -1;
-    const size_t known = c->nnodes;
-    int bad = lb_cluster_parse_map(x, shards, asked, c->tmpl.tls, map_range, &m);
+    int bad = lb_cluster_parse_map(x, shards, asked, c->tmpl.tls, &map_fns, &m);
+    /* The nodes it names join the client's (a refused map adds none: every later
+     * map read would ask them, each a timeout when they never answer). */
+    for (size_t k = 0; !bad && k < m.len; k++)
+        bad = (m.n[k].idx = node_index(c, m.n[k].host, m.n[k].port, NULL)) < 0;
     if (bad) {
-        /* A refused map names no node: the ones it added (no connection yet) go, or
-         * every later map read would ask them, each a timeout when they never answer. */
-        c->nnodes = known;
+        free(m.n);
+        free(m.ht);
         free(pm);
         lb_redis_disconnect(nc);
         map_tried(c, lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL,
                                   "protocol error: Redis at %s:%d answered CLUSTER %s with "
                                   "something that is not a slot map; connection dropped",
-                                  c->nodes[i].host, c->nodes[i].port,
-                                  shards ? "SHARDS" : "SLOTS"));
+                                  asked, c->nodes[i].port, shards ? "SHARDS" : "SLOTS"));
         return;
     }
-    memcpy(c->primary, m.primary, sizeof c->primary);
-    memcpy(c->replica, m.replica, sizeof c->replica);
+    long served = 0;
+    for (int s = 0; s < LB_CLUSTER_SLOTS; s++) {
+        pm[s] = pm[s] >= 0 ? (int16_t)m.n[pm[s]].idx : -1;
+        pm[LB_CLUSTER_SLOTS + s] =
+            pm[LB_CLUSTER_SLOTS + s] >= 0 ? (int16_t)m.n[pm[LB_CLUSTER_SLOTS + s]].idx : -1;
+        served += pm[s] >= 0;
+    }
+    free(m.n);
+    free(m.ht);
+    if (served == LB_CLUSTER_SLOTS) {
+        map_take(c, pm, pm + LB_CLUSTER_SLOTS);
+        free(pm);
+        map_tried(c, LB_REDIS_OK);
+        return;
+    }
+    /* Slots no node serves: a node that has not learned every slot yet (a cluster just
+     * formed) or an unassigned one.  Another node is asked (at most a few more); the
+     * most complete map is taken when none is complete. */
+    if (served > c->cand_served) {
+        memcpy(c->cand_primary, pm, sizeof c->cand_primary);
+        memcpy(c->cand_replica, pm + LB_CLUSTER_SLOTS, sizeof c->cand_replica);
+        c->cand_served = served;
+    }
     free(pm);
-    c->have_map = 1;
-    c->map_reads++;
-    map_tried(c, LB_REDIS_OK);
+    c->prune_due = 1; /* the nodes it named, when no map keeps them */
+    if (++c->map_incomplete > INCOMPLETE_MAP_TRIES) {
+        map_take(c, c->cand_primary, c->cand_replica);
+        map_tried(c, LB_REDIS_OK);
+        return;
+    }
+    c->map_i++;
+    c->phase = R_MAP;
 }
 
 /* ---------------------------------------------------------------- routing */
@@ -766,9 +1024,18 @@ static lb_redis_status redirect_targets(lb_cluster *c, size_t *pending, int *wai
         }
         if (!host[0])
             snprintf(host, sizeof host, "%s", c->nodes[c->from].host);
-        int t = node_index(c, host, port);
+        int added;
+        int t = node_index(c, host, port, &added);
         if (t < 0)
             return lb_error_set(&c->base.err, LB_REDIS_ERR_NOMEM, "out of memory for a node");
+        if (added) { /* a node the map does not name: dropped at the next route's start */
+            c->prune_due = 1;
+            if (++c->route_new > MAX_REDIRECT_NODES)
+                return lb_error_set(&c->base.err, LB_REDIS_ERR_PROTOCOL,
+                                    "protocol error: the Redis Cluster redirected one call to "
+                                    "more than %d nodes its slot map does not name",
+                                    MAX_REDIRECT_NODES);
+        }
         c->target[i] = (int16_t)t;
         c->asking[i] = kind == 2;
         if (kind == 1)
@@ -967,6 +1234,11 @@ lb_redis_status lb_cluster_route_begin(lb_redis *r, const lb_redis_batch *b, int
     c->node_flags = (flags | LB_REDIS_RAW_ERRORS) & ~LB_REDIS_READ_REPLICA;
     c->bg_first = 0;
     c->bg_wait = 0;
+    c->route_new = 0;
+    if (c->prune_due) { /* no index is held between routes */
+        prune(c);
+        c->prune_due = 0;
+    }
     c->phase = R_START;
     return LB_REDIS_OK;
 }

@@ -13,7 +13,10 @@
  *     config asks for replica reads, on that node's client (AUTH, TLS,
  *     timeouts, fork rules as any node's);
  *   - reads the slot map with CLUSTER SHARDS (Redis 7), else CLUSTER SLOTS,
- *     from the nodes it knows, then from the nodes named in the URL (cluster_map.h parses it);
+ *     from the nodes it knows, then from the nodes named in the URL (cluster_map.h parses it;
+ *     at most LB_CLUSTER_MAP_MAX_BYTES); a map that leaves slots unserved (a node
+ *     that has not learned every slot yet) is read from up to 3 more nodes, and the
+ *     most complete one is used when none is complete;
  *   - handles the cluster's replies to each command:
  *       -MOVED slot host:port   the map is out of date: it is read again and the
  *                               command sent to host:port;
@@ -69,6 +72,10 @@
 lb_redis *lb_cluster_new(const lb_redis_config *cfg);
 /* Times the slot map was read (r a cluster client). */
 unsigned long lb_cluster_map_reads(const lb_redis *r);
+/* Nodes dropped so far (see lb_cluster_node_conn): a transport outside C
+ * that keeps connections by node index closes the ones of nodes
+ * lb_cluster_node_host no longer names when this changes. */
+unsigned long lb_cluster_drops(const lb_redis *r);
 
 /* ---------------------------------------------------------------- the route */
 
@@ -102,8 +109,12 @@ void lb_cluster_route_done(lb_redis *r, lb_redis_status st, lb_reply **rs);
  * route with LB_REDIS_ERR_ARG. */
 lb_redis_status lb_cluster_route_end(lb_redis *r, lb_reply ***replies);
 /* Node i's client (created on first use), NULL when out of memory (or no
- * such node); its address (NULL / 0 for no such node).  Node indexes stay
- * valid for the client's life, except the ones a refused map added. */
+ * such node); its address (NULL / 0 for no such node).  The nodes are the
+ * ones named in the URL (kept for the client's life), the ones the slot map
+ * in use names, and the targets of -MOVED / -ASK replies the map does not
+ * name (at most 64 added by one route); when a route begins, a node that
+ * neither the URL nor the map in use names is dropped (its client freed, its
+ * connection closed; no such node until its index is given to a new one). */
 lb_redis *lb_cluster_node_conn(lb_redis *r, int node);
 const char *lb_cluster_node_host(const lb_redis *r, int node);
 int lb_cluster_node_port(const lb_redis *r, int node);

@@ -113,8 +113,35 @@ static int str_is(const lb_reply *x, const char *s)
     return x && x->type == LB_REPLY_STRING && x->len == n && memcmp(x->str, s, n) == 0;
 }
 
+/* A node entry of CLUSTER SHARDS: its address, its id from fns->node; 0, 1 when
+ * it is skipped (a replica that is not online serves no reads), -1 when it is
+ * no node entry or the callback stopped. */
+static int shard_node(const lb_reply *nd, const char *asked_host, int tls,
+                      const lb_cluster_map_fns *fns, void *ctx, int *primary, int *online,
+                      int *id)
+{
+    *primary = str_is(map_get(nd, "role"), "master");
+    *online = str_is(map_get(nd, "health"), "online");
+    if (!*primary && !*online)
+        return 1;
+    long port = 0;
+    const lb_reply *tp = tls ? map_get(nd, "tls-port") : NULL;
+    if ((tp && reply_long(tp, &port) == 0 && port > 0) ||
+        reply_long(map_get(nd, "port"), &port) == 0) {
+        if (port < 1 || port > 65535)
+            return -1;
+    } else {
+        return -1;
+    }
+    const char *host = endpoint(map_get(nd, "endpoint"), NULL);
+    if (!host)
+        host = endpoint(map_get(nd, "ip"), asked_host);
+    *id = fns->node(ctx, host, (int)port);
+    return *id < 0 ? -1 : 0;
+}
+
 int lb_cluster_parse_map(const lb_reply *x, int shards, const char *asked_host, int tls,
-                         lb_cluster_range_fn fn, void *ctx)
+                         const lb_cluster_map_fns *fns, void *ctx)
 {
     if (!x || x->type != LB_REPLY_ARRAY)
         return -1;
@@ -128,52 +155,56 @@ int lb_cluster_parse_map(const lb_reply *x, int shards, const char *asked_host, 
             if (e->len < 3 || reply_long(e->element[0], &lo) || reply_long(e->element[1], &hi) ||
                 lo < 0 || hi < lo || hi >= LB_CLUSTER_SLOTS)
                 return -1;
+            int primary = -1, replica = -1;
             for (size_t j = 2; j < e->len; j++) {
                 const lb_reply *nd = e->element[j];
                 long port;
                 if (!nd || nd->type != LB_REPLY_ARRAY || nd->len < 2 ||
                     reply_long(nd->element[1], &port) || port < 1 || port > 65535)
                     return -1;
-                if (fn(ctx, lo, hi, endpoint(nd->element[0], asked_host), (int)port, j > 2))
+                int id = fns->node(ctx, endpoint(nd->element[0], asked_host), (int)port);
+                if (id < 0)
                     return -1;
+                if (j == 2)
+                    primary = id;
+                else if (replica < 0)
+                    replica = id;
             }
+            if (fns->range(ctx, lo, hi, primary, replica))
+                return -1;
             continue;
         }
-        /* CLUSTER SHARDS: {slots: [lo, hi, ...], nodes: [{ip, endpoint, port, role, health}]} */
+        /* CLUSTER SHARDS: {slots: [lo, hi, ...], nodes: [{ip, endpoint, port, role, health}]}:
+         * the nodes once, then the ranges once each (linear in the reply). */
         const lb_reply *slots = map_get(e, "slots"), *nodes = map_get(e, "nodes");
         if (!slots || !nodes || slots->type != LB_REPLY_ARRAY || nodes->type != LB_REPLY_ARRAY ||
             slots->len % 2)
             return -1;
+        int primary = -1, primary_online = 0, replica = -1;
+        for (size_t j = 0; j < nodes->len; j++) {
+            int is_primary, online, id = -1;
+            int r = shard_node(nodes->element[j], asked_host, tls, fns, ctx, &is_primary,
+                               &online, &id);
+            if (r < 0)
+                return -1;
+            if (r > 0)
+                continue;
+            if (is_primary) {
+                if (primary < 0 || (online && !primary_online)) {
+                    primary = id;
+                    primary_online = online;
+                }
+            } else if (replica < 0) {
+                replica = id;
+            }
+        }
         for (size_t s = 0; s + 1 < slots->len; s += 2) {
             long lo, hi;
             if (reply_long(slots->element[s], &lo) || reply_long(slots->element[s + 1], &hi) ||
                 lo < 0 || hi < lo || hi >= LB_CLUSTER_SLOTS)
                 return -1;
-            for (int pass = 0; pass < 2; pass++) { /* the primary first */
-                for (size_t j = 0; j < nodes->len; j++) {
-                    const lb_reply *nd = nodes->element[j];
-                    int primary = str_is(map_get(nd, "role"), "master");
-                    if (primary != (pass == 0))
-                        continue;
-                    if (!primary && !str_is(map_get(nd, "health"), "online"))
-                        continue; /* a failed or loading replica serves no reads */
-                    long port = 0;
-                    const lb_reply *tp = tls ? map_get(nd, "tls-port") : NULL;
-                    if ((tp && reply_long(tp, &port) == 0 && port > 0) ||
-                        reply_long(map_get(nd, "port"), &port) == 0) {
-                        if (port < 1 || port > 65535)
-                            return -1;
-                    } else {
-                        return -1;
-                    }
-                    const lb_reply *ep = map_get(nd, "endpoint");
-                    const char *host = endpoint(ep, NULL);
-                    if (!host)
-                        host = endpoint(map_get(nd, "ip"), asked_host);
-                    if (fn(ctx, lo, hi, host, (int)port, !primary))
-                        return -1;
-                }
-            }
+            if (fns->range(ctx, lo, hi, primary, replica))
+                return -1;
         }
     }
     return 0;

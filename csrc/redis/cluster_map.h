@@ -18,16 +18,31 @@ int lb_cluster_redirect(const char *text, size_t len, long *slot, char *host, si
  * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN). */
 int lb_cluster_refusal(const lb_reply *x);
 
-/* The slot map from a CLUSTER SHARDS (shards = 1) or CLUSTER SLOTS reply:
- * for each range, the primary's and replicas' addresses.  asked_host names
- * the node that answered (an empty or "?" address means that node).  tls:
- * prefer the "tls-port" of CLUSTER SHARDS.  The callback gets each range
- * once per node, primary first (replica = 0), and may return -1 to stop
- * (out of memory).  0 when the reply was a map; -1 when it was not (the
- * caller drops it as a protocol error). */
-typedef int (*lb_cluster_range_fn)(void *ctx, long lo, long hi, const char *host, int port,
-                                   int replica);
+/* The most bytes a slot map's reply may take (CLUSTER SHARDS / SLOTS): far
+ * above any real cluster's (16384 single-slot ranges, each with a primary and
+ * five replicas, is about 9 MB of CLUSTER SLOTS); a longer reply is a
+ * protocol error as it arrives, before it is parsed. */
+#define LB_CLUSTER_MAP_MAX_BYTES ((size_t)16 << 20)
+/* The most distinct nodes one map may name. */
+#define LB_CLUSTER_MAP_MAX_NODES 30000
+
+/* The slot map from a CLUSTER SHARDS (shards = 1) or CLUSTER SLOTS reply, in
+ * time linear in the reply's size.  asked_host names the node that answered
+ * (an empty or "?" address means that node).  tls: prefer the "tls-port" of
+ * CLUSTER SHARDS.  node is called for each node entry (CLUSTER SHARDS: every
+ * primary and every online replica, once per shard; CLUSTER SLOTS: every node
+ * of every range) and gives its id (>= 0; the same address may come again and
+ * should get the same id), or -1 to stop (out of memory, too many nodes);
+ * range is called once per range with the ids of its primary (the first
+ * online one, else the first; -1: none) and of a replica for reads (the
+ * first online one; -1: none), and may return -1 to stop (a slot named
+ * twice).  0 when the reply was a map; -1 when it was not, or a callback
+ * stopped it (the caller drops it as a protocol error). */
+typedef struct {
+    int (*node)(void *ctx, const char *host, int port);
+    int (*range)(void *ctx, long lo, long hi, int primary, int replica);
+} lb_cluster_map_fns;
 int lb_cluster_parse_map(const lb_reply *x, int shards, const char *asked_host, int tls,
-                         lb_cluster_range_fn fn, void *ctx);
+                         const lb_cluster_map_fns *fns, void *ctx);
 
 #endif

@@ -264,6 +264,14 @@ static lb_redis_status url_cluster(url_ctx *u)
         return url_nomem(u);
     if (pl != 0)
         return url_err(u, LB_REDIS_ERR_URL, "invalid redis+cluster:// URL: %s", why);
+    size_t seeds = 1;
+    for (const char *c = cfg->cluster_nodes; *c; c++)
+        seeds += *c == ',';
+    if (seeds > LB_REDIS_CLUSTER_MAX_SEEDS)
+        return url_err(u, LB_REDIS_ERR_URL,
+                       "invalid redis+cluster:// URL: it names %zu nodes, at most %d (a few "
+                       "seeds are enough: the others are learned from the slot map)",
+                       seeds, LB_REDIS_CLUSTER_MAX_SEEDS);
     /* The first seed is also host:port (for messages before the map is read). */
     const char *p = cfg->cluster_nodes;
     char host[256];

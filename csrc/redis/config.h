@@ -37,6 +37,7 @@ typedef struct {
     /* Redis Cluster (redis+cluster://, see cluster.h): when cluster_nodes is set,
      * the client routes each batch to the node that serves its keys' slot. */
     char *cluster_nodes;     /* seed nodes "host:port,host:port" */
+#define LB_REDIS_CLUSTER_MAX_SEEDS 1000
     int cluster_replica_reads; /* 1: batches sent with LB_REDIS_READ_REPLICA go to a replica */
     int cluster_retry_ms;    /* retry budget for a cluster in transition; 0: the default */
     /* Replication: a batch sent with LB_REDIS_WRITE is followed, in the same pipeline, by
@@ -70,7 +71,9 @@ lb_redis_status lb_redis_config_copy(lb_redis_config *dst, const lb_redis_config
  *   unix://[[username]:password@]/path/to/sock[?db=N&password=...]
  *   rediss://...                        TLS (cfg->tls = 1)
  *   redis+sentinel://host:port[,host:port...]/service_name[/db]
- *   redis+cluster://host:port[,host:port...][/0]
+ *   redis+cluster://host:port[,host:port...][/0]   at most LB_REDIS_CLUSTER_MAX_SEEDS
+ *                                       nodes (the nodes it learns from the slot map
+ *                                       come on top)
  * Userinfo and option values are percent-decoded.  The options are a table
  * (config.c): db, username, password, socket_timeout and
  * socket_connect_timeout (seconds, may be fractional), for TLS ssl_cert_reqs

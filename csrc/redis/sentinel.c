@@ -132,7 +132,7 @@ int lb_sentinel_walk_answer(lb_sentinel_walk *w, lb_redis_status st, const char 
         w->st = st == LB_REDIS_ERR_TIMEOUT    ? LB_REDIS_ERR_TIMEOUT
                 : st == LB_REDIS_ERR_PROTOCOL ? LB_REDIS_ERR_PROTOCOL
                 : st == LB_REDIS_ERR_AUTH     ? LB_REDIS_ERR_AUTH
-                : st == LB_REDIS_ERR_NOMEM    ? LB_REDIS_ERR_CONNECT
+                : st == LB_REDIS_ERR_NOMEM    ? LB_REDIS_ERR_NOMEM
                                               : LB_REDIS_ERR_CONNECT;
         snprintf(w->last, sizeof w->last, "sentinel %s:%d: %s", w->shost, w->sport, errstr);
     } else if (x->type == LB_REPLY_ERROR) {

@@ -60,13 +60,32 @@ int lb_command_key_index(const char *name, size_t len)
     return 1;
 }
 
+/* A tag of 4 bytes '@'..'O' (16 free bits: 0x40 | a nibble each) whose slot is
+ * slot, into tag[0..4): the smallest such, by the nibbles read as a number.
+ * Every slot has one (tests/c: test_cluster_map checks all 16384). */
+static int slot_tag(unsigned slot, char tag[4])
+{
+    for (unsigned v = 0; v < 65536; v++) {
+        for (int i = 0; i < 4; i++)
+            tag[i] = (char)(0x40 | ((v >> (12 - 4 * i)) & 15));
+        if ((lb_cluster_crc16(tag, 4) & (LB_CLUSTER_SLOTS - 1)) == slot)
+            return 0;
+    }
+    return -1;
+}
+
 int lb_redis_slot_names(const void *key, size_t keylen, char **key_out, char **base_out,
                         size_t *baselen)
 {
     size_t off, tl;
-    int wrap = !lb_hash_tag(key, keylen, &off, &tl) && !memchr(key, '}', keylen);
+    char tag[4];
+    /* 0: key; 1: "{" key "}"; 2: "{" tag "}" key */
+    int how = lb_hash_tag(key, keylen, &off, &tl) ? 0 : !memchr(key, '}', keylen) ? 1 : 2;
+    if (how == 2 && slot_tag(lb_cluster_key_slot(key, keylen), tag) < 0)
+        how = 0; /* not reached: every slot has a tag */
+    size_t blen = keylen + (how == 1 ? 2 : how == 2 ? 6 : 0);
     char *k = malloc(keylen);
-    char *base = malloc(keylen + (wrap ? 2 : 0));
+    char *base = malloc(blen);
     *key_out = *base_out = NULL;
     if (!k || !base) {
         free(k);
@@ -74,16 +93,21 @@ int lb_redis_slot_names(const void *key, size_t keylen, char **key_out, char **b
         return -1;
     }
     memcpy(k, key, keylen);
-    if (wrap) {
+    if (how == 1) {
         base[0] = '{';
         memcpy(base + 1, key, keylen);
         base[keylen + 1] = '}';
+    } else if (how == 2) {
+        base[0] = '{';
+        memcpy(base + 1, tag, 4);
+        base[5] = '}';
+        memcpy(base + 6, key, keylen);
     } else {
         memcpy(base, key, keylen);
     }
     *key_out = k;
     *base_out = base;
-    *baselen = keylen + (wrap ? 2 : 0);
+    *baselen = blen;
     return 0;
 }
 

@@ -29,7 +29,9 @@ int lb_command_key_index(const char *name, size_t len);
 
 /* Copy key (binary-safe, keylen >= 1) into *key_out, and build into *base_out
  * the prefix of the names that must land in key's Redis Cluster slot: key
- * when it has a hash tag or contains a '}', else "{" key "}" (see bitmap.h).
+ * when it has a hash tag; else "{" key "}" when it holds no '}'; else (a '}'
+ * and no tag: no tag can be the key) "{" T "}" key, T the four bytes of
+ * '@'..'O' whose slot is the key's (see bitmap.h).
  * Both malloc'd.  0, or -1 when out of memory (then both are NULL). */
 int lb_redis_slot_names(const void *key, size_t keylen, char **key_out, char **base_out,
                         size_t *baselen);

@@ -77,10 +77,12 @@ static void test_bm_names(void)
         {"bf:users", "{bf:users}:part:1", "{bf:users}:meta"},
         {"bf:{users}", "bf:{users}:part:1", "bf:{users}:meta"},
         {"{a}b{c}", "{a}b{c}:part:1", "{a}b{c}:meta"},
-        {"a{}b", "a{}b:part:1", "a{}b:meta"},       /* empty tag, and a '}': no wrap */
-        {"a{}b{c}", "a{}b{c}:part:1", "a{}b{c}:meta"}, /* "{}" first: no tag (Redis does not look further) */
+        /* empty tag, and a '}': a tag of the key's slot */
+        {"a{}b", "{AG@C}a{}b:part:1", "{AG@C}a{}b:meta"},
+        /* "{}" first: no tag (Redis does not look further) */
+        {"a{}b{c}", "{AHCF}a{}b{c}:part:1", "{AHCF}a{}b{c}:meta"},
         {"a{b", "{a{b}:part:1", "{a{b}:meta"},       /* no closing brace */
-        {"x}y", "x}y:part:1", "x}y:meta"},            /* cannot be co-located */
+        {"x}y", "{BN@B}x}y:part:1", "{BN@B}x}y:meta"}, /* a tag of the key's slot */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lb_bitmap *bm = bm_new(r, cases[i].key, (UINT64_C(1) << 33) + 5, 3, LB_HASH_XXH3, 0);

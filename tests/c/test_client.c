@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "reply.h"
+#include "sentinel.h"
 
 static void test_basic_pipeline(void)
 {
@@ -354,6 +355,39 @@ static void test_reply_element_bound(void)
 }
 
 /* Redis Cluster: slots, batch slots, redirect texts, the slot map (cluster_map.h). */
+/* The sentinel walk keeps a sentinel round trip's out-of-memory failure as
+ * NOMEM (MemoryError), never as a failure to connect, and stops there. */
+static void test_sentinel_walk_nomem(void)
+{
+    lb_redis_config cfg;
+    char err[512];
+    CHECK(lb_redis_config_from_url(&cfg, "redis+sentinel://127.0.0.1:1,127.0.0.1:2/svc", err,
+                                   sizeof err) == 0);
+    lb_sentinel_walk w;
+    const lb_redis_config *scfg;
+    const lb_redis_batch *req;
+    lb_sentinel_walk_init(&w, &cfg);
+    CHECK(lb_sentinel_walk_next(&w, &scfg, &req) == 1);
+    CHECK(lb_sentinel_walk_answer(&w, LB_REDIS_ERR_NOMEM, "out of memory reading replies",
+                                  NULL) == 0);
+    CHECK(lb_sentinel_walk_next(&w, &scfg, &req) == 0); /* no second sentinel asked */
+    char *host = NULL;
+    int port = 0;
+    CHECK(lb_sentinel_walk_result(&w, &host, &port, err, sizeof err) == LB_REDIS_ERR_NOMEM);
+    CHECK_MSG(strstr(err, "out of memory") != NULL, "%s", err);
+    lb_sentinel_walk_free(&w);
+    /* a refused connection stays CONNECT */
+    lb_sentinel_walk_init(&w, &cfg);
+    CHECK(lb_sentinel_walk_next(&w, &scfg, &req) == 1);
+    lb_sentinel_walk_answer(&w, LB_REDIS_ERR_CONNECT, "refused", NULL);
+    CHECK(lb_sentinel_walk_next(&w, &scfg, &req) == 1);
+    lb_sentinel_walk_answer(&w, LB_REDIS_ERR_CONNECT, "refused", NULL);
+    CHECK(lb_sentinel_walk_next(&w, &scfg, &req) == 0);
+    CHECK(lb_sentinel_walk_result(&w, &host, &port, err, sizeof err) == LB_REDIS_ERR_CONNECT);
+    lb_sentinel_walk_free(&w);
+    lb_redis_config_free(&cfg);
+}
+
 static const t_case cases[] = {
     {"basic_pipeline", test_basic_pipeline},
     {"auth_db_unix", test_auth_db_unix},
@@ -362,6 +396,7 @@ static const t_case cases[] = {
     {"killed_mid_batch", test_killed_mid_batch},
     {"fork", test_fork},
     {"reply_element_bound", test_reply_element_bound},
+    {"sentinel_walk_nomem", test_sentinel_walk_nomem},
 };
 
 T_MAIN(cases, 1)

@@ -11,22 +11,49 @@
 #include "resp.h"
 #include "slots.h"
 
+/* The parse's callbacks: node ids by address (the same address, the same id),
+ * and for each range one entry per node as before (primary, then replica). */
+static int nodes_seen, node_calls;
+static char node_host[64][64];
+static int node_port[64];
+static int note_node(void *ctx, const char *host, int port)
+{
+    (void)ctx;
+    node_calls++;
+    for (int i = 0; i < nodes_seen; i++)
+        if (node_port[i] == port && strcmp(node_host[i], host) == 0)
+            return i;
+    if (nodes_seen >= 64)
+        return -1;
+    snprintf(node_host[nodes_seen], sizeof node_host[0], "%s", host);
+    node_port[nodes_seen] = port;
+    return nodes_seen++;
+}
+
 static int ranges_seen;
 static long range_lo[8], range_hi[8], range_port[8], range_rep[8];
 static char range_host[8][64];
-static int note_range(void *ctx, long lo, long hi, const char *host, int port, int replica)
+static void note_one(long lo, long hi, int id, int replica)
 {
-    (void)ctx;
     if (ranges_seen < 8) {
         range_lo[ranges_seen] = lo;
         range_hi[ranges_seen] = hi;
-        range_port[ranges_seen] = port;
+        range_port[ranges_seen] = node_port[id];
         range_rep[ranges_seen] = replica;
-        snprintf(range_host[ranges_seen], sizeof range_host[0], "%s", host);
+        snprintf(range_host[ranges_seen], sizeof range_host[0], "%s", node_host[id]);
     }
     ranges_seen++;
+}
+static int note_range(void *ctx, long lo, long hi, int primary, int replica)
+{
+    (void)ctx;
+    if (primary >= 0)
+        note_one(lo, hi, primary, 0);
+    if (replica >= 0)
+        note_one(lo, hi, replica, 1);
     return 0;
 }
+static const lb_cluster_map_fns note_fns = {note_node, note_range};
 
 static lb_reply *mk(int type, const char *str, long long v, size_t n, lb_reply **el)
 {
@@ -56,7 +83,7 @@ static void unmk(lb_reply *x)
 /* parse_map on a reply built here, then freed */
 static int parse_built(lb_reply *x, int shards, int tls)
 {
-    int r = lb_cluster_parse_map(x, shards, "asked", tls, note_range, NULL);
+    int r = lb_cluster_parse_map(x, shards, "asked", tls, &note_fns, NULL);
     unmk(x);
     return r;
 }
@@ -96,6 +123,50 @@ static void test_cluster_protocol(void)
               memcmp(base, "{\0}x", 4) == 0);
         free(k);
         free(base);
+    }
+    /* A key with a '}' and no hash tag: every name derived from its base (base
+     * ":meta", base ":part:1", a temporary name) lands in the key's own slot. */
+    {
+        static const struct { const char *k; size_t n; } keys[] = {
+            {"a}b", 3}, {"a{}b", 4}, {"order}", 6}, {"}", 1}, {"}{", 2}, {"{}", 2},
+            {"x}{y", 4}, {"a\0}", 3}, {"}}}{", 4}, {"{}{}", 4},
+        };
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            char *k, *base;
+            size_t baselen, off, tl;
+            CHECK(!lb_hash_tag(keys[i].k, keys[i].n, &off, &tl));
+            CHECK(lb_redis_slot_names(keys[i].k, keys[i].n, &k, &base, &baselen) == 0);
+            const unsigned want = lb_cluster_key_slot(keys[i].k, keys[i].n);
+            const char *const sfx[] = {":meta", ":part:1", ":part:4095", ""};
+            for (size_t j = 0; j < 4; j++) {
+                char name[64];
+                memcpy(name, base, baselen);
+                memcpy(name + baselen, sfx[j], strlen(sfx[j]));
+                CHECK_MSG(lb_cluster_key_slot(name, baselen + strlen(sfx[j])) == want,
+                          "key %zu name %s: slot %u, the key's %u", i, sfx[j],
+                          lb_cluster_key_slot(name, baselen + strlen(sfx[j])), want);
+            }
+            size_t tlen;
+            char *tmp = lb_redis_temp_name(base, baselen, "load", 7, &tlen);
+            CHECK(tmp && lb_cluster_key_slot(tmp, tlen) == want);
+            free(tmp);
+            /* distinct keys, distinct bases: the key is in its base whole */
+            CHECK(baselen == keys[i].n + 6 && memcmp(base + 6, keys[i].k, keys[i].n) == 0);
+            free(k);
+            free(base);
+        }
+        /* Every slot has a tag of four bytes '@'..'O'. */
+        static unsigned char seen[LB_CLUSTER_SLOTS];
+        size_t covered = 0;
+        for (unsigned v = 0; v < 65536; v++) {
+            char t[4];
+            for (int i = 0; i < 4; i++)
+                t[i] = (char)(0x40 | ((v >> (12 - 4 * i)) & 15));
+            unsigned s = lb_cluster_crc16(t, 4) & (LB_CLUSTER_SLOTS - 1);
+            covered += !seen[s];
+            seen[s] = 1;
+        }
+        CHECK_MSG(covered == LB_CLUSTER_SLOTS, "%zu slots have a tag", covered);
     }
 
     /* A batch knows its slot: key arguments, BITOP's second, keyless commands. */
@@ -138,7 +209,7 @@ static void test_cluster_protocol(void)
                           A(S("?"), I(7003), S("id4"))),
                         A(I(5461), I(16383), A(S(""), I(7001), S("id2"))));
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(slots, 0, "asked", 0, note_range, NULL) == 0 && ranges_seen == 3);
+    CHECK(lb_cluster_parse_map(slots, 0, "asked", 0, &note_fns, NULL) == 0 && ranges_seen == 3);
     CHECK(range_lo[0] == 0 && range_hi[0] == 5460 && range_port[0] == 7000 && !range_rep[0] &&
           strcmp(range_host[0], "10.0.0.1") == 0);
     CHECK(range_rep[1] && strcmp(range_host[1], "asked") == 0 && range_port[1] == 7003);
@@ -154,15 +225,36 @@ static void test_cluster_protocol(void)
                                S("ip"), S("10.0.0.1"), S("endpoint"), S("?"), S("role"),
                                S("master"), S("health"), S("online")))));
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(shards, 1, "asked", 1, note_range, NULL) == 0 && ranges_seen == 4);
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 1, &note_fns, NULL) == 0 && ranges_seen == 4);
     CHECK(!range_rep[0] && range_port[0] == 8000 && strcmp(range_host[0], "10.0.0.1") == 0);
     CHECK(range_rep[1] && range_port[1] == 7004 && range_hi[1] == 99);
     CHECK(range_lo[2] == 200 && range_hi[2] == 300 && !range_rep[2]);
     ranges_seen = 0;
-    CHECK(lb_cluster_parse_map(shards, 1, "asked", 0, note_range, NULL) == 0 &&
+    CHECK(lb_cluster_parse_map(shards, 1, "asked", 0, &note_fns, NULL) == 0 &&
           range_port[0] == 7000);
     unmk(slots);
     unmk(shards);
+    /* One shard of 8192 single-slot ranges and 40 nodes: each node is read once and each
+     * range once (not every node for every range). */
+    {
+        lb_reply **pairs = malloc(16384 * sizeof *pairs), **nds = malloc(40 * sizeof *nds);
+        for (int i = 0; i < 16384; i++)
+            pairs[i] = I(i / 2 * 2);
+        for (int j = 0; j < 40; j++)
+            nds[j] = A(S("port"), I(9000 + j), S("ip"), S("10.0.0.9"), S("role"),
+                       S(j == 39 ? "master" : "replica"), S("health"), S(j % 2 ? "online" : "loading"));
+        lb_reply *sl = mk(LB_REPLY_ARRAY, NULL, 0, 16384, pairs);
+        lb_reply *nl = mk(LB_REPLY_ARRAY, NULL, 0, 40, nds);
+        lb_reply *big = A(A(S("slots"), sl, S("nodes"), nl));
+        nodes_seen = node_calls = ranges_seen = 0;
+        CHECK(lb_cluster_parse_map(big, 1, "asked", 0, &note_fns, NULL) == 0);
+        CHECK_MSG(node_calls == 20 && ranges_seen == 2 * 8192, "%d node calls, %d ranges",
+                  node_calls, ranges_seen); /* the primary and the 19 online replicas */
+        CHECK(range_port[0] == 9039 && !range_rep[0] && range_port[1] == 9001 && range_rep[1]);
+        unmk(big);
+        free(pairs);
+        free(nds);
+    }
     /* Not a map: refused. */
     CHECK(parse_built(S("x"), 0, 0) == -1);
     CHECK(parse_built(A(A(I(5), I(2), A(S("h"), I(1)))), 0, 0) == -1);
@@ -185,6 +277,21 @@ static void test_cluster_protocol(void)
           strstr(err, "database 0"));
     CHECK(lb_redis_config_from_url(&c, "redis://h:1?cluster_retry_timeout=1", err, sizeof err) ==
           LB_REDIS_ERR_URL);
+    /* At most LB_REDIS_CLUSTER_MAX_SEEDS nodes in the URL. */
+    for (int n = LB_REDIS_CLUSTER_MAX_SEEDS; n <= LB_REDIS_CLUSTER_MAX_SEEDS + 1; n++) {
+        char *many = malloc(32 + (size_t)n * 16), *q = many;
+        q += sprintf(q, "redis+cluster://");
+        for (int i = 0; i < n; i++)
+            q += sprintf(q, "%sh%d:7000", i ? "," : "", i);
+        lb_redis_status st = lb_redis_config_from_url(&c, many, err, sizeof err);
+        if (n == LB_REDIS_CLUSTER_MAX_SEEDS) {
+            CHECK(st == LB_REDIS_OK);
+            lb_redis_config_free(&c);
+        } else {
+            CHECK(st == LB_REDIS_ERR_URL && strstr(err, "names 1001 nodes, at most 1000"));
+        }
+        free(many);
+    }
     char longurl[400] = "redis+cluster://";
     memset(longurl + 16, 'h', 300);
     strcpy(longurl + 316, ":1");

@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "cluster.h"
+#include "cluster_map.h"
 #include "resp.h"
 #include "slots.h"
 #include "wire.h"
@@ -482,6 +483,305 @@ static void test_wire_exec_refused(void)
     lb_redis_free(r);
 }
 
+/* ------------------------------------------------- big maps, dropped nodes */
+
+/* A reply of any size, built in a growing buffer. */
+static char *bbuf;
+static size_t blen, bcap;
+static void bput(const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(bbuf ? bbuf + blen : NULL, bbuf ? bcap - blen : 0, fmt, ap);
+        va_end(ap);
+        if (bbuf && blen + (size_t)n < bcap) {
+            blen += (size_t)n;
+            return;
+        }
+        bcap = bcap ? bcap * 2 : 1 << 16;
+        bbuf = realloc(bbuf, bcap);
+    }
+}
+static void bbulk(const char *s) { bput("$%zu\r\n%s\r\n", strlen(s), s); }
+
+static void banswer(lb_redis *r)
+{
+    char why[256];
+    size_t got = 0;
+    lb_resp_reader_start(rd, LB_REDIS_DEFAULT_MAX_ELEMENTS, 0);
+    CHECK(lb_resp_reader_feed(rd, bbuf, blen, why, sizeof why) == LB_REDIS_OK);
+    CHECK_MSG(lb_resp_reader_take(rd, 1, rs_store, &got, why, sizeof why) == LB_REDIS_OK &&
+              got == 1, "%s", why);
+    blen = 0;
+    lb_cluster_route_done(r, LB_REDIS_OK, rs_store);
+}
+
+/* A CLUSTER SHARDS node entry on 127.0.0.1:port. */
+static void bnode(int port, int primary)
+{
+    bput("*8\r\n");
+    bbulk("port");
+    bput(":%d\r\n", port);
+    bbulk("endpoint");
+    bbulk("127.0.0.1");
+    bbulk("role");
+    bbulk(primary ? "master" : "replica");
+    bbulk("health");
+    bbulk("online");
+}
+
+/* A key of each slot. */
+static char slot_key[LB_CLUSTER_SLOTS][16];
+static void find_slot_keys(void)
+{
+    size_t found = 0;
+    for (unsigned long i = 0; found < LB_CLUSTER_SLOTS; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%lu", i);
+        unsigned s = lb_cluster_key_slot(k, strlen(k));
+        if (!slot_key[s][0]) {
+            memcpy(slot_key[s], k, sizeof k);
+            found++;
+        }
+    }
+}
+
+/* The next hop of a GET of slot s's key goes to port; answered. */
+static void expect_slot(lb_redis *r, unsigned s, int port)
+{
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", slot_key[s]}, NULL);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    lb_cluster_hop h;
+    CHECK(lb_cluster_route_next(r, &h) == 1 && h.b == &b);
+    CHECK_MSG(lb_cluster_node_port(r, h.node) == port, "slot %u on %d, wanted %d", s,
+              lb_cluster_node_port(r, h.node), port);
+    put("$1\r\nv\r\n");
+    answer(r, 1);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    lb_redis_batch_free(&b);
+}
+
+/* (8) A big map, read whole: 16384 single-slot ranges over 1000 shards of a
+ * primary and 3 replicas (0.7 MB of CLUSTER SHARDS; the reviewer's 0.5 MB
+ * took 20 s when the parse went over every node for every range); the map
+ * hop carries the byte bound; a map naming a slot twice is refused. */
+static void test_big_map(void)
+{
+    find_slot_keys();
+    lb_redis *r = cluster(1, 0, 0);
+    lb_redis_batch b;
+    get_a(&b);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    lb_cluster_hop h;
+    CHECK(lb_cluster_route_next(r, &h) == 1 && h.b && lb_cluster_node_port(r, h.node) == 7000);
+    CHECK(h.b->bytes_set && h.b->max_bytes >= LB_CLUSTER_MAP_MAX_BYTES &&
+          h.b->max_bytes <= LB_CLUSTER_MAP_MAX_BYTES + 4096);
+    const int shards = 1000;
+    bput("*%d\r\n", shards);
+    for (int k = 0; k < shards; k++) {
+        int n = 0;
+        for (int s = k; s < LB_CLUSTER_SLOTS; s += shards)
+            n++;
+        bput("*4\r\n");
+        bbulk("slots");
+        bput("*%d\r\n", 2 * n);
+        for (int s = k; s < LB_CLUSTER_SLOTS; s += shards)
+            bput(":%d\r\n:%d\r\n", s, s);
+        bbulk("nodes");
+        bput("*4\r\n");
+        for (int j = 3; j >= 0; j--) /* the primary last: found wherever it is */
+            bnode(10000 + 4 * k + j, j == 0);
+    }
+    CHECK(blen > 500000);
+    banswer(r);
+    CHECK(lb_cluster_map_reads(r) == 1);
+    CHECK(lb_cluster_route_next(r, &h) == 1 && h.b == &b);
+    CHECK(lb_cluster_node_port(r, h.node) == 10000 + 4 * (15495 % shards));
+    put("$1\r\nv\r\n");
+    answer(r, 1);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    for (unsigned s = 0; s < LB_CLUSTER_SLOTS; s++)
+        expect_slot(r, s, 10000 + 4 * (int)(s % shards));
+    CHECK(lb_cluster_map_reads(r) == 1);
+    lb_redis_free(r);
+
+    /* Two ranges sharing slot 100: no map. */
+    r = cluster(1, 0, 300);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    expect_hop(r, 7000, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT);
+    bput("*2\r\n");
+    for (int k = 0; k < 2; k++) {
+        bput("*4\r\n");
+        bbulk("slots");
+        bput("*2\r\n:%d\r\n:%d\r\n", k ? 100 : 0, k ? 16383 : 100);
+        bbulk("nodes");
+        bput("*1\r\n");
+        bnode(7000 + k, 1);
+    }
+    banswer(r);
+    fail(r, expect_hop(r, 7001, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT), /* the other seed */
+         LB_REDIS_ERR_CONNECT);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_ERR_PROTOCOL &&
+          strstr(lb_redis_errstr(r), "not a slot map"));
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+    free(bbuf);
+    bbuf = NULL;
+    blen = bcap = 0;
+}
+
+/* The index of the node at port, -1 when the client has none. */
+static int node_at(lb_redis *r, int port)
+{
+    for (int i = 0; i < 40000; i++) {
+        if (lb_cluster_node_host(r, i) && lb_cluster_node_port(r, i) == port)
+            return i;
+        if (!lb_cluster_node_host(r, i) && !lb_cluster_node_port(r, i) &&
+            !lb_cluster_node_conn(r, i) && i > 64)
+            break;
+    }
+    return -1;
+}
+
+/* (9) Nodes no map names any more are dropped when the next route begins: a
+ * -MOVED / -ASK target the map does not name, the nodes of an older map; the
+ * seeds stay. */
+static void test_dropped_nodes(void)
+{
+    lb_redis *r = cluster(1, 0, 0);
+    lb_redis_batch b;
+    get_a(&b);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    expect_map(r, 7000, 7002, 0);
+    expect_hop(r, 7002, "GET {a}k", 0);
+    put("-ASK 15495 127.0.0.1:7100\r\n");
+    answer(r, 1);
+    int t = expect_hop(r, 7100, "ASKING|GET {a}k", 0);
+    CHECK(lb_wire_opened(lb_cluster_node_conn(r, t)) == LB_REDIS_OK);
+    put("+OK\r\n$1\r\nv\r\n");
+    answer(r, 2);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    CHECK(node_at(r, 7100) == t);
+    /* the next route: 7100 (named by no map) is gone, its index free */
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    CHECK(node_at(r, 7100) < 0 && !lb_cluster_node_host(r, t) && !lb_cluster_node_conn(r, t));
+    expect_hop(r, 7002, "GET {a}k", 0);
+    put("-MOVED 15495 127.0.0.1:7003\r\n");
+    answer(r, 1);
+    expect_map(r, 7000, 7003, 0); /* 7002 named no more */
+    expect_hop(r, 7003, "GET {a}k", 0);
+    put("$1\r\nv\r\n");
+    answer(r, 1);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    CHECK(node_at(r, 7002) >= 0);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    CHECK(node_at(r, 7002) < 0 && node_at(r, 7003) >= 0);
+    CHECK(node_at(r, 7000) >= 0 && node_at(r, 7001) >= 0); /* the seeds */
+    expect_hop(r, 7003, "GET {a}k", 0);
+    put("$1\r\nv\r\n");
+    answer(r, 1);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    /* Many redirects to new addresses: the nodes never pile up. */
+    for (int k = 0; k < 500; k++) {
+        CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+        expect_hop(r, 7003, "GET {a}k", 0);
+        put("-ASK 15495 127.0.0.1:%d\r\n", 20000 + k);
+        answer(r, 1);
+        expect_hop(r, 20000 + k, "ASKING|GET {a}k", 0);
+        put("+OK\r\n$1\r\nv\r\n");
+        answer(r, 2);
+        expect_end(r);
+        CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    }
+    int live = 0;
+    for (int i = 0; i < 600; i++)
+        live += lb_cluster_node_host(r, i) != NULL;
+    CHECK_MSG(live <= 6, "%d nodes alive", live);
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+}
+
+/* (10) A map that leaves slots unserved (its node has not learned them yet) is
+ * read from another node; the complete one is used. */
+static void test_incomplete_map(void)
+{
+    for (int wire = 0; wire < 2; wire++) {
+        lb_redis *r = cluster(wire, 0, 0);
+        lb_redis_batch b;
+        get_a(&b);
+        CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+        long lo[1] = {0}, hi[1] = {8191};
+        int pr[1] = {7000}, rep[1] = {0};
+        expect_hop(r, 7000, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT);
+        shards_reply(1, lo, hi, pr, rep);
+        answer(r, 1);
+        expect_map(r, 7001, 7002, 0); /* the next node: complete */
+        CHECK(lb_cluster_map_reads(r) == 1);
+        expect_hop(r, 7002, "GET {a}k", 0);
+        put("$1\r\nv\r\n");
+        answer(r, 1);
+        expect_end(r);
+        CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+        lb_redis_batch_free(&b);
+        lb_redis_free(r);
+    }
+    /* No node knows slot 15495: the most complete map is used, and the route waits
+     * for the slot as for a cluster that is down (pauses, then the map again). */
+    lb_redis *r = cluster(1, 0, 120);
+    lb_redis_batch b;
+    get_a(&b);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    long lo[1] = {0}, hi[1] = {8191};
+    int pr[1] = {7000}, rep[1] = {0};
+    for (int port = 7000; port <= 7001; port++) {
+        expect_hop(r, port, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT);
+        shards_reply(1, lo, hi, pr, rep);
+        answer(r, 1);
+    }
+    expect_pause(r, 50);
+    CHECK(lb_cluster_map_reads(r) == 1);
+    lb_cluster_hop h;
+    int reads = 0;
+    while (lb_cluster_route_next(r, &h)) {
+        if (!h.b)
+            continue;
+        CHECK(batch_is(h.b, "CLUSTER SHARDS"));
+        shards_reply(1, lo, hi, pr, rep);
+        answer(r, 1);
+        reads++;
+    }
+    CHECK(reads >= 2);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_ERR_CONNECT &&
+          strstr(lb_redis_errstr(r), "serves slot 15495"));
+    /* a key of a served slot works with that map */
+    CHECK(lb_cluster_key_slot("b", 1) < 8192);
+    lb_redis_batch_clear(&b);
+    lb_redis_batch_argv(&b, 2, (const char *const[]){"GET", "{b}k"}, NULL);
+    CHECK(lb_cluster_route_begin(r, &b, 0) == LB_REDIS_OK);
+    expect_hop(r, 7000, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT);
+    shards_reply(1, lo, hi, pr, rep);
+    answer(r, 1);
+    expect_hop(r, 7001, "CLUSTER SHARDS", LB_REDIS_IDEMPOTENT);
+    shards_reply(1, lo, hi, pr, rep);
+    answer(r, 1);
+    expect_hop(r, 7000, "GET {b}k", 0);
+    put("$1\r\nv\r\n");
+    answer(r, 1);
+    expect_end(r);
+    CHECK(lb_cluster_route_end(r, NULL) == LB_REDIS_OK);
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+}
+
 static const t_case cases[] = {
     {"route_plain", test_plain},
     {"route_moved_ask", test_moved_ask},
@@ -490,6 +790,9 @@ static const t_case cases[] = {
     {"route_budget", test_budget},
     {"route_replica", test_replica},
     {"route_wire_exec_refused", test_wire_exec_refused},
+    {"route_big_map", test_big_map},
+    {"route_dropped_nodes", test_dropped_nodes},
+    {"route_incomplete_map", test_incomplete_map},
 };
 
 static int run(int argc, char **argv)

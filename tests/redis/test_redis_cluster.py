@@ -20,6 +20,7 @@ write; on a single primary too) and the sharded filters (shards=N, redis_sharded
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -28,7 +29,7 @@ import pytest
 import ling_bloom as lb
 from cluster_tools import cmdstat, errorstat, exists, key_slot, primaries, tag_on, url
 from hang_guard import returns
-from hostile_server import HostileServer, array, bulk, integer
+from hostile_server import HostileServer, array, bulk, integer, wait_until
 from key_names import ALL_BYTES, bitmap_names, sharded_names
 from redis_server import (HOST, RedisReplyError, SilentListener, exit_code_in_forked_child,
                           free_port)
@@ -49,6 +50,13 @@ def test_cluster_urls_are_checked(flavor):
     ]:
         with pytest.raises(ValueError, match=msg):
             flavor.RedisFilter.from_url(bad, "k", 100, 0.01)
+    # a URL of many nodes: a ValueError naming the limit (it was a bare MemoryError)
+    for n in (1001, 30001):
+        many = "redis+cluster://" + ",".join(f"10.0.{i // 250}.{i % 250}:7000" for i in range(n))
+        with pytest.raises(ValueError, match=f"names {n} nodes, at most 1000"):
+            flavor.RedisFilter.from_url(many, "k", 100, 0.01)
+    seeds = ",".join(f"10.0.{i // 250}.{i % 250}:7000" for i in range(1000))
+    flavor.RedisFilter.from_url("redis+cluster://" + seeds, "k", 100, 0.01).close()
     for kw in ({"host": "h"}, {"port": 1}, {"db": 2}):
         with pytest.raises(TypeError, match="cluster"):
             flavor.RedisFilter.from_url("redis+cluster://h:1", "k", 100, 0.01, **kw)
@@ -118,6 +126,184 @@ def test_a_refused_slot_map_adds_no_nodes(flavor, kind):
     finally:
         for s in silent:
             s.close()
+
+
+def test_a_slot_map_past_its_byte_limit_is_refused(flavor):
+    # A CLUSTER SHARDS reply of 17 MiB (a real cluster's is under 10 MB): a protocol error as
+    # it arrives, nothing parsed; the call returns (it used to parse whatever came).
+    huge = array(array(bulk(b"slots"), array(integer(0), integer(16383)), bulk(b"nodes"),
+                       array(array(bulk(b"id"), bulk(b"x" * (17 << 20)), bulk(b"port"),
+                                   integer(1), bulk(b"ip"), bulk(HOST.encode()), bulk(b"role"),
+                                   bulk(b"master"), bulk(b"health"), bulk(b"online")))))
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return huge
+        return b"-ERR no such command here\r\n"
+
+    with HostileServer(script) as srv:
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=0.2"
+        for f in (flavor.RedisFilter.from_url(u, "k", 100, 0.01),
+                  flavor.RedisBloomFilter.from_url(u, "k", 100, 0.01)):
+            with pytest.raises(lb.RedisProtocolError, match="at most 16777"):
+                returns(lambda: f.add("x"))
+            f.close()
+
+
+def test_a_slot_map_of_many_ranges_and_nodes_is_read_whole(flavor):
+    # One shard of 16384 single-slot ranges and 4000 nodes (0.6 MB): every range once and
+    # every node once (the parse went over every node for every range: minutes).  The map
+    # names this server for every slot, which then answers the call's commands itself.
+    nodes = [array(*(bulk(x) for x in (b"port",)), integer(p),
+                   *(bulk(x) for x in (b"ip", HOST.encode(), b"role", b"replica", b"health",
+                                       b"online")))
+             for p in range(20000, 24000)]
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return the_map
+        return b"-ERR no such command here\r\n"
+
+    with HostileServer(script) as srv:
+        me = array(bulk(b"port"), integer(srv.port), bulk(b"ip"), bulk(HOST.encode()),
+                   bulk(b"role"), bulk(b"master"), bulk(b"health"), bulk(b"online"))
+        the_map = array(array(bulk(b"slots"),
+                              array(*(integer(s) for s in range(16384) for _ in (0, 1))),
+                              bulk(b"nodes"), array(*nodes, me)))
+        assert len(the_map) > 500_000
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=0.2"
+        with flavor.RedisFilter.from_url(u, "k", 100, 0.01) as f:
+            with pytest.raises(lb.RedisResponseError, match="no such command here"):
+                returns(lambda: f.add("x"))
+        asked = [a for _, a in srv.commands if a[:1] == [b"CLUSTER"]]
+        assert len(asked) == 1 and len(srv.commands) > 1  # the map taken, the call sent
+
+
+def open_sockets_to(ports) -> int:
+    """This process's TCP sockets whose peer is 127.0.0.1 on one of ports (/proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    want = {f"0100007F:{p:04X}" for p in ports}
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if cols[2] in want and cols[9] in inodes and cols[3] == "01":  # ESTABLISHED
+                n += 1
+    return n
+
+
+def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server):
+    # Each call is sent with -ASK to another address the map does not name (a server in
+    # front of a real one): the client drops such a node when the next call begins, so its
+    # connections do not pile up (they used to stay open: 40 calls, 40 sockets).
+    targets = []
+
+    def target(ctx, args):
+        return b"+OK\r\n" if args[:1] == [b"ASKING"] else None
+
+    def seed(ctx, args):
+        if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+            return array(array(bulk(b"slots"), array(integer(0), integer(16383)),
+                               bulk(b"nodes"),
+                               array(array(bulk(b"port"), integer(srv.port), bulk(b"ip"),
+                                           bulk(HOST.encode()), bulk(b"role"), bulk(b"master"),
+                                           bulk(b"health"), bulk(b"online")))))
+        seed.n += 1
+        t = targets[seed.n % len(targets)]
+        return b"-ASK 0 %s:%d\r\n" % (HOST.encode(), t.port)
+    seed.n = 0
+
+    with HostileServer(seed) as srv:
+        targets.extend(HostileServer(target, upstream_port=redis_server.port) for _ in range(40))
+        try:
+            ports = [t.port for t in targets]
+            u = f"redis+cluster://{HOST}:{srv.port}"
+            with flavor.RedisFilter.from_url(u, "fd", 1000, 0.01) as f:
+                most = 0
+                for i in range(80):
+                    f.test(f"k{i}")
+                    most = max(most, open_sockets_to(ports))
+                assert sum(t.connections for t in targets) >= 40  # every target was used
+                assert most <= 3, f"{most} connections open to the redirect targets"
+        finally:
+            for t in targets:
+                t.stop()
+
+
+def test_a_map_that_lacks_slots_is_read_from_another_node(flavor, cluster):
+    # Just after a cluster forms, a node may not know every slot yet: its map leaves some
+    # unserved.  Here the seed is such a node for good (its map lacks the range of the
+    # filter's key); the client reads the map again from a node that map named, instead of
+    # failing with "no node of the Redis Cluster serves slot ...".
+    key = "fresh:{x}"
+    slot = key_slot(key.encode())
+    owners = cluster._slot_owners(cluster.live()[0])
+    partial = [(lo, hi, port) for lo, hi, port in owners if not lo <= slot <= hi]
+    assert len(partial) == len(owners) - 1
+
+    def script(ctx, args):
+        if [a.upper() for a in args[:2]] == [b"CLUSTER", b"SHARDS"]:
+            return array(*(array(bulk(b"slots"), array(integer(lo), integer(hi)),
+                                 bulk(b"nodes"),
+                                 array(array(bulk(b"port"), integer(port), bulk(b"ip"),
+                                             bulk(HOST.encode()), bulk(b"role"),
+                                             bulk(b"master"), bulk(b"health"), bulk(b"online"))))
+                           for lo, hi, port in partial))
+        return b"-ERR not a data node\r\n"
+
+    with HostileServer(script) as srv:
+        u = f"redis+cluster://{HOST}:{srv.port}?cluster_retry_timeout=1"
+        with flavor.RedisFilter.from_url(u, key, 1000, 0.01) as f:
+            assert f.add("a") is True and "a" in f and "b" not in f
+        with flavor.RedisBloomFilter.from_url(u, key + ":bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True and "a" in bf
+        assert not [a for _, a in srv.commands if a[:1] != [b"CLUSTER"]]  # no data sent there
+
+
+def test_a_node_the_new_map_does_not_name_is_closed(flavor, redis_server):
+    # A serves every slot, then the map moves them all to B (A answers -MOVED): when the next
+    # call begins, A is named by no map and its connection is closed (the asyncio filter
+    # closes the socket it carried for that node too).
+    state = {"owner": None}
+
+    def map_of(port):
+        return array(array(bulk(b"slots"), array(integer(0), integer(16383)), bulk(b"nodes"),
+                           array(array(bulk(b"port"), integer(port), bulk(b"ip"),
+                                       bulk(HOST.encode()), bulk(b"role"), bulk(b"master"),
+                                       bulk(b"health"), bulk(b"online")))))
+
+    def node(me):
+        def script(ctx, args):
+            if [a.upper() for a in args[:1]] == [b"CLUSTER"]:
+                return map_of(state["owner"].port)
+            if args[:1] == [b"ASKING"]:
+                return b"+OK\r\n"
+            if state["owner"] is not me():
+                return b"-MOVED 0 %s:%d\r\n" % (HOST.encode(), state["owner"].port)
+            return None
+        return script
+
+    with HostileServer(node(lambda: None)) as seed, \
+            HostileServer(node(lambda: a), upstream_port=redis_server.port) as a, \
+            HostileServer(node(lambda: b), upstream_port=redis_server.port) as b:
+        state["owner"] = a
+        with flavor.RedisFilter.from_url(f"redis+cluster://{HOST}:{seed.port}", "moving",
+                                         1000, 0.01) as f:
+            f.add("x")
+            assert open_sockets_to([a.port]) == 1
+            state["owner"] = b
+            assert "x" in f           # -MOVED, the map read again: B
+            assert "x" in f           # A is dropped as this call begins
+            assert wait_until(lambda: open_sockets_to([a.port]) == 0)
+            assert open_sockets_to([b.port]) == 1
 
 
 def test_every_operation_on_every_primary(flavor, cluster):
@@ -707,6 +893,32 @@ def test_keys_with_nul_and_brace_bytes_on_a_cluster(flavor, cluster):
     finally:
         for f in filters:
             f.close()
+
+
+def test_keys_with_a_closing_brace_and_no_hash_tag_on_a_cluster(flavor, cluster):
+    # "a}b", "a{}b", "order}": no hash tag, so the key hashes whole; its meta key and parts
+    # must land in that slot too, or every call fails with CROSSSLOT/MOVED on a cluster
+    # while it works on one server.
+    redis = pytest.importorskip("redis")
+    items = [f"item:{i}" for i in range(200)]
+    for k in (b"a}b", b"a{}b", b"order}", b"}{", b"x{}y}"):
+        names = bitmap_names(k)
+        assert all(cluster.node_for_slot(key_slot(n)).port ==
+                   cluster.node_for_slot(key_slot(k)).port for n in names)
+        with flavor.RedisFilter.from_url(url(cluster), k, 3000, 0.01) as f:
+            assert set(f.key_names()) == names
+            assert f.add("first") is True and f.add("first") is False and "first" in f
+            f.update(items)
+            assert all(f.test_many(items))
+            with redis.Redis(host=HOST, port=cluster.node_for_slot(key_slot(k)).port) as c:
+                assert all(c.exists(n) == 1 for n in names)
+            f.reset()
+            assert not any(f.test_many(items))
+        with flavor.RedisFilter.from_url(url(cluster), k + b":sh", 3000, 0.01, shards=3) as f:
+            f.update(items)
+            assert all(f.test_many(items))
+            f.reset()
+            assert not any(f.test_many(items))
 
 
 def test_sharded_filter_arguments(flavor):

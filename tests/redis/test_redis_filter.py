@@ -904,6 +904,27 @@ def test_bad_urls(url):
         RedisFilter.from_url(url, "bf", 100)
 
 
+@pytest.mark.parametrize("kwargs, what", [
+    (dict(url="redis://good\x00@evil:1234"), "URL"),
+    (dict(url="redis+sentinel://127.0.0.1:26379/svc\x00other"), "URL"),
+    (dict(url="redis+cluster://127.0.0.1:7000\x00,evil:1"), "URL"),
+    (dict(host="good\x00evil"), "host"),
+    (dict(host=b"good\x00evil"), "host"),
+    (dict(password="secret\x00tail"), "password"),
+    (dict(username="user\x00tail"), "username"),
+    (dict(unix_socket_path="/tmp/a\x00b"), "unix_socket_path"),
+    (dict(ssl=True, ssl_ca_certs="/etc/ssl\x00/x"), "ssl_ca_certs"),
+    (dict(ssl=True, ssl_cert_reqs="required\x00x"), "ssl_cert_reqs"),
+])
+def test_a_nul_byte_in_a_url_or_connection_keyword_is_refused(flavor, kwargs, what):
+    # C takes these as C strings: a NUL would cut them short and connect elsewhere
+    # ("redis://good\0@evil:1234" read as good:6379), so it is refused, as a newline is.
+    for make in (lambda: flavor.RedisFilter("bf", 100, **kwargs),
+                 lambda: flavor.RedisBloomFilter("bf", 100, 0.01, **kwargs)):
+        with pytest.raises(ValueError, match=f"{what}.*NUL byte"):
+            make()
+
+
 @pytest.mark.parametrize("kwargs, exc", [
     (dict(url=123), TypeError),
     (dict(port="6379"), TypeError),

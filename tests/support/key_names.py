@@ -25,10 +25,38 @@ def has_hash_tag(key: bytes) -> bool:
     return o >= 0 and key.find(b"}", o + 1) > o + 1
 
 
+def crc16(data: bytes) -> int:
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def key_slot(key: bytes) -> int:
+    o = key.find(b"{")
+    c = key.find(b"}", o + 1) if o >= 0 else -1
+    return crc16(key[o + 1:c] if c > o + 1 else key) & 16383
+
+
+def slot_tag(slot: int) -> bytes:
+    """The four bytes of '@'..'O' (0x40 | a nibble each, the smallest first) whose slot is slot."""
+    for v in range(65536):
+        tag = bytes(0x40 | (v >> s) & 15 for s in (12, 8, 4, 0))
+        if crc16(tag) & 16383 == slot:
+            return tag
+    raise AssertionError(f"no tag for slot {slot}")
+
+
 def base(key: bytes) -> bytes:
-    """The prefix of the names that must share the key's slot: the key when it has a hash tag
-    or a '}', else "{key}"."""
-    return key if has_hash_tag(key) or b"}" in key else b"{" + key + b"}"
+    """The prefix of the names that must share the key's slot: the key when it has a hash tag,
+    "{key}" when it holds no '}', else "{T}key" with T a tag of the key's slot."""
+    if has_hash_tag(key):
+        return key
+    if b"}" not in key:
+        return b"{" + key + b"}"
+    return b"{" + slot_tag(key_slot(key)) + b"}" + key
 
 
 def bitmap_names(key: bytes, nparts: int = 1) -> Set[bytes]:
