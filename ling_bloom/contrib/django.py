@@ -682,13 +682,47 @@ def model_keys(name: str, chunk_size: int = 10_000) -> Any:
     return (prefix + str(v) for v in it) if prefix else it
 
 
-def model_fetch(name: str) -> Callable[[Any, int], List[Tuple[Any, Any]]]:
-    """fetch(after, limit) for ``ling_bloom.warmup.sync``: (pk, key) rows with pk > after."""
+def incremental_settings(name: str) -> Dict[str, Any]:
+    """How ``bloom_warmup --incremental`` finds the rows of filter ``name`` it has not
+    read (INCREMENTAL): {"SINCE": a column every write sets (a DateTimeField with
+    auto_now), "LAG": seconds re-read behind the newest value seen (default 300)}, or by
+    primary key {"OVERLAP": ids re-read behind the highest one seen (default 1000)}."""
+    inc = filter_settings(name).get("INCREMENTAL") or {}
+    if not isinstance(inc, dict):
+        raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['INCREMENTAL'] must be a dict")
+    unknown = set(inc) - {"SINCE", "LAG", "OVERLAP"}
+    if unknown:
+        raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['INCREMENTAL']: unknown "
+                                   f"{', '.join(sorted(unknown))} (SINCE, LAG, OVERLAP)")
+    out = {"SINCE": inc.get("SINCE"), "LAG": float(inc.get("LAG", 300)),
+           "OVERLAP": int(inc.get("OVERLAP", 1000))}
+    if out["LAG"] < 0 or out["OVERLAP"] < 0:
+        raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['INCREMENTAL']: LAG and "
+                                   f"OVERLAP are >= 0")
+    return out
+
+
+def model_position(name: str) -> Any:
+    """The incremental position of filter ``name``'s table now: the newest SINCE value
+    (INCREMENTAL SINCE), else the highest primary key; None for an empty table."""
+    from django.db.models import Max
+
+    model, _ = _model(name)
+    column = incremental_settings(name)["SINCE"] or "pk"
+    return model._default_manager.aggregate(m=Max(column))["m"]
+
+
+def model_fetch(name: str, since: Any = None) -> Callable[[Any, int], List[Tuple[Any, Any]]]:
+    """fetch(after, limit) for ``ling_bloom.warmup.sync``: (pk, key) rows with pk > after,
+    in pk order; with ``since``, only rows whose INCREMENTAL SINCE column is >= since."""
     model, field = _model(name)
     prefix = filter_settings(name).get("PREFIX", "")
+    column = incremental_settings(name)["SINCE"]
 
     def fetch(after: Any, limit: int) -> List[Tuple[Any, Any]]:
         qs = model._default_manager.order_by("pk")
+        if since is not None:
+            qs = qs.filter(**{f"{column}__gte": since})
         if after is not None:
             qs = qs.filter(pk__gt=after)
         rows = list(qs.values_list("pk", field)[:limit])

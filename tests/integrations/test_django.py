@@ -154,7 +154,7 @@ def test_a_running_process_reloads_file_when_the_warm_up_replaces_it(tmp_path):
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert "1 new keys" in proc.stdout
+        assert "last id 11" in proc.stdout
         deadline = time.monotonic() + 10        # a margin of seconds over CHECK_EVERY=0.2
         while get(c, "/products/11/")[0].status_code != 200:
             assert time.monotonic() < deadline, "the running process never reloaded FILE"
@@ -255,13 +255,14 @@ def test_warmup_command_saves_and_resumes_incrementally():
 
     bulk(range(101, 104))  # rows the signals never saw
     lbd.reset()  # a new process: it loads the saved file
-    with CaptureQueriesContext(connection) as q:
-        out = io.StringIO()
-        call_command("bloom_warmup", "products", "--incremental", stdout=out)
-    assert "3 new keys" in out.getvalue() and "last id 103" in out.getvalue()
-    # only rows above 100 were read: one short batch
+    with override_settings(LING_BLOOM=_products(INCREMENTAL={"OVERLAP": 10})):
+        with CaptureQueriesContext(connection) as q:
+            out = io.StringIO()
+            call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "13 keys read" in out.getvalue() and "last id 103" in out.getvalue()
+    # only rows above 100 - OVERLAP were read: one short batch
     selects = [x["sql"] for x in q.captured_queries if x["sql"].startswith("SELECT")]
-    assert len(selects) == 1 and '> 100' in selects[0]
+    assert len(selects) == 1 and '> 90' in selects[0]
     again = lb.load(PRODUCTS_FILE)
     assert all(again.test_many(["1", "100", "101", "103"]))
     r, queries = get(Client(), "/products/103/")
@@ -702,3 +703,130 @@ def test_a_test_run_never_writes_the_deployed_file():
     assert os.path.exists(PRODUCTS_FILE) and not os.path.exists(DEPLOYED_FILE)
     assert not os.path.exists(DEPLOYED_FILE + ".sync.json")
     assert lbd.filter_file("products").endswith(".test")
+
+
+# ------------------------------------------------------------------------- warm-ups
+
+
+def _filter_conf(name, model, field, path, **extra):
+    spec = {"CLASS": "MemoryFilter", "OPTIONS": {"capacity": 1000, "error_rate": 0.001},
+            "MODEL": model, "FIELD": field, "FILE": str(path)}
+    spec.update(extra)
+    return _conf(FILTERS=dict(settings.LING_BLOOM["FILTERS"], **{name: spec}))
+
+
+def _run_env():
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    support = os.path.join(tests, "support")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]),
+                LING_BLOOM_DJANGO_TMP=_TMP, DJANGO_SETTINGS_MODULE="django_project.settings")
+
+
+def test_incremental_reads_a_row_committed_after_a_higher_numbered_one():
+    # "primary key above the last one seen": a row whose id was taken before the last
+    # run and committed after it (two PostgreSQL transactions) was skipped for good.
+    bulk(list(range(1, 11)) + [12])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    bulk([11])                                   # committed late, below the position 12
+    out = io.StringIO()
+    call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "11" in lb.load(PRODUCTS_FILE)
+    assert "last id 12" in out.getvalue()
+
+
+def test_incremental_by_an_updated_at_column_sees_changed_keys_and_late_commits(tmp_path):
+    # QuerySet.update of the key field was never seen by --incremental (by primary key).
+    import datetime
+
+    from django.db.models.functions import Now
+
+    from django_project.shop.models import Article
+
+    path = tmp_path / "articles.bloom"
+    conf = _filter_conf("articles", "shop.Article", "slug", path,
+                        INCREMENTAL={"SINCE": "updated_at", "LAG": 60})
+    with override_settings(LING_BLOOM=conf):
+        Article.objects.bulk_create([Article(slug=f"a-{i}") for i in range(5)])
+        call_command("bloom_warmup", "articles", "--no-progress", stdout=io.StringIO())
+        path = lbd.filter_file("articles")           # the test run's own file
+        position = lb.warmup.FileState(path + ".sync.json").load()
+        assert isinstance(position, datetime.datetime)
+        first = Article.objects.order_by("pk").first()
+        Article.objects.filter(pk=first.pk).update(slug="renamed", updated_at=Now())
+        # a row stamped before the last run's position, committed after it (within LAG)
+        late = Article.objects.create(slug="late")
+        Article.objects.filter(pk=late.pk).update(
+            updated_at=position - datetime.timedelta(seconds=30))
+        out = io.StringIO()
+        call_command("bloom_warmup", "articles", "--incremental", stdout=out)
+        saved = lb.load(str(path))
+        assert "renamed" in saved and "late" in saved and "a-3" in saved
+        assert "keys read" in out.getvalue()
+
+
+def test_incremental_when_the_file_is_gone_is_a_full_warm_up():
+    # FILE deleted, its position file kept: --incremental published a filter of only the
+    # new rows, and every older row answered 404 in every worker.
+    bulk(range(1, 21))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    os.unlink(PRODUCTS_FILE)
+    bulk(range(21, 26))
+    out = io.StringIO()
+    call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "a full warm-up instead of --incremental" in out.getvalue()
+    saved = lb.load(PRODUCTS_FILE)
+    assert all(saved.test_many([str(i) for i in range(1, 26)]))
+
+
+def test_warm_up_of_a_uuid_primary_key_publishes_and_keeps_its_position(tmp_path):
+    # It failed with "UUID is not JSON serializable" after saving its position, and
+    # published nothing: the guard stayed unwarmed for ever.
+    from django.core.management.base import CommandError
+
+    from django_project.shop.models import Voucher
+
+    vouchers = Voucher.objects.bulk_create([Voucher(code=f"v{i}") for i in range(5)])
+    path = tmp_path / "vouchers.bloom"
+    with override_settings(LING_BLOOM=_filter_conf("vouchers", "shop.Voucher", "pk", path)):
+        call_command("bloom_warmup", "vouchers", "--no-progress", stdout=io.StringIO())
+        path = lbd.filter_file("vouchers")
+        saved = lb.load(str(path))
+        assert all(str(v.pk) in saved for v in vouchers)
+        import uuid
+
+        assert isinstance(lb.warmup.FileState(str(path) + ".sync.json").load(), uuid.UUID)
+        with pytest.raises(CommandError, match="SINCE"):   # UUIDs are not in write order
+            call_command("bloom_warmup", "vouchers", "--incremental", stdout=io.StringIO())
+
+
+def test_the_position_is_saved_only_after_the_filter_is_published(monkeypatch):
+    from ling_bloom.contrib.django_app.management.commands import bloom_warmup as cmd
+
+    bulk(range(1, 11))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    state = lb.warmup.FileState(PRODUCTS_FILE + ".sync.json")
+    assert state.load() == 10
+    bulk(range(11, 16))
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cmd, "publish", fail)
+    with pytest.raises(OSError):
+        call_command("bloom_warmup", "products", "--incremental", stdout=io.StringIO())
+    assert state.load() == 10                      # not moved past the unpublished rows
+
+
+def test_warm_up_of_an_in_memory_filter_from_the_command_line_fails():
+    # It filled its own process's filter, said "100 keys" and exited 0; every product then
+    # answered 404 in the servers.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "django", "bloom_warmup", "skus", "--no-progress"],
+                          env=_run_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "no server process sees" in proc.stderr
+    out, err = io.StringIO(), io.StringIO()
+    call_command("bloom_warmup", "skus", "--no-progress", stdout=out, stderr=err)
+    assert "warning:" in err.getvalue()            # in-process (a test, a shell): it fills
