@@ -859,8 +859,7 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
 
     def on_save(sender: Any, instance: Any, raw: bool = False, using: Optional[str] = None,
                 **kwargs: Any) -> None:
-        if raw:  # loaddata: fixtures are added by the warm-up
-            return
+        # raw: loaddata's rows (their key column is set; related rows may not be yet)
         value = getattr(instance, attname, None)
         if value is None:
             return
@@ -904,6 +903,7 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
         except Exception as e:  # noqa: BLE001
             log.warning("ling_bloom filter %r: %s", name, e)
 
+    on_save.__doc__ = f"post_save hook of ling_bloom filter {name!r}"
     post_save.connect(on_save, sender=model, weak=False,
                       dispatch_uid=f"ling_bloom:{name}:{model._meta.label}:{field}")
     post_delete.connect(on_delete, sender=model, weak=False,
@@ -912,7 +912,37 @@ def connect_model(name: str, model: Any = None, field: Optional[str] = None) -> 
 
 
 def connect_signals() -> None:
-    """post_save hooks for every filter with a MODEL and SIGNALS not False."""
+    """post_save hooks for every filter with a MODEL and SIGNALS not False, and the note
+    after ``migrate`` (post_migrate) that rows migrations wrote are not in the filters."""
+    from django.db.models.signals import post_migrate
+
     for name, spec in (_config().get("FILTERS") or {}).items():
         if isinstance(spec, dict) and spec.get("MODEL") and spec.get("SIGNALS", True):
             connect_model(name)
+    post_migrate.connect(after_migrate, dispatch_uid="ling_bloom.contrib.django.after_migrate")
+
+
+def after_migrate(sender: Any = None, app_config: Any = None, verbosity: int = 1,
+                  plan: Any = None, **kwargs: Any) -> List[str]:
+    """post_migrate: a data migration (RunPython, bulk_create, SQL) writes rows no save
+    hook sees (a migration's historical models send their signals to themselves): say so,
+    for each filter whose MODEL is in an app whose migrations just ran.  Returns the lines."""
+    lines: List[str] = []
+    if app_config is None or not plan:
+        return lines
+    labels = {m.app_label for m, backwards in plan if not backwards}
+    if app_config.label not in labels:
+        return lines
+    for name, spec in (_config().get("FILTERS") or {}).items():
+        model = spec.get("MODEL") if isinstance(spec, dict) else None
+        label = model.split(".")[0] if isinstance(model, str) else \
+            getattr(getattr(model, "_meta", None), "app_label", None)
+        if label == app_config.label:
+            lines.append(f"ling_bloom: migrations of {label!r} ran: rows they wrote are not in "
+                         f"filter {name!r} until `manage.py bloom_warmup {name}` (or its "
+                         f"--incremental) runs")
+    for line in lines:
+        log.warning("%s", line)
+        if verbosity >= 1 and kwargs.get("stdout") is not None:
+            kwargs["stdout"].write(line)
+    return lines

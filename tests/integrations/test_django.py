@@ -830,3 +830,30 @@ def test_warm_up_of_an_in_memory_filter_from_the_command_line_fails():
     out, err = io.StringIO(), io.StringIO()
     call_command("bloom_warmup", "skus", "--no-progress", stdout=out, stderr=err)
     assert "warning:" in err.getvalue()            # in-process (a test, a shell): it fills
+
+
+def test_loaddata_rows_reach_the_filter(tmp_path):
+    # loaddata (post_save with raw=True) was skipped: its rows answered 404 until a warm-up.
+    import json
+
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    fixture = tmp_path / "products.json"
+    fixture.write_text(json.dumps([{"model": "shop.product", "pk": 4242,
+                                    "fields": {"sku": "fx-4242", "name": "from a fixture"}}]))
+    call_command("loaddata", str(fixture), verbosity=0)
+    r, queries = get(Client(), "/products/4242/")
+    assert (r.status_code, queries) == (200, 1)
+
+
+def test_migrate_says_that_migrated_rows_need_a_warm_up():
+    from django.apps import apps
+
+    class Migration:
+        app_label = "shop"
+
+    out = io.StringIO()
+    lines = lbd.after_migrate(app_config=apps.get_app_config("shop"), verbosity=1,
+                              plan=[(Migration(), False)], stdout=out)
+    assert any("'products'" in x and "bloom_warmup" in x for x in lines)
+    assert "bloom_warmup products" in out.getvalue()
+    assert lbd.after_migrate(app_config=apps.get_app_config("shop"), plan=[]) == []
