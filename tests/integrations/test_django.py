@@ -857,3 +857,21 @@ def test_migrate_says_that_migrated_rows_need_a_warm_up():
     assert any("'products'" in x and "bloom_warmup" in x for x in lines)
     assert "bloom_warmup products" in out.getvalue()
     assert lbd.after_migrate(app_config=apps.get_app_config("shop"), plan=[]) == []
+
+
+def test_a_process_that_saved_a_row_exits_without_an_ignored_exception(tmp_path):
+    # Every process that saved a guarded row (gunicorn worker restarts, manage.py shell,
+    # test runs) printed "Exception ignored in LogReader.close ... AttributeError" at exit.
+    import subprocess
+    import sys
+
+    env = dict(_run_env(), LING_BLOOM_DJANGO_TMP=str(tmp_path))
+    dj = [sys.executable, "-m", "django"]
+    for argv in (["migrate", "--run-syncdb", "-v0"], ["bloom_warmup", "products", "--no-progress"]):
+        proc = subprocess.run(dj + argv, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(dj + ["shell", "-c", "from django_project.shop.models import Product; "
+                                "print(Product.objects.create(sku='x1', name='x').pk)"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("1"), proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
