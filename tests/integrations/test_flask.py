@@ -481,3 +481,20 @@ def test_an_in_memory_filter_warns_at_set_up_that_workers_do_not_share_adds(tmp_
         app.config["LING_BLOOM_FILES"] = {"p": str(tmp_path / "p.bloom")}
         BloomGuard(app, filters={"p": lambda: lb.MemoryFilter(100, 0.01)},
                    metrics=False).get_guard("p")
+
+
+def test_incremental_warm_up_when_the_served_file_is_gone_is_a_full_one(db, tmp_path):
+    # FILE deleted, its position kept: --incremental published a filter of only the new
+    # rows, and every older row answered 404 in every worker.
+    path = tmp_path / "products.bloom"
+    state = tmp_path / "products.sync.json"
+    app, bloom = make_app(db, LING_BLOOM_FILES={"products": str(path)})
+    warm(app, "products", "--incremental", "--state", str(state))
+    assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 201)]))
+    path.unlink()
+    conn = db.connect()
+    conn.execute("INSERT INTO product VALUES (?, ?, ?)", (201, "n", "n"))
+    conn.commit(); conn.close()
+    out = warm(app, "products", "--incremental", "--state", str(state))
+    assert "a full warm-up instead of --incremental" in out
+    assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 202)]))
