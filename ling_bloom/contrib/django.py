@@ -25,10 +25,19 @@ settings.py::
                 "MODEL": "shop.Product", "FIELD": "pk",
                 "PREFIX": "",                                # prepended to every key
                 "SIGNALS": True,                             # add keys of saved rows
+                # how --incremental finds new rows: by primary key, re-reading OVERLAP
+                # ids below the last run's highest; or by a column every write sets,
+                # re-reading LAG seconds behind the newest value the last run saw
+                "INCREMENTAL": {"OVERLAP": 1000},            # or {"SINCE": "updated_at",
+                                                             #     "LAG": 300}
+                # "TEST_FILE": ...,   # under Django's test database (default FILE + ".test")
+                # "GUARD_OPTIONS": {"on_filter_error": "open"},   # Guard(...) keywords
             },
         },
+        "METHODS": ["GET", "HEAD"],   # the methods guarded (the default; "*": all; per route too)
         "ROUTES": [
-            # the URL name (or "namespace:name") and the URL kwarg carrying the key
+            # the full URL name ("namespace:name"; a bare name when no other URL has it)
+            # and the URL kwarg carrying the key
             {"URL_NAME": "product-detail", "KWARG": "pk", "FILTER": "products"},
             # or a regular expression on request.path_info with a named group
             {"PATTERN": r"^/legacy/product/(?P<pk>\\d+)/$", "KWARG": "pk", "FILTER": "products"},
@@ -42,7 +51,10 @@ still answers 404 is counted as an observed false positive of the filter
 (``get_guard("products").stats()``; exported to Prometheus when installed).
 
 ``python manage.py bloom_warmup products`` fills the filter from MODEL.FIELD (and saves it
-to FILE); ``--incremental`` reads only rows newer than the last run's.
+to FILE); ``--incremental`` reads only the rows written since the last run (INCREMENTAL).
+A filter that cannot be made (its backend down, a set-up mistake) never fails a request:
+the guard's failure policy answers, or the route is served unguarded (logged); a save hook
+that fails is logged and the write stands (``stale_filters()``).
 ``guard_for("products", cache="default")`` decorates a loader with the full flow (filter,
 Django's cache with null caching, one loader call per key at a time).
 """
