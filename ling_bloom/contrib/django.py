@@ -133,16 +133,24 @@ def filter_settings(name: str) -> Dict[str, Any]:
 
 
 def _test_database() -> bool:
-    """Whether the default database is the one Django's test runner made (``manage.py
-    test``, a TestCase, pytest-django): its NAME is the test database's name."""
+    """Whether the default database is one Django's test runner made (``manage.py test``,
+    a TestCase, pytest-django): its NAME is its TEST NAME setting, else the in-memory
+    SQLite test database, else (other databases) the default test name, "test_" + NAME."""
     try:
         from django.db import DEFAULT_DB_ALIAS, connections
 
         if DEFAULT_DB_ALIAS not in settings.DATABASES:
             return False
         conn = connections[DEFAULT_DB_ALIAS]
-        name = conn.settings_dict.get("NAME")
-        return bool(name) and name == conn.creation._get_test_db_name()
+        name = str(conn.settings_dict.get("NAME") or "")
+        test_name = (conn.settings_dict.get("TEST") or {}).get("NAME")
+        if not name:
+            return False
+        if test_name:
+            return name == str(test_name)
+        if conn.vendor == "sqlite":
+            return name.startswith("file:memorydb_") or name == conn.creation._get_test_db_name()
+        return name.startswith("test_")  # create_test_db has already renamed NAME
     except Exception:  # no database configured, a backend without a test name ...
         return False
 

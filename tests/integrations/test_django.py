@@ -875,3 +875,20 @@ def test_a_process_that_saved_a_row_exits_without_an_ignored_exception(tmp_path)
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("1"), proc.stderr
     assert "Exception ignored" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("vendor,name,test_name,expected", [
+    ("postgresql", "test_shop", None, True),          # create_test_db renamed "shop"
+    ("postgresql", "shop", None, False),
+    ("postgresql", "shop_ci", "shop_ci", True),       # TEST NAME set
+    ("sqlite", "file:memorydb_default?mode=memory&cache=shared", None, True),
+    ("sqlite", "/srv/shop/db.sqlite3", None, False),
+])
+def test_the_test_database_is_recognised_on_each_backend(monkeypatch, vendor, name, test_name,
+                                                         expected):
+    monkeypatch.setattr(connection, "vendor", vendor)
+    monkeypatch.setitem(connection.settings_dict, "NAME", name)
+    monkeypatch.setitem(connection.settings_dict, "TEST", dict(connection.settings_dict["TEST"],
+                                                              NAME=test_name))
+    assert lbd._test_database() is expected
+    assert lbd.filter_file("products").endswith(".test") is expected
