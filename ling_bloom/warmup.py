@@ -301,9 +301,11 @@ def _decode_position(data: Dict[str, Any]) -> Any:
     value, kind = data.get("last_id"), data.get("type")
     if value is None or kind is None:
         return value
-    decode = {"uuid": uuid.UUID, "datetime": datetime.datetime.fromisoformat,
-              "date": datetime.date.fromisoformat, "decimal": decimal.Decimal,
-              "bytes": bytes.fromhex}.get(kind)
+    decoders: Dict[str, Callable[[str], Any]] = {
+        "uuid": uuid.UUID, "datetime": datetime.datetime.fromisoformat,
+        "date": datetime.date.fromisoformat, "decimal": decimal.Decimal,
+        "bytes": bytes.fromhex}
+    decode = decoders.get(kind)
     if decode is None:
         raise ValueError(f"a position of an unknown type {kind!r}")
     return decode(value)

@@ -65,7 +65,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
 
 try:
     from django.conf import settings
@@ -242,7 +242,7 @@ def get_filter(name: str) -> Any:
     return f
 
 
-def _backend_errors(name: str) -> Tuple[type, ...]:
+def _backend_errors(name: str) -> Tuple[Type[BaseException], ...]:
     from ling_bloom._breaker import _default_filter_errors
 
     errors = (filter_settings(name).get("GUARD_OPTIONS") or {}).get("filter_errors")
@@ -714,9 +714,9 @@ def incremental_settings(name: str) -> Dict[str, Any]:
     if unknown:
         raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['INCREMENTAL']: unknown "
                                    f"{', '.join(sorted(unknown))} (SINCE, LAG, OVERLAP)")
-    out = {"SINCE": inc.get("SINCE"), "LAG": float(inc.get("LAG", 300)),
-           "OVERLAP": int(inc.get("OVERLAP", 1000))}
-    if out["LAG"] < 0 or out["OVERLAP"] < 0:
+    lag, overlap = float(inc.get("LAG", 300)), int(inc.get("OVERLAP", 1000))
+    out: Dict[str, Any] = {"SINCE": inc.get("SINCE"), "LAG": lag, "OVERLAP": overlap}
+    if lag < 0 or overlap < 0:
         raise ImproperlyConfigured(f"LING_BLOOM['FILTERS'][{name!r}]['INCREMENTAL']: LAG and "
                                    f"OVERLAP are >= 0")
     return out
