@@ -774,7 +774,9 @@ _stale: Dict[str, float] = {}
 def stale_filters() -> Dict[str, float]:
     """{filter name: time.time() of the first add a save hook could not make} for the
     filters of this process that lack keys of rows saved since (their backend failed).
-    A warm-up of the filter (or the hook's next add that succeeds) clears it."""
+    The hook's next add that succeeds (it adds the missed keys too), or a warm-up run in
+    this process, clears it; a warm-up run elsewhere brings the keys back to the filter
+    but this process learns it only at its next successful add."""
     with _lock:
         return dict(_stale)
 
@@ -788,7 +790,8 @@ def _mark_stale(name: str, key: Any, error: BaseException) -> None:
             missed.add(key)
     (log.error if first else log.warning)(
         "ling_bloom filter %r: the key of a saved row could not be added (%s: %s); the row "
-        "is saved; the filter is stale until the next add succeeds or bloom_warmup runs",
+        "is saved; the filter lacks it until this process's next add succeeds or "
+        "bloom_warmup runs",
         name, type(error).__name__, error)
 
 
@@ -962,7 +965,7 @@ def after_migrate(sender: Any = None, app_config: Any = None, verbosity: int = 1
                          f"filter {name!r} until `manage.py bloom_warmup {name}` (or its "
                          f"--incremental) runs")
     for line in lines:
-        log.warning("%s", line)
+        log.info("%s", line)
         if verbosity >= 1 and kwargs.get("stdout") is not None:
             kwargs["stdout"].write(line)
     return lines
