@@ -106,11 +106,13 @@ class LogReader:
             if os.write(self.fd, b"\n" + data) != len(data) + 1:
                 raise OSError(errno.ENOSPC, "the add log could not be written whole")
 
-    def close(self) -> None:
-        fd, self.fd = self.fd, -1
+    def close(self, _close: Any = os.close) -> None:
+        # os.close bound at definition: at interpreter exit __del__ may run after this
+        # module's globals (os) are cleared
+        fd, self.fd = getattr(self, "fd", -1), -1
         if fd >= 0:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 

@@ -53,6 +53,7 @@ __all__ = [
     "CallbackState",
     "FileFilter",
     "FileState",
+    "HeldState",
     "SyncResult",
     "WarmupConflictError",
     "WarmupSummary",
@@ -291,26 +292,72 @@ def keys_from_file(path: Union[str, "os.PathLike[str]"], encoding: str = "utf-8"
 # ------------------------------------------------------------------------ sync
 
 
+def _encode_position(value: Any) -> Dict[str, Any]:
+    """A position as JSON: numbers and text as they are; a UUID, a date or time, a Decimal
+    or bytes as text with its type, so that it loads back as what it was."""
+    import datetime
+    import decimal
+    import uuid
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"last_id": value}
+    if isinstance(value, uuid.UUID):
+        return {"last_id": str(value), "type": "uuid"}
+    if isinstance(value, datetime.datetime):
+        return {"last_id": value.isoformat(), "type": "datetime"}
+    if isinstance(value, datetime.date):
+        return {"last_id": value.isoformat(), "type": "date"}
+    if isinstance(value, decimal.Decimal):
+        return {"last_id": str(value), "type": "decimal"}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"last_id": bytes(value).hex(), "type": "bytes"}
+    raise TypeError(f"a position is a number, text, UUID, date, datetime, Decimal or bytes, "
+                    f"not {type(value).__name__} ({value!r})")
+
+
+def _decode_position(data: Dict[str, Any]) -> Any:
+    import datetime
+    import decimal
+    import uuid
+
+    value, kind = data.get("last_id"), data.get("type")
+    if value is None or kind is None:
+        return value
+    decoders: Dict[str, Callable[[str], Any]] = {
+        "uuid": uuid.UUID, "datetime": datetime.datetime.fromisoformat,
+        "date": datetime.date.fromisoformat, "decimal": decimal.Decimal,
+        "bytes": bytes.fromhex}
+    decode = decoders.get(kind)
+    if decode is None:
+        raise ValueError(f"a position of an unknown type {kind!r}")
+    return decode(value)
+
+
 class FileState:
     """The last id seen, kept in a small JSON file (written atomically: a crash leaves
-    the old or the new id, never half of one)."""
+    the old or the new id, never half of one).  Any primary key type: numbers and text as
+    they are, a UUID, date, datetime, Decimal or bytes with its type (loaded back as it)."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"]):
         self.path = os.fspath(path)
 
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
     def load(self) -> Any:
         try:
             with open(self.path, encoding="utf-8") as f:
-                return json.load(f).get("last_id")
+                return _decode_position(json.load(f))
         except FileNotFoundError:
             return None
 
     def save(self, last_id: Any) -> None:
-        d = os.path.dirname(os.path.abspath(self.path))
+        data = _encode_position(last_id)  # before anything is written: a TypeError leaves
+        d = os.path.dirname(os.path.abspath(self.path))  # the old position
         fd, tmp = tempfile.mkstemp(prefix=".bloom-sync-", dir=d)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"last_id": last_id}, f)
+                json.dump(data, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
@@ -320,6 +367,30 @@ class FileState:
             except OSError:
                 pass
             raise
+
+
+class HeldState:
+    """A position held in memory until ``commit()`` writes it to ``state``: a warm-up that
+    publishes its filter at the end saves its position only once the filter is published
+    (a failed publish must not move the position past rows the served filter lacks)."""
+
+    def __init__(self, state: Any, start: Any = None):
+        self.state = state
+        self.value = state.load() if state is not None else None
+        if start is not None:
+            self.value = start
+        self.changed = False
+
+    def load(self) -> Any:
+        return self.value
+
+    def save(self, last_id: Any) -> None:
+        self.value = last_id
+        self.changed = True
+
+    def commit(self) -> None:
+        if self.state is not None and self.changed:
+            self.state.save(self.value)
 
 
 class CallbackState:

@@ -60,7 +60,7 @@ from ling_bloom.guard import Guard
 import ling_bloom as lb
 from ling_bloom._addlog import AddLog
 from ling_bloom.filefilter import warn_unshared
-from ling_bloom.warmup import FileFilter, FileState, begin, publish, sync, warmup
+from ling_bloom.warmup import FileFilter, FileState, HeldState, begin, publish, sync, warmup
 
 __all__ = ["BloomGuard", "bloom_warmup_command"]
 
@@ -466,6 +466,8 @@ def _fill(ext: BloomGuard, name: str, incremental: bool, state_path: Optional[st
           served: Optional[str], since: Any) -> None:
     """Fill one filter; save it to ``save_path``, or publish it to ``served`` (a file the
     running workers serve: the keys they added since the last warm-up are folded in)."""
+    import os
+
     try:
         flt = ext.warmup_filter(name, incremental)
     except KeyError as e:
@@ -476,12 +478,24 @@ def _fill(ext: BloomGuard, name: str, incremental: bool, state_path: Optional[st
                    f"server does not see what this command adds (it exits). Give the "
                    f"filter a file (LING_BLOOM_FILES / BloomGuard(files=...)), which running "
                    f"servers reload, or use a Redis filter.", err=True)
+    held = None
+    if incremental and served is not None and not os.path.exists(served):
+        # the rows before the position are in no filter: adding only the new ones would
+        # publish a filter that answers every older row 404
+        if name not in ext.sources:
+            raise click.UsageError(f"{name}: {served} does not exist, and --incremental would "
+                                   f"publish a filter of only the new rows: register "
+                                   f"@bloom.source({name!r}) and run a full warm-up")
+        click.echo(f"{name}: {served} does not exist: a full warm-up instead of --incremental")
+        incremental = False
     if incremental:
         if name not in ext.fetchers:
             raise click.UsageError(f"{name}: --incremental needs a @bloom.fetcher({name!r})")
         if not state_path:
             raise click.UsageError("--incremental needs --state FILE")
-        res = sync(flt, ext.fetchers[name], FileState(state_path), batch_size=batch_size)
+        # the position is saved once the filter is saved or published (held.commit())
+        held = HeldState(FileState(state_path))
+        res = sync(flt, ext.fetchers[name], held, batch_size=batch_size)
         click.echo(f"{name}: {res.keys:,} new keys in {res.batches} batches, "
                    f"last id {res.last_id}")
     else:
@@ -502,3 +516,5 @@ def _fill(ext: BloomGuard, name: str, incremental: bool, state_path: Optional[st
         click.echo(f"{name}: saved to {served} (running servers reload it within "
                    f"{ext.check_every:g} s"
                    + (f"; {carried:,} keys they added carried over)" if carried else ")"))
+    if held is not None:
+        held.commit()

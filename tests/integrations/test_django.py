@@ -35,7 +35,8 @@ from ling_bloom.guard import NULL  # noqa: E402
 from django_project.shop import views  # noqa: E402
 from django_project.shop.models import Product  # noqa: E402
 
-PRODUCTS_FILE = settings.LING_BLOOM["FILTERS"]["products"]["FILE"]
+DEPLOYED_FILE = settings.LING_BLOOM["FILTERS"]["products"]["FILE"]
+PRODUCTS_FILE = DEPLOYED_FILE + ".test"  # the test database's own file (filter_file)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,6 +45,7 @@ def django_db():
 
     setup_test_environment()
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    assert lbd.filter_file("products") == PRODUCTS_FILE
     try:
         yield
     finally:
@@ -152,7 +154,7 @@ def test_a_running_process_reloads_file_when_the_warm_up_replaces_it(tmp_path):
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert "1 new keys" in proc.stdout
+        assert "last id 11" in proc.stdout
         deadline = time.monotonic() + 10        # a margin of seconds over CHECK_EVERY=0.2
         while get(c, "/products/11/")[0].status_code != 200:
             assert time.monotonic() < deadline, "the running process never reloaded FILE"
@@ -253,13 +255,14 @@ def test_warmup_command_saves_and_resumes_incrementally():
 
     bulk(range(101, 104))  # rows the signals never saw
     lbd.reset()  # a new process: it loads the saved file
-    with CaptureQueriesContext(connection) as q:
-        out = io.StringIO()
-        call_command("bloom_warmup", "products", "--incremental", stdout=out)
-    assert "3 new keys" in out.getvalue() and "last id 103" in out.getvalue()
-    # only rows above 100 were read: one short batch
+    with override_settings(LING_BLOOM=_products(INCREMENTAL={"OVERLAP": 10})):
+        with CaptureQueriesContext(connection) as q:
+            out = io.StringIO()
+            call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "13 keys read" in out.getvalue() and "last id 103" in out.getvalue()
+    # only rows above 100 - OVERLAP were read: one short batch
     selects = [x["sql"] for x in q.captured_queries if x["sql"].startswith("SELECT")]
-    assert len(selects) == 1 and '> 100' in selects[0]
+    assert len(selects) == 1 and '> 90' in selects[0]
     again = lb.load(PRODUCTS_FILE)
     assert all(again.test_many(["1", "100", "101", "103"]))
     r, queries = get(Client(), "/products/103/")
@@ -345,7 +348,8 @@ def test_system_checks_pass_the_project_settings():
     ({"CLASS": "ling_bloom.ScalableFilter", "OPTIONS": {"capacity": 100, "error_rate": 0.01}}, True),
     ({"CLASS": "MemoryFilter", "OPTIONS": {"capacity": 100, "error_rate": 0.01},
       "FILE": "/tmp/p.bloom"}, False),
-    ({"CLASS": "RedisFilter", "OPTIONS": {}}, False),
+    ({"CLASS": "RedisFilter", "OPTIONS": {"key": "bloom:p"}}, False),
+    ({"FILTER": f"{__name__}.IN_MEMORY_FILTER"}, True),
 ])
 def test_check_warns_of_a_filter_whose_adds_other_workers_cannot_see(spec, warned):
     found = _check_ids({"FILTERS": {"p": spec}, "ROUTES": []}, unshared=True)
@@ -356,7 +360,7 @@ def test_check_warns_of_a_filter_whose_adds_other_workers_cannot_see(spec, warne
 
 @pytest.mark.parametrize("route,expected", [
     ({"URL_NAME": "product-detial", "KWARG": "pk", "FILTER": "products"}, "ling_bloom.E002"),
-    ({"URL_NAME": "by-sku", "KWARG": "sku", "FILTER": "skus"}, "ling_bloom.E002"),  # no namespace
+    ({"URL_NAME": "detail", "KWARG": "pk", "FILTER": "products"}, "ling_bloom.E002"),  # 2 namespaces
     ({"URL_NAME": "product-detail", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E003"),
     ({"URL_NAME": "shop:by-sku", "KWARG": "slug", "FILTER": "skus"}, "ling_bloom.E003"),
     ({"PATTERN": r"^/legacy/(?P<pk>\d+)/$", "KWARG": "id", "FILTER": "products"}, "ling_bloom.E004"),
@@ -372,6 +376,56 @@ def test_manage_py_check_reports_a_route_that_would_never_be_guarded(route, expe
 
         with pytest.raises(SystemCheckError, match=expected.replace(".", r"\.")):
             call_command("check", stdout=out, stderr=out)
+
+
+IN_MEMORY_FILTER = lb.MemoryFilter(100, 0.01)
+
+
+@pytest.mark.parametrize("change,expected", [
+    (lambda c: c.update(ROUTE=c.pop("ROUTES")), ("ling_bloom.E005", "'ROUTES'")),
+    (lambda c: c["ROUTES"][0].update(KWARGS="pk"), ("ling_bloom.E005", "'KWARG'")),
+    (lambda c: c["FILTERS"]["products"].update(UNWARMED="allow"), ("ling_bloom.E006", "serve")),
+    (lambda c: c["FILTERS"]["products"].update(CLASS="MemmoryFilter"),
+     ("ling_bloom.E007", "'MemoryFilter'")),
+    (lambda c: c["FILTERS"]["products"].update(CLASS="RedisFilter", FILE=None,
+                                               OPTIONS={"capacity": 10}),
+     ("ling_bloom.E007", "key")),
+])
+def test_manage_py_check_reports_set_up_mistakes(change, expected):
+    # each passed `manage.py check`; several made every guarded request a 500
+    import copy
+
+    conf = copy.deepcopy(settings.LING_BLOOM)
+    change(conf)
+    found = _check_ids(conf)
+    assert len(found) == 1 and found[0][0] == expected[0], found
+    from django.core import checks
+
+    with override_settings(LING_BLOOM=conf):
+        text = " ".join(f"{m.msg} {m.hint}" for m in checks.run_checks()
+                        if m.id == expected[0])
+        assert expected[1] in text
+        bulk([1])
+        r = Client().get("/products/1/")           # never a 500 at run time
+        assert r.status_code == 200
+
+
+def test_check_warns_when_the_middleware_is_missing():
+    mw = [m for m in settings.MIDDLEWARE if "BloomGuard" not in m]
+    with override_settings(MIDDLEWARE=mw):
+        found = _check_ids(settings.LING_BLOOM)
+    assert [i for i, _ in found] == ["ling_bloom.W003"]
+
+
+def test_middleware_without_the_app_logs_that_saves_are_not_seen(caplog):
+    from django.apps import apps
+
+    installed = [a.name for a in apps.get_app_configs() if a.name != "ling_bloom.contrib.django_app"]
+    lbd._warned.discard("app")
+    with caplog.at_level("ERROR", logger="ling_bloom.django"):
+        with override_settings(INSTALLED_APPS=installed):
+            lbd.BloomGuardMiddleware(lambda r: None)
+    assert any("INSTALLED_APPS" in m for m in caplog.messages)
 
 
 def test_check_warns_of_a_file_in_a_missing_directory(tmp_path):
@@ -454,10 +508,440 @@ def test_a_save_to_a_lost_filter_does_not_fail_and_is_counted():
 def test_a_stored_geometry_that_is_not_the_settings_is_a_check_warning_and_no_500():
     conf = _lost_products(MismatchedFilter())
     found = _check_ids(conf)
-    assert [i for i, _ in found] == ["ling_bloom.W003"]
+    assert [i for i, _ in found] == ["ling_bloom.W004"]
     assert "another geometry" in found[0][1] and "new key" in found[0][1]
     bulk([5])
     with override_settings(LING_BLOOM=conf):
         r, _ = get(Client(), "/products/5/")
         assert r.status_code == 200                  # "open": it fails open, not a 500
         assert lbd.get_guard("products").stats().geometry_mismatch
+
+
+# --------------------------------------------------------------- failures, methods, hooks
+
+
+def _redis_products(url, **extra):
+    """LING_BLOOM whose "products" filter is a RedisFilter adopting the stored geometry."""
+    spec = {"CLASS": "RedisFilter", "MODEL": "shop.Product", "FIELD": "pk",
+            "OPTIONS": {"key": "bloom:products", "url": url, "socket_connect_timeout": 1,
+                        "socket_timeout": 1}}
+    spec.update(extra)
+    return _products_spec(spec)
+
+
+def _products_spec(spec):
+    conf = dict(settings.LING_BLOOM)
+    conf["FILTERS"] = dict(conf["FILTERS"], products=spec)
+    return conf
+
+
+def test_redis_down_when_the_filter_is_first_made_follows_the_failure_policy(private_redis):
+    # The worker's first RedisFilter adopts the stored geometry, which needs Redis: with
+    # Redis down every guarded request was a 500 (the policy covered check() only).
+    bulk([1])
+    url = private_redis.url
+    private_redis.kill()
+    with override_settings(LING_BLOOM=_redis_products(url)):
+        r, queries = get(Client(), "/products/1/")
+        assert (r.status_code, queries) == (200, 1)      # "open": served unguarded
+        assert lbd.get_guard("products").stats().bypassed == 1
+    with override_settings(LING_BLOOM=_redis_products(
+            url, GUARD_OPTIONS={"on_filter_error": "closed", "breaker_seconds": 0})):
+        r, queries = get(Client(), "/products/1/")
+        assert (r.status_code, queries) == (404, 0)      # "closed": rejected, not a 500
+        stand_in = lbd.get_filter("products")
+        assert not isinstance(stand_in, lb.RedisFilter)
+        # Redis is back: the next try (once its delay has passed) makes the filter
+        private_redis.restart()
+        lb.RedisFilter("bloom:products", 1000, 0.01, url=url).add("1")
+        stand_in.next_try = 0
+        r, queries = get(Client(), "/products/1/")
+        assert (r.status_code, queries) == (200, 1)
+        assert isinstance(lbd.get_filter("products"), lb.RedisFilter)
+        r, queries = get(Client(), "/products/2/")
+        assert (r.status_code, queries) == (404, 0)
+
+
+def _hooked(conf, name, model=None, field=None):
+    """Connect the save hooks of filter ``name`` of ``conf`` for the test's length."""
+    import contextlib
+
+    from django.db.models.signals import post_delete, post_save
+
+    @contextlib.contextmanager
+    def cm():
+        with override_settings(LING_BLOOM=conf):
+            hook = lbd.connect_model(name, model, field)
+            m, f = lbd._model(name) if model is None else (model, field)
+            try:
+                yield hook
+            finally:
+                label = (m if not isinstance(m, str) else None)
+                uid = f"ling_bloom:{name}:{m._meta.label}:{f}"
+                post_save.disconnect(sender=m, dispatch_uid=uid)
+                post_delete.disconnect(sender=m, dispatch_uid=uid + ":delete")
+                del label
+
+    return cm()
+
+
+def test_a_save_whose_filter_is_down_stands_and_is_logged(private_redis, caplog):
+    # Redis down: every save() answered 500 although the row was committed (the hook
+    # raised); a user retried and made a duplicate.
+    private_redis.kill()
+    conf = _redis_products(private_redis.url)
+    conf["FILTERS"]["products"]["OPTIONS"] = dict(conf["FILTERS"]["products"]["OPTIONS"],
+                                                  capacity=1000, error_rate=0.01)
+    with override_settings(LING_BLOOM=conf), caplog.at_level("ERROR", logger="ling_bloom.django"):
+        p = Product.objects.create(sku="down-1", name="saved while Redis is down")
+        assert Product.objects.filter(pk=p.pk).exists()
+        assert "products" in lbd.stale_filters()
+        assert any("could not be added" in m for m in caplog.messages)
+        # this process still answers the row it saved
+        r, queries = get(Client(), f"/products/{p.pk}/")
+        assert (r.status_code, queries) == (200, 1)
+        # Redis is back: the next save adds the missed key too, and the filter is current
+        private_redis.restart()
+        q = Product.objects.create(sku="down-2", name="saved once Redis is back")
+        flt = lbd.get_filter("products")
+        assert str(p.pk) in flt and str(q.pk) in flt
+        assert lbd.stale_filters() == {}
+
+
+def test_only_get_and_head_are_guarded_by_default():
+    # A PUT that creates the row (an upsert) got 404 and nothing was created; a CORS
+    # preflight (OPTIONS) got 404.
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    routes = [{"URL_NAME": "product-api", "KWARG": "pk", "FILTER": "products"}]
+    conf = _conf(ROUTES=routes)
+    with override_settings(LING_BLOOM=conf):
+        c = Client()
+        assert get(c, "/api/products/500/")[0].status_code == 404      # GET: rejected
+        r = c.generic("HEAD", "/api/products/500/")
+        assert r.status_code == 404
+        r = c.options("/api/products/500/")
+        assert r.status_code == 200 and "PUT" in r["Access-Control-Allow-Methods"]
+        r = c.put("/api/products/500/")
+        assert r.status_code == 201
+        assert Product.objects.filter(pk=500).exists()
+        assert get(c, "/api/products/500/")[0].status_code == 200      # the hook added it
+    with override_settings(LING_BLOOM=_conf(ROUTES=[dict(routes[0], METHODS="*")])):
+        assert Client().put("/api/products/501/").status_code == 404    # by choice
+    with override_settings(LING_BLOOM=_conf(METHODS=["GET"], ROUTES=routes)):
+        with CaptureQueriesContext(connection) as q:
+            assert Client().generic("HEAD", "/api/products/502/").status_code == 404
+        assert len(q.captured_queries) == 1                             # the view's own 404
+        assert get(Client(), "/api/products/502/") [1] == 0             # GET: rejected
+
+
+def test_a_lookup_inside_the_saving_transaction_does_not_keep_the_row_absent():
+    # post_save dropped the null marker inside the transaction: a lookup before COMMIT
+    # (another request) cached "absent" and the committed row answered 404 for null_ttl.
+    from django.core.cache import cache
+    from django.db import transaction
+
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    c = Client()
+    assert get(c, "/cached/1/")[0].status_code == 404        # the guard_for() guard is made
+    with transaction.atomic():
+        p = Product.objects.create(pk=77, sku="tx-77", name="in a transaction")
+        # another request's lookup, before the commit, does not see the row (simulated:
+        # the loader finds nothing) and caches the null marker
+        cache.set("ling_bloom:products:77", NULL, 60)
+    assert cache.get("ling_bloom:products:77") is None      # dropped at the commit
+    r, queries = get(c, f"/cached/{p.pk}/")
+    assert (r.status_code, queries) == (200, 1)
+
+
+def test_a_foreign_key_field_adds_the_related_id():
+    # FIELD a ForeignKey: post_save added str(related) ("Product object (2)"); the warm-up
+    # adds the id.
+    from django_project.shop.models import Offer
+
+    bulk([2])
+    conf = _conf(FILTERS=dict(settings.LING_BLOOM["FILTERS"], offered={
+        "CLASS": "MemoryFilter", "OPTIONS": {"capacity": 1000, "error_rate": 0.01},
+        "MODEL": "shop.Offer", "FIELD": "product"}))
+    with _hooked(conf, "offered"):
+        Offer.objects.create(product_id=2)
+        flt = lbd.get_filter("offered")
+        assert "2" in flt and "Product object (2)" not in flt
+        call_command("bloom_warmup", "offered", "--no-progress", stdout=io.StringIO())
+        assert "2" in lbd.get_filter("offered")
+
+
+def test_async_guard_for_loaders_are_told_of_saved_and_deleted_rows():
+    # guard_for() over an async loader: the hooks never dropped its cache entries (a
+    # deleted row served for ever; a re-created one absent for null_ttl).
+    import asyncio
+
+    from django.core.cache import cache
+
+    bulk([5])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    rows = {"5": {"id": 5}}
+
+    async def load(key):
+        return rows.get(key)
+
+    g = lbd.guard_for("products", load, cache="default", metrics=False)
+    assert asyncio.run(g("5")) == {"id": 5}
+    assert cache.get("ling_bloom:products:5") == {"id": 5}
+    del rows["5"]
+    Product.objects.get(pk=5).delete()
+    assert cache.get("ling_bloom:products:5") is None       # dropped by the delete hook
+    assert asyncio.run(g("5")) is None
+    assert cache.get("ling_bloom:products:5") is NULL
+    rows["5"] = {"id": 5, "again": True}
+    Product.objects.create(pk=5, sku="sku-5b", name="again")
+    assert asyncio.run(g("5")) == {"id": 5, "again": True}
+
+
+def test_guard_for_over_a_per_process_cache_warns():
+    import warnings
+
+    from ling_bloom.filefilter import UnsharedFilterWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lbd.guard_for("products", lambda k: None, cache="default", metrics=False)
+    assert any(issubclass(w.category, UnsharedFilterWarning) and "LocMemCache" in str(w.message)
+               for w in caught)
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def test_a_bare_url_name_guards_only_the_url_it_names_alone():
+    # URL_NAME "detail" guarded every namespaced URL named detail: orders:detail was
+    # checked against the products filter.
+    bulk([3])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    full = [{"URL_NAME": "catalog:detail", "KWARG": "pk", "FILTER": "products"}]
+    with override_settings(LING_BLOOM=_conf(ROUTES=full)):
+        c = Client()
+        assert get(c, "/catalog/3/")[0].status_code == 200
+        assert get(c, "/catalog/4/")[1] == 0                            # rejected
+        r, queries = get(c, "/orders/4/")
+        assert (r.status_code, r.json()) == (200, {"order": 4})          # not guarded
+    bare = [{"URL_NAME": "detail", "KWARG": "pk", "FILTER": "products"}]
+    with override_settings(LING_BLOOM=_conf(ROUTES=bare)):
+        assert get(Client(), "/orders/4/")[0].status_code == 200           # ambiguous: not
+        found = _check_ids(_conf(ROUTES=bare))
+        assert [i for i, _ in found] == ["ling_bloom.E002"]
+        assert "catalog:detail" in found[0][1] and "orders:detail" in found[0][1]
+    unique = [{"URL_NAME": "by-sku", "KWARG": "sku", "FILTER": "skus"}]
+    with override_settings(LING_BLOOM=_conf(ROUTES=unique)):
+        assert _check_ids(_conf(ROUTES=unique)) == []                      # names one URL
+        assert get(Client(), "/shop/sku/nope/") [1] == 0                   # and guards it
+
+
+def test_e002_hints_the_closest_url_name():
+    from django.core import checks
+
+    route = {"URL_NAME": "product-detial", "KWARG": "pk", "FILTER": "products"}
+    with override_settings(LING_BLOOM=_conf(ROUTES=[route])):
+        msgs = [m for m in checks.run_checks() if m.id == "ling_bloom.E002"]
+    assert len(msgs) == 1 and "'product-detail'" in msgs[0].hint
+
+
+# ---------------------------------------------------------------------------- test runs
+
+
+def test_a_test_run_never_writes_the_deployed_file():
+    # manage.py test, as the docs' example runs it, rewrote the deployed filter file and
+    # its position (a test row's id became the position; real new rows then 404).
+    bulk([1_000_000])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    assert os.path.exists(PRODUCTS_FILE) and not os.path.exists(DEPLOYED_FILE)
+    assert not os.path.exists(DEPLOYED_FILE + ".sync.json")
+    assert lbd.filter_file("products").endswith(".test")
+
+
+# ------------------------------------------------------------------------- warm-ups
+
+
+def _filter_conf(name, model, field, path, **extra):
+    spec = {"CLASS": "MemoryFilter", "OPTIONS": {"capacity": 1000, "error_rate": 0.001},
+            "MODEL": model, "FIELD": field, "FILE": str(path)}
+    spec.update(extra)
+    return _conf(FILTERS=dict(settings.LING_BLOOM["FILTERS"], **{name: spec}))
+
+
+def _run_env():
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    support = os.path.join(tests, "support")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]),
+                LING_BLOOM_DJANGO_TMP=_TMP, DJANGO_SETTINGS_MODULE="django_project.settings")
+
+
+def test_incremental_reads_a_row_committed_after_a_higher_numbered_one():
+    # "primary key above the last one seen": a row whose id was taken before the last
+    # run and committed after it (two PostgreSQL transactions) was skipped for good.
+    bulk(list(range(1, 11)) + [12])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    bulk([11])                                   # committed late, below the position 12
+    out = io.StringIO()
+    call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "11" in lb.load(PRODUCTS_FILE)
+    assert "last id 12" in out.getvalue()
+
+
+def test_incremental_by_an_updated_at_column_sees_changed_keys_and_late_commits(tmp_path):
+    # QuerySet.update of the key field was never seen by --incremental (by primary key).
+    import datetime
+
+    from django.db.models.functions import Now
+
+    from django_project.shop.models import Article
+
+    path = tmp_path / "articles.bloom"
+    conf = _filter_conf("articles", "shop.Article", "slug", path,
+                        INCREMENTAL={"SINCE": "updated_at", "LAG": 60})
+    with override_settings(LING_BLOOM=conf):
+        Article.objects.bulk_create([Article(slug=f"a-{i}") for i in range(5)])
+        call_command("bloom_warmup", "articles", "--no-progress", stdout=io.StringIO())
+        path = lbd.filter_file("articles")           # the test run's own file
+        position = lb.warmup.FileState(path + ".sync.json").load()
+        assert isinstance(position, datetime.datetime)
+        first = Article.objects.order_by("pk").first()
+        Article.objects.filter(pk=first.pk).update(slug="renamed", updated_at=Now())
+        # a row stamped before the last run's position, committed after it (within LAG)
+        late = Article.objects.create(slug="late")
+        Article.objects.filter(pk=late.pk).update(
+            updated_at=position - datetime.timedelta(seconds=30))
+        out = io.StringIO()
+        call_command("bloom_warmup", "articles", "--incremental", stdout=out)
+        saved = lb.load(str(path))
+        assert "renamed" in saved and "late" in saved and "a-3" in saved
+        assert "keys read" in out.getvalue()
+
+
+def test_incremental_when_the_file_is_gone_is_a_full_warm_up():
+    # FILE deleted, its position file kept: --incremental published a filter of only the
+    # new rows, and every older row answered 404 in every worker.
+    bulk(range(1, 21))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    os.unlink(PRODUCTS_FILE)
+    bulk(range(21, 26))
+    out = io.StringIO()
+    call_command("bloom_warmup", "products", "--incremental", stdout=out)
+    assert "a full warm-up instead of --incremental" in out.getvalue()
+    saved = lb.load(PRODUCTS_FILE)
+    assert all(saved.test_many([str(i) for i in range(1, 26)]))
+
+
+def test_warm_up_of_a_uuid_primary_key_publishes_and_keeps_its_position(tmp_path):
+    # It failed with "UUID is not JSON serializable" after saving its position, and
+    # published nothing: the guard stayed unwarmed for ever.
+    from django.core.management.base import CommandError
+
+    from django_project.shop.models import Voucher
+
+    vouchers = Voucher.objects.bulk_create([Voucher(code=f"v{i}") for i in range(5)])
+    path = tmp_path / "vouchers.bloom"
+    with override_settings(LING_BLOOM=_filter_conf("vouchers", "shop.Voucher", "pk", path)):
+        call_command("bloom_warmup", "vouchers", "--no-progress", stdout=io.StringIO())
+        path = lbd.filter_file("vouchers")
+        saved = lb.load(str(path))
+        assert all(str(v.pk) in saved for v in vouchers)
+        import uuid
+
+        assert isinstance(lb.warmup.FileState(str(path) + ".sync.json").load(), uuid.UUID)
+        with pytest.raises(CommandError, match="SINCE"):   # UUIDs are not in write order
+            call_command("bloom_warmup", "vouchers", "--incremental", stdout=io.StringIO())
+
+
+def test_the_position_is_saved_only_after_the_filter_is_published(monkeypatch):
+    from ling_bloom.contrib.django_app.management.commands import bloom_warmup as cmd
+
+    bulk(range(1, 11))
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    state = lb.warmup.FileState(PRODUCTS_FILE + ".sync.json")
+    assert state.load() == 10
+    bulk(range(11, 16))
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cmd, "publish", fail)
+    with pytest.raises(OSError):
+        call_command("bloom_warmup", "products", "--incremental", stdout=io.StringIO())
+    assert state.load() == 10                      # not moved past the unpublished rows
+
+
+def test_warm_up_of_an_in_memory_filter_from_the_command_line_fails():
+    # It filled its own process's filter, said "100 keys" and exited 0; every product then
+    # answered 404 in the servers.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "django", "bloom_warmup", "skus", "--no-progress"],
+                          env=_run_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "no server process sees" in proc.stderr
+    out, err = io.StringIO(), io.StringIO()
+    call_command("bloom_warmup", "skus", "--no-progress", stdout=out, stderr=err)
+    assert "warning:" in err.getvalue()            # in-process (a test, a shell): it fills
+
+
+def test_loaddata_rows_reach_the_filter(tmp_path):
+    # loaddata (post_save with raw=True) was skipped: its rows answered 404 until a warm-up.
+    import json
+
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    fixture = tmp_path / "products.json"
+    fixture.write_text(json.dumps([{"model": "shop.product", "pk": 4242,
+                                    "fields": {"sku": "fx-4242", "name": "from a fixture"}}]))
+    call_command("loaddata", str(fixture), verbosity=0)
+    r, queries = get(Client(), "/products/4242/")
+    assert (r.status_code, queries) == (200, 1)
+
+
+def test_migrate_says_that_migrated_rows_need_a_warm_up():
+    from django.apps import apps
+
+    class Migration:
+        app_label = "shop"
+
+    out = io.StringIO()
+    lines = lbd.after_migrate(app_config=apps.get_app_config("shop"), verbosity=1,
+                              plan=[(Migration(), False)], stdout=out)
+    assert any("'products'" in x and "bloom_warmup" in x for x in lines)
+    assert "bloom_warmup products" in out.getvalue()
+    assert lbd.after_migrate(app_config=apps.get_app_config("shop"), plan=[]) == []
+
+
+def test_a_process_that_saved_a_row_exits_without_an_ignored_exception(tmp_path):
+    # Every process that saved a guarded row (gunicorn worker restarts, manage.py shell,
+    # test runs) printed "Exception ignored in LogReader.close ... AttributeError" at exit.
+    import subprocess
+    import sys
+
+    env = dict(_run_env(), LING_BLOOM_DJANGO_TMP=str(tmp_path))
+    dj = [sys.executable, "-m", "django"]
+    for argv in (["migrate", "--run-syncdb", "-v0"], ["bloom_warmup", "products", "--no-progress"]):
+        proc = subprocess.run(dj + argv, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(dj + ["shell", "-c", "from django_project.shop.models import Product; "
+                                "print(Product.objects.create(sku='x1', name='x').pk)"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("1"), proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("vendor,name,test_name,expected", [
+    ("postgresql", "test_shop", None, True),          # create_test_db renamed "shop"
+    ("postgresql", "shop", None, False),
+    ("postgresql", "shop_ci", "shop_ci", True),       # TEST NAME set
+    ("sqlite", "file:memorydb_default?mode=memory&cache=shared", None, True),
+    ("sqlite", "/srv/shop/db.sqlite3", None, False),
+])
+def test_the_test_database_is_recognised_on_each_backend(monkeypatch, vendor, name, test_name,
+                                                         expected):
+    monkeypatch.setattr(connection, "vendor", vendor)
+    monkeypatch.setitem(connection.settings_dict, "NAME", name)
+    monkeypatch.setitem(connection.settings_dict, "TEST", dict(connection.settings_dict["TEST"],
+                                                              NAME=test_name))
+    assert lbd._test_database() is expected
+    assert lbd.filter_file("products").endswith(".test") is expected

@@ -546,3 +546,20 @@ def test_a_stored_geometry_that_is_not_the_codes_is_logged_at_init_app_and_fails
             assert app.test_client().get("/rows/1").status_code == 200   # never a 500
     assert len([r for r in caplog.records if "another geometry" in r.getMessage()]) == 1
     assert bloom.get_guard("rows").stats().geometry_mismatch
+
+
+def test_incremental_warm_up_when_the_served_file_is_gone_is_a_full_one(db, tmp_path):
+    # FILE deleted, its position kept: --incremental published a filter of only the new
+    # rows, and every older row answered 404 in every worker.
+    path = tmp_path / "products.bloom"
+    state = tmp_path / "products.sync.json"
+    app, bloom = make_app(db, LING_BLOOM_FILES={"products": str(path)})
+    warm(app, "products", "--incremental", "--state", str(state))
+    assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 201)]))
+    path.unlink()
+    conn = db.connect()
+    conn.execute("INSERT INTO product VALUES (?, ?, ?)", (201, "n", "n"))
+    conn.commit(); conn.close()
+    out = warm(app, "products", "--incremental", "--state", str(state))
+    assert "a full warm-up instead of --incremental" in out
+    assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 202)]))

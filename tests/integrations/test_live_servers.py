@@ -239,6 +239,49 @@ def test_django_under_gunicorn_incremental_warm_up_and_restart(tmp_path):
         server.stop()
 
 
+def test_django_workers_serve_and_save_while_redis_is_down(tmp_path, private_redis):
+    # Redis down when a worker first made its RedisFilter (adopting the stored geometry):
+    # every guarded request was a 500; every save() a 500 although the row was committed.
+    require("django", "django")
+    import json
+
+    import ling_bloom as lb
+
+    url = private_redis.url
+    env = env_with(DJANGO_SETTINGS_MODULE="django_project.settings",
+                   LING_BLOOM_DJANGO_TMP=str(tmp_path), LING_BLOOM_TEST_REDIS_URL=url,
+                   LING_BLOOM_TEST_REJECT=str(REJECTED))
+    dj = [sys.executable, "-m", "django"]
+    run(dj + ["migrate", "--run-syncdb", "-v", "0"], env, tmp_path)
+    run(dj + ["shell", "-c", "from django_project.shop.models import Product; "
+              "Product.objects.bulk_create([Product(id=i, sku=f's{i}', name=f'p{i}') "
+              "for i in range(1, 101)])"], env, tmp_path)
+    lb.RedisFilter("bloom:products", 10_000, 0.001, url=url).update([str(i) for i in range(1, 101)])
+    private_redis.kill()
+    port = free_port()
+    server = gunicorn("django.core.wsgi:get_wsgi_application()", port, env, tmp_path)
+    try:
+        for _ in range(6):                      # both workers: "open" serves unguarded
+            assert get(port, "/products/7/") == 200
+            assert get(port, "/products/99999/") == 404     # the view's own answer
+        created = []
+        for _ in range(4):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/products/new/", method="POST")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 201
+                created.append(json.loads(r.read())["id"])
+        private_redis.restart()                  # back, empty: the warm-up refills it
+        lb.RedisFilter("bloom:products", 10_000, 0.001, url=url).add("0")
+        run(dj + ["bloom_warmup", "products"], env, tmp_path)
+        settle(port, "/products/99999/", REJECTED, deadline=40.0)  # every worker made it
+        for pk in created:
+            assert get(port, f"/products/{pk}/") == 200
+    finally:
+        server.stop()
+    log = Path(tmp_path, f"server-{port}.log").read_text()
+    assert "Internal Server Error" not in log and "Exception ignored" not in log, log[-3000:]
+
+
 # ---- FastAPI -----------------------------------------------------------------------------
 
 FASTAPI_APP = '''

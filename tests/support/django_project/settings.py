@@ -60,3 +60,13 @@ LING_BLOOM = {
         {"PATTERN": r"^/legacy/product/(?P<pk>\d+)/$", "KWARG": "pk", "FILTER": "products"},
     ],
 }
+
+if os.environ.get("LING_BLOOM_TEST_REDIS_URL"):
+    # tests/test_live_servers.py: "products" is a RedisFilter adopting the stored geometry
+    LING_BLOOM["FILTERS"]["products"] = {
+        "CLASS": "RedisFilter",
+        "OPTIONS": {"key": "bloom:products", "url": os.environ["LING_BLOOM_TEST_REDIS_URL"],
+                    "socket_connect_timeout": 1, "socket_timeout": 1},
+        "MODEL": "shop.Product",
+        "FIELD": "pk",
+    }

@@ -56,3 +56,24 @@ def cached_product(request, pk):
     if value is None:
         return JsonResponse({"error": "not found"}, status=404)
     return JsonResponse(value)
+
+
+def order_detail(request, pk):
+    """Another app's URL named "detail" (namespace "orders"): every order id exists."""
+    return JsonResponse({"order": pk})
+
+
+def catalog_detail(request, pk):
+    return product_detail(request, pk)
+
+
+def put_product(request, pk):
+    """PUT creates the row with this id (an upsert); GET reads it."""
+    if request.method == "PUT":
+        p, _ = Product.objects.update_or_create(pk=pk, defaults={"sku": f"put-{pk}", "name": "put"})
+        return JsonResponse({"id": p.pk}, status=201)
+    if request.method == "OPTIONS":
+        response = JsonResponse({})
+        response["Access-Control-Allow-Methods"] = "GET, PUT"
+        return response
+    return product_detail(request, pk)
