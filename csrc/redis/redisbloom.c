@@ -687,6 +687,7 @@ static lb_redis_status reserve_done(lb_op *op, lb_redis_status st, lb_reply **rs
         return st;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
+    bf->seen = 1; /* there now, made or found */
     if (made)
         lb_bf_confirm_type(bf); /* "item exists" says nothing of the type on every server */
     if (o->created)

@@ -310,3 +310,16 @@ def test_a_meta_key_holding_a_long_foreign_value_is_a_key_clash(clean_redis, raw
         assert after == conns  # the filter kept its connection: no protocol error
     assert raw_redis.command("STRLEN", "{junk}:meta") == 5000
 
+
+
+def test_a_reserved_redisbloom_filter_lost_before_any_add(flavor, bf_server):
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url)
+        flavor.twin(f).reserve() if flavor.is_async else f.reserve()
+        if flavor.is_async:
+            f.add("seen")  # the async filter saw it with its first check
+        c.command("DEL", "rb")
+        with pytest.raises(lb.FilterLostError):
+            f.add("a")
+        assert c.command("EXISTS", "rb") == 0
