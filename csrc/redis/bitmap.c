@@ -316,7 +316,7 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int
         if (strncmp(t, "WRONGTYPE", 9) != 0)
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY, "%s", t);
         lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s", t);
-        return lb_bitmap_name_wrongtype(bm, UINT64_MAX); /* GET of a meta key of another type */
+        return lb_bitmap_name_wrongtype(bm, UINT64_MAX); /* GETRANGE of a meta key of another type */
     }
     note_policy(bm, rs[3]);
     if (!(rs[0]->type == LB_REPLY_INTEGER && rs[0]->integer == 0)) {
