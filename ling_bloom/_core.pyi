@@ -97,6 +97,12 @@ class FilterLostError(FilterNotFoundError):
     server restarted empty, was flushed or evicted the key): its answers would be wrong, so
     none is given. A warm-up, reset() or restore() builds it again."""
 
+class EvictionWarning(RuntimeWarning):
+    """The Redis server's maxmemory-policy can evict the filter's keys (allkeys-*, or
+    volatile-* for a filter with a ttl): under memory pressure the filter may be lost (a
+    filter without a ttl then raises FilterLostError). Warned once per filter, when its
+    first check reads the server's INFO memory."""
+
 class KeyNotOwnedError(RedisError, ValueError):
     """The Redis key holds data this library did not write (no meta key beside it)."""
 

@@ -46,7 +46,7 @@ from typing import (
     Union,
 )
 
-from ._core import ClosedError
+from ._core import ClosedError, FilterLostError
 from ._keys import as_key
 
 __all__ = [
@@ -254,6 +254,9 @@ def warmup(
     stream     where the bar and summary go (default: sys.stderr)
     summary    print the summary line at the end (default: when a bar was shown)
 
+    A Redis filter the server lost (FilterLostError on the first batch) is reset, then
+    filled: the warm-up rebuilds it.  Lost after the first batch, the error is raised.
+
     Returns a WarmupSummary: keys, seconds, keys_per_second, fill_ratio,
     approximate_count, estimated_error_rate.
     """
@@ -268,7 +271,15 @@ def warmup(
     t0 = time.perf_counter()
     try:
         for batch in _batches(keys, batch_size, key):
-            filter.update(batch)
+            try:
+                filter.update(batch)
+            except FilterLostError:
+                # A Redis filter the server lost: a warm-up is what rebuilds it, from
+                # empty.  Lost after some batches went in, those are gone: raised.
+                if n:
+                    raise
+                filter.reset()
+                filter.update(batch)
             n += len(batch)
             bar.update(len(batch))
     finally:

@@ -91,6 +91,11 @@ static const struct {
     {offsetof(lb_state, RedisProtocolError), "RedisProtocolError", OWN(RedisError), NO_EXC,
      "Redis answered something that does not fit the command sent (type, length or "
      "value); the connection was dropped."},
+    {offsetof(lb_state, EvictionWarning), "EvictionWarning", BUILTIN(RuntimeWarning), NO_EXC,
+     "The Redis server's maxmemory-policy can evict the filter's keys (allkeys-*, or "
+     "volatile-* for a filter with a ttl): under memory pressure the filter may be "
+     "lost (a filter without a ttl then raises FilterLostError).  Warned once per "
+     "filter, when its first check reads the server's INFO memory."},
 };
 
 static int add_exception(PyObject *module, lb_state *st, size_t i)

@@ -493,12 +493,39 @@ PyObject *lb_redis_test(PyObject *self, PyObject *key)
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
+int lb_redis_filter_warn(lb_redis_filter *f)
+{
+    if (f->evict_warned || !f->conn)
+        return 0;
+    const char *policy = f->conn->evicting;
+    lb_sharded *sh = f->ops->sharded ? f->ops->sharded(f) : NULL;
+    for (uint32_t i = 0; sh && !*policy && i < lb_sharded_count(sh); i++) {
+        const lb_redis *c = lb_sharded_conn(sh, i);
+        policy = c ? c->evicting : "";
+    }
+    if (!*policy)
+        return 0;
+    f->evict_warned = 1;
+    return PyErr_WarnFormat(f->base.st->EvictionWarning, 1,
+                            "the Redis server of %s %R has maxmemory-policy %s under a "
+                            "maxmemory: it may evict the filter's keys when memory runs "
+                            "short (%s); set maxmemory-policy noeviction%s, or keep the "
+                            "filter on a server of its own",
+                            Py_TYPE(f)->tp_name, f->key, policy,
+                            f->ttl > 0 ? "the filter then answers as empty"
+                                       : "the filter is then lost: FilterLostError",
+                            f->ttl > 0 ? "" : " or volatile-* (keys without a ttl are kept)");
+}
+
 static PyObject *batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
     if (f->ops->batch_begin)
         f->ops->batch_begin();
-    return lb_run_batch(&f->base, keys, fn, kind, LB_GIL_ALWAYS, f->chunk);
+    PyObject *r = lb_run_batch(&f->base, keys, fn, kind, LB_GIL_ALWAYS, f->chunk);
+    if (r && lb_redis_filter_warn(f) < 0)
+        Py_CLEAR(r);
+    return r;
 }
 
 PyObject *lb_redis_add_many(PyObject *self, PyObject *keys)
@@ -1077,6 +1104,8 @@ PyObject *lb_wire_method_result(PyObject *self, PyObject *unused)
     if (st != LB_REDIS_OK)
         return wire_raise(f, st);
     lb_leave(&f->base);
+    if (lb_redis_filter_warn(f) < 0)
+        return NULL;
     PyObject *list = PyList_New((Py_ssize_t)f->w_n);
     if (!list)
         return NULL;

@@ -106,7 +106,14 @@ struct lb_redis_filter_s {
     int w_stages;             /* ... stages given so far */
     uint8_t *w_out;           /* the wire operation's results (w_n bytes) */
     size_t w_n;
+    int evict_warned;         /* the EvictionWarning was given */
 };
+
+/* The EvictionWarning, once per filter, when a check of the filter (its
+ * connection's, or a shard's) found a maxmemory-policy that can evict its keys
+ * (lb_redis.evicting).  0, or -1 with the exception set (a warning filter
+ * made it an error). */
+int lb_redis_filter_warn(lb_redis_filter *f);
 
 #define LB_REDIS_FILTER(o) ((lb_redis_filter *)(o))
 
@@ -162,6 +169,8 @@ int lb_redis_filter_traverse(PyObject *self, visitproc visit, void *arg);
         if ((rs) != LB_REDIS_OK)                 \
             (f)->ops->raise((f), (rs));          \
         lb_busy_end(&(f)->base);                 \
+        if ((rs) == LB_REDIS_OK && lb_redis_filter_warn(f) < 0) \
+            (rs) = LB_REDIS_ERR_ARG; /* the warning, made an error, is set */ \
     } while (0)
 
 /* In a method returning PyObject *: enter, run expr as LB_REDIS_GIL_FREE,

@@ -47,6 +47,7 @@ typedef struct {
     PyObject *KeyNotOwnedError;
     PyObject *FilterLostError;
     PyObject *RedisProtocolError;
+    PyObject *EvictionWarning;
 } lb_state;
 
 /* The definition of the module whose state lb_state_from_type finds: set once,

@@ -158,6 +158,75 @@ void lb_bitmap_set_conn(lb_bitmap *bm, lb_redis *conn)
     bm->op.op.conn = conn;
 }
 
+/* --------------------------------------------------------------- canary */
+
+/* The bytes of the last part (the part holding bit m - 1). */
+static uint64_t last_part_bytes(const lb_bitmap *bm)
+{
+    return lb_bitmap_bytes(&bm->g) - (bm->nparts - 1) * LB_BITMAP_PART_BYTES;
+}
+
+int lb_bitmap_has_canary(const lb_bitmap *bm)
+{
+    /* a filter with a ttl expires as a whole and is then empty, as documented:
+     * no canary; nor is there room past a last part that is a full string */
+    return bm->ttl_ms == 0 && last_part_bytes(bm) < LB_BITMAP_PART_BYTES;
+}
+
+/* The first bit of the byte after the filter's bytes, in the last part. */
+uint64_t lb_bitmap_canary_offset(const lb_bitmap *bm)
+{
+    return 8 * last_part_bytes(bm);
+}
+
+int lb_bitmap_meta_ours(const lb_bitmap *bm, char *buf, size_t cap)
+{
+    return lb_bitmap_meta_format(&bm->g, bm->blocked, lb_bitmap_has_canary(bm), buf, cap);
+}
+
+void lb_bitmap_add_canary_set(lb_bitmap *bm, lb_redis_batch *b)
+{
+    size_t len;
+    const char *n = lb_bitmap_name_of(bm, bm->nparts - 1, &len);
+    lb_redis_batch_cmd(b, 4);
+    lb_redis_batch_arg(b, "SETBIT", 6);
+    lb_redis_batch_arg(b, n, len);
+    lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+    lb_redis_batch_arg(b, "1", 1);
+}
+
+/* GETBIT <last part> <canary> as command ncmd of bm->batch. */
+static size_t add_canary_get(lb_bitmap *bm, size_t ncmd)
+{
+    size_t len;
+    const char *n = lb_bitmap_name_of(bm, bm->nparts - 1, &len);
+    lb_redis_batch *b = &bm->batch;
+    lb_redis_batch_cmd(b, 3);
+    lb_redis_batch_arg(b, "GETBIT", 6);
+    lb_redis_batch_arg(b, n, len);
+    lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+    if (lb_bitmap_cmds_reserve(bm, ncmd + 1))
+        return (size_t)-1;
+    bm->cmds[ncmd].key = CANARY_GET;
+    bm->cmds[ncmd].part = (uint32_t)(bm->nparts - 1);
+    bm->cmds[ncmd].nbits = 1;
+    bm->cmds[ncmd].canary = 0;
+    return ncmd + 1;
+}
+
+lb_redis_status lb_bitmap_lost(lb_bitmap *bm, int write)
+{
+    char kb[160];
+    return lb_redis_set_error(bm->conn, LB_REDIS_ERR_LOST,
+                              "the filter at Redis key '%s' is gone from the server (restarted "
+                              "without its data, flushed, deleted or evicted)%s; it is not "
+                              "re-created by a write: reset(), load() or a warm-up rebuilds it",
+                              lb_redis_show(bm->key, bm->keylen, kb, sizeof kb),
+                              write ? ": this write went into what is left, which other "
+                                      "processes see as lost too"
+                                    : "");
+}
+
 /* ----------------------------------------------------------------- meta */
 
 /* Append the key name to a WRONGTYPE message. */
@@ -188,11 +257,13 @@ void lb_bitmap_add_meta_set(lb_bitmap *bm, lb_redis_batch *b, const char *val, i
 
 /* The meta key already there (x: the reply to GET meta, a string): the
  * geometry it holds must be ours. */
-static lb_redis_status compare_meta(lb_bitmap *bm, const lb_reply *x)
+static lb_redis_status compare_meta(lb_bitmap *bm, lb_reply **xs, int *canary)
 {
     lb_geometry stored;
     int blocked = 0;
-    lb_redis_status st = lb_bitmap_meta_reply(bm->conn, bm->key, bm->keylen, x, &stored, &blocked);
+    lb_redis_status st = lb_bitmap_meta_reply(bm->conn, bm->key, bm->keylen,
+                                              (const lb_reply *const *)xs, &stored, &blocked,
+                                              canary);
     if (st != LB_REDIS_OK)
         return st;
     if (stored.m != bm->g.m || stored.k != bm->g.k || stored.scheme != bm->g.scheme ||
@@ -207,42 +278,60 @@ static lb_redis_status compare_meta(lb_bitmap *bm, const lb_reply *x)
     return LB_REDIS_OK;
 }
 
-/* First round trip of the check, nothing written: GET meta, TYPE key,
- * INFO memory (sent with LB_REDIS_RAW_ERRORS). */
+/* First round trip of the check, nothing written: EXISTS meta, GETRANGE meta,
+ * TYPE key, INFO memory (sent with LB_REDIS_RAW_ERRORS). */
 static void build_look(lb_bitmap *bm, lb_redis_batch *b)
 {
-    size_t len;
-    const char *mn = lb_bitmap_name_of(bm, UINT64_MAX, &len);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "GET", 3);
-    lb_redis_batch_arg(b, mn, len);
+    lb_bitmap_add_meta_get(bm, b);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "TYPE", 4);
     lb_redis_batch_arg(b, bm->key, bm->keylen);
     lb_maxmemory_cmd(b);
     lb_redis_batch_expect_elements(b, 0);
-    lb_redis_batch_expect_bytes(b, LB_MAXMEMORY_INFO_BYTES); /* meta < 256, TYPE a word */
+    lb_redis_batch_expect_bytes(b, LB_MAXMEMORY_INFO_BYTES + LB_BITMAP_META_READ); /* TYPE a word */
+}
+
+/* The maxmemory-policy the look's INFO memory names, kept on the client when
+ * it can evict this filter's keys (allkeys-*; volatile-* for a filter with a
+ * ttl) under a maxmemory: the binding warns about it once. */
+static void note_policy(lb_bitmap *bm, const lb_reply *info)
+{
+    lb_maxmemory_note_policy(bm->conn, info, bm->ttl_ms > 0);
 }
 
 /* Its replies.  OK with *claim = 1 when the meta key must be written (a new
- * filter, or an adopted bitmap), 0 when it is there and matches. */
-static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int *claim)
+ * filter, an adopted bitmap, or a filter of the previous version given its
+ * canary), 0 when it is there and matches.  rebuild: the operation may bring
+ * a lost filter back (reset, load); the others get LB_REDIS_ERR_LOST when
+ * this client knew the filter and nothing at all is there now. */
+static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int *claim)
 {
     char kb[160];
     lb_redis_status st;
     *claim = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (rs[i]->type != LB_REPLY_ERROR)
             continue;
         const char *t = rs[i]->str ? rs[i]->str : "";
         if (strncmp(t, "WRONGTYPE", 9) != 0)
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY, "%s", t);
         lb_redis_set_error(bm->conn, LB_REDIS_ERR_WRONGTYPE, "%s", t);
-        return lb_bitmap_name_wrongtype(bm, UINT64_MAX); /* GET of a meta key of another type */
+        return lb_bitmap_name_wrongtype(bm, UINT64_MAX); /* GETRANGE of a meta key of another type */
     }
-    if (rs[0]->type != LB_REPLY_NIL)
-        return compare_meta(bm, rs[0]);
-    const lb_reply *t = rs[1];
+    note_policy(bm, rs[3]);
+    if (!(rs[0]->type == LB_REPLY_INTEGER && rs[0]->integer == 0)) {
+        int canary = 0;
+        st = compare_meta(bm, rs, &canary);
+        if (st != LB_REDIS_OK)
+            return st;
+        bm->known = 1;
+        /* a filter of the previous version (no canary yet): given one now; so is
+         * a filter whose claim by this client failed midway (its meta written,
+         * not its canary) */
+        bm->upgrade = *claim = lb_bitmap_has_canary(bm) && (!canary || bm->claiming);
+        return LB_REDIS_OK;
+    }
+    const lb_reply *t = rs[2];
     if ((t->type != LB_REPLY_STATUS && t->type != LB_REPLY_STRING) || !t->str)
         return lb_bitmap_conn_bad_reply(bm->conn, "TYPE of the key");
     lb_redis_show(bm->key, bm->keylen, kb, sizeof kb);
@@ -253,7 +342,7 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int *claim)
                                   "WRONGTYPE the key '%s' holds a %s, not a bitmap (key '%s')",
                                   kb, lb_redis_show(t->str, t->len, tb, sizeof tb), kb);
     }
-    if (!missing && !bm->adopt)
+    if (!missing && !bm->adopt && !bm->claiming) /* claiming: its canary, not its meta, went in */
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOTOWNED,
                                   "the Redis key '%s' exists but has no ling_bloom meta key "
                                   "beside it: this library did not write it, and leaves it "
@@ -261,10 +350,12 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int *claim)
                                   "such as a Go ling-base service, pass adopt=True with the "
                                   "m, k and hash it was written with)",
                                   kb);
+    if (missing && bm->known && lb_bitmap_has_canary(bm) && !rebuild)
+        return lb_bitmap_lost(bm, 0); /* never re-created as if nothing happened */
     if (missing) {
         char what[220];
         snprintf(what, sizeof what, "the filter at Redis key '%s'", kb);
-        st = lb_maxmemory_check(bm->conn, rs[2], lb_bitmap_bytes(&bm->g), what);
+        st = lb_maxmemory_check(bm->conn, rs[3], lb_bitmap_bytes(&bm->g), what);
         if (st != LB_REDIS_OK)
             return st;
     }
@@ -272,20 +363,30 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int *claim)
     return LB_REDIS_OK;
 }
 
-/* The claim, a second round trip: SET meta <ours> NX [PX ttl] + GET meta.
- * Of two processes claiming at once, the first wins and the other compares. */
+/* The claim, a second round trip: SET meta <ours> NX [PX ttl], SETBIT of
+ * the canary (a filter that has one), then the meta read again.  Of two
+ * processes claiming at once, the first wins and the other compares.  The
+ * upgrade of a filter of the previous version: SET meta <ours> (its text with
+ * the canary field) and the canary. */
 static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
 {
     char val[160];
-    int vlen = lb_bitmap_meta_format(&bm->g, bm->blocked, val, sizeof val);
-    size_t len;
-    lb_bitmap_add_meta_set(bm, b, val, vlen);
-    const char *mn = lb_bitmap_name_of(bm, UINT64_MAX, &len);
-    lb_redis_batch_cmd(b, 2);
-    lb_redis_batch_arg(b, "GET", 3);
-    lb_redis_batch_arg(b, mn, len);
+    int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
+    if (bm->upgrade) {
+        size_t len;
+        const char *mn = lb_bitmap_name_of(bm, UINT64_MAX, &len);
+        lb_redis_batch_cmd(b, 3);
+        lb_redis_batch_arg(b, "SET", 3);
+        lb_redis_batch_arg(b, mn, len);
+        lb_redis_batch_arg(b, val, (size_t)vlen);
+    } else {
+        lb_bitmap_add_meta_set(bm, b, val, vlen);
+    }
+    if (lb_bitmap_has_canary(bm))
+        lb_bitmap_add_canary_set(bm, b);
+    lb_bitmap_add_meta_get(bm, b);
     lb_redis_batch_expect_elements(b, 0);
-    lb_redis_batch_expect_bytes(b, 0); /* a meta value is < 256 bytes */
+    lb_redis_batch_expect_bytes(b, LB_BITMAP_META_READ);
 }
 
 /* Its replies (st: the status of the round trip, error replies turned into
@@ -299,13 +400,19 @@ static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply *
     static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
     if (!lb_reply_fits(rs[0], &set_nx))
         return lb_bitmap_conn_bad_reply(bm->conn, "SET NX of the meta key");
-    if (rs[1]->type == LB_REPLY_NIL) /* deleted between SET NX and GET: a reset raced us */
+    size_t g = 1;
+    if (lb_bitmap_has_canary(bm) && !lb_reply_is_bit(rs[g++]))
+        return lb_bitmap_conn_bad_reply(bm->conn, "SETBIT of the canary");
+    if (rs[g]->type == LB_REPLY_INTEGER && rs[g]->integer == 0) /* deleted meanwhile: a reset raced us */
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
                                   "the meta key vanished while being checked (a concurrent "
                                   "reset?); try again");
-    st = compare_meta(bm, rs[1]);
+    st = compare_meta(bm, rs + g, NULL);
     if (st != LB_REDIS_OK)
         return st;
+    bm->known = 1;
+    bm->upgrade = 0;
+    bm->claiming = 0;
     bm->meta_checked = 1;
     bm->meta_conn = lb_redis_connect_count(bm->conn);
     return LB_REDIS_OK;
@@ -336,7 +443,7 @@ int lb_bitmap_cmds_reserve(lb_bitmap *bm, size_t n)
 static size_t add_meta_guard(lb_bitmap *bm, size_t ncmd)
 {
     char val[160];
-    int vlen = lb_bitmap_meta_format(&bm->g, bm->blocked, val, sizeof val);
+    int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
     lb_bitmap_add_meta_set(bm, &bm->batch, val, vlen);
     if (lb_bitmap_cmds_reserve(bm, ncmd + 1) == 0) {
         bm->cmds[ncmd].key = META_SET;
@@ -368,14 +475,17 @@ size_t lb_bitmap_add_expires(lb_bitmap *bm, size_t ncmd)
 }
 
 /* Emit the commands of one key's offsets within one part. */
+/* *canary_due: the canary is still to be read in this round trip; a BITFIELD
+ * of the last part reads it with one more field (GET u1 <canary>). */
 static size_t emit(lb_bitmap *bm, int write, uint64_t part, const uint64_t *offs,
-                   uint32_t cnt, uint32_t keyidx, size_t ncmd)
+                   uint32_t cnt, uint32_t keyidx, size_t ncmd, int *canary_due)
 {
     lb_redis_batch *b = &bm->batch;
     size_t len;
     const char *n = lb_bitmap_name_of(bm, part, &len);
     if (bm->mode == LB_BITMAP_BITFIELD) {
-        lb_redis_batch_cmd(b, 2 + (int)cnt * (write ? 4 : 3));
+        int canary = *canary_due && part == bm->nparts - 1;
+        lb_redis_batch_cmd(b, 2 + (int)cnt * (write ? 4 : 3) + (canary ? 3 : 0));
         /* BITFIELD_RO (Redis 6.2) for reads that a cluster replica may serve: a
          * replica redirects BITFIELD, a write command, to its primary */
         if (!write && lb_redis_get_config(bm->conn)->cluster_replica_reads)
@@ -390,11 +500,18 @@ static size_t emit(lb_bitmap *bm, int write, uint64_t part, const uint64_t *offs
             if (write)
                 lb_redis_batch_arg(b, "1", 1);
         }
+        if (canary) {
+            lb_redis_batch_arg(b, "GET", 3);
+            lb_redis_batch_arg(b, "u1", 2);
+            lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+            *canary_due = 0;
+        }
         if (lb_bitmap_cmds_reserve(bm, ncmd + 1))
             return (size_t)-1;
         bm->cmds[ncmd].key = keyidx;
         bm->cmds[ncmd].part = (uint32_t)part;
         bm->cmds[ncmd].nbits = cnt;
+        bm->cmds[ncmd].canary = (uint32_t)canary;
         return ncmd + 1;
     }
     if (lb_bitmap_cmds_reserve(bm, ncmd + cnt))
@@ -412,6 +529,7 @@ static size_t emit(lb_bitmap *bm, int write, uint64_t part, const uint64_t *offs
         bm->cmds[ncmd].key = keyidx;
         bm->cmds[ncmd].part = (uint32_t)part;
         bm->cmds[ncmd].nbits = 1;
+        bm->cmds[ncmd].canary = 0;
         ncmd++;
     }
     return ncmd;
@@ -438,7 +556,9 @@ lb_redis_status lb_bitmap_check_replies(lb_bitmap *bm, lb_reply **rs, const lb_r
  * in the session's per-command slack (resp.h). */
 void lb_bitmap_batch_bounds(lb_bitmap *bm)
 {
-    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_BITMAP_BITFIELD ? bm->g.k : 0);
+    lb_redis_batch_expect_elements(&bm->batch, bm->mode == LB_BITMAP_BITFIELD
+                                                   ? bm->g.k + (size_t)lb_bitmap_has_canary(bm)
+                                                   : 0);
     lb_redis_batch_expect_bytes(&bm->batch, 0);
 }
 
@@ -447,7 +567,7 @@ void lb_bitmap_batch_bounds(lb_bitmap *bm)
  * as the little-endian words of a BlockedFilter's bytes), or one GETRANGE of
  * the block's 64 bytes (a test, checked against want at the reply). */
 static size_t emit_blocked(lb_bitmap *bm, int write, const lb_key *key, uint32_t keyidx,
-                           size_t ncmd)
+                           size_t ncmd, int *canary_due)
 {
     uint64_t want[LB_BLOCKED_LANES], offs[LB_MAX_K];
     const lb_hash_pair h = lb_hash_blocked(key->data, key->len);
@@ -461,7 +581,7 @@ static size_t emit_blocked(lb_bitmap *bm, int write, const lb_key *key, uint32_t
         for (int i = 0; i < 8; i++)
             for (uint64_t w = want[i]; w; w &= w - 1)
                 offs[cnt++] = off + 64 * (uint64_t)i + ((uint64_t)__builtin_ctzll(w) ^ 7);
-        return emit(bm, 1, part, offs, cnt, keyidx, ncmd);
+        return emit(bm, 1, part, offs, cnt, keyidx, ncmd, canary_due);
     }
     if (lb_bitmap_cmds_reserve(bm, ncmd + 1))
         return (size_t)-1;
@@ -477,6 +597,7 @@ static size_t emit_blocked(lb_bitmap *bm, int write, const lb_key *key, uint32_t
     bm->cmds[ncmd].key = keyidx;
     bm->cmds[ncmd].part = (uint32_t)part;
     bm->cmds[ncmd].nbits = 0;
+    bm->cmds[ncmd].canary = 0;
     return ncmd + 1;
 }
 
@@ -508,6 +629,7 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
     uint64_t idx[LB_MAX_K], offs[LB_MAX_K];
     unsigned char done[LB_MAX_K];
     size_t ncmd = 0;
+    int canary_due = lb_bitmap_has_canary(bm);
     lb_redis_batch_clear(&bm->batch);
     if (bm->blocked && !write && bm->want_cap < cn) {
         uint64_t *w = realloc(bm->want, cn * 8 * sizeof *w);
@@ -519,14 +641,14 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
     for (size_t i = 0; i < cn; i++) {
         const lb_key *key = &keys[i];
         if (bm->blocked) {
-            ncmd = emit_blocked(bm, write, key, (uint32_t)i, ncmd);
+            ncmd = emit_blocked(bm, write, key, (uint32_t)i, ncmd, &canary_due);
             if (ncmd == (size_t)-1)
                 return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
             continue;
         }
         lb_indices(&bm->g, lb_hash(bm->g.scheme, key->data, key->len), idx);
         if (bm->nparts == 1) {
-            ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd);
+            ncmd = emit(bm, write, 0, idx, k, (uint32_t)i, ncmd, &canary_due);
         } else {
             memset(done, 0, k);
             for (uint32_t a = 0; a < k && ncmd != (size_t)-1; a++) {
@@ -539,12 +661,16 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
                         offs[cnt++] = idx[c] & 0xffffffffu;
                         done[c] = 1;
                     }
-                ncmd = emit(bm, write, part, offs, cnt, (uint32_t)i, ncmd);
+                ncmd = emit(bm, write, part, offs, cnt, (uint32_t)i, ncmd, &canary_due);
             }
         }
         if (ncmd == (size_t)-1)
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
     }
+    if (canary_due) /* no BITFIELD of the last part read it: a GETBIT */
+        ncmd = add_canary_get(bm, ncmd);
+    if (ncmd == (size_t)-1)
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
     if (write)
         ncmd = lb_bitmap_add_expires(bm, add_meta_guard(bm, ncmd));
     if (lb_bitmap_cmds_reserve(bm, ncmd))
@@ -570,9 +696,16 @@ static lb_redis_status check_chunk(lb_bitmap *bm, lb_redis_status st, lb_reply *
         return st;
     if (out)
         memset(out, write ? 0 : 1, cn);
+    int canary = 1;
     for (size_t c = 0; c < ncmd; c++) {
         const lb_reply *x = rs[c];
         uint32_t ki = bm->cmds[c].key;
+        if (ki == CANARY_GET) {
+            if (!lb_reply_is_bit(x))
+                return lb_bitmap_bad_reply(bm, "GETBIT of the canary");
+            canary = (int)x->integer;
+            continue;
+        }
         if (ki == META_SET) {
             static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};
             if (!lb_reply_fits(x, &set_nx))
@@ -590,9 +723,16 @@ static lb_redis_status check_chunk(lb_bitmap *bm, lb_redis_status st, lb_reply *
             if (all < 0)
                 return lb_bitmap_bad_reply(bm, "GETRANGE");
         } else if (bm->mode == LB_BITMAP_BITFIELD) {
-            /* exactly one u1 per field sent, each 0 or 1 */
-            if (!lb_reply_bits(x, bm->cmds[c].nbits, &all))
+            /* exactly one u1 per field sent, each 0 or 1; the canary's last */
+            const uint32_t nb = bm->cmds[c].nbits, cf = bm->cmds[c].canary;
+            if (!lb_reply_bits(x, nb + cf, &all))
                 return lb_bitmap_bad_reply(bm, "BITFIELD");
+            if (cf) {
+                canary = (int)x->element[nb]->integer;
+                all = 1;
+                for (uint32_t j = 0; j < nb; j++)
+                    all &= (int)x->element[j]->integer;
+            }
         } else {
             if (!lb_reply_is_bit(x))
                 return lb_bitmap_bad_reply(bm, write ? "SETBIT" : "GETBIT");
@@ -606,6 +746,8 @@ static lb_redis_status check_chunk(lb_bitmap *bm, lb_redis_status st, lb_reply *
                 out[ki] &= (uint8_t)all;
         }
     }
+    if (!canary) /* the filter's bits are gone (a write put back only its own) */
+        return lb_bitmap_lost(bm, write);
     return LB_REDIS_OK;
 }
 
@@ -625,7 +767,7 @@ static void build_reset(lb_bitmap *bm)
 {
     lb_redis_batch *b = &bm->batch;
     char val[160];
-    int vlen = lb_bitmap_meta_format(&bm->g, bm->blocked, val, sizeof val);
+    int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
     lb_redis_batch_clear(b);
     lb_redis_batch_cmd(b, (int)(bm->nparts + 2));
     lb_redis_batch_arg(b, "DEL", 3);
@@ -635,6 +777,8 @@ static void build_reset(lb_bitmap *bm)
         lb_redis_batch_arg(b, n, len);
     }
     lb_bitmap_add_meta_set(bm, b, val, vlen);
+    if (lb_bitmap_has_canary(bm))
+        lb_bitmap_add_canary_set(bm, b); /* a reset brings a lost filter back, whole */
     lb_bitmap_batch_bounds(bm);
 }
 
@@ -642,10 +786,14 @@ static lb_redis_status check_reset(lb_bitmap *bm, lb_redis_status st, lb_reply *
 {
     if (st != LB_REDIS_OK)
         return st;
-    const lb_reply_want wants[2] = {{LB_WANT_INT, 0, (long long)bm->nparts + 1},
-                                    {LB_WANT_OK_OR_NIL, 0, 0}};
-    static const char *const names[2] = {"DEL", "SET NX of the meta key"};
-    return lb_bitmap_check_replies(bm, rs, wants, names, 2);
+    const lb_reply_want wants[3] = {{LB_WANT_INT, 0, (long long)bm->nparts + 1},
+                                    {LB_WANT_OK_OR_NIL, 0, 0},
+                                    {LB_WANT_INT, 0, 1}};
+    static const char *const names[3] = {"DEL", "SET NX of the meta key", "SETBIT of the canary"};
+    st = lb_bitmap_check_replies(bm, rs, wants, names, 2 + (size_t)lb_bitmap_has_canary(bm));
+    if (st == LB_REDIS_OK)
+        bm->known = 1;
+    return st;
 }
 
 /* ------------------------------------------------------- the step machine */
@@ -673,6 +821,7 @@ static lb_redis_status bm_next(lb_op *op, const lb_redis_batch **req, int *flags
     if (o->phase == BM_CLAIM_DUE) {
         lb_redis_batch_clear(&bm->aux);
         build_claim(bm, &bm->aux);
+        bm->claiming = lb_bitmap_has_canary(bm);
         o->phase = BM_CLAIM;
         *req = &bm->aux;
         *flags = LB_REDIS_IDEMPOTENT;
@@ -719,7 +868,7 @@ static lb_redis_status bm_done(lb_op *op, lb_redis_status st, lb_reply **rs)
     switch (o->phase) {
     case BM_LOOK:
         if (st == LB_REDIS_OK)
-            st = check_look(bm, rs, &claim);
+            st = check_look(bm, rs, o->rebuild, &claim);
         if (st == LB_REDIS_OK && !claim) {
             bm->meta_checked = 1;
             bm->meta_conn = lb_redis_connect_count(bm->conn);
@@ -825,6 +974,7 @@ lb_redis_status lb_bitmap_begin(lb_bitmap *bm, int kind, const lb_key *keys, siz
     if (kind == LB_BITMAP_OP_RESET) {
         /* never delete another filter's bitmap: the guard first */
         *op = lb_bitmap_op_start(bm, &reset_body, 1);
+        ((bm_op *)*op)->rebuild = 1;
     } else if (kind == LB_BITMAP_OP_ADD || kind == LB_BITMAP_OP_TEST) {
         lb_redis_status st = check_keys(bm, keys, n);
         if (st != LB_REDIS_OK)

@@ -27,10 +27,13 @@
  *
  * Meta key (the geometry guard, and the mark of ownership): a string
  * "ling_bloom:v=1;m=<m>;k=<k>;hash=<name>" (the blocked layout's: see
- * lb_bitmap_layout; the layout is part of the geometry compared).  Before its first command, and
+ * lb_bitmap_layout; the layout is part of the geometry compared), with
+ * ";canary=1" when the filter carries the canary (below).  Before its first command, and
  * again after every reconnect (a server restarted empty, a forked child), an
- * lb_bitmap first looks, writing nothing: GET meta, EXISTS key, INFO
- * memory, one round trip.
+ * lb_bitmap first looks, writing nothing: EXISTS meta + GETRANGE meta 0 255
+ * (ours are shorter; another program's value of any size is MISMATCH), TYPE
+ * key, INFO memory, one round trip (its maxmemory-policy noted on the client,
+ * maxmemory.h).
  *   - meta there: its geometry must be ours, else LB_REDIS_ERR_MISMATCH
  *     naming both (no bit is touched then; reset refuses too).
  *   - no meta, the key exists: the key holds data this library did not
@@ -40,14 +43,28 @@
  *   - no meta, no key: the filter's size (lb_bitmap_bytes) must fit
  *     under the server's maxmemory (maxmemory.h), else
  *     LB_REDIS_ERR_TOOLARGE.
- * Claiming is a second round trip, SET meta <ours> NX [PX ttl] + GET meta:
- * the first writer wins and the others compare.  A key created by another
+ * Claiming is a second round trip, SET meta <ours> NX [PX ttl], SETBIT of the
+ * canary, and the meta read again: the first writer wins and the others compare.  A key created by another
  * program between the look and the claim is not noticed.
  * Every write round trip (add, load) also sends SET meta <ours> NX [PX ttl]
  * with its bits: a filter that expired or was deleted while this connection
  * stayed open comes back with its meta key, never as a bare bitmap that
  * other processes would refuse as not theirs.
  * A Go ling-base process ignores the meta key and keeps working.
+ *
+ * The canary (a filter with no ttl, whose last part is not a whole 2^32-bit
+ * string): bit 8 * bytes(last part) of the last part, the first bit of the byte
+ * after the filter's, set by the claim, reset and load.  Every add and test
+ * round trip reads it (a GET u1 field more in the first BITFIELD of the last
+ * part, else a GETBIT): 0 means the filter is gone (flushed, deleted, evicted,
+ * a restart without its data) or was re-created by a write since (which does
+ * not set it): LB_REDIS_ERR_LOST, after the write for adds, so every client
+ * sees the loss.  A client that saw the filter (bm->known) and finds no meta
+ * and no key after a reconnect gets LB_REDIS_ERR_LOST from the look, nothing
+ * written, except for reset and load, which rebuild it.  A meta key without
+ * the canary field (an earlier version's filter) is given the field and the
+ * canary by the first check.  Snapshot and bitcount read the filter's bytes
+ * only.
  *
  * TTL (ttl_ms > 0): every write round trip (add, load, reset) also sends
  * PEXPIRE ttl for every part and the meta key, in the same pipeline, after

@@ -44,7 +44,7 @@ static size_t part_end(const bm_op *o, size_t pstart)
 
 /* ------------------------------------------------------------------ load */
 
-enum { LOAD_CHUNKS = 0, LOAD_EXPIRE, LOAD_CLEANUP, LOAD_OVER };
+enum { LOAD_CHUNKS = 0, LOAD_CANARY, LOAD_EXPIRE, LOAD_CLEANUP, LOAD_OVER };
 
 /* The next non-zero chunk to send: o->part and o->pos (o->last: the part's last
  * non-zero chunk, where the merge rides).  0 when every part is done. */
@@ -135,7 +135,7 @@ static void load_chunk(bm_op *o)
     want(o, LB_WANT_INT, 0, part_bytes, "BITOP"); /* the result's length */
     want(o, LB_WANT_INT, 0, 1, "DEL");
     char val[160];
-    int vlen = lb_bitmap_meta_format(&bm->g, bm->blocked, val, sizeof val);
+    int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
     lb_bitmap_add_meta_set(bm, b, val, vlen);
     want(o, LB_WANT_OK_OR_NIL, 0, 0, "SET NX of the meta key");
 }
@@ -153,6 +153,17 @@ static lb_redis_status load_next(bm_op *o, int *more, int *flags)
     }
     if (o->stage == LOAD_CHUNKS && load_find(o)) {
         load_chunk(o);
+        *flags = LB_REDIS_KEPT_CONN | LB_REDIS_WRITE;
+    } else if (o->stage == LOAD_CHUNKS && lb_bitmap_has_canary(bm)) {
+        /* the bits are in: the canary says the filter is whole again (a load
+         * brings a lost filter back), with its meta key */
+        o->stage = LOAD_CANARY;
+        lb_redis_batch_clear(b);
+        char val[160];
+        int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
+        lb_bitmap_add_meta_set(bm, b, val, vlen);
+        lb_bitmap_add_canary_set(bm, b);
+        lb_bitmap_batch_bounds(bm);
         *flags = LB_REDIS_KEPT_CONN | LB_REDIS_WRITE;
     } else if (o->stage == LOAD_CHUNKS && bm->ttl_ms > 0) {
         o->stage = LOAD_EXPIRE;
@@ -179,6 +190,16 @@ static lb_redis_status load_done(bm_op *o, lb_redis_status st, lb_reply **rs)
     lb_bitmap *bm = o->bm;
     if (o->stage == LOAD_CLEANUP) /* the cleanup's own outcome does not matter */
         return lb_redis_set_error(bm->conn, o->failed, "load: %s", o->msg);
+    if (o->stage == LOAD_CANARY) {
+        static const lb_reply_want w[2] = {{LB_WANT_OK_OR_NIL, 0, 0}, {LB_WANT_INT, 0, 1}};
+        static const char *const nm[2] = {"SET NX of the meta key", "SETBIT of the canary"};
+        if (st == LB_REDIS_OK)
+            st = lb_bitmap_check_replies(bm, rs, w, nm, 2);
+        if (st == LB_REDIS_ERR_WRONGTYPE)
+            return lb_bitmap_name_wrongtype(bm, bm->nparts - 1);
+        o->stage = LOAD_OVER;
+        return st;
+    }
     if (o->stage == LOAD_EXPIRE) {
         for (size_t c = 0; st == LB_REDIS_OK && c < o->nw; c++)
             if (!lb_reply_is_bit(rs[c]))
@@ -217,6 +238,7 @@ lb_redis_status lb_bitmap_load(lb_bitmap *bm, const uint8_t *bits, size_t nbytes
                                   " (m=%" PRIu64 ")",
                                   nbytes, want, bm->g.m);
     bm_op *o = (bm_op *)lb_bitmap_op_start(bm, &load_body, 1);
+    o->rebuild = 1;
     o->bits = bits;
     o->nbytes = nbytes;
     lb_redis_status st = lb_op_run(&o->op);
@@ -372,14 +394,10 @@ static lb_redis_status read_next(bm_op *o, int *more, int *flags)
     lb_bitmap *bm = o->bm;
     if (o->stage++)
         return LB_REDIS_OK;
-    size_t len;
-    const char *mn = lb_bitmap_name_of(bm, UINT64_MAX, &len);
     lb_redis_batch_clear(&bm->batch);
-    lb_redis_batch_cmd(&bm->batch, 2);
-    lb_redis_batch_arg(&bm->batch, "GET", 3);
-    lb_redis_batch_arg(&bm->batch, mn, len);
+    lb_bitmap_add_meta_get(bm, &bm->batch);
     lb_redis_batch_expect_elements(&bm->batch, 0);
-    lb_redis_batch_expect_bytes(&bm->batch, 0);
+    lb_redis_batch_expect_bytes(&bm->batch, LB_BITMAP_META_READ);
     *more = 1;
     *flags = LB_REDIS_IDEMPOTENT;
     return LB_REDIS_OK;
@@ -392,7 +410,8 @@ static lb_redis_status read_done(bm_op *o, lb_redis_status st, lb_reply **rs)
     if (st == LB_REDIS_ERR_WRONGTYPE)
         st = lb_bitmap_name_wrongtype(bm, UINT64_MAX);
     else if (st == LB_REDIS_OK)
-        st = lb_bitmap_meta_reply(bm->conn, bm->key, bm->keylen, rs[0], o->geom, &blocked);
+        st = lb_bitmap_meta_reply(bm->conn, bm->key, bm->keylen, (const lb_reply *const *)rs,
+                                  o->geom, &blocked, NULL);
     if (o->layout)
         *o->layout = blocked ? LB_BITMAP_BLOCKED : LB_BITMAP_STANDARD;
     return st;

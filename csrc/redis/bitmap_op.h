@@ -13,11 +13,14 @@
 #define LB_BITMAP_PART_BYTES (LB_BITMAP_PART_BITS / 8)
 #define NO_KEY UINT32_MAX
 #define META_SET (UINT32_MAX - 1) /* cmd_info.key of the SET NX of the meta key */
+#define CANARY_GET (UINT32_MAX - 2) /* cmd_info.key of a GETBIT of the canary */
+#define LB_BITMAP_META_READ 256     /* bytes of the meta key read (ours are shorter) */
 
 typedef struct {
     uint32_t key;  /* index of the key in the chunk, NO_KEY for other commands */
     uint32_t part;
     uint32_t nbits; /* BITFIELD: the u1 fields sent (its reply's length) */
+    uint32_t canary; /* BITFIELD: 1 when its last field (not counted in nbits) reads the canary */
 } cmd_info;
 
 typedef struct bm_op bm_op;
@@ -39,6 +42,7 @@ struct bm_op {
     int phase;            /* BM_* of bitmap.c */
     int guard;            /* the body needs the meta key checked on its connection */
     int force_look;       /* look even when checked (lb_bitmap_check_meta) */
+    int rebuild;          /* reset, load: may bring a lost filter back (see the canary) */
     int pending;          /* a body round trip is built and not answered yet */
     int flags;            /* ... how it is sent */
     int retried;          /* ... it went out again after a stale connection */
@@ -79,6 +83,9 @@ struct lb_bitmap {
     uint64_t nparts;
     int64_t ttl_ms;
     int meta_checked;
+    int known;               /* this client saw the filter there (its meta read or written) */
+    int upgrade;             /* the look found a meta without the canary field: the claim adds it */
+    int claiming;            /* a claim went out and its answer was not read (a failure midway) */
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
     int adopt;               /* take over a key that exists without a meta key */
     lb_bitmap_mode mode;
@@ -99,7 +106,17 @@ lb_op *lb_bitmap_op_start(lb_bitmap *bm, const bm_body *body, int guard);
 
 /* Helpers of both files. */
 const char *lb_bitmap_name_of(lb_bitmap *bm, uint64_t p, size_t *len);
-int lb_bitmap_meta_format(const lb_geometry *g, int blocked, char *buf, size_t cap);
+int lb_bitmap_meta_format(const lb_geometry *g, int blocked, int canary, char *buf, size_t cap);
+/* The meta text this filter writes (with the canary field when it has one). */
+int lb_bitmap_meta_ours(const lb_bitmap *bm, char *buf, size_t cap);
+/* The canary (bitmap.h): 1 when this filter has one; its part and bit offset. */
+int lb_bitmap_has_canary(const lb_bitmap *bm);
+uint64_t lb_bitmap_canary_offset(const lb_bitmap *bm);
+/* Append SETBIT <last part> <canary> 1 to b. */
+void lb_bitmap_add_canary_set(lb_bitmap *bm, lb_redis_batch *b);
+/* The error of a filter found gone (write: a write went in meanwhile). */
+lb_redis_status lb_bitmap_lost(lb_bitmap *bm, int write);
+void lb_bitmap_add_meta_get(lb_bitmap *bm, lb_redis_batch *b);
 void lb_bitmap_add_meta_set(lb_bitmap *bm, lb_redis_batch *b, const char *val, int vlen);
 size_t lb_bitmap_add_expires(lb_bitmap *bm, size_t ncmd);
 int lb_bitmap_cmds_reserve(lb_bitmap *bm, size_t n);
@@ -108,7 +125,8 @@ lb_redis_status lb_bitmap_name_wrongtype(lb_bitmap *bm, uint64_t part);
 lb_redis_status lb_bitmap_check_replies(lb_bitmap *bm, lb_reply **rs, const lb_reply_want *wants,
                                         const char *const *names, size_t n);
 lb_redis_status lb_bitmap_meta_reply(lb_redis *conn, const char *key, size_t keylen,
-                                     const lb_reply *x, lb_geometry *got, int *blocked);
+                                     const lb_reply *const *xs, lb_geometry *got, int *blocked,
+                                     int *canary);
 void lb_bitmap_batch_bounds(lb_bitmap *bm);
 void lb_bitmap_describe(const lb_geometry *g, int blocked, char *buf, size_t cap);
 /* A reply that does not fit what was sent: the stream may be out of step,

@@ -45,6 +45,9 @@ typedef struct {
 struct lb_redis {
     const lb_redis_vt *vt;
     lb_redis_error err;
+    /* The server's maxmemory-policy when a filter's check (INFO memory) found
+     * that it can evict that filter's keys ("" otherwise; maxmemory.h). */
+    char evicting[48];
 };
 
 /* A client for cfg: a cluster client when cfg->cluster_nodes is set, else a

@@ -57,3 +57,32 @@ lb_redis_status lb_maxmemory_check(lb_redis *conn, const lb_reply *info, uint64_
                               what, (unsigned long long)need, (unsigned long long)maxmemory,
                               (unsigned long long)used);
 }
+
+/* The text of "name:<text>" at the start of a line, up to the line's end. */
+static int text_field(const char *text, size_t len, const char *name, char *buf, size_t cap)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i + n < len; i++) {
+        if ((i == 0 || text[i - 1] == '\n') && memcmp(text + i, name, n) == 0 &&
+            text[i + n] == ':') {
+            size_t j = i + n + 1, o = 0;
+            for (; j < len && text[j] != '\r' && text[j] != '\n' && o + 1 < cap; j++)
+                buf[o++] = text[j];
+            buf[o] = '\0';
+            return o ? 0 : -1;
+        }
+    }
+    return -1;
+}
+
+void lb_maxmemory_note_policy(lb_redis *conn, const lb_reply *info, int has_ttl)
+{
+    uint64_t maxmemory, used;
+    char policy[sizeof conn->evicting];
+    conn->evicting[0] = '\0';
+    if (lb_maxmemory_parse(info, &maxmemory, &used) < 0 || maxmemory == 0 ||
+        text_field(info->str, info->len, "maxmemory_policy", policy, sizeof policy) < 0)
+        return;
+    if (strncmp(policy, "allkeys-", 8) == 0 || (has_ttl && strncmp(policy, "volatile-", 9) == 0))
+        memcpy(conn->evicting, policy, sizeof policy);
+}

@@ -31,4 +31,10 @@ int lb_maxmemory_parse(const lb_reply *x, uint64_t *maxmemory, uint64_t *used);
 lb_redis_status lb_maxmemory_check(lb_redis *conn, const lb_reply *info, uint64_t need,
                                       const char *what);
 
+/* Keep in conn->evicting the maxmemory-policy that INFO memory (info) names
+ * when the server can evict a filter's keys: a maxmemory is set and the
+ * policy is allkeys-*, or volatile-* for a filter with a ttl (has_ttl);
+ * conn->evicting = "" otherwise, and when the reply cannot be read. */
+void lb_maxmemory_note_policy(lb_redis *conn, const lb_reply *info, int has_ttl);
+
 #endif

@@ -15,6 +15,8 @@
 
 /* ------------------------------------------------------------- helpers */
 
+static lb_redis_status lost(lb_redisbloom *bf, int write);
+
 /* Shortest decimal that reads back as the same double (Go's 'f', -1 sends
  * 0.001 as "0.001"; so do we). */
 static void format_rate(double p, char *buf, size_t cap)
@@ -116,6 +118,8 @@ lb_redis_status lb_bf_fail_reply(lb_redisbloom *bf, const lb_reply *x, const cha
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
                                   "the Redis server has no RedisBloom module (%s answered: %s)",
                                   cmd, t);
+    if (adds && bf->nocreate_sent && bf->seen && lb_ci_contains(t, "not found"))
+        return lost(bf, 1);
     if (adds && bf->opt.no_create && lb_ci_contains(t, "not found"))
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOTFOUND,
                                   "no RedisBloom filter at key '%s', and no_create forbids "
@@ -147,6 +151,28 @@ void lb_bf_add_pexpire(lb_redisbloom *bf, const char *key, size_t keylen, int64_
     lb_redis_batch_arg(b, "PEXPIRE", 7);
     lb_redis_batch_arg(b, key, keylen);
     lb_redis_batch_arg_u64(b, (uint64_t)ms);
+}
+
+/* A filter made without a ttl that this client saw on the server is never
+ * made again by a write (BF.INSERT ... NOCREATE) and its tests ask EXISTS key
+ * in the same round trip: a filter gone (a restart without its data, a flush,
+ * an eviction) is LB_REDIS_ERR_LOST, never an empty filter answering "absent"
+ * to every key.  A filter with a ttl expires as a whole and is then empty. */
+static int guards_loss(const lb_redisbloom *bf)
+{
+    return bf->opt.ttl_ms == 0;
+}
+
+static lb_redis_status lost(lb_redisbloom *bf, int write)
+{
+    char kb[160];
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_LOST,
+                              "the RedisBloom filter at key '%s' is gone from the server "
+                              "(restarted without its data, flushed, deleted or evicted)%s; it "
+                              "is not re-created by a write: reset(), restore() or a warm-up "
+                              "rebuilds it",
+                              lb_redis_show(bf->key, bf->keylen, kb, sizeof kb),
+                              write ? ": this write was refused (NOCREATE)" : "");
 }
 
 /* ------------------------------------------------------------ lifecycle */
@@ -251,6 +277,7 @@ static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *e
     *exists = 0;
     const lb_reply *x = rs[0];
     lb_redis_show(bf->key, bf->keylen, kb, sizeof kb);
+    lb_maxmemory_note_policy(bf->conn, rs[1], bf->opt.ttl_ms > 0);
     if (x->type == LB_REPLY_ERROR) {
         if (!(x->str && lb_ci_contains(x->str, "not found")))
             return lb_bf_fail_reply(bf, x, "BF.INFO", 0);
@@ -302,6 +329,7 @@ static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *e
     *exists = 1;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
+    bf->seen = 1;
     lb_bf_confirm_type(bf);
     return LB_REDIS_OK;
 }
@@ -317,13 +345,15 @@ static void build_insert(lb_redisbloom *bf, const lb_key *keys, size_t n)
 {
     lb_redis_batch *b = &bf->batch;
     char num[24];
-    int head = bf->opt.no_create ? 1 : 4 + (bf->opt.non_scaling ? 1 : 2);
+    /* a filter this client saw: never made again by a write (see lost) */
+    bf->nocreate_sent = bf->opt.no_create || (guards_loss(bf) && bf->seen);
+    int head = bf->nocreate_sent ? 1 : 4 + (bf->opt.non_scaling ? 1 : 2);
     lb_redis_batch_expect_elements(b, n); /* one answer per item */
     lb_redis_batch_expect_bytes(b, 8 * n); /* ":1\r\n" or "#t\r\n" each */
     lb_redis_batch_cmd(b, (int)(2 + head + 1 + n));
     lb_redis_batch_arg(b, "BF.INSERT", 9);
     lb_bf_arg_key(bf);
-    if (bf->opt.no_create) {
+    if (bf->nocreate_sent) {
         lb_redis_batch_arg(b, "NOCREATE", 8);
     } else {
         lb_redis_batch_arg(b, "CAPACITY", 8);
@@ -433,6 +463,7 @@ static lb_redis_status add_replies(lb_redisbloom *bf, lb_reply **rs, size_t n, u
     if (bf->opt.ttl_ms > 0 && (st = lb_bf_expect_reply(bf, rs[1], &lb_bf_want_bit, "PEXPIRE")) != LB_REDIS_OK)
         return st;
     lb_bf_confirm_type(bf); /* a successful add proves the key is a Bloom filter */
+    bf->seen = 1;
     return LB_REDIS_OK;
 }
 
@@ -468,11 +499,33 @@ static lb_redis_status test_replies(lb_redisbloom *bf, lb_reply **rs, size_t n, 
     lb_redis_status st = read_answers(bf, rs[0], n, 0, out, &ok, &any);
     if (st != LB_REDIS_OK)
         return st;
+    if (bf->exists_sent) { /* EXISTS key, after the answers */
+        if (rs[1]->type == LB_REPLY_ERROR)
+            return lb_bf_fail_reply(bf, rs[1], "EXISTS", 0);
+        if (!lb_reply_is_bit(rs[1]))
+            return lb_bf_bad_reply(bf, "EXISTS");
+        if (rs[1]->integer == 0)
+            return lost(bf, 0);
+    }
     if (any)
         lb_bf_confirm_type(bf);
     else if (!lb_bf_type_confirmed(bf))
         *ask_type = 1;
     return LB_REDIS_OK;
+}
+
+/* A test's round trip: BF.EXISTS / BF.MEXISTS, and EXISTS key once this
+ * client saw the filter there (see lost). */
+static void build_test(lb_redisbloom *bf, const lb_key *keys, size_t n)
+{
+    lb_redis_batch_clear(&bf->batch);
+    build_items(bf, "BF.EXISTS", "BF.MEXISTS", keys, n);
+    bf->exists_sent = guards_loss(bf) && bf->seen;
+    if (bf->exists_sent) {
+        lb_redis_batch_cmd(&bf->batch, 2);
+        lb_redis_batch_arg(&bf->batch, "EXISTS", 6);
+        lb_bf_arg_key(bf);
+    }
 }
 
 static void build_type(lb_redisbloom *bf, lb_redis_batch *b)
@@ -486,15 +539,43 @@ static void build_type(lb_redisbloom *bf, lb_redis_batch *b)
 
 /* ---------------------------------------------------------------- reset */
 
+static void build_reserve(lb_redisbloom *bf);
+
+/* DEL key; a filter that guards its loss is made again at once, in the same
+ * round trip (BF.RESERVE): the others never find it missing. */
+static int reset_reserves(const lb_redisbloom *bf)
+{
+    return guards_loss(bf) && !bf->opt.no_create;
+}
+
 static void build_reset(lb_redisbloom *bf)
 {
     lb_redis_batch *b = &bf->batch;
     lb_redis_batch_clear(b);
+    if (reset_reserves(bf)) {
+        build_reserve(bf); /* clears the batch */
+        lb_redis_batch_clear(b);
+    }
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     lb_bf_arg_key(bf);
+    if (reset_reserves(bf)) {
+        char num[24];
+        lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
+        lb_redis_batch_arg(b, "BF.RESERVE", 10);
+        lb_bf_arg_key(bf);
+        lb_redis_batch_arg_str(b, bf->rate);
+        snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
+        lb_redis_batch_arg_str(b, num);
+        if (bf->opt.non_scaling) {
+            lb_redis_batch_arg(b, "NONSCALING", 10);
+        } else {
+            lb_redis_batch_arg(b, "EXPANSION", 9);
+            lb_redis_batch_arg_u64(b, bf->opt.expansion);
+        }
+    }
 }
 
 static lb_redis_status reset_replies(lb_redisbloom *bf, lb_reply **rs)
@@ -504,6 +585,15 @@ static lb_redis_status reset_replies(lb_redisbloom *bf, lb_reply **rs)
         return st;
     bf->reserved = 0;
     bf->type_ok = 0;
+    if (reset_reserves(bf)) {
+        st = lb_bf_expect_reply(bf, rs[1], &lb_bf_want_ok, "BF.RESERVE");
+        if (st != LB_REDIS_OK)
+            return st;
+        bf->reserved = 1;
+        bf->reserved_conn = lb_redis_connect_count(bf->conn);
+        bf->seen = 1;
+        lb_bf_confirm_type(bf);
+    }
     return LB_REDIS_OK;
 }
 
@@ -597,6 +687,7 @@ static lb_redis_status reserve_done(lb_op *op, lb_redis_status st, lb_reply **rs
         return st;
     bf->reserved = 1;
     bf->reserved_conn = lb_redis_connect_count(bf->conn);
+    bf->seen = 1; /* there now, made or found */
     if (made)
         lb_bf_confirm_type(bf); /* "item exists" says nothing of the type on every server */
     if (o->created)
@@ -701,8 +792,7 @@ static lb_redis_status test_next(lb_op *op, const lb_redis_batch **req, int *fla
         return LB_REDIS_OK;
     if (!o->cn) { /* not built by begin */
         o->cn = o->n - o->start < bf->chunk_keys ? o->n - o->start : bf->chunk_keys;
-        lb_redis_batch_clear(&bf->batch);
-        build_items(bf, "BF.EXISTS", "BF.MEXISTS", o->keys + o->start, o->cn);
+        build_test(bf, o->keys + o->start, o->cn);
     }
     o->stage = TS_SENDING;
     *req = &bf->batch;
@@ -785,8 +875,7 @@ lb_redis_status lb_bf_begin(lb_redisbloom *bf, int kind, const lb_key *keys, siz
             add_chunk_begin(o);
         else if (n) {
             o->cn = n < bf->chunk_keys ? n : bf->chunk_keys;
-            lb_redis_batch_clear(&bf->batch);
-            build_items(bf, "BF.EXISTS", "BF.MEXISTS", keys, o->cn);
+            build_test(bf, keys, o->cn);
         }
     } else {
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_ARG, "unknown wire operation");

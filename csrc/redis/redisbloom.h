@@ -20,6 +20,11 @@
  * EXPANSION is never sent with NONSCALING (the module rejects the pair).
  * no_create never creates: a missing key answers "ERR not found", which is
  * LB_REDIS_ERR_NOTFOUND.
+ * A filter with no ttl that this client saw there (the check found it, an add
+ * or reserve made it, a restore wrote it) is never made again by a write: its
+ * adds send NOCREATE too ("not found" is then LB_REDIS_ERR_LOST) and its tests
+ * carry EXISTS key (0: LB_REDIS_ERR_LOST).  Its reset is DEL + BF.RESERVE in
+ * one round trip (others never find it missing).
  *
  * The check before the first write (again after every reconnect and after
  * reset; skipped with no_create): BF.INFO key + INFO memory, one round trip,
@@ -143,7 +148,8 @@ lb_redis_status lb_bf_add(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8
 /* Test n items: present[i] = 1 when the module says item i may be there. */
 lb_redis_status lb_bf_test(lb_redisbloom *bf, const lb_key *keys, size_t n, uint8_t *present);
 
-/* DEL the key; the next add checks and creates it again. */
+/* DEL the key; the next add checks and creates it again (no ttl, not no_create:
+ * BF.RESERVE in the same round trip, see above). */
 lb_redis_status lb_bf_reset(lb_redisbloom *bf);
 
 /* NOTFOUND when the key does not exist, WRONGTYPE for another type. */

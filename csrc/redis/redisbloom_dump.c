@@ -552,6 +552,7 @@ static lb_redis_status restore_done(lb_op *op, lb_redis_status st, lb_reply **rs
         if (o->start == o->nchunks) {
             bf->reserved = 1;
             bf->reserved_conn = lb_redis_connect_count(bf->conn);
+            bf->seen = 1; /* restored: whole again */
             lb_bf_confirm_type(bf);
         }
         return st;

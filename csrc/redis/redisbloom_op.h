@@ -58,7 +58,10 @@ struct lb_redisbloom {
     int reserved;
     unsigned long reserved_conn; /* lb_redis_connect_count when last reserved or checked */
     int type_ok;
-    unsigned long type_conn;     /* ... when the key's type was last confirmed */
+    unsigned long type_conn;
+    int seen;                    /* this client saw the filter there (or made it): see lost */
+    int nocreate_sent;           /* the last BF.INSERT said NOCREATE */
+    int exists_sent;             /* the last test asked EXISTS key too */     /* ... when the key's type was last confirmed */
     long long full_processed;    /* FULL: keys of the call processed before the rejected one */
     long long last_new;          /* keys the last add reported new */
     unsigned long seq;

@@ -167,7 +167,7 @@ static void test_bm_roundtrip(void)
 
     /* reset: empty, geometry kept, meta still there */
     CHECK(lb_bitmap_reset(a) == LB_REDIS_OK);
-    CHECK(cmd_int(r, "EXISTS t:rt:a") == 0);
+    CHECK(cmd_int(r, "BITCOUNT t:rt:a") == 1); /* the canary alone */
     CHECK(cmd_int(r, "EXISTS {t:rt:a}:meta") == 1);
     CHECK(lb_bitmap_test(a, in.keys, in.n, res) == LB_REDIS_OK && count_ones(res, in.n) == 0);
     uint64_t bits = 1;
@@ -236,7 +236,8 @@ static void test_bm_ling_base_vectors(void)
         CHECK_MSG(ok, "m=%llu", (unsigned long long)ms[mi]);
         /* and nothing else */
         char line[80];
-        snprintf(line, sizeof line, "BITCOUNT %s", key);
+        snprintf(line, sizeof line, "BITCOUNT %s 0 %llu", key, /* not the canary's byte */
+                 (unsigned long long)((ms[mi] + 7) / 8 - 1));
         CHECK_MSG(cmd_int(r, line) == (long long)nall, "m=%llu: %lld bits, %zu offsets",
                   (unsigned long long)ms[mi], cmd_int(r, line), nall);
         uint8_t pres[LBV_COUNT];
@@ -310,7 +311,7 @@ static void test_bm_meta(void)
     CHECK(lb_bitmap_add(a, ks.keys, ks.n, res) == LB_REDIS_OK);
     lb_reply *x;
     CHECK(cmd(r, &x, "GET {t:meta}:meta") == LB_REDIS_OK && x->str &&
-          strcmp(x->str, "ling_bloom:v=1;m=1000;k=7;hash=xxh3") == 0);
+          strcmp(x->str, "ling_bloom:v=1;m=1000;k=7;hash=xxh3;canary=1") == 0);
 
     /* other geometries at the same key are refused, naming both */
     lb_bitmap *b = bm_new(r, "t:meta", 2000, 7, LB_HASH_XXH3, 0);
@@ -376,9 +377,13 @@ static void test_bm_meta(void)
     CHECK(lb_bitmap_add(b, ks.keys, 1, res) == LB_REDIS_ERR_WRONGTYPE);
     lb_bitmap_free(b);
 
-    /* the meta is checked again after a reconnect (server restarted empty) */
+    /* the meta is checked again after a reconnect (server restarted empty): the
+     * filter this client knew is gone, and a write does not make it again */
     cmd(r, NULL, "FLUSHALL");
     lb_redis_disconnect(r);
+    CHECK(lb_bitmap_add(a, ks.keys, 1, res) == LB_REDIS_ERR_LOST);
+    CHECK(cmd_int(r, "EXISTS {t:meta}:meta") == 0);
+    CHECK(lb_bitmap_reset(a) == LB_REDIS_OK);
     CHECK(lb_bitmap_add(a, ks.keys, 1, res) == LB_REDIS_OK);
     CHECK(cmd_int(r, "EXISTS {t:meta}:meta") == 1);
 
@@ -450,8 +455,8 @@ static void test_bm_snapshot_load(void)
     uint8_t l3[3] = {0x01, 0x80, 0xff};
     CHECK(lb_bitmap_load(bm, l3, 3) == LB_REDIS_OK);
     lb_reply *x;
-    CHECK(cmd(r, &x, "GET t:load") == LB_REDIS_OK && x->len == 3 &&
-          memcmp(x->str, "\x81\x80\xf0", 3) == 0);
+    CHECK(cmd(r, &x, "GET t:load") == LB_REDIS_OK && x->len == 4 &&
+          memcmp(x->str, "\x81\x80\xf0\x80", 4) == 0); /* and the canary */
     CHECK(cmd(r, &x, "KEYS *:load:*") == LB_REDIS_OK && x->len == 0); /* temp key gone */
     CHECK(lb_bitmap_load(bm, l3, 2) == LB_REDIS_ERR_MISMATCH);
     lb_bitmap_free(bm);
@@ -500,8 +505,8 @@ static void test_bm_snapshot_load(void)
     unsigned long rt = lb_redis_roundtrip_count(r);
     CHECK(lb_bitmap_load(bm, local, nb) == LB_REDIS_OK);
     unsigned long used = lb_redis_roundtrip_count(r) - rt;
-    /* the meta key looked at and claimed, then 6 non-zero chunks */
-    CHECK_MSG(used >= 6 && used <= 8, "%lu round trips", used);
+    /* the meta key looked at and claimed, then 6 non-zero chunks, then the canary */
+    CHECK_MSG(used >= 7 && used <= 9, "%lu round trips", used);
     CHECK(lb_bitmap_snapshot(bm, snap, nb) == LB_REDIS_OK);
     CHECK(memcmp(local, snap, nb) == 0);
     free(local);
@@ -643,7 +648,7 @@ static void test_bm_blocked_multipart(void)
     }
     CHECK(ok);
     CHECK(lb_bitmap_reset(bm) == LB_REDIS_OK);
-    CHECK(cmd_int(r, "EXISTS {t:bmp}:part:1") == 0);
+    CHECK(cmd_int(r, "BITCOUNT {t:bmp}:part:1") == 1); /* the canary alone */
     lb_bitmap_free(bm);
     free_keys(&cand);
     cmd(r, NULL, "FLUSHALL");
@@ -656,15 +661,27 @@ static void test_bm_faults(void)
     memset(&s2, 0, sizeof s2);
     t_server_start(&s2, NULL);
     lb_redis *r = conn_port(s2.port, 2000);
-    lb_bitmap *bm = bm_new(r, "t:f", 10000, 5, LB_HASH_XXH3, 0);
+    /* a filter with a ttl: empty after a restart, as after its expiry */
+    lb_bitmap *bm = bm_new(r, "t:f", 10000, 5, LB_HASH_XXH3, 3600000);
+    lb_redis *r2 = conn_port(s2.port, 2000);
+    lb_bitmap *kept = bm_new(r2, "t:kept", 10000, 5, LB_HASH_XXH3, 0); /* one without */
     keyset ks = mk_keys("f:", 0, 100);
     uint8_t res[100];
     CHECK(lb_bitmap_add(bm, ks.keys, 50, res) == LB_REDIS_OK);
+    CHECK(lb_bitmap_add(kept, ks.keys, 50, res) == LB_REDIS_OK);
 
     /* restart between calls: the next call just works (retried on a fresh connection),
-     * and the meta is written again to the empty server */
+     * and the meta is written again to the empty server; the filter without a ttl
+     * says it is lost, writes nothing back but what the write sent, and comes back
+     * with a reset */
     t_server_stop(&s2, SIGKILL);
     t_server_start(&s2, NULL);
+    CHECK(lb_bitmap_test(kept, ks.keys, 50, res) == LB_REDIS_ERR_LOST);
+    CHECK(cmd_int(r2, "EXISTS {t:kept}:meta t:kept") == 0);
+    CHECK(lb_bitmap_reset(kept) == LB_REDIS_OK);
+    CHECK(lb_bitmap_test(kept, ks.keys, 50, res) == LB_REDIS_OK && count_ones(res, 50) == 0);
+    lb_bitmap_free(kept);
+    lb_redis_free(r2);
     CHECK_MSG(lb_bitmap_add(bm, ks.keys + 50, 50, res) == LB_REDIS_OK, "%s", lb_redis_errstr(r));
     CHECK(lb_bitmap_test(bm, ks.keys + 50, 50, res) == LB_REDIS_OK && count_ones(res, 50) == 50);
     CHECK(cmd_int(r, "EXISTS {t:f}:meta") == 1);

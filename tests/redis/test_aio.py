@@ -498,8 +498,11 @@ def test_server_restart_is_survived(redis_server_factory):
         async with af(srv, key="rs", max_connections=1) as f:
             await f.add("a")
             srv.restart()  # empty: no persistence
-            # the kept connection is dead; the call goes out again on a new one, which
-            # claims the meta key anew before writing
+            # the kept connection is dead; the call goes out again on a new one, whose
+            # check finds the filter this client knew gone: not re-created by a write
+            with pytest.raises(lb.FilterLostError):
+                await f.add("b")
+            await f.reset()  # rebuilt on purpose
             assert await f.add("b") is True
             assert await f.test("b") is True and await f.test("a") is False
 
@@ -521,7 +524,7 @@ def test_late_reply_is_not_taken_as_the_next_answer(clean_redis):
                 await asyncio.sleep(0.1)
                 assert await f.test("x") is True  # not the late answer
                 assert srv.connections == 2
-                assert srv.names(1)[:3] == ["GET", "TYPE", "INFO"]  # the new one checks first
+                assert srv.names(1)[:4] == ["EXISTS", "GETRANGE", "TYPE", "INFO"]  # checks first
 
         run(main())
 
@@ -732,7 +735,10 @@ def test_redisbloom_restart_and_cancel(bf_server_factory):
                 srv.resume()
             assert await f.test("never") is False
             srv.restart()
-            assert await f.add("b") is True  # created again with our parameters
+            with pytest.raises(lb.FilterLostError):  # not created again by a write
+                await f.add("b")
+            await f.reset()  # made again with our parameters
+            assert await f.add("b") is True
             assert (await f.test_many(["a", "b"])) == [False, True]
 
     run(main())

@@ -33,8 +33,11 @@ def payload(bf: lb.BlockedFilter) -> bytes:
 
 
 def redis_bytes(raw, key, nbytes: int) -> bytes:
+    """The filter's bytes of the Redis string; past them, only the canary byte."""
     value = raw.command("GET", key) or b""
-    assert len(value) <= nbytes
+    assert len(value) <= nbytes + 1
+    assert value[nbytes:] in (b"", b"\x80")
+    value = value[:nbytes]
     return value + bytes(nbytes - len(value))
 
 
@@ -75,10 +78,10 @@ def test_chunks_and_the_meta_key(clean_redis, raw_redis):
         assert chunked.test_many(KEYS + ABSENT) == one.test_many(KEYS + ABSENT)
         assert raw_redis.command("GET", "a") == raw_redis.command("GET", "b")
         assert raw_redis.command("GET", "{a}:meta") == (
-            f"ling_bloom:v=2;m={one.m};k={one.k};hash=xxh3-block;layout=blocked".encode())
+            f"ling_bloom:v=2;m={one.m};k={one.k};hash=xxh3-block;layout=blocked;canary=1".encode())
         one.reset()
         assert one.test_many(KEYS[:10]) == [False] * 10
-        assert raw_redis.command("GET", "{a}:meta").endswith(b";layout=blocked")
+        assert raw_redis.command("GET", "{a}:meta").endswith(b";layout=blocked;canary=1")
 
 
 def test_snapshot_and_load_are_byte_copies(clean_redis, raw_redis):
@@ -142,11 +145,18 @@ def test_a_foreign_wrong_type_or_deleted_key(clean_redis, raw_redis):
             assert e.value.key == "list"
     with rf(clean_redis, "gone") as f:
         f.add("a")
-        raw_redis.command("DEL", "gone", "{gone}:meta")  # another client, or an expiry
-        assert f.test("a") is False and f.add("b") is True
-        assert raw_redis.command("GET", "{gone}:meta").endswith(b";layout=blocked")
+        raw_redis.command("DEL", "gone", "{gone}:meta")  # another client, or an eviction
+        for call in (lambda: f.test("a"), lambda: f.add("b")):
+            with pytest.raises(lb.FilterLostError):
+                call()
+        assert raw_redis.command("GET", "{gone}:meta").endswith(b";layout=blocked;canary=1")
     with RedisFilter.open(clean_redis.url, "gone") as g:
-        assert g.layout == "blocked" and g.test_many(["a", "b"]) == [False, True]
+        assert g.layout == "blocked"
+        with pytest.raises(lb.FilterLostError):  # lost for every process, not re-created
+            g.test_many(["a", "b"])
+        g.reset()
+        g.add("b")
+        assert g.test_many(["a", "b"]) == [False, True]
 
 
 def test_properties(clean_redis):
@@ -300,7 +310,7 @@ def _with(key, like):
 def test_a_getrange_reply_that_does_not_fit(clean_redis, reply):
     """More than the 64 bytes asked, or not a string: RedisProtocolError, never an answer."""
     def script(ctx, args):
-        return reply if args[0].upper() == b"GETRANGE" else None
+        return reply if args[0].upper() == b"GETRANGE" and args[1] == b"h" else None
 
     with HostileServer(script, upstream_port=clean_redis.port) as srv:
         with RedisFilter("h", 3000, 0.01, url=srv.url, layout="blocked") as f:

@@ -37,9 +37,12 @@ def rf(srv, key="bf", *args, **kwargs):
 
 
 def bitmap(raw: RawRedis, key, nbytes: int) -> bytes:
-    """The Redis string, padded with zeros to nbytes (Redis strings end at their last set byte)."""
+    """The filter's bytes of the Redis string, padded with zeros to nbytes (Redis strings end at
+    their last set byte); past them, only the canary byte (the first bit of the next byte)."""
     value = raw.command("GET", key) or b""
-    assert len(value) <= nbytes
+    assert len(value) <= nbytes + 1
+    assert value[nbytes:] in (b"", b"\x80")
+    value = value[:nbytes]
     return value + bytes(nbytes - len(value))
 
 
@@ -118,8 +121,8 @@ def test_counts(clean_redis, raw_redis):
     with rf(clean_redis, capacity=n, error_rate=0.01) as f:
         assert f.bits_set() == 0 and f.approximate_count() == 0 and f.fill_ratio() == 0.0
         f.update(f"key:{i}" for i in range(n))
-        bits = raw_redis.command("BITCOUNT", "bf")
-        assert f.bits_set() == bits > 0
+        bits = raw_redis.command("BITCOUNT", "bf", 0, f.nbytes - 1)  # not the canary's byte
+        assert f.bits_set() == bits > 0 == raw_redis.command("BITCOUNT", "bf") - bits - 1
         assert f.fill_ratio() == pytest.approx(bits / f.m)
         assert f.current_error_rate() == pytest.approx((bits / f.m) ** f.k)
         assert abs(f.approximate_count() - n) < n * 0.05
@@ -348,7 +351,9 @@ def test_ling_base_sets_exactly_the_go_offsets(clean_redis, raw_redis):
         got = raw_redis.pipeline([("GETBIT", name, o) for o in offsets])
         assert got == [1] * len(offsets), (key, m, k)
         # exactly those: no other bit is set
-        assert raw_redis.command("BITCOUNT", name) == len(set(offsets)), (key, m, k)
+        assert raw_redis.command("BITCOUNT", name, 0, (m + 7) // 8 - 1) == len(set(offsets)), (
+            key, m, k)
+        assert raw_redis.command("GETBIT", name, 8 * ((m + 7) // 8)) == 1  # the canary
 
 
 @pytest.mark.parametrize("hash_", ["xxh3-mix", "xxh3", "ling-base"])
@@ -650,14 +655,18 @@ def test_server_down_between_calls_then_restarted(private_redis):
             call()
         assert isinstance(e.value, ConnectionError)
     private_redis.restart()  # empty: nothing is persisted
+    with pytest.raises(lb.FilterLostError):  # the filter this client knew is gone
+        f.test("a")
+    f.reset()  # rebuilt on purpose
     assert f.test("a") is False
     assert f.add("a") is True and f.test("a") is True
     f.close()
 
 
 def test_restart_between_calls_is_invisible(private_redis):
-    """A stale connection after a restart: the idempotent batch is retried on a new one."""
-    f = rf(private_redis)
+    """A stale connection after a restart: the idempotent batch is retried on a new one.
+    (A filter with a ttl: one without says the restart lost it, test_lost_filter.py.)"""
+    f = rf(private_redis, ttl=3600)
     f.add("a")
     private_redis.kill()
     private_redis.restart()
@@ -696,7 +705,10 @@ def test_killed_during_a_big_batch(private_redis):
     assert "result" not in outcome, "the batch finished before the kill: make it bigger"
     assert isinstance(outcome["error"], lb.RedisConnectionError), outcome
     private_redis.restart()
-    assert f.add("after") is True  # the next call works on a fresh connection
+    with pytest.raises(lb.FilterLostError):  # the next call works on a fresh connection
+        f.add("after")
+    f.reset()
+    assert f.add("after") is True
     f.update(keys[:10_000])
     assert f.test_many(keys[:10_000]) == [True] * 10_000
     f.close()
@@ -1058,7 +1070,8 @@ def test_a_bitmap_of_0_1_is_read_with_its_own_walk(clean_redis, raw_redis):
     with rf(clean_redis, "old", 1000, 0.01, hash="xxh3") as f:  # what 0.1 wrote
         f.update(["a", "b"])
         (m, k) = (f.m, f.k)
-    assert raw_redis.command("GET", "{old}:meta") == f"ling_bloom:v=1;m={m};k={k};hash=xxh3".encode()
+    assert raw_redis.command("GET", "{old}:meta") == (
+        f"ling_bloom:v=1;m={m};k={k};hash=xxh3;canary=1".encode())
     with rf(clean_redis, "old", 1000, 0.01) as g:
         assert g.hash == "xxh3-mix"
         with pytest.raises(lb.GeometryMismatchError, match="hash=xxh3"):

@@ -444,3 +444,22 @@ def test_a_demoted_primary_readonly_sends_the_filter_back_to_the_sentinels(
         f.close()
     finally:
         fake.stop()
+
+
+def test_a_filter_the_primary_lost_says_so(flavor, sentinels):
+    """Flushed on the primary (a restart without its data, an eviction): FilterLostError
+    through the sentinels too, for both filters; reset() brings each back."""
+    keys = [f"user:{i}" for i in range(200)]
+    f = flavor.RedisFilter("lost", 2000, 0.01, url=sentinels.url)
+    b = flavor.RedisBloomFilter("lost:bf", 2000, 0.01, url=sentinels.url)
+    f.update(keys)
+    b.update(keys)
+    with sentinels.primary().client() as c:
+        c.command("FLUSHALL")
+    for flt in (f, b):
+        with pytest.raises(lb.FilterLostError):
+            flt.test_many(keys)
+        with pytest.raises(lb.FilterLostError):
+            flt.add("x")
+        flt.reset()
+        assert flt.test_many(keys) == [False] * len(keys)

@@ -296,7 +296,8 @@ def test_reopening_with_other_parameters_is_a_mismatch(target, key, r):
 
 
 def test_deleted_or_expired_key_comes_back_with_our_parameters(target, key, r):
-    with make(target, key, capacity=50_000, error_rate=0.0001) as f:
+    # a filter with a ttl (one without says it is lost: test_lost_filter.py)
+    with make(target, key, capacity=50_000, error_rate=0.0001, ttl=3600) as f:
         f.add("a")
         r.delete(key)  # another client
         assert f.add("b") is True
@@ -309,7 +310,7 @@ def test_deleted_or_expired_key_comes_back_with_our_parameters(target, key, r):
         f.add_many(["c", "d"])
         assert f.info().capacity == 50_000
         assert f.info().size > 100_000  # sized for 0.0001, not for 1%
-    with make(target, key + ":ns", capacity=10, non_scaling=True) as g:
+    with make(target, key + ":ns", capacity=10, non_scaling=True, ttl=3600) as g:
         g.add("first")
         r.delete(key + ":ns")
         with pytest.raises(lb.FilterFullError):
@@ -345,8 +346,21 @@ def test_no_create_never_creates(target, key, r):
         assert f.info().capacity == 77
 
 
-def test_reset_deletes_and_next_add_reserves_again(target, key, r):
+def test_reset_empties_and_reserves_again_at_once(target, key, r):
+    # never missing in between: other clients would take it for lost
     with make(target, key, capacity=333) as f:
+        f.add_many(["a", "b"])
+        f.reset()
+        assert r.exists(key) == 1
+        assert f.is_reserved is True and f.info().capacity == 333 and f.card() == 0
+        assert f.test("a") is False
+        assert f.add("a") is True
+        f.reset()
+        f.reset()
+
+
+def test_reset_of_a_ttl_filter_deletes_and_next_add_reserves_again(target, key, r):
+    with make(target, key, capacity=333, ttl=3600) as f:
         f.add_many(["a", "b"])
         f.reset()
         assert r.exists(key) == 0
@@ -480,9 +494,10 @@ def test_keys_with_a_nul_byte_are_distinct_filters(flavor, target, db9, shards):
             fs[k].update(others)
         assert not any(fs[b"a"].test_many(items)) and all(fs[b"a"].test_many(others))
         assert server_keys(db9) == names(b"a") | names(b"a\x00b") | names(b"a\x00c")
-        fs[b"a"].reset()            # a reset deletes its own keys only (a record stays)
+        fs[b"a"].reset()            # a reset empties its own keys only (a record stays)
         kept = {record_name(b"a")} if shards > 1 else set()
-        assert server_keys(db9) == names(b"a\x00b") | names(b"a\x00c") | kept
+        assert server_keys(db9) == names(b"a") | names(b"a\x00b") | names(b"a\x00c") | kept
+        assert not any(fs[b"a"].test_many(others))
         assert all(fs[b"a\x00b"].test_many(items))
     finally:
         for f in fs.values():
@@ -658,7 +673,7 @@ def test_wire_insert_commands():
     assert cmds == [
         ["BF.INFO", "k"], ["INFO", "memory"],  # checked once per connection, nothing written
         k_head + ["a"],
-        k_head + ["b"],
+        ["BF.INSERT", "k", "NOCREATE", "ITEMS", "b"],  # seen there: never made again
         ["BF.INFO", "n"], ["INFO", "memory"],
         # never EXPANSION with NONSCALING; the parameters travel with every write
         ["BF.INSERT", "n", "CAPACITY", "50", "ERROR", "0.0123", "NONSCALING", "ITEMS", "a", "b"],
@@ -902,7 +917,8 @@ def test_never_answering_times_out():
 
 def test_server_restarted_empty_gets_our_parameters_back(bf_server_factory):
     srv = bf_server_factory()
-    with lb.RedisBloomFilter("k", capacity=555, url=srv.url) as f:
+    # a filter with a ttl (one without says it is lost: test_lost_filter.py)
+    with lb.RedisBloomFilter("k", capacity=555, url=srv.url, ttl=3600) as f:
         f.add("a")
         srv.restart()  # empty now
         assert f.add("b") is True  # the stale connection is replaced
@@ -948,7 +964,10 @@ def test_killed_during_a_batch(bf_server_factory):
         assert not t.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], lb.RedisConnectionError)
         srv.restart()  # the same port, empty
-        assert f.add("after") is True  # a fresh connection, reserved again
+        with pytest.raises(lb.FilterLostError):  # a fresh connection: the filter is gone
+            f.add("after")
+        f.reset()
+        assert f.add("after") is True
 
 
 def test_threads_share_one_filter(target, key):

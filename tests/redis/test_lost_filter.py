@@ -1,0 +1,325 @@
+"""A Redis filter made without a ttl that the server lost (restarted without its data,
+flushed, deleted, evicted) says so: FilterLostError on test and add, for every process that
+shares the key, never an empty filter answering "absent" to every key.  It comes back
+through reset(), load() or a warm-up; a filter with a ttl is still empty after its loss.
+Also: the EvictionWarning of a server whose maxmemory-policy can evict the filter, and a
+meta key holding another program's long value."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import ling_bloom as lb
+from cluster_tools import primaries, url as cluster_url
+
+KEYS = [f"user:{i}" for i in range(500)]
+
+
+def rf(flavor, srv, key="bf", *args, **kw):
+    if not args and "m" not in kw:
+        args = (2000, 0.01)
+    return flavor.RedisFilter(key, *args, url=srv.url, **kw)
+
+
+def calls(f, keys=KEYS):
+    """Every call of the request path, one by one."""
+    return [lambda: f.test(keys[0]), lambda: keys[0] in f, lambda: f.test_many(keys),
+            lambda: f.add("new"), lambda: f.add_many(["new2", "new3"]),
+            lambda: f.update(["new4"])]
+
+
+def assert_lost(f, key="bf"):
+    for call in calls(f):
+        with pytest.raises(lb.FilterLostError) as e:
+            call()
+        assert isinstance(e.value, lb.FilterNotFoundError) and e.value.key == key
+
+
+def commandstats(raw) -> dict:
+    out = {}
+    for line in raw.command("INFO", "commandstats").decode().split("\r\n"):
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            fields = dict(kv.split("=") for kv in rest.split(","))
+            out[name] = (int(fields["calls"]), float(fields["usec"]))
+    return out
+
+
+# ---- what loses it ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_a_flushed_filter_is_lost_for_this_client_and_for_one_that_comes_later(
+        flavor, clean_redis, raw_redis, layout):
+    f = rf(flavor, clean_redis, layout=layout)
+    f.update(KEYS)
+    raw_redis.command("FLUSHALL")
+    assert_lost(f)
+    # the writes above went into what is left, and made the meta key again: a client that
+    # connects after the loss and those writes sees the loss too
+    assert raw_redis.command("EXISTS", "bf") == 1
+    g = rf(flavor, clean_redis, layout=layout)
+    assert_lost(g)
+    with lb.RedisFilter.open(clean_redis.url, "bf") as h:
+        with pytest.raises(lb.FilterLostError):
+            h.test_many(KEYS)
+
+
+def test_deleting_the_bitmap_alone_is_a_loss(flavor, clean_redis, raw_redis):
+    f = rf(flavor, clean_redis)
+    f.update(KEYS)
+    raw_redis.command("DEL", "bf")
+    assert_lost(f)
+    assert_lost(rf(flavor, clean_redis))
+
+
+def test_deleting_the_meta_key_alone_loses_nothing(flavor, clean_redis, raw_redis):
+    """The bits are all there: the answers stay right, and the next write puts the meta key
+    back (until then, a new client finds a bitmap with no meta: KeyNotOwnedError)."""
+    f = rf(flavor, clean_redis)
+    f.update(KEYS)
+    raw_redis.command("DEL", "{bf}:meta")
+    assert all(f.test_many(KEYS))
+    with pytest.raises(lb.KeyNotOwnedError):
+        rf(flavor, clean_redis).test("x")
+    f.add("one more")
+    assert raw_redis.command("EXISTS", "{bf}:meta") == 1
+    assert all(rf(flavor, clean_redis).test_many(KEYS))
+
+
+def test_a_server_restarted_empty(flavor, private_redis):
+    f = rf(flavor, private_redis)
+    f.update(KEYS)
+    private_redis.kill()
+    private_redis.restart()  # empty: nothing is persisted
+    assert_lost(f)
+    with private_redis.client() as c:  # the client that knew it wrote nothing back
+        assert c.command("EXISTS", "bf", "{bf}:meta") == 0
+    f.reset()
+    assert f.test_many(KEYS) == [False] * len(KEYS)
+    assert f.add("a") is True and f.test("a") is True
+
+
+def test_a_server_restarted_empty_before_anyone_wrote_again_looks_new(flavor, private_redis):
+    """What cannot be told apart: a new process finding nothing at all at the key (never
+    made, or lost before anyone wrote) makes the filter, as it always did; from then on it
+    is a new filter for every client, the ones that knew the old one included."""
+    f = rf(flavor, private_redis)
+    f.update(KEYS)
+    private_redis.kill()
+    private_redis.restart()
+    g = rf(flavor, private_redis)
+    assert g.test_many(KEYS) == [False] * len(KEYS)
+    assert g.add("a") is True
+    assert f.test("a") is True and f.test_many(KEYS) == [False] * len(KEYS)
+
+
+def test_an_evicted_filter_is_lost(redis_server_factory):
+    srv = redis_server_factory()
+    with srv.client() as c:
+        c.command("CONFIG", "SET", "maxmemory-policy", "allkeys-random")
+        with pytest.warns(lb.EvictionWarning, match="allkeys-random"):
+            c.command("CONFIG", "SET", "maxmemory", "1gb")
+            f = lb.RedisFilter("bf", 1_000_000, 0.01, url=srv.url)  # about 1.2 MB
+            f.update(KEYS)
+        used = int(c.command("INFO", "memory").decode().split("used_memory:")[1].split("\r")[0])
+        c.command("CONFIG", "SET", "maxmemory", used - 600_000)  # the bitmap must go
+        c.command("PING")  # evictions happen before a command runs
+        c.command("CONFIG", "SET", "maxmemory", 0)
+        assert c.command("EXISTS", "bf") == 0
+    with pytest.raises(lb.FilterLostError):
+        f.test_many(KEYS)
+    f.close()
+
+
+def test_one_lost_shard_of_a_sharded_filter(flavor, clean_redis, raw_redis):
+    f = rf(flavor, clean_redis, shards=3)
+    f.update(KEYS)
+    shard1 = [n for n in f.key_names() if n.startswith(b"{bf:1}") and b":meta" not in n]
+    assert shard1
+    raw_redis.command("DEL", *shard1)
+    with pytest.raises(lb.FilterLostError):
+        f.test_many(KEYS)
+    with pytest.raises(lb.FilterLostError):
+        rf(flavor, clean_redis, shards=3).update(KEYS)
+    f.reset()
+    f.update(KEYS)
+    assert all(f.test_many(KEYS))
+
+
+@pytest.mark.cluster
+def test_a_flushed_filter_on_a_cluster(flavor, cluster):
+    f = flavor.RedisFilter("bf", 2000, 0.01, url=cluster_url(cluster))
+    f.update(KEYS)
+    for node in primaries(cluster):
+        with node.client() as c:
+            c.command("FLUSHALL")
+    with pytest.raises(lb.FilterLostError):
+        f.test_many(KEYS)
+    with pytest.raises(lb.FilterLostError):
+        f.add("x")
+    f.reset()
+    assert f.test_many(KEYS[:10]) == [False] * 10
+
+
+# ---- what brings it back ----------------------------------------------------------------
+
+
+def test_load_and_warmup_bring_it_back_whole(flavor, clean_redis, raw_redis):
+    from ling_bloom.warmup import warmup
+
+    f = rf(flavor, clean_redis)
+    f.update(KEYS)
+    snap = flavor.twin(f).snapshot()
+    raw_redis.command("FLUSHALL")
+    flavor.twin(f).load(snap)
+    assert all(f.test_many(KEYS)) and f.add("after load") is True
+    raw_redis.command("FLUSHALL")
+    with pytest.raises(lb.FilterLostError):
+        f.test("x")
+    blocking = flavor.twin(f)
+    warmup(blocking, KEYS, progress=False)  # resets the lost filter, then fills it
+    assert all(f.test_many(KEYS)) and all(rf(flavor, clean_redis).test_many(KEYS))
+
+
+def test_a_filter_with_a_ttl_is_empty_after_its_loss(flavor, clean_redis, raw_redis):
+    f = rf(flavor, clean_redis, ttl=3600)
+    f.update(KEYS)
+    raw_redis.command("FLUSHALL")
+    assert f.test_many(KEYS) == [False] * len(KEYS)
+    assert f.add("a") is True and f.test("a") is True
+    assert raw_redis.command("GET", "{bf}:meta").endswith(b"hash=xxh3-mix")  # no canary
+
+
+def test_a_filter_of_the_previous_version_gets_its_canary(flavor, clean_redis, raw_redis):
+    f = rf(flavor, clean_redis)
+    f.update(KEYS)
+    meta = raw_redis.command("GET", "{bf}:meta")
+    assert meta.endswith(b";canary=1")
+    # what the previous version left: its meta text, no canary
+    raw_redis.command("SET", "{bf}:meta", meta[:-len(b";canary=1")])
+    raw_redis.command("SETBIT", "bf", 8 * f.nbytes, 0)
+    g = rf(flavor, clean_redis)
+    assert all(g.test_many(KEYS))
+    assert raw_redis.command("GET", "{bf}:meta") == meta
+    assert raw_redis.command("GETBIT", "bf", 8 * f.nbytes) == 1
+    raw_redis.command("DEL", "bf")
+    with pytest.raises(lb.FilterLostError):
+        g.test("x")
+
+
+# ---- RedisBloomFilter -------------------------------------------------------------------
+
+
+def test_a_lost_redisbloom_filter(flavor, bf_server):
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url)
+        f.update(KEYS)
+        c.command("DEL", "rb")
+        assert_lost(f, "rb")
+        assert c.command("EXISTS", "rb") == 0  # a write does not make it again
+        f.reset()
+        assert f.test_many(KEYS) == [False] * len(KEYS)
+        assert f.add("a") is True
+        assert f.info().capacity == 5000
+        c.command("FLUSHALL")
+
+
+def test_a_redisbloom_filter_with_a_ttl_is_made_again_by_a_write(flavor, bf_server):
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url, ttl=3600)
+        f.update(KEYS)
+        c.command("DEL", "rb")
+        assert f.test("user:1") is False
+        assert f.add("a") is True and f.info().capacity == 5000
+        c.command("FLUSHALL")
+
+
+# ---- the cost: no round trip more ----------------------------------------------------------
+
+
+def test_a_test_and_an_add_are_still_one_command_each(clean_redis, raw_redis):
+    with lb.RedisFilter("bf", 2000, 0.01, url=clean_redis.url) as f:
+        f.add("warm")  # the check and the claim are done
+        raw_redis.command("CONFIG", "RESETSTAT")
+        f.test("a")
+        f.add("b")
+        f.test_many(["c", "d"])
+        stats = commandstats(raw_redis)
+        stats.pop("config|resetstat", None)
+        stats.pop("info", None)
+        # the canary rides in the first BITFIELD: no GETBIT, no extra round trip
+        assert stats["bitfield"][0] == 4 and "getbit" not in stats, stats
+        assert set(stats) == {"bitfield", "set"}, stats  # set: the meta key's SET NX
+
+
+# ---- the warning -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy,ttl,warned", [
+    ("allkeys-lru", None, True), ("allkeys-random", 60, True), ("volatile-lru", None, False),
+    ("volatile-ttl", 60, True), ("noeviction", None, False)])
+def test_a_policy_that_can_evict_the_filter_is_named_once(flavor, redis_server_factory,
+                                                          policy, ttl, warned):
+    srv = redis_server_factory()
+    with srv.client() as c:
+        c.command("CONFIG", "SET", "maxmemory-policy", policy)
+        c.command("CONFIG", "SET", "maxmemory", "1gb")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        f = rf(flavor, srv, ttl=ttl)
+        f.add("a")
+        f.test_many(["a", "b"])
+        f.add("c")
+    mine = [w for w in got if issubclass(w.category, lb.EvictionWarning)]
+    assert len(mine) == (1 if warned else 0), [str(w.message) for w in got]
+    if warned:
+        assert policy in str(mine[0].message) and "'bf'" in str(mine[0].message)
+    assert "EvictionWarning" in lb.__all__
+    assert issubclass(lb.EvictionWarning, RuntimeWarning)
+
+
+def test_no_maxmemory_no_warning(flavor, redis_server_factory):
+    srv = redis_server_factory()
+    with srv.client() as c:
+        c.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")  # maxmemory 0: no limit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lb.EvictionWarning)
+        rf(flavor, srv).add("a")
+
+
+# ---- a meta key that is another program's -------------------------------------------------
+
+
+def test_a_meta_key_holding_a_long_foreign_value_is_a_key_clash(clean_redis, raw_redis):
+    raw_redis.command("SET", "{junk}:meta", b"x" * 5000)
+    with pytest.raises(lb.GeometryMismatchError, match="junk.*not a ling_bloom geometry"):
+        lb.RedisFilter.open(clean_redis.url, "junk")
+    with lb.RedisFilter("junk", 1000, 0.01, url=clean_redis.url) as f:
+        with pytest.raises(lb.GeometryMismatchError, match="256 bytes or more"):
+            f.add("a")
+        conns = int(raw_redis.command("INFO", "stats").decode()
+                    .split("total_connections_received:")[1].split("\r")[0])
+        with pytest.raises(lb.GeometryMismatchError):
+            f.test("a")
+        after = int(raw_redis.command("INFO", "stats").decode()
+                    .split("total_connections_received:")[1].split("\r")[0])
+        assert after == conns  # the filter kept its connection: no protocol error
+    assert raw_redis.command("STRLEN", "{junk}:meta") == 5000
+
+
+
+def test_a_reserved_redisbloom_filter_lost_before_any_add(flavor, bf_server):
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url)
+        flavor.twin(f).reserve() if flavor.is_async else f.reserve()
+        if flavor.is_async:
+            f.add("seen")  # the async filter saw it with its first check
+        c.command("DEL", "rb")
+        with pytest.raises(lb.FilterLostError):
+            f.add("a")
+        assert c.command("EXISTS", "rb") == 0
