@@ -670,7 +670,6 @@ def test_a_geometry_mismatch_under_raise_raises():
 # ---- a real RedisFilter whose server lost it -------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="needs the Redis filters' loss detection")
 def test_real_redis_filter_flushed_passes_lookups_and_is_rebuilt(clean_redis, raw_redis):
     f = RedisFilter.from_url(clean_redis.url, "bf:lost-rows", 1000, 0.01)
     f.update(["1", "2"])
