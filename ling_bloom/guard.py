@@ -134,6 +134,7 @@ class _GuardBase:
         filter_errors: Optional[Tuple[Type[BaseException], ...]] = None,
         deleted_ttl: float = 3600.0,
         deleted_max: int = 100_000,
+        normalize: Optional[Callable[[Any], Any]] = None,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
@@ -149,6 +150,9 @@ class _GuardBase:
         self.null_ttl = null_ttl
         self.value_ttl = value_ttl
         self.key_prefix = key_prefix
+        if normalize is not None and not callable(normalize):
+            raise TypeError(f"normalize must be a function of a key, not {normalize!r}")
+        self.normalize = normalize
         self.name = name or (getattr(loader, "__qualname__", None) if loader else None) or "default"
         self._explicit_name = bool(name)
         self.logger = logger if logger is not None else log
@@ -185,9 +189,16 @@ class _GuardBase:
             self.metrics_registry = metrics
 
     # -- keys
+    def filter_key(self, key: Any) -> Any:
+        """The filter's key for a lookup key: ``as_key``, then ``normalize`` when given
+        (``str.lower`` for a case-insensitive column: every lookup, add and delete of the
+        guard goes through it; give the warm-up the same function)."""
+        k = as_key(key)
+        return k if self.normalize is None else as_key(self.normalize(k))
+
     def cache_key(self, key: Any) -> str:
         """The cache's key for a lookup key (``key_prefix`` + the key as text)."""
-        return self.key_prefix + _text(as_key(key))
+        return self.key_prefix + _text(self.filter_key(key))
 
     # -- counters
     def _count(self, **deltas: int) -> None:
@@ -286,7 +297,7 @@ class _GuardBase:
         the key.  Frameworks call it, then report the outcome with ``record()``.  When the
         filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
         answers: True for "open", False for "closed", the error for "raise"."""
-        fk = as_key(key)
+        fk = self.filter_key(key)
         _bypassed.set(False)
         if not self._breaker.allow():
             return self._policy(None)
@@ -341,7 +352,7 @@ class _GuardBase:
             return  # the backend is failing: do not wait on it again for this lookup
         try:
             # a FileFilter's ensure(): no add-log record for a key it already answers
-            getattr(self.filter, "ensure", self.filter.add)(as_key(key))
+            getattr(self.filter, "ensure", self.filter.add)(self.filter_key(key))
         except self.filter_errors as e:
             self._add_failed(e)
 
@@ -372,7 +383,7 @@ class _GuardBase:
         that find nothing count as ``deleted``, not as observed false positives, so that
         the drift warning measures real false positives.  Cached values are not touched:
         call ``invalidate(key)`` too (the framework hooks do)."""
-        k = as_key(key)
+        k = self.filter_key(key)
         remove = getattr(self.filter, "remove", None)
         if remove is not None:
             try:
@@ -392,7 +403,7 @@ class _GuardBase:
 
     def _count_missing(self, key: Any) -> None:
         if key is not None and self._deleted:
-            t = _text(as_key(key))
+            t = _text(self.filter_key(key))
             now = time.monotonic()
             with self._stat_lock:
                 expiry = self._deleted.get(t)
@@ -454,6 +465,9 @@ class Guard(_GuardBase):
     deleted_ttl, deleted_max  how long (3600 s) and how many (100,000) keys reported with
                ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
                not as observed false positives (a CountingFilter forgets them instead)
+    normalize  a function of a key giving the key the filter and cache see (``str.lower``
+               for a case-insensitive key column); the warm-up must add keys through the
+               same function
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -524,7 +538,7 @@ class Guard(_GuardBase):
     def add(self, key: Any, value: Any = None) -> None:
         """A key that now exists (a new row): add it to the filter, and cache value (when
         given) or drop any null marker cached for it."""
-        self.filter.add(as_key(key))
+        self.filter.add(self.filter_key(key))
         ck = self.cache_key(key)
         if value is None:
             self.cache.delete(ck)
@@ -622,7 +636,7 @@ class AsyncGuard(_GuardBase):
     async def acheck(self, key: Any) -> bool:
         """``check()`` for the event loop (the ASGI middleware calls it): the same
         counting and failure policy, without blocking the loop."""
-        fk = as_key(key)
+        fk = self.filter_key(key)
         _bypassed.set(False)
         if not self._breaker.allow():
             return self._policy(None)
@@ -649,7 +663,7 @@ class AsyncGuard(_GuardBase):
         if _bypassed.get() or self._breaker.is_open():
             return
         try:
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), as_key(key))
+            await self._ask(getattr(self.filter, "ensure", self.filter.add), self.filter_key(key))
         except self.filter_errors as e:
             self._add_failed(e)
 
@@ -717,7 +731,7 @@ class AsyncGuard(_GuardBase):
                 await self._aadd_found(key)
 
     async def add(self, key: Any, value: Any = None) -> None:
-        await self._ask(self.filter.add, as_key(key))
+        await self._ask(self.filter.add, self.filter_key(key))
         ck = self.cache_key(key)
         if value is None:
             await _maybe_await(self.cache.delete(ck))
