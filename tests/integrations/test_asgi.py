@@ -150,10 +150,32 @@ def test_other_methods_paths_and_websockets_pass(db, filters):
 
 def test_false_positive_is_counted(db, filters):
     filters["products"].add("500")
-    with TestClient(make_app(db, filters)) as client:
-        assert call(client, db, "GET", "/products/500") == (404, 1)
+    exists = {"products": lambda pid: db.one("SELECT 1 FROM product WHERE id = ?", pid) is not None}
+    with TestClient(make_app(db, filters, exists=exists)) as client:
+        assert call(client, db, "GET", "/products/500") == (404, 2)   # and exists's query
         s = middleware_of(client).get_guard("products").stats()
         assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
+
+
+def test_an_endpoints_own_404_is_not_a_false_positive(db, filters):
+    async def on_sale(request):  # product 5 exists but is off sale
+        pid = request.path_params["pid"]
+        return PlainTextResponse("", status_code=404 if pid in (5, 500) else 200)
+
+    async def exists(pid):
+        return db.one("SELECT 1 FROM product WHERE id = ?", pid) is not None
+
+    filters["products"].add("500")                                 # a real false positive
+    app = Starlette(routes=[Route("/on-sale/{pid:int}", on_sale)],
+                    middleware=[Middleware(BloomGuardMiddleware, filters=filters, metrics=False,
+                                           routes={"/on-sale/{pid:int}": ("pid", "products")},
+                                           exists={"products": exists})])
+    with TestClient(app) as client:
+        for _ in range(3):
+            assert client.get("/on-sale/5").status_code == 404
+        assert client.get("/on-sale/500").status_code == 404
+        s = middleware_of(client).get_guard("products").stats()
+        assert (s.not_found, s.false_positive_rate) == (1, 1.0)
 
 
 def test_reject_status_and_custom_reject(db, filters):
@@ -352,3 +374,95 @@ def test_an_in_memory_filter_warns_that_workers_do_not_share_adds(tmp_path):
         BloomGuardMiddleware(inner, routes=routes,
                              filters={"p": FileFilter(str(tmp_path / "p.bloom"))},
                              metrics=False)
+
+
+# ------------------------------------------------------ keyed on the route the app resolves
+
+
+def _ids_filter(*keys):
+    f = lb.MemoryFilter(1000, 0.001)
+    f.update([str(k) for k in keys])
+    return f
+
+
+def test_fastapi_route_declared_before_a_parameter_route_is_not_guarded_as_it():
+    fastapi = require("fastapi", "asgi")
+    app = fastapi.FastAPI()
+    app.add_middleware(BloomGuardMiddleware, filters={"users": _ids_filter("alice")}, metrics=False,
+                       routes={"/users/{username}": ("username", "users")})
+
+    @app.get("/users/me")
+    def me():
+        return {"user": "the current one"}
+
+    @app.get("/users/{username}")
+    def user(username: str):
+        return {"user": username}
+
+    with TestClient(app) as client:
+        assert client.get("/users/me").json() == {"user": "the current one"}
+        assert client.get("/users/alice").status_code == 200
+        assert client.get("/users/bob").status_code == 404
+
+
+def test_host_routing_checks_each_host_against_its_own_filter():
+    from starlette.routing import Host, Router
+
+    async def public(request):
+        return PlainTextResponse("public " + request.path_params["username"])
+
+    async def admin(request):
+        return PlainTextResponse("admin " + request.path_params["username"])
+
+    app = Starlette(routes=[
+        Host("admin.example.com", app=Router([Route("/users/{username}", admin)])),
+        Route("/users/{username}", public),
+    ], middleware=[Middleware(BloomGuardMiddleware, metrics=False,
+                              filters={"users": _ids_filter("alice"), "admins": _ids_filter("root")},
+                              routes=[BloomRoute("/users/{username}", "username", "users"),
+                                      BloomRoute("/users/{username}", "username", "admins",
+                                                 host="admin.example.com")])])
+    with TestClient(app) as client:
+        admin_host = {"host": "admin.example.com"}
+        assert client.get("/users/root", headers=admin_host).text == "admin root"
+        assert client.get("/users/alice", headers=admin_host).status_code == 404
+        assert client.get("/users/alice").text == "public alice"
+        assert client.get("/users/root").status_code == 404
+
+
+def test_an_int_parameter_in_a_mounted_app_or_an_api_router_is_keyed_as_the_int():
+    fastapi = require("fastapi", "asgi")
+    seen = []
+
+    async def starlette_product(request):
+        seen.append(request.path_params["id"])
+        return JSONResponse({"id": request.path_params["id"]})
+
+    sub = fastapi.FastAPI()
+
+    @sub.get("/products/{id}")
+    def sub_product(id: int):
+        seen.append(id)
+        return {"id": id}
+
+    router = fastapi.APIRouter(prefix="/v2")
+
+    @router.get("/products/{id}")
+    def routed_product(id: int):
+        seen.append(id)
+        return {"id": id}
+
+    app = fastapi.FastAPI()
+    app.include_router(router)
+    app.mount("/v1", sub)
+    app.mount("/v3", Starlette(routes=[Route("/products/{id:int}", starlette_product)]))
+    app.add_middleware(BloomGuardMiddleware, filters={"products": _ids_filter(7)}, metrics=False,
+                       routes={"/v1/products/{id}": ("id", "products"),
+                               "/v2/products/{id}": ("id", "products"),
+                               "/v3/products/{id}": ("id", "products")})
+    with TestClient(app) as client:
+        for v in ("v1", "v2", "v3"):
+            assert client.get(f"/{v}/products/007").status_code == 200, v
+            assert client.get(f"/{v}/products/8").status_code == 404, v
+        assert client.get("/v1/products/abc").status_code == 422   # FastAPI's own answer
+    assert seen == [7, 7, 7]
