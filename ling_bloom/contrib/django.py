@@ -38,8 +38,10 @@ settings.py::
     }
 
 A rejected request never reaches its view: no query runs.  A request that passes and
-still answers 404 is counted as an observed false positive of the filter
-(``get_guard("products").stats()``; exported to Prometheus when installed).
+still answers 404 is counted as an observed false positive of the filter when MODEL has no
+row with that FIELD (one ``exists()`` query, on 404s only); the view's own 404 for a row
+that exists (a product off sale) is not (``get_guard("products").stats()``; exported to
+Prometheus when installed).
 
 ``python manage.py bloom_warmup products`` fills the filter from MODEL.FIELD (and saves it
 to FILE); ``--incremental`` reads only rows newer than the last run's.
@@ -227,6 +229,18 @@ def _url_value(name: str, value: Any) -> Any:
         return _NOT_A_VALUE
 
 
+def _row_exists(name: str, value: Any) -> Optional[bool]:
+    """Does MODEL have a row whose FIELD is ``value``?  None when the filter has no
+    MODEL, or the query fails: a 404 the guard cannot attribute, not counted."""
+    if "MODEL" not in filter_settings(name):
+        return None
+    try:
+        model, field = _model(name)
+        return bool(model._default_manager.filter(**{field: value}).exists())
+    except Exception:
+        return None
+
+
 # ------------------------------------------------------------------------- cache
 
 
@@ -365,7 +379,12 @@ class BloomGuardMiddleware:
         passed = getattr(request, "_ling_bloom_passed", None)
         if passed is not None:
             status = response.status_code
-            passed[0].record(None if status >= 500 else status != 404, passed[1])
+            if status != 404:
+                passed[0].record(None if status >= 500 else True, passed[1])
+            else:  # a false positive only when the row is missing, not the view's own 404
+                there = _row_exists(passed[2], passed[3])
+                if there is not None:
+                    passed[0].record(there, passed[1])
         return response
 
     def _route(self, request: Any, view_kwargs: Dict[str, Any]) -> Optional[Tuple[_Route, Any]]:
@@ -395,7 +414,7 @@ class BloomGuardMiddleware:
             return None  # not a value of the field: the view answers it, as without a guard
         key = _key(route.filter, value)
         if guard.check(key):
-            request._ling_bloom_passed = (guard, key)
+            request._ling_bloom_passed = (guard, key, route.filter, value)
             return None
         return self.reject(request, key, route.filter)
 
