@@ -323,6 +323,8 @@ class BloomGuardMiddleware:
         self.guards: Dict[str, Union[Guard, AsyncGuard]] = dict(guards or {})
         for name, f in filters.items():
             warn_unshared(name, f, "a ling_bloom.warmup.FileFilter", stacklevel=3)
+            if hasattr(f, "reload_in_thread"):  # a FileFilter: loads a new file in a thread
+                f.reload_in_thread = True
             if name not in self.guards:
                 self.guards[name] = AsyncGuard(f, name=name, metrics=metrics,
                                                **(guard_options or {}))

@@ -315,12 +315,25 @@ def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
         f = lb.MemoryFilter(1000, 0.01)
         f.update(["5"])
         f.save(str(path))                                         # the warm-up, elsewhere
-        assert client.get("/p/5").status_code == 200
+        assert client.get("/p/5").status_code == 200              # (loaded in a thread)
+        loaded(guarded.get_guard("products").filter, 1)
         assert client.get("/p/6").status_code == 404              # now guarded
         f.add("6")
         f.save(str(path))
         assert client.get("/p/6").status_code == 200              # the new file, no restart
+        loaded(guarded.get_guard("products").filter, 2)
+        assert client.get("/p/7").status_code == 404
     assert seen == [5, 5, 6]
+
+
+def loaded(flt, reloads):
+    """Wait until the FileFilter's thread has loaded its ``reloads``-th file."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while flt.reloads < reloads and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert flt.reloads == reloads
 
 
 def test_a_path_with_a_lone_surrogate_is_rejected_not_a_500():
@@ -466,3 +479,50 @@ def test_an_int_parameter_in_a_mounted_app_or_an_api_router_is_keyed_as_the_int(
             assert client.get(f"/{v}/products/8").status_code == 404, v
         assert client.get("/v1/products/abc").status_code == 422   # FastAPI's own answer
     assert seen == [7, 7, 7]
+
+
+def test_a_file_filter_reload_after_a_publish_does_not_hold_the_event_loop(tmp_path):
+    # Loading a published file (250 ms for 90 MB) ran on the event loop: every request of
+    # the worker waited.  It runs in a thread; a request meanwhile is answered at once.
+    import threading
+    import time
+
+    from ling_bloom.warmup import FileFilter, publish
+
+    path = tmp_path / "products.bloom"
+    first = lb.MemoryFilter(1000, 0.001)
+    first.update(["5"])
+    publish(first, str(path))
+
+    async def product(request):
+        return JSONResponse({"id": request.path_params["pid"]})
+
+    flt = FileFilter(path, check_every=3600)
+    app = Starlette(routes=[Route("/p/{pid:int}", product)])
+    guarded = BloomGuardMiddleware(app, filters={"products": flt}, metrics=False,
+                                   routes={"/p/{pid:int}": ("pid", "products")})
+    gate, loading = threading.Event(), threading.Event()
+    real_open = flt._open_file
+
+    def held_open():
+        loading.set()
+        gate.wait(5)
+        return real_open()
+
+    flt._open_file = held_open
+    with TestClient(guarded) as client:
+        assert client.get("/p/6").status_code == 404
+        second = lb.MemoryFilter(1000, 0.001)
+        second.update(["5", "6"])
+        publish(second, str(path))                   # a warm-up elsewhere: the log is sealed
+        r = client.get("/p/6")                        # the reload starts; this one is answered
+        assert flt.reloads == 1                       # while the new file is not loaded yet
+        assert r.status_code == 200                   # passed (not a false 404) meanwhile
+        assert loading.wait(10)
+        gate.set()
+        deadline = time.monotonic() + 10
+        while flt.reloads < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert flt.reloads == 2
+        assert client.get("/p/6").status_code == 200
+        assert client.get("/p/7").status_code == 404
