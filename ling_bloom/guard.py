@@ -593,6 +593,22 @@ def _blocks(filter: Any) -> bool:
     return isinstance(filter, (RedisFilter, RedisBloomFilter))
 
 
+def _timeout_of(filter: Any) -> Optional[float]:
+    """A Redis filter's longest timeout (socket_timeout, socket_connect_timeout), or None."""
+    cfg = getattr(filter, "_cfg", None)  # the async filters
+    if not isinstance(cfg, dict):
+        read = getattr(type(filter), "_wire_config", None)  # the blocking ones
+        try:
+            cfg = read(filter) if read is not None else None
+        except Exception:
+            cfg = None
+    if not isinstance(cfg, dict):
+        return None
+    times = [t for t in (cfg.get("socket_timeout"), cfg.get("socket_connect_timeout"))
+             if isinstance(t, (int, float)) and t > 0]
+    return float(max(times)) if times else None
+
+
 def _maybe_await(value: Any) -> Awaitable[Any]:
     if inspect.isawaitable(value):
         return value
@@ -623,6 +639,27 @@ class AsyncGuard(_GuardBase):
         self._flights: Dict[str, "asyncio.Future[Any]"] = {}
         self._waiters: Dict[str, int] = {}
         self._offload = _blocks(self.filter)
+        self._bound = _timeout_of(self.filter)
+
+    async def _within_timeout(self, call: Awaitable[Any]) -> Any:
+        """A lookup of a Redis filter ends within one timeout of the filter (the longer of
+        socket_timeout and socket_connect_timeout), its wait for a connection included:
+        a hung server with more lookups than connections made the lookups that waited
+        for a connection wait a second timeout on it (and a blocking filter in threads, one
+        per lookup before it).  Past it the lookup is a RedisTimeoutError (the policy
+        decides); the call it waited on ends by its own timeout."""
+        bound = self._bound
+        if bound is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, bound)
+        except (TimeoutError, asyncio.TimeoutError) as e:  # one class since 3.11
+            if type(e) is not TimeoutError and type(e) is not asyncio.TimeoutError:
+                raise  # the filter's own (RedisTimeoutError)
+            from ._core import RedisTimeoutError
+
+            raise RedisTimeoutError(f"the filter did not answer within {bound:g} s "
+                                    f"(its timeout, the wait for a connection included)") from None
 
     async def _ask(self, method: Callable[[Any], Any], key: Any) -> Any:
         """One call of the filter, awaited or run in a thread as the filter needs."""
@@ -641,7 +678,7 @@ class AsyncGuard(_GuardBase):
         if not self._breaker.allow():
             return self._policy(None)
         try:
-            hit = await self._ask(self.filter.test, fk)
+            hit = await self._within_timeout(self._ask(self.filter.test, fk))
         except UnicodeEncodeError:
             # a str with a lone surrogate (a hostile URL): no key of it can have been added
             self._breaker.release()

@@ -756,3 +756,30 @@ def test_a_counting_filter_forgets_a_deleted_key():
     g.deleted("1")
     assert "1" not in flt
     assert g.get("1") is None and g.stats().rejected == 1 and g.stats().not_found == 0
+
+
+def test_an_async_lookup_waits_one_socket_timeout_at_most_even_behind_busy_connections():
+    # A hung Redis with more lookups than connections: a lookup waited for a connection
+    # (the first lookup's socket_timeout) and then its own socket_timeout on it.  The
+    # guard bounds the whole lookup, its wait for a connection included, to one timeout
+    # and applies its policy.  Here the filter never answers at all.
+    hung = asyncio.Event()
+
+    class HungFilter:
+        _cfg = {"socket_timeout": 0.05, "socket_connect_timeout": 0.05}
+        error_rate = 0.01
+
+        async def test(self, key):
+            await hung.wait()  # a connection that never comes back
+            return True
+
+    guard = AsyncGuard(HungFilter(), metrics=False, breaker_seconds=0)
+
+    async def main():
+        return await asyncio.wait_for(
+            asyncio.gather(*[guard.acheck(str(i)) for i in range(6)]), 30)  # not a hang
+
+    assert asyncio.run(main()) == [True] * 6          # "open": served without the filter
+    s = guard.stats()
+    assert (s.filter_errors, s.bypassed) == (6, 6)
+    assert not hung.is_set()
