@@ -169,6 +169,7 @@ class _GuardBase:
         self._c = dict.fromkeys(_COUNTERS, 0)
         self._drifting = False
         self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
+        self._mp: Any = None  # set by _register_metrics in prometheus' multiprocess mode
         # metrics: None = Prometheus' default registry when prometheus_client is installed,
         # False = none, a CollectorRegistry = that one.
         if metrics is False:
@@ -209,6 +210,8 @@ class _GuardBase:
             deltas.pop("deleted", None)
             if not deltas:
                 return
+        if self._mp is not None:  # prometheus_client's multiprocess mode
+            self._mp.add(self, deltas)
         with self._stat_lock:
             for name, d in deltas.items():
                 self._c[name] += d
