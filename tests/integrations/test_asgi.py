@@ -526,3 +526,18 @@ def test_a_file_filter_reload_after_a_publish_does_not_hold_the_event_loop(tmp_p
         assert flt.reloads == 2
         assert client.get("/p/6").status_code == 200
         assert client.get("/p/7").status_code == 404
+
+
+def test_a_key_normaliser_matches_a_case_insensitive_column():
+    async def item(request):
+        return PlainTextResponse(request.path_params["sku"])
+
+    skus = _ids_filter("item-2")                   # the warm-up's keys, lower-cased
+    app = Starlette(routes=[Route("/items/{sku}", item)],
+                    middleware=[Middleware(BloomGuardMiddleware, filters={"skus": skus},
+                                           metrics=False, routes={"/items/{sku}": ("sku", "skus")},
+                                           guard_options={"normalize": str.lower})])
+    with TestClient(app) as client:
+        assert client.get("/items/Item-2").status_code == 200
+        assert client.get("/items/ITEM-2").status_code == 200
+        assert client.get("/items/Item-3").status_code == 404
