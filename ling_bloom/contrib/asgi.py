@@ -224,10 +224,15 @@ def _path_format(path: str) -> str:
 
 
 def _app_routes(app: Any) -> Optional[Sequence[Any]]:
-    """The routes of a Starlette/FastAPI app or router, or None (a plain ASGI app)."""
-    routes = getattr(app, "routes", None)
-    if isinstance(routes, (list, tuple)) and all(hasattr(r, "matches") for r in routes):
-        return routes
+    """The routes of a Starlette/FastAPI app or router (also behind other middleware
+    wrapping it, through their ``app``), or None (a plain ASGI app)."""
+    for _ in range(16):
+        if app is None:
+            return None
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, (list, tuple)) and all(hasattr(r, "matches") for r in routes):
+            return routes
+        app = getattr(app, "app", None)
     return None
 
 

@@ -541,3 +541,26 @@ def test_a_key_normaliser_matches_a_case_insensitive_column():
         assert client.get("/items/Item-2").status_code == 200
         assert client.get("/items/ITEM-2").status_code == 200
         assert client.get("/items/Item-3").status_code == 404
+
+
+def test_the_app_behind_other_middleware_is_resolved_with_its_router():
+    fastapi = require("fastapi", "asgi")
+    from starlette.middleware.cors import CORSMiddleware
+
+    app = fastapi.FastAPI()
+
+    @app.get("/users/me")
+    def me():
+        return {"user": "me"}
+
+    @app.get("/users/{username}")
+    def user(username: str):
+        return {"user": username}
+
+    wrapped = BloomGuardMiddleware(CORSMiddleware(app, allow_origins=["*"]), metrics=False,
+                                   filters={"users": _ids_filter("alice")},
+                                   routes={"/users/{username}": ("username", "users")})
+    with TestClient(wrapped) as client:
+        assert client.get("/users/me").json() == {"user": "me"}
+        assert client.get("/users/alice").status_code == 200
+        assert client.get("/users/bob").status_code == 404
