@@ -371,8 +371,9 @@ class BloomGuard:
             self._check_route(app, st, endpoint, spec, registered_only=False)
         for view in app.view_functions.values():  # MethodViews with @bloom.guard
             spec = getattr(view, "bloom_guarded", None)
-            if isinstance(spec, tuple) and getattr(view, "view_class", None) is not None:
-                for method in sorted(getattr(view.view_class, "methods", None) or ("GET",)):
+            view_class = getattr(view, "view_class", None)
+            if isinstance(spec, tuple) and view_class is not None:
+                for method in sorted(getattr(view_class, "methods", None) or ("GET",)):
                     self._converter(view, spec[0], method, spec[1])
         st.checked = True
 
