@@ -100,7 +100,8 @@ class BloomRoute:
             raise ValueError(f"the path {path!r} has no parameter {param!r}")
         self.convert = convert
         self._resolved = convert is not None
-        self._types: Dict[int, Any] = {}  # id(app route) -> its declared int/float, or None
+        # id(an app's route) -> (the route, its declared int/float or None)
+        self._types: Dict[int, Tuple[Any, Any]] = {}
 
     def accepts(self, method: str) -> bool:
         return self.methods is None or method in self.methods
@@ -124,11 +125,15 @@ class BloomRoute:
         value = resolved.params[self.param]
         conv = self.convert
         if conv is None and isinstance(value, str):
-            rid = id(resolved.route)
-            if rid not in self._types:
-                t = _param_type(resolved.route, self.param)
-                self._types[rid] = t if t in _AUTO_TYPES else None
-            conv = self._types[rid]
+            route = resolved.route
+            seen = self._types.get(id(route))
+            if seen is not None and seen[0] is route:
+                conv = seen[1]
+            else:  # (the route is held, so its id is not another's while it is here)
+                t = _param_type(route, self.param)
+                conv = t if t in _AUTO_TYPES else None
+                if len(self._types) < 10_000:
+                    self._types[id(route)] = (route, conv)
         try:
             return conv(value) if conv is not None else value
         except (ValueError, TypeError, ArithmeticError):

@@ -38,6 +38,7 @@ import logging
 import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 try:
@@ -168,8 +169,9 @@ class BloomGuard:
         self._lock = threading.Lock()
         self._apps: list = []
         self._detached: Optional[_AppState] = None
-        # converters read from a view's annotation: (view, method, arg) -> int/float/None
-        self._converters: Dict[Tuple[int, str, str], Any] = {}
+        # converters read from a view's annotation: view -> {(method, arg): int/float/None}
+        self._converters: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], Any]]" = \
+            weakref.WeakKeyDictionary()
         # the views given to @bloom.guard (the function, not its guarded wrapper): one the
         # app registered itself means the decorator order put the guard off
         self._guarded_views: list = []
@@ -381,11 +383,13 @@ class BloomGuard:
     def _converter(self, view: Any, arg: str, method: str, where: str) -> Any:
         """int or float when the view (a MethodView's method for ``method``) reads ``arg``
         with that annotation, else None."""
-        ck = (id(view), method, arg)
         try:
-            return self._converters[ck]
-        except KeyError:
-            pass
+            known = self._converters.setdefault(view, {})
+        except TypeError:  # not weakly referenceable: not cached
+            known = {}
+        ck = (method, arg)
+        if ck in known:
+            return known[ck]
         cls = getattr(view, "view_class", None)
         fn = view
         if cls is not None:
@@ -395,7 +399,7 @@ class BloomGuard:
             if fn is None:
                 fn = getattr(cls, "dispatch_request", None)
         conv = _annotated_converter(fn, arg, where) if fn is not None else None
-        self._converters[ck] = conv
+        known[ck] = conv
         return conv
 
     # -- the check
