@@ -98,6 +98,10 @@ class FileFilter:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.RLock()
+            # a reload thread of the parent is not the child's
+            self._spawn_lock = threading.Lock()
+            self._reloader = None
+            self._loading = False
 
     # -- the file and its log
     def _stat(self) -> Any:
@@ -355,6 +359,7 @@ class FileFilter:
         a thread and the lookup answers from the current filter; while a new file is
         being loaded, a key the current filter lacks passes (served unguarded for that
         moment, never a false "absent" for a key added since the publish)."""
+        self._after_fork()
         self._refresh_nowait()
         reader = self._reader
         seen = reader.offset if reader is not None else 0

@@ -564,3 +564,32 @@ def test_the_app_behind_other_middleware_is_resolved_with_its_router():
         assert client.get("/users/me").json() == {"user": "me"}
         assert client.get("/users/alice").status_code == 200
         assert client.get("/users/bob").status_code == 404
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_worker_forked_during_a_reload_does_not_wait_for_the_parents_thread(tmp_path):
+    # A worker forked while its parent's FileFilter loaded a new file in a thread would
+    # let every absent key pass for ever: the thread that ends the load is not the child's.
+    import os
+
+    from ling_bloom.warmup import FileFilter, publish
+
+    path = tmp_path / "products.bloom"
+    f = lb.MemoryFilter(1000, 0.001)
+    f.add("5")
+    publish(f, str(path))
+    flt = FileFilter(path, check_every=3600)
+    flt.reload_in_thread = True
+    assert flt.test("6") is False
+    flt._loading = True                      # the parent's reload thread is loading
+    assert flt.test("6") is True             # (the parent passes meanwhile)
+    pid = os.fork()
+    if pid == 0:  # the worker
+        code = 1
+        try:
+            code = 0 if (flt.test("6") is False and flt.test("5") is True) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    flt._loading = False
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
