@@ -23,7 +23,7 @@ import json
 import math
 import os
 import sys
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import ling_bloom as lb
 
@@ -239,7 +239,46 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"  m={f.m:,} k={f.k} capacity={f.capacity} error_rate={f.error_rate}")
         print(f"  {_human_bytes(f.nbytes)}, fill {f.fill_ratio():.4f}, about "
               f"{f.approximate_count():,} keys, current rate {f.current_error_rate():.6g}")
+    _inspect_add_log(args.file, f)
     return 0
+
+
+def _inspect_add_log(path: str, f: Any) -> None:
+    """A file the workers serve (FileFilter) is the file plus its add log, FILE.adds: the
+    keys added since the file was published.  Says how many, and the numbers of the
+    filter with them (what the workers answer from)."""
+    from ._addlog import HEADER, parse
+
+    log_path = path + ".adds"
+    try:
+        with open(log_path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        print(f"  add log {log_path}: cannot be read ({e.strerror or e})")
+        return
+    nl = data.find(b"\n")
+    if not data.startswith(HEADER) or nl < 0:
+        print(f"  add log {log_path}: not a ling_bloom add log")
+        return
+    keys, _, sealed = parse(data[nl + 1:])
+    keys = list(dict.fromkeys(keys))
+    if sealed:  # a publish replaced it: its keys are in the file already
+        print(f"  add log {log_path}: sealed ({len(keys):,} keys, all in the file)")
+        return
+    new = [k for k in keys if not f.test(k)] if keys else []
+    print(f"  add log {log_path}: {len(keys):,} keys logged since the file was published "
+          f"({len(new):,} not in the file)")
+    if not new:
+        return
+    f.update(new)
+    if isinstance(f, lb.ScalableFilter):
+        print(f"  with them: {f.num_sub_filters} stages, {f.approximate_count():,} keys, "
+              f"current rate {f.current_error_rate():.6g}")
+    else:
+        print(f"  with them: fill {f.fill_ratio():.4f}, about {f.approximate_count():,} keys, "
+              f"current rate {f.current_error_rate():.6g}")
 
 
 class UsageError(Exception):

@@ -2,12 +2,20 @@
 the Prometheus export (one collector per registry, reading every live guard's counters at
 scrape time; a guard's name unique among the live guards of a registry).
 
+In prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set: gunicorn and
+uvicorn workers, each its own process) a collector would show one process's counts, and
+the multiprocess collector does not read it at all: there each guard counts into
+prometheus_client Counters and Gauges instead, which every process writes to the
+directory and ``MultiProcessCollector`` sums.
+
 ``GuardStats`` is imported from ``ling_bloom.guard``.
 """
 from __future__ import annotations
 
 import inspect
+import os
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, NamedTuple, Optional
 
@@ -242,6 +250,97 @@ class _GuardCollector:
                 mismatch_now]
 
 
+def _multiprocess() -> bool:
+    """prometheus_client's multiprocess mode (read as prometheus_client does)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+                or os.environ.get("prometheus_multiproc_dir"))
+
+
+class _MultiprocessMetrics:
+    """The guard's series as prometheus_client Counters and Gauges (one set per registry),
+    for the multiprocess mode: every process writes its values to the directory, and a
+    scrape (``MultiProcessCollector``) sums the counters of all, dead workers included.
+    Gauges: the promise (``filter_error_rate``) and ``circuit_open`` are the highest of
+    the live processes ("livemax"), ``circuit_open_seconds`` the sum of all ("sum").  The
+    observed false-positive rate is not a gauge here (a ratio does not sum): compute it
+    from the counters, ``not_found / (not_found + rejected)``."""
+
+    def __init__(self, registry: Any):
+        from prometheus_client import Counter, Gauge
+
+        kw = {"registry": registry}
+        self.lookups = Counter(
+            "ling_bloom_guard_lookups",
+            "Lookups by the guard, by result: rejected by the filter, or after passing it "
+            "found, not_found (an observed false positive), deleted (not found, but reported "
+            "deleted: not a false positive) or error", ["guard", "result"], **kw)
+        self.cache = Counter(
+            "ling_bloom_guard_cache_hits",
+            "Lookups served by the cache: kind=value, or kind=null (a cached not-found)",
+            ["guard", "kind"], **kw)
+        self.loads = Counter("ling_bloom_guard_loads", "Loader (database) calls", ["guard"], **kw)
+        self.coalesced = Counter(
+            "ling_bloom_guard_coalesced",
+            "Lookups that waited for a concurrent loader call of the same key", ["guard"], **kw)
+        self.backend = Counter(
+            "ling_bloom_guard_filter_errors",
+            "Calls to the filter that failed (its backend was down, timed out or refused)",
+            ["guard"], **kw)
+        self.bypassed = Counter(
+            "ling_bloom_guard_bypassed",
+            "Lookups the failure policy decided instead of the filter, by policy",
+            ["guard", "policy"], **kw)
+        self.promised = Gauge(
+            "ling_bloom_guard_filter_error_rate",
+            "The false-positive rate the filter promises (its error_rate)", ["guard"],
+            multiprocess_mode="livemax", **kw)
+        self.open_now = Gauge(
+            "ling_bloom_guard_circuit_open",
+            "1 while the circuit breaker keeps the filter out of lookups", ["guard"],
+            multiprocess_mode="livemax", **kw)
+        self.open_time = Gauge(
+            "ling_bloom_guard_circuit_open_seconds",
+            "Time the circuit breaker kept the filter out of lookups", ["guard"],
+            multiprocess_mode="sum", **kw)
+
+    _RESULTS = {"rejected": "rejected", "found": "found", "not_found": "not_found",
+                "deleted": "deleted", "errors": "error"}
+
+    def add(self, guard: "_GuardBase", deltas: Dict[str, int]) -> None:
+        """Count a guard's deltas (``_GuardBase._count``)."""
+        name = guard.name
+        for counter, result in self._RESULTS.items():
+            d = deltas.get(counter)
+            if d:
+                self.lookups.labels(name, result).inc(d)
+        hits = deltas.get("cache_hits", 0)
+        if hits:
+            nulls = deltas.get("null_hits", 0)
+            if hits - nulls:
+                self.cache.labels(name, "value").inc(hits - nulls)
+            if nulls:
+                self.cache.labels(name, "null").inc(nulls)
+        for counter, metric in (("loads", self.loads), ("coalesced", self.coalesced),
+                                ("filter_errors", self.backend)):
+            d = deltas.get(counter)
+            if d:
+                metric.labels(name).inc(d)
+        if deltas.get("bypassed"):
+            self.bypassed.labels(name, guard.on_filter_error).inc(deltas["bypassed"])
+        # the gauges: at most once a second per guard (the promise is read once per filter)
+        now = time.monotonic()
+        if now >= getattr(guard, "_mp_next", 0.0) or deltas.get("filter_errors"):
+            guard._mp_next = now + 1.0  # type: ignore[attr-defined]
+            promise = guard._promise()
+            if promise is not None:
+                self.promised.labels(name).set(promise)
+            self.open_now.labels(name).set(float(guard._breaker.is_open()))
+            self.open_time.labels(name).set(guard._breaker.open_seconds())
+
+
+_multiprocess_metrics: Dict[int, _MultiprocessMetrics] = {}
+
+
 def _check_unique_name(collector: "_GuardCollector", guard: "_GuardBase", name: str) -> None:
     # Live guards of one name in one registry are one Prometheus series (their counters
     # summed).  That is allowed only when every one of them was given that name explicitly
@@ -263,9 +362,15 @@ def _register_metrics(guard: "_GuardBase", registry: Any) -> None:
     with _collectors_lock:
         collector = _collectors.get(registry)
         if collector is None:
-            collector = _GuardCollector()
-            registry.register(collector)
+            collector = _GuardCollector()  # (in multiprocess mode: only the names)
+            if not _multiprocess():
+                registry.register(collector)
             _collectors[registry] = collector
+        if _multiprocess():
+            mp = _multiprocess_metrics.get(id(registry))
+            if mp is None:
+                mp = _multiprocess_metrics[id(registry)] = _MultiprocessMetrics(registry)
+            guard._mp = mp  # type: ignore[attr-defined]
         if guard.loader is not None or guard.name != "default":
             # (an unnamed guard without a loader yet is checked when a decorated loader
             # names it: see _set_loader)

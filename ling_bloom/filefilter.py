@@ -84,6 +84,12 @@ class FileFilter:
         self._failed: Any = None  # the identity of a file that failed to load
         self.reloads = 0
         self._pid = os.getpid()
+        # Set by the ASGI middleware (an event loop must not wait for a load): a reload
+        # runs in a thread, and lookups meanwhile do not wait for it (see test()).
+        self.reload_in_thread = False
+        self._reloader: Optional[threading.Thread] = None
+        self._loading = False
+        self._spawn_lock = threading.Lock()
         self.refresh(force=True)
 
     def _after_fork(self) -> None:
@@ -92,6 +98,10 @@ class FileFilter:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.RLock()
+            # a reload thread of the parent is not the child's
+            self._spawn_lock = threading.Lock()
+            self._reloader = None
+            self._loading = False
 
     # -- the file and its log
     def _stat(self) -> Any:
@@ -125,8 +135,53 @@ class FileFilter:
                 return False
             return self._reload()
 
+    def _in_thread(self, fn: Callable[[], Any], loading: bool = False) -> None:
+        """Run ``fn`` (a refresh or reload) in a thread, one at a time.  ``loading``: a
+        reload is certain (a publish sealed the log): lookups pass until it is done."""
+        with self._spawn_lock:
+            t = self._reloader
+            if t is not None and t.is_alive():
+                return
+            if loading:
+                self._loading = True
+
+            def run() -> None:
+                try:
+                    fn()
+                except Exception as e:  # pragma: no cover - _reload logs its own failures
+                    self._log.error("ling_bloom: reloading %s failed (%s: %s)", self.path,
+                                    type(e).__name__, e)
+                finally:
+                    self._loading = False
+
+            t = self._reloader = threading.Thread(target=run, daemon=True,
+                                                  name="ling_bloom-reload")
+            t.start()
+
+    def _refresh_nowait(self) -> None:
+        """refresh() for an event loop: the check (two stat calls) here, a reload in a
+        thread; lookups pass while it loads."""
+        now = self._clock()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_every
+        try:
+            identity = self._stat()
+            ino = self._addlog.current_ino()
+        except OSError:
+            identity, ino = self._identity, None  # the thread's refresh() logs it
+        reader = self._reader
+        if identity is None and self._filter is None and reader is not None:
+            return  # still unwarmed, log open
+        if (identity is not None and identity == self._identity and reader is not None
+                and ino == reader.ino):
+            return
+        self._in_thread(lambda: self.refresh(force=True), loading=True)
+
     def _reload(self) -> bool:
         """Load the file and its log as one pair (the lock shared: no publish between)."""
+        if self.reload_in_thread and threading.current_thread() is self._reloader:
+            self._loading = True  # lookups in the loop pass until the new filter is in
         try:
             with self._addlog.locked():
                 return self._reload_locked()
@@ -231,7 +286,12 @@ class FileFilter:
         with self._lock:
             reader = self._reader
             if reader is None:
-                return self._reload() if self._addlog.current_ino() is not None else False
+                if self._addlog.current_ino() is None:
+                    return False
+                if self.reload_in_thread:
+                    self._in_thread(self._reload, loading=True)
+                    return True
+                return self._reload()
             # Reloaded meanwhile (the caller asks the new filter, after the new log's
             # records are read below), or another thread applied records.
             moved = reader is not seen or reader.offset > offset
@@ -251,14 +311,20 @@ class FileFilter:
                 # The position stays before the seal until the reload has swapped in the
                 # new filter and log: a lookup in another thread meanwhile still sees
                 # "grew" and waits for this one.
-                self._reload()
+                if self.reload_in_thread:
+                    self._in_thread(self._reload, loading=True)
+                else:
+                    self._reload()
                 return True
             reader.offset = end  # only now: a lookup in another thread saw "grew" till here
             return moved or bool(fresh)
 
     @property
     def filter(self) -> Any:
-        self.refresh()
+        if self.reload_in_thread:
+            self._refresh_nowait()
+        else:
+            self.refresh()
         return self._filter
 
     @property
@@ -272,8 +338,8 @@ class FileFilter:
             self.refresh(force=True)
 
     # -- the filter's interface (what a guard and a post_save hook use)
-    def _answer(self, key: Any) -> bool:
-        if self._clock() >= self._next_check:
+    def _answer(self, key: Any, refresh: bool = True) -> bool:
+        if refresh and self._clock() >= self._next_check:
             self.refresh()
         f = self._filter
         if f is not None:
@@ -288,8 +354,33 @@ class FileFilter:
             return True
         return bool(self._aside) and key_bytes(key) in self._aside
 
+    def _test_nowait(self, key: Any) -> bool:
+        """test() for an event loop (``reload_in_thread``): a due check or a reload runs in
+        a thread and the lookup answers from the current filter; while a new file is
+        being loaded, a key the current filter lacks passes (served unguarded for that
+        moment, never a false "absent" for a key added since the publish)."""
+        self._after_fork()
+        self._refresh_nowait()
+        reader = self._reader
+        seen = reader.offset if reader is not None else 0
+        if self._answer(key, refresh=False):
+            return True
+        if self._loading:
+            return True
+        if reader is not None and reader is self._reader and not reader.grew(seen):
+            return False  # the common "absent": nothing new in the log (one lseek)
+        if not self._lock.acquire(blocking=False):
+            return True  # another thread holds the filter (a reload): do not wait for it
+        try:
+            moved = self._catch_up(reader, seen)
+        finally:
+            self._lock.release()
+        return self._loading or (moved and self._answer(key, refresh=False))
+
     def test(self, key: Any) -> bool:
         """Whether ``key`` was added, here or in any other process of this file."""
+        if self.reload_in_thread:
+            return self._test_nowait(key)
         # The log position is read before the filter: a record past it was not yet in
         # the filter when it answered (records are applied before the position moves).
         reader = self._reader

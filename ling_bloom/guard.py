@@ -169,6 +169,7 @@ class _GuardBase:
         deleted_ttl: float = 3600.0,
         deleted_max: int = 100_000,
         rebuild: Optional[Callable[[Any], Any]] = None,
+        normalize: Optional[Callable[[Any], Any]] = None,
     ):
         if filter is None:
             raise TypeError("a guard needs a filter")
@@ -184,6 +185,9 @@ class _GuardBase:
         self.null_ttl = null_ttl
         self.value_ttl = value_ttl
         self.key_prefix = key_prefix
+        if normalize is not None and not callable(normalize):
+            raise TypeError(f"normalize must be a function of a key, not {normalize!r}")
+        self.normalize = normalize
         self.name = name or (getattr(loader, "__qualname__", None) if loader else None) or "default"
         self._explicit_name = bool(name)
         self.logger = logger if logger is not None else log
@@ -212,6 +216,7 @@ class _GuardBase:
         # error's text, logged once, until the filter answers again
         self._geometry_error: Optional[str] = None
         self._promise_of: Optional[Tuple[Any, Optional[float]]] = None
+        self._mp: Any = None  # set by _register_metrics in prometheus' multiprocess mode
         # metrics: None = Prometheus' default registry when prometheus_client is installed,
         # False = none, a CollectorRegistry = that one.
         if metrics is False:
@@ -232,9 +237,16 @@ class _GuardBase:
             self.metrics_registry = metrics
 
     # -- keys
+    def filter_key(self, key: Any) -> Any:
+        """The filter's key for a lookup key: ``as_key``, then ``normalize`` when given
+        (``str.lower`` for a case-insensitive column: every lookup, add and delete of the
+        guard goes through it; give the warm-up the same function)."""
+        k = as_key(key)
+        return k if self.normalize is None else as_key(self.normalize(k))
+
     def cache_key(self, key: Any) -> str:
         """The cache's key for a lookup key (``key_prefix`` + the key as text)."""
-        return self.key_prefix + _text(as_key(key))
+        return self.key_prefix + _text(self.filter_key(key))
 
     # -- counters
     def _count(self, **deltas: int) -> None:
@@ -245,6 +257,8 @@ class _GuardBase:
             deltas.pop("deleted", None)
             if not deltas:
                 return
+        if self._mp is not None:  # prometheus_client's multiprocess mode
+            self._mp.add(self, deltas)
         with self._stat_lock:
             for name, d in deltas.items():
                 self._c[name] += d
@@ -347,7 +361,7 @@ class _GuardBase:
         the key.  Frameworks call it, then report the outcome with ``record()``.  When the
         filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
         answers: True for "open", False for "closed", the error for "raise"."""
-        fk = as_key(key)
+        fk = self.filter_key(key)
         _bypassed.set(False)
         if _rebuilding and _being_rebuilt(self.filter):
             return self._lost_lookup()
@@ -550,7 +564,7 @@ class _GuardBase:
         a warm-up or the next lookup that finds it), unless the policy is "raise"."""
         if _bypassed.get() or self._breaker.is_open():
             return  # the backend is failing: do not wait on it again for this lookup
-        fk = as_key(key)
+        fk = self.filter_key(key)
         if _queue_add(self.filter, fk):
             return
         try:
@@ -596,7 +610,7 @@ class _GuardBase:
         that find nothing count as ``deleted``, not as observed false positives, so that
         the drift warning measures real false positives.  Cached values are not touched:
         call ``invalidate(key)`` too (the framework hooks do)."""
-        k = as_key(key)
+        k = self.filter_key(key)
         remove = getattr(self.filter, "remove", None)
         if remove is not None:
             try:
@@ -616,7 +630,7 @@ class _GuardBase:
 
     def _count_missing(self, key: Any) -> None:
         if key is not None and self._deleted:
-            t = _text(as_key(key))
+            t = _text(self.filter_key(key))
             now = time.monotonic()
             with self._stat_lock:
                 expiry = self._deleted.get(t)
@@ -682,6 +696,9 @@ class Guard(_GuardBase):
                keys)``: reset() then the keys); run once per loss off the request path.
                It may return another filter object for the guard to use. None: the guard
                waits for the filter to answer again
+    normalize  a function of a key giving the key the filter and cache see (``str.lower``
+               for a case-insensitive key column); the warm-up must add keys through the
+               same function
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -754,7 +771,7 @@ class Guard(_GuardBase):
         given) or drop any null marker cached for it.  A lost filter (FilterLostError) does
         not fail it: the add is counted (``lost_adds``) and handed to the rebuild; nor, under
         "open" and "closed", a stored geometry that is not the code's (logged once)."""
-        fk = as_key(key)
+        fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
             try:
                 self.filter.add(fk)
@@ -816,6 +833,22 @@ def _blocks(filter: Any) -> bool:
     return isinstance(filter, (RedisFilter, RedisBloomFilter))
 
 
+def _timeout_of(filter: Any) -> Optional[float]:
+    """A Redis filter's longest timeout (socket_timeout, socket_connect_timeout), or None."""
+    cfg = getattr(filter, "_cfg", None)  # the async filters
+    if not isinstance(cfg, dict):
+        read = getattr(type(filter), "_wire_config", None)  # the blocking ones
+        try:
+            cfg = read(filter) if read is not None else None
+        except Exception:
+            cfg = None
+    if not isinstance(cfg, dict):
+        return None
+    times = [t for t in (cfg.get("socket_timeout"), cfg.get("socket_connect_timeout"))
+             if isinstance(t, (int, float)) and t > 0]
+    return float(max(times)) if times else None
+
+
 def _maybe_await(value: Any) -> Awaitable[Any]:
     if inspect.isawaitable(value):
         return value
@@ -846,6 +879,27 @@ class AsyncGuard(_GuardBase):
         self._flights: Dict[str, "asyncio.Future[Any]"] = {}
         self._waiters: Dict[str, int] = {}
         self._offload = _blocks(self.filter)
+        self._bound = _timeout_of(self.filter)
+
+    async def _within_timeout(self, call: Awaitable[Any]) -> Any:
+        """A lookup of a Redis filter ends within one timeout of the filter (the longer of
+        socket_timeout and socket_connect_timeout), its wait for a connection included:
+        a hung server with more lookups than connections made the lookups that waited
+        for a connection wait a second timeout on it (and a blocking filter in threads, one
+        per lookup before it).  Past it the lookup is a RedisTimeoutError (the policy
+        decides); the call it waited on ends by its own timeout."""
+        bound = self._bound
+        if bound is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, bound)
+        except (TimeoutError, asyncio.TimeoutError) as e:  # one class since 3.11
+            if type(e) is not TimeoutError and type(e) is not asyncio.TimeoutError:
+                raise  # the filter's own (RedisTimeoutError)
+            from ._core import RedisTimeoutError
+
+            raise RedisTimeoutError(f"the filter did not answer within {bound:g} s "
+                                    f"(its timeout, the wait for a connection included)") from None
 
     async def _ask(self, method: Callable[[Any], Any], key: Any) -> Any:
         """One call of the filter, awaited or run in a thread as the filter needs."""
@@ -859,14 +913,14 @@ class AsyncGuard(_GuardBase):
     async def acheck(self, key: Any) -> bool:
         """``check()`` for the event loop (the ASGI middleware calls it): the same
         counting and failure policy, without blocking the loop."""
-        fk = as_key(key)
+        fk = self.filter_key(key)
         _bypassed.set(False)
         if _rebuilding and _being_rebuilt(self.filter):
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
         try:
-            hit = await self._ask(self.filter.test, fk)
+            hit = await self._within_timeout(self._ask(self.filter.test, fk))
         except UnicodeEncodeError:
             # a str with a lone surrogate (a hostile URL): no key of it can have been added
             self._breaker.release()
@@ -929,7 +983,7 @@ class AsyncGuard(_GuardBase):
     async def _aadd_found(self, key: Any) -> None:
         if _bypassed.get() or self._breaker.is_open():
             return
-        fk = as_key(key)
+        fk = self.filter_key(key)
         if _queue_add(self.filter, fk):
             return
         try:
@@ -938,6 +992,7 @@ class AsyncGuard(_GuardBase):
             self._add_lost(e, fk)
         except GeometryMismatchError as e:
             self._add_misconfigured(e)
+            await self._ask(getattr(self.filter, "ensure", self.filter.add), self.filter_key(key))
         except self.filter_errors as e:
             self._add_failed(e)
 
@@ -1005,7 +1060,7 @@ class AsyncGuard(_GuardBase):
                 await self._aadd_found(key)
 
     async def add(self, key: Any, value: Any = None) -> None:
-        fk = as_key(key)
+        fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
             try:
                 await self._ask(self.filter.add, fk)

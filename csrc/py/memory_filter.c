@@ -286,7 +286,13 @@ static PyObject *MemoryFilter_from_bytes(PyObject *cls, PyObject *data)
     if (lb_fixed_read(st, data, &view, LB_KIND_MEMORY, "MemoryFilter", &a, &payload, &len) < 0)
         return NULL;
     MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
-    if (f) {
+    if (f && len >= LB_NOGIL_BYTES) {
+        /* the new filter is no other thread's yet, and the view holds the payload */
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(f->bits.data, payload, len);
+        f->bits.bits_set = lb_bits_popcount(&f->bits);
+        Py_END_ALLOW_THREADS
+    } else if (f) {
         memcpy(f->bits.data, payload, len);
         f->bits.bits_set = lb_bits_popcount(&f->bits);
     }

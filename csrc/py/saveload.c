@@ -27,7 +27,17 @@ int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_heade
     if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0)
         return -1;
     const char *why = NULL;
-    if (lb_format_read(view->buf, (size_t)view->len, h, &why) != LB_OK) {
+    lb_status rs;
+    if ((size_t)view->len >= LB_NOGIL_BYTES) {
+        /* a large file's checksum (pure C, over the buffer the view holds): other threads
+           run meanwhile, an event loop among them when a served file is reloaded */
+        Py_BEGIN_ALLOW_THREADS
+        rs = lb_format_read(view->buf, (size_t)view->len, h, &why);
+        Py_END_ALLOW_THREADS
+    } else {
+        rs = lb_format_read(view->buf, (size_t)view->len, h, &why);
+    }
+    if (rs != LB_OK) {
         PyErr_Format(st->CorruptFileError, "not a valid saved filter: %s", why);
         PyBuffer_Release(view);
         return -1;

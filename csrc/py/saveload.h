@@ -7,6 +7,10 @@
 #include "state.h"
 #include "format.h"
 
+/* Buffers of at least this many bytes are checked and copied with the GIL
+ * released (from_bytes of a large filter lets other threads run). */
+#define LB_NOGIL_BYTES ((size_t)1 << 20)
+
 /* Read the saved filter in data (bytes or any buffer; not str) into h, which
  * points into view.  CorruptFileError for data that is not a saved filter or
  * holds another kind than kind; 0 with view held (the caller releases it), or

@@ -15,8 +15,14 @@ means the filter "default", which ``filter=`` sets); or give ``BloomRoute`` obje
 also take a key prefix and the HTTP methods to guard.  A request whose key the filter has
 never seen is answered (404, ``{"detail": "Not Found"}``, or your ``reject``) before
 routing, so no endpoint, dependency or query runs.  A guarded request that passes and
-still answers 404 is counted as an observed false positive
-(``middleware.get_guard("products").stats()``, or the ``guards`` dict you pass in).
+still answers 404 is counted as an observed false positive when ``exists`` says its row is
+missing (``middleware.get_guard("products").stats()``, or the ``guards`` dict you pass
+in); the endpoint's own 404s for other reasons are not.
+
+In a Starlette or FastAPI app a route is the app's own: each request is resolved with the
+app's router (route order, Mount, Host, APIRouter prefixes) and guarded when it resolves
+to a guarded route, keyed by the path parameter the endpoint gets (see BloomRoute).  In a
+plain ASGI app without a router, the patterns are matched against the request's path.
 
 A filter that running processes keep current from a saved file (the warm-up writes it):
 ``filters={"products": ling_bloom.warmup.FileFilter(path, check_every=2.0)}`` -- reloaded
@@ -48,7 +54,7 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Seq
 
 try:
     from starlette.responses import JSONResponse, Response
-    from starlette.routing import compile_path
+    from starlette.routing import Host, Match, Mount, compile_path
 except ImportError as exc:  # name the extra, not the first missing dependency
     raise ImportError(f"ling_bloom.contrib.asgi needs Starlette: pip install 'ling_bloom[asgi]' "
                       f"({exc})", name=exc.name) from exc
@@ -60,6 +66,7 @@ from ling_bloom.filefilter import warn_unshared
 __all__ = ["BloomGuardMiddleware", "BloomRoute"]
 
 _DEFAULT = "default"
+_log = logging.getLogger("ling_bloom.contrib.asgi")
 
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
@@ -71,30 +78,50 @@ _AUTO_TYPES = (int, float)
 
 
 class BloomRoute:
-    """A guarded path: ``BloomRoute("/products/{product_id:int}", "product_id",
-    filter="products", prefix="", methods=("GET", "HEAD"), convert=None)`` (methods=None:
-    all).
+    """A guarded route: ``BloomRoute("/products/{product_id:int}", "product_id",
+    filter="products", prefix="", methods=("GET", "HEAD"), convert=None, host=None)``
+    (methods=None: all).
 
-    The key is the value the app would look up: the path convertor's (``{id:int}``:
-    "007" -> 7 -> "7"), then ``convert`` (e.g. ``int``) when given.  For a plain ``{id}``
-    path the middleware takes ``convert`` from the app's own route of the same path when it
-    can: a FastAPI route's declared parameter type (or an endpoint function annotated with
-    that parameter), when it is int or float; otherwise pass ``convert=``.  A value that does not convert (``/products/abc`` for an int) is not
-    guarded: the app answers it as it would (FastAPI: 422)."""
+    In a Starlette or FastAPI app the path names a route of the app: the middleware
+    resolves each request with the app's own router (Mount, Host, APIRouter prefixes
+    included) and guards it when the route it resolves to has this path -- the path as
+    the route is written, with the prefixes of the Mounts above it (``/v1/products/{id}``
+    for ``/products/{id}`` in an app mounted at ``/v1``); ``{id}`` and ``{id:int}`` name
+    the same route.  A route inside a ``Host`` is guarded by a BloomRoute with that
+    ``host`` (the Host's pattern, ``"admin.example.com"``); one without ``host`` guards
+    routes outside any Host only.  So ``/users/me`` declared before ``/users/{username}``
+    is never checked as a user name, and each host's routes have their own filter.
+
+    The key is the value the app's endpoint gets: after the route's convertor
+    (``{id:int}``: "007" -> 7 -> "7"), then ``convert`` (e.g. ``int``) when given, else,
+    for a plain ``{id}``, a FastAPI route's declared parameter type (or an endpoint
+    annotated with that parameter) when it is int or float.  A value that does not
+    convert (``/products/abc`` for an int) is not guarded: the app answers it as it
+    would (FastAPI: 422).
+
+    In a plain ASGI app without a router (nothing the middleware can resolve with), the
+    path is matched against the request's path itself."""
 
     def __init__(self, path: str, param: str, filter: str = _DEFAULT, prefix: str = "",
                  methods: Optional[Iterable[str]] = ("GET", "HEAD"),
-                 convert: Optional[Callable[[Any], Any]] = None):
+                 convert: Optional[Callable[[Any], Any]] = None,
+                 host: Optional[str] = None):
         self.path = path
         self.param = param
         self.filter = filter
         self.prefix = prefix
+        self.host = host
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.regex, self.path_format, self.convertors = compile_path(path)
         if param not in self.convertors:
             raise ValueError(f"the path {path!r} has no parameter {param!r}")
         self.convert = convert
         self._resolved = convert is not None
+        # id(an app's route) -> (the route, its declared int/float or None)
+        self._types: Dict[int, Tuple[Any, Any]] = {}
+
+    def accepts(self, method: str) -> bool:
+        return self.methods is None or method in self.methods
 
     def match(self, method: str, path: str) -> Optional[Any]:
         if self.methods is not None and method not in self.methods:
@@ -105,6 +132,27 @@ class BloomRoute:
         try:
             value = self.convertors[self.param].convert(m.group(self.param))
             return self.convert(value) if self.convert is not None else value
+        except (ValueError, TypeError, ArithmeticError):
+            return _INVALID
+
+    def value_of(self, resolved: "_Resolved") -> Any:
+        """The key's value in a request resolved to one of the app's routes (the path
+        parameter after the app's convertor, then ``convert`` or the endpoint's declared
+        int/float), or _INVALID when it does not convert."""
+        value = resolved.params[self.param]
+        conv = self.convert
+        if conv is None and isinstance(value, str):
+            route = resolved.route
+            seen = self._types.get(id(route))
+            if seen is not None and seen[0] is route:
+                conv = seen[1]
+            else:  # (the route is held, so its id is not another's while it is here)
+                t = _param_type(route, self.param)
+                conv = t if t in _AUTO_TYPES else None
+                if len(self._types) < 10_000:
+                    self._types[id(route)] = (route, conv)
+        try:
+            return conv(value) if conv is not None else value
         except (ValueError, TypeError, ArithmeticError):
             return _INVALID
 
@@ -171,6 +219,94 @@ def _route_path(scope: Scope) -> str:
     return path
 
 
+class _Resolved:
+    """The endpoint route a request resolves to in the app's router: the route, its full
+    path (with the Mount prefixes above it), the Host pattern above it, the path
+    parameters after the app's convertors."""
+
+    __slots__ = ("route", "path_format", "host", "params")
+
+    def __init__(self, route: Any, path_format: str, host: Optional[str], params: Dict[str, Any]):
+        self.route = route
+        self.path_format = path_format
+        self.host = host
+        self.params = params
+
+
+_FORMATS: Dict[str, str] = {}
+
+
+def _path_format(path: str) -> str:
+    fmt = _FORMATS.get(path)
+    if fmt is None:
+        fmt = compile_path(path)[1]
+        if len(_FORMATS) < 10_000:  # an app's routes: a bounded set
+            _FORMATS[path] = fmt
+    return fmt
+
+
+def _app_routes(app: Any) -> Optional[Sequence[Any]]:
+    """The routes of a Starlette/FastAPI app or router (also behind other middleware
+    wrapping it, through their ``app``), or None (a plain ASGI app)."""
+    for _ in range(16):
+        if app is None:
+            return None
+        routes = getattr(app, "routes", None)
+        if isinstance(routes, (list, tuple)) and all(hasattr(r, "matches") for r in routes):
+            return routes
+        app = getattr(app, "app", None)
+    return None
+
+
+def _resolve(routes: Sequence[Any], scope: Scope, prefix: str = "",
+             host: Optional[str] = None, depth: int = 0) -> Optional[_Resolved]:
+    """The endpoint route Starlette's router would run for ``scope`` (its first full
+    match, into Mounts and Hosts), or None."""
+    if depth > 32:
+        return None
+    for route in routes:
+        try:
+            match, child = route.matches(scope)
+        except Exception:  # a route that cannot match this scope
+            continue
+        if match is not Match.FULL:
+            continue
+        sub = {**scope, **child}
+        if hasattr(route, "_match") and hasattr(route, "effective_candidates"):
+            return _resolve_included(route, sub, prefix, host, depth)
+        if isinstance(route, Mount):
+            inner = _app_routes(route)
+            return None if inner is None else _resolve(inner, sub, prefix + route.path, host, depth + 1)
+        if isinstance(route, Host):
+            inner = _app_routes(route)
+            return None if inner is None else _resolve(inner, sub, prefix, route.host, depth + 1)
+        path = getattr(route, "path", None)
+        if path is None:
+            return None
+        return _Resolved(route, _path_format(prefix + path), host, sub.get("path_params") or {})
+    return None
+
+
+def _resolve_included(router: Any, scope: Scope, prefix: str, host: Optional[str],
+                      depth: int) -> Optional[_Resolved]:
+    """FastAPI's included router (``include_router`` of an APIRouter, resolved lazily in
+    recent FastAPI): its own match gives the route and the effective route with the
+    router's prefix and the endpoint's declared parameters."""
+    try:
+        match, child, route, context = router._match(scope)
+    except Exception:
+        return None
+    if match is not Match.FULL or route is None:
+        return None
+    sub = {**scope, **child}
+    if hasattr(route, "_match") and hasattr(route, "effective_candidates"):
+        return _resolve_included(route, sub, prefix, host, depth + 1)
+    if context is not None and getattr(context, "path_format", None):
+        return _Resolved(context, _path_format(prefix + context.path_format), host,
+                         sub.get("path_params") or {})
+    return _resolve([route], sub, prefix, host, depth + 1)
+
+
 class BloomGuardMiddleware:
     """``BloomGuardMiddleware(app, routes, filters=None, *, filter=None, reject_status=404,
     reject=None, metrics=None, guards=None)``
@@ -186,10 +322,17 @@ class BloomGuardMiddleware:
                    thread); a plain Guard you pass is called as it is
     guard_options  keywords for the guards it makes, e.g. ``{"on_filter_error": "closed",
                    "breaker_seconds": 10}`` (see ling_bloom.guard: by default a failing
-                   filter backend lets requests through, "open")
+                   filter backend lets requests through, "open"; ``"normalize": str.lower``
+                   for a case-insensitive key column)
     sources        {name: function giving every key of that filter} (an iterable, an async
                    iterable, or an awaitable of one): a filter its server lost is rebuilt
                    from it (reset(), then the keys), once per loss, on the event loop
+    exists         {name: exists(value) -> bool} (a coroutine function, or a plain one run
+                   in a thread): does the row of this value exist?  Asked only when a
+                   request passed filter ``name`` and the app answered 404: a missing row is
+                   an observed false positive; an existing one is the endpoint's own 404 (a
+                   product off sale), not counted against the filter.  Without it such
+                   404s are not counted (the middleware cannot tell them apart)
     """
 
     def __init__(self, app: Callable[..., Any],
@@ -200,9 +343,11 @@ class BloomGuardMiddleware:
                  metrics: Any = None,
                  guards: Optional[Dict[str, Union[Guard, AsyncGuard]]] = None,
                  guard_options: Optional[Dict[str, Any]] = None,
-                 sources: Optional[Dict[str, Callable[[], Any]]] = None):
+                 sources: Optional[Dict[str, Callable[[], Any]]] = None,
+                 exists: Optional[Dict[str, Callable[[Any], Any]]] = None):
         self.app = app
         self.sources: Dict[str, Callable[[], Any]] = dict(sources or {})
+        self.exists: Dict[str, Callable[[Any], Any]] = dict(exists or {})
         self.routes = _routes(routes)
         filters = dict(filters or {})
         if filter is not None:
@@ -210,6 +355,8 @@ class BloomGuardMiddleware:
         self.guards: Dict[str, Union[Guard, AsyncGuard]] = dict(guards or {})
         for name, f in filters.items():
             warn_unshared(name, f, "a ling_bloom.warmup.FileFilter", stacklevel=3)
+            if hasattr(f, "reload_in_thread"):  # a FileFilter: loads a new file in a thread
+                f.reload_in_thread = True
             if name not in self.guards:
                 options = dict(guard_options or {})
                 if name in self.sources:
@@ -302,36 +449,60 @@ class BloomGuardMiddleware:
                 await self.startup_checks(scope.get("app"), wait=False)
             except Exception:  # noqa: BLE001
                 log.exception("ling_bloom: the start-up checks failed")
-        method, path = scope.get("method", "GET"), _route_path(scope)
-        for route in self.routes:
+        method = scope.get("method", "GET")
+        candidates = [r for r in self.routes if r.accepts(method)]
+        if not candidates:
+            await self.app(scope, receive, send)
+            return
+        app_routes = _app_routes(scope.get("app")) or _app_routes(self.app)
+        if app_routes is not None:
+            # the route the app itself resolves (Mounts, Hosts, routers, route order)
+            resolved = _resolve(app_routes, dict(scope))
+            if resolved is not None:
+                for route in candidates:
+                    if (route.path_format == resolved.path_format and route.host == resolved.host
+                            and route.param in resolved.params):
+                        await self._guard(route, route.value_of(resolved), scope, receive, send)
+                        return
+            await self.app(scope, receive, send)
+            return
+        path = _route_path(scope)  # a plain ASGI app: the patterns against the path
+        for route in candidates:
             if not route._resolved and "app" in scope:
                 route.resolve(scope["app"])
             value = route.match(method, path)
             if value is None:
                 continue
-            if value is _INVALID:  # the app answers it (FastAPI: 422), unguarded
-                break
-            key = route_key(value)
-            if route.prefix:
-                key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
-            guard = self.guards[route.filter]
-            flt = guard.filter
-            if getattr(flt, "warmed", True) is False and getattr(flt, "unwarmed", "") == "serve":
-                break  # a FileFilter before its first file (logged): unguarded, not counted
-            if isinstance(guard, AsyncGuard):
-                passed = await guard.acheck(key)
-            else:
-                passed = guard.check(key)  # a Guard of yours: called as it is
-            if not passed:
-                response = await self._rejection(scope, key, route.filter)
-                await response(scope, receive, send)
-                return
-            await self._observed(guard, scope, receive, send, key)
+            await self._guard(route, value, scope, receive, send)
             return
         await self.app(scope, receive, send)
 
+    async def _guard(self, route: BloomRoute, value: Any, scope: Scope, receive: Receive,
+                     send: Send) -> None:
+        if value is _INVALID:  # the app answers it (FastAPI: 422), unguarded
+            await self.app(scope, receive, send)
+            return
+        key = route_key(value)
+        if route.prefix:
+            key = route.prefix + (key if isinstance(key, str) else bytes(key).decode("utf-8", "surrogateescape"))
+        guard = self.guards[route.filter]
+        flt = guard.filter
+        if getattr(flt, "warmed", True) is False and getattr(flt, "unwarmed", "") == "serve":
+            # a FileFilter before its first file (logged): unguarded, not counted
+            await self.app(scope, receive, send)
+            return
+        if isinstance(guard, AsyncGuard):
+            passed = await guard.acheck(key)
+        else:
+            passed = guard.check(key)  # a Guard of yours: called as it is
+        if not passed:
+            response = await self._rejection(scope, key, route.filter)
+            await response(scope, receive, send)
+            return
+        await self._observed(guard, scope, receive, send, key, route.filter, value)
+
     async def _observed(self, guard: Union[Guard, AsyncGuard], scope: Scope, receive: Receive,
-                        send: Send, key: Any = None) -> None:
+                        send: Send, key: Any = None, name: str = _DEFAULT, value: Any = None) -> None:
         status: List[int] = []
 
         async def send_status(message: Message) -> None:
@@ -345,7 +516,30 @@ class BloomGuardMiddleware:
             guard.record(None)
             raise
         code = status[0] if status else 500
-        guard.record(None if code >= 500 else code != 404, key)
+        if code >= 500:
+            guard.record(None)
+        elif code != 404:
+            guard.record(True, key)
+        else:
+            # a 404 is a false positive of the filter only when the row is missing; the
+            # endpoint's own 404 (a product off sale) is not
+            exists = self.exists.get(name)
+            if exists is None:
+                return  # the middleware cannot tell which: not counted against the filter
+            try:
+                if inspect.iscoroutinefunction(exists):
+                    there = await exists(value)
+                else:
+                    import asyncio
+
+                    there = await asyncio.get_running_loop().run_in_executor(None, exists, value)
+                    if inspect.isawaitable(there):
+                        there = await there
+            except Exception as e:  # the check must not fail the request
+                _log.warning("ling_bloom: exists[%r] failed (%s: %s): the 404 is not counted",
+                             name, type(e).__name__, e)
+                return
+            guard.record(bool(there), key)
 
 
 def _rebuild_from(source: Callable[[], Any]) -> Callable[[Any], Any]:

@@ -50,8 +50,10 @@ settings.py::
     }
 
 A rejected request never reaches its view: no query runs.  A request that passes and
-still answers 404 is counted as an observed false positive of the filter
-(``get_guard("products").stats()``; exported to Prometheus when installed).
+still answers 404 is counted as an observed false positive of the filter when MODEL has no
+row with that FIELD (one ``exists()`` query, on 404s only); the view's own 404 for a row
+that exists (a product off sale) is not (``get_guard("products").stats()``; exported to
+Prometheus when installed).
 
 A filter its server lost (``FilterLostError``) lets requests through to their views, under
 every policy, and is rebuilt from MODEL.FIELD (see ling_bloom.guard); ``manage.py check``
@@ -407,6 +409,18 @@ def _url_value(name: str, value: Any) -> Any:
         return _NOT_A_VALUE
 
 
+def _row_exists(name: str, value: Any) -> Optional[bool]:
+    """Does MODEL have a row whose FIELD is ``value``?  None when the filter has no
+    MODEL, or the query fails: a 404 the guard cannot attribute, not counted."""
+    if "MODEL" not in filter_settings(name):
+        return None
+    try:
+        model, field = _model(name)
+        return bool(model._default_manager.filter(**{field: value}).exists())
+    except Exception:
+        return None
+
+
 # ------------------------------------------------------------------------- cache
 
 
@@ -631,7 +645,12 @@ class BloomGuardMiddleware:
         passed = getattr(request, "_ling_bloom_passed", None)
         if passed is not None:
             status = response.status_code
-            passed[0].record(None if status >= 500 else status != 404, passed[1])
+            if status != 404:
+                passed[0].record(None if status >= 500 else True, passed[1])
+            else:  # a false positive only when the row is missing, not the view's own 404
+                there = _row_exists(passed[2], passed[3])
+                if there is not None:
+                    passed[0].record(there, passed[1])
         return response
 
     def _by_view_name(self, request: Any, match: Any) -> Optional[_Route]:
@@ -694,7 +713,7 @@ class BloomGuardMiddleware:
                        "routes are served unguarded", route.filter, e)
             return None
         if guard.check(key):
-            request._ling_bloom_passed = (guard, key)
+            request._ling_bloom_passed = (guard, key, route.filter, value)
             return None
         if key in _missed.get(route.filter, ()):
             return None  # a saved row whose add failed: the filter does not know it yet

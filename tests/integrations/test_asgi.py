@@ -150,10 +150,32 @@ def test_other_methods_paths_and_websockets_pass(db, filters):
 
 def test_false_positive_is_counted(db, filters):
     filters["products"].add("500")
-    with TestClient(make_app(db, filters)) as client:
-        assert call(client, db, "GET", "/products/500") == (404, 1)
+    exists = {"products": lambda pid: db.one("SELECT 1 FROM product WHERE id = ?", pid) is not None}
+    with TestClient(make_app(db, filters, exists=exists)) as client:
+        assert call(client, db, "GET", "/products/500") == (404, 2)   # and exists's query
         s = middleware_of(client).get_guard("products").stats()
         assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
+
+
+def test_an_endpoints_own_404_is_not_a_false_positive(db, filters):
+    async def on_sale(request):  # product 5 exists but is off sale
+        pid = request.path_params["pid"]
+        return PlainTextResponse("", status_code=404 if pid in (5, 500) else 200)
+
+    async def exists(pid):
+        return db.one("SELECT 1 FROM product WHERE id = ?", pid) is not None
+
+    filters["products"].add("500")                                 # a real false positive
+    app = Starlette(routes=[Route("/on-sale/{pid:int}", on_sale)],
+                    middleware=[Middleware(BloomGuardMiddleware, filters=filters, metrics=False,
+                                           routes={"/on-sale/{pid:int}": ("pid", "products")},
+                                           exists={"products": exists})])
+    with TestClient(app) as client:
+        for _ in range(3):
+            assert client.get("/on-sale/5").status_code == 404
+        assert client.get("/on-sale/500").status_code == 404
+        s = middleware_of(client).get_guard("products").stats()
+        assert (s.not_found, s.false_positive_rate) == (1, 1.0)
 
 
 def test_reject_status_and_custom_reject(db, filters):
@@ -293,12 +315,25 @@ def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
         f = lb.MemoryFilter(1000, 0.01)
         f.update(["5"])
         f.save(str(path))                                         # the warm-up, elsewhere
-        assert client.get("/p/5").status_code == 200
+        assert client.get("/p/5").status_code == 200              # (loaded in a thread)
+        loaded(guarded.get_guard("products").filter, 1)
         assert client.get("/p/6").status_code == 404              # now guarded
         f.add("6")
         f.save(str(path))
         assert client.get("/p/6").status_code == 200              # the new file, no restart
+        loaded(guarded.get_guard("products").filter, 2)
+        assert client.get("/p/7").status_code == 404
     assert seen == [5, 5, 6]
+
+
+def loaded(flt, reloads):
+    """Wait until the FileFilter's thread has loaded its ``reloads``-th file."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while flt.reloads < reloads and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert flt.reloads == reloads
 
 
 def test_a_path_with_a_lone_surrogate_is_rejected_not_a_500():
@@ -440,3 +475,209 @@ def test_a_stored_geometry_that_is_not_the_codes_is_said_at_start_up_and_fails_o
                 assert call(client, db, "GET", "/products/7") == (200, 1)   # never a 500
             assert middleware_of(client).get_guard("products").stats().geometry_mismatch
     assert len([r for r in caplog.records if "another geometry" in r.getMessage()]) == 1
+
+
+# ------------------------------------------------------ keyed on the route the app resolves
+
+
+def _ids_filter(*keys):
+    f = lb.MemoryFilter(1000, 0.001)
+    f.update([str(k) for k in keys])
+    return f
+
+
+def test_fastapi_route_declared_before_a_parameter_route_is_not_guarded_as_it():
+    fastapi = require("fastapi", "asgi")
+    app = fastapi.FastAPI()
+    app.add_middleware(BloomGuardMiddleware, filters={"users": _ids_filter("alice")}, metrics=False,
+                       routes={"/users/{username}": ("username", "users")})
+
+    @app.get("/users/me")
+    def me():
+        return {"user": "the current one"}
+
+    @app.get("/users/{username}")
+    def user(username: str):
+        return {"user": username}
+
+    with TestClient(app) as client:
+        assert client.get("/users/me").json() == {"user": "the current one"}
+        assert client.get("/users/alice").status_code == 200
+        assert client.get("/users/bob").status_code == 404
+
+
+def test_host_routing_checks_each_host_against_its_own_filter():
+    from starlette.routing import Host, Router
+
+    async def public(request):
+        return PlainTextResponse("public " + request.path_params["username"])
+
+    async def admin(request):
+        return PlainTextResponse("admin " + request.path_params["username"])
+
+    app = Starlette(routes=[
+        Host("admin.example.com", app=Router([Route("/users/{username}", admin)])),
+        Route("/users/{username}", public),
+    ], middleware=[Middleware(BloomGuardMiddleware, metrics=False,
+                              filters={"users": _ids_filter("alice"), "admins": _ids_filter("root")},
+                              routes=[BloomRoute("/users/{username}", "username", "users"),
+                                      BloomRoute("/users/{username}", "username", "admins",
+                                                 host="admin.example.com")])])
+    with TestClient(app) as client:
+        admin_host = {"host": "admin.example.com"}
+        assert client.get("/users/root", headers=admin_host).text == "admin root"
+        assert client.get("/users/alice", headers=admin_host).status_code == 404
+        assert client.get("/users/alice").text == "public alice"
+        assert client.get("/users/root").status_code == 404
+
+
+def test_an_int_parameter_in_a_mounted_app_or_an_api_router_is_keyed_as_the_int():
+    fastapi = require("fastapi", "asgi")
+    seen = []
+
+    async def starlette_product(request):
+        seen.append(request.path_params["id"])
+        return JSONResponse({"id": request.path_params["id"]})
+
+    sub = fastapi.FastAPI()
+
+    @sub.get("/products/{id}")
+    def sub_product(id: int):
+        seen.append(id)
+        return {"id": id}
+
+    router = fastapi.APIRouter(prefix="/v2")
+
+    @router.get("/products/{id}")
+    def routed_product(id: int):
+        seen.append(id)
+        return {"id": id}
+
+    app = fastapi.FastAPI()
+    app.include_router(router)
+    app.mount("/v1", sub)
+    app.mount("/v3", Starlette(routes=[Route("/products/{id:int}", starlette_product)]))
+    app.add_middleware(BloomGuardMiddleware, filters={"products": _ids_filter(7)}, metrics=False,
+                       routes={"/v1/products/{id}": ("id", "products"),
+                               "/v2/products/{id}": ("id", "products"),
+                               "/v3/products/{id}": ("id", "products")})
+    with TestClient(app) as client:
+        for v in ("v1", "v2", "v3"):
+            assert client.get(f"/{v}/products/007").status_code == 200, v
+            assert client.get(f"/{v}/products/8").status_code == 404, v
+        assert client.get("/v1/products/abc").status_code == 422   # FastAPI's own answer
+    assert seen == [7, 7, 7]
+
+
+def test_a_file_filter_reload_after_a_publish_does_not_hold_the_event_loop(tmp_path):
+    # Loading a published file (250 ms for 90 MB) ran on the event loop: every request of
+    # the worker waited.  It runs in a thread; a request meanwhile is answered at once.
+    import threading
+    import time
+
+    from ling_bloom.warmup import FileFilter, publish
+
+    path = tmp_path / "products.bloom"
+    first = lb.MemoryFilter(1000, 0.001)
+    first.update(["5"])
+    publish(first, str(path))
+
+    async def product(request):
+        return JSONResponse({"id": request.path_params["pid"]})
+
+    flt = FileFilter(path, check_every=3600)
+    app = Starlette(routes=[Route("/p/{pid:int}", product)])
+    guarded = BloomGuardMiddleware(app, filters={"products": flt}, metrics=False,
+                                   routes={"/p/{pid:int}": ("pid", "products")})
+    gate, loading = threading.Event(), threading.Event()
+    real_open = flt._open_file
+
+    def held_open():
+        loading.set()
+        gate.wait(5)
+        return real_open()
+
+    flt._open_file = held_open
+    with TestClient(guarded) as client:
+        assert client.get("/p/6").status_code == 404
+        second = lb.MemoryFilter(1000, 0.001)
+        second.update(["5", "6"])
+        publish(second, str(path))                   # a warm-up elsewhere: the log is sealed
+        r = client.get("/p/6")                        # the reload starts; this one is answered
+        assert flt.reloads == 1                       # while the new file is not loaded yet
+        assert r.status_code == 200                   # passed (not a false 404) meanwhile
+        assert loading.wait(10)
+        gate.set()
+        deadline = time.monotonic() + 10
+        while flt.reloads < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert flt.reloads == 2
+        assert client.get("/p/6").status_code == 200
+        assert client.get("/p/7").status_code == 404
+
+
+def test_a_key_normaliser_matches_a_case_insensitive_column():
+    async def item(request):
+        return PlainTextResponse(request.path_params["sku"])
+
+    skus = _ids_filter("item-2")                   # the warm-up's keys, lower-cased
+    app = Starlette(routes=[Route("/items/{sku}", item)],
+                    middleware=[Middleware(BloomGuardMiddleware, filters={"skus": skus},
+                                           metrics=False, routes={"/items/{sku}": ("sku", "skus")},
+                                           guard_options={"normalize": str.lower})])
+    with TestClient(app) as client:
+        assert client.get("/items/Item-2").status_code == 200
+        assert client.get("/items/ITEM-2").status_code == 200
+        assert client.get("/items/Item-3").status_code == 404
+
+
+def test_the_app_behind_other_middleware_is_resolved_with_its_router():
+    fastapi = require("fastapi", "asgi")
+    from starlette.middleware.cors import CORSMiddleware
+
+    app = fastapi.FastAPI()
+
+    @app.get("/users/me")
+    def me():
+        return {"user": "me"}
+
+    @app.get("/users/{username}")
+    def user(username: str):
+        return {"user": username}
+
+    wrapped = BloomGuardMiddleware(CORSMiddleware(app, allow_origins=["*"]), metrics=False,
+                                   filters={"users": _ids_filter("alice")},
+                                   routes={"/users/{username}": ("username", "users")})
+    with TestClient(wrapped) as client:
+        assert client.get("/users/me").json() == {"user": "me"}
+        assert client.get("/users/alice").status_code == 200
+        assert client.get("/users/bob").status_code == 404
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_worker_forked_during_a_reload_does_not_wait_for_the_parents_thread(tmp_path):
+    # A worker forked while its parent's FileFilter loaded a new file in a thread would
+    # let every absent key pass for ever: the thread that ends the load is not the child's.
+    import os
+
+    from ling_bloom.warmup import FileFilter, publish
+
+    path = tmp_path / "products.bloom"
+    f = lb.MemoryFilter(1000, 0.001)
+    f.add("5")
+    publish(f, str(path))
+    flt = FileFilter(path, check_every=3600)
+    flt.reload_in_thread = True
+    assert flt.test("6") is False
+    flt._loading = True                      # the parent's reload thread is loading
+    assert flt.test("6") is True             # (the parent passes meanwhile)
+    pid = os.fork()
+    if pid == 0:  # the worker
+        code = 1
+        try:
+            code = 0 if (flt.test("6") is False and flt.test("5") is True) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    flt._loading = False
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

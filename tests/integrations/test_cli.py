@@ -416,3 +416,22 @@ def test_inspect_a_file_takes_no_key(tmp_path):
     path = tmp_path / "f.bloom"
     lb.MemoryFilter(10).save(str(path))
     run("inspect", str(path), "k", check_rc=2)
+
+
+def test_inspect_of_a_served_file_counts_its_add_log(tmp_path, capsys):
+    # A file the workers serve (FileFilter) holds what the warm-up published; the keys
+    # added since are in FILE.adds.  inspect showed the file alone.
+    from ling_bloom.warmup import FileFilter, publish
+
+    path = tmp_path / "products.bloom"
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["1", "2", "3"])
+    publish(f, str(path))
+    served = FileFilter(path, check_every=0)
+    served.update(["4", "5", "3"])            # "3" is in the file already
+    served.close()
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "about 3 keys" in out                              # the file itself
+    assert "3 keys logged" in out and "(2 not in the file)" in out
+    assert "with them: " in out and "about 5 keys" in out     # the filter the workers serve

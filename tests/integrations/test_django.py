@@ -176,9 +176,33 @@ def test_a_false_positive_queries_once_and_is_counted():
     call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
     lbd.get_filter("products").add("777")  # in the filter, not in the table
     r, queries = get(Client(), "/products/777/")
-    assert (r.status_code, queries) == (404, 1)
+    assert (r.status_code, queries) == (404, 2)  # the view's, and the row check on its 404
     s = lbd.get_guard("products").stats()
     assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
+
+
+def test_a_views_own_404_for_an_existing_row_is_not_a_false_positive():
+    from django.http import Http404
+
+    bulk([5])
+    call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
+    lbd.get_guard("products").reset_stats()
+    from django_project.urls import urlpatterns
+
+    pattern = next(p for p in urlpatterns if getattr(p, "name", None) == "product-detail")
+    real = pattern.callback
+
+    def off_sale(request, pk):  # get_object_or_404(Product, pk=pk, active=True)
+        raise Http404("off sale")
+
+    pattern.callback = off_sale
+    try:
+        for _ in range(3):
+            assert get(Client(), "/products/5/")[0].status_code == 404
+    finally:
+        pattern.callback = real
+    s = lbd.get_guard("products").stats()
+    assert (s.passed, s.not_found) == (3, 0)
 
 
 def test_namespaced_url_name_with_a_prefixed_key():
@@ -442,7 +466,7 @@ def test_a_deleted_row_is_not_counted_as_a_false_positive():
     pk = p.pk
     p.delete()                                                   # post_delete hook
     r, queries = get(c, f"/products/{pk}/")
-    assert (r.status_code, queries) == (404, 1)                  # still in the filter
+    assert (r.status_code, queries) == (404, 2)                  # in the filter; the row check
     s = lbd.get_guard("products").stats()
     assert (s.not_found, s.deleted, s.false_positive_rate) == (0, 1, 0.0)
 

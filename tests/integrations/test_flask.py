@@ -85,6 +85,10 @@ def make_app(db, **config):
         finally:
             conn.close()
 
+    # a 404 after the filter passed is a false positive when the row is missing
+    bloom.exists("products")(lambda product_id: one("SELECT 1 FROM product WHERE id = ?", product_id) is not None)
+    bloom.exists("skus")(lambda sku: one("SELECT 1 FROM product WHERE sku = ?", sku) is not None)
+
     @bloom.fetcher("products")
     def fetch(after, limit):
         conn = db.connect()
@@ -136,7 +140,8 @@ def test_control_unguarded_view_queries(db):
 def test_false_positive_is_counted(db):
     app, bloom = make_app(db)
     bloom.get_filter("products").add("424242")
-    assert request(app.test_client(), db, "/products/424242") == (404, 1)
+    # the view's query, and @bloom.exists's on its 404
+    assert request(app.test_client(), db, "/products/424242") == (404, 2)
     s = bloom.get_guard("products").stats()
     assert (s.passed, s.not_found, s.false_positive_rate) == (1, 1, 1.0)
 
@@ -149,7 +154,7 @@ def test_configured_route_with_prefix_and_status(db):
     assert request(c, db, "/by-sku/sku-7") == (200, 1)
     assert request(c, db, "/by-sku/nope") == (410, 0)
     bloom.get_filter("skus").add("sku:ghost")
-    assert request(c, db, "/by-sku/ghost") == (404, 1)
+    assert request(c, db, "/by-sku/ghost") == (404, 2)  # and @bloom.exists's query
     s = bloom.get_guard("skus").stats()
     assert (s.lookups, s.rejected, s.found, s.not_found) == (3, 1, 1, 1)
 
@@ -563,3 +568,219 @@ def test_incremental_warm_up_when_the_served_file_is_gone_is_a_full_one(db, tmp_
     out = warm(app, "products", "--incremental", "--state", str(state))
     assert "a full warm-up instead of --incremental" in out
     assert all(lb.load(str(path)).test_many([str(i) for i in range(1, 202)]))
+
+
+# ---------------------------------------------------------------- methods, apps, views
+
+
+def _one_filter_app(keys=("7",), **config):
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True, **config)
+    f = lb.MemoryFilter(1000, 0.001)
+    f.update(list(keys))
+    return app, f
+
+
+def test_an_async_view_is_awaited_and_answers_for_keys_in_the_filter():
+    pytest.importorskip("asgiref")
+    app, f = _one_filter_app()
+    bloom = BloomGuard(app, filters={"products": f}, metrics=False)
+
+    @app.get("/products/<int:product_id>")
+    @bloom.guard("product_id", filter="products")
+    async def product(product_id):
+        return {"id": product_id}
+
+    c = app.test_client()
+    r = c.get("/products/7")
+    assert (r.status_code, r.get_json()) == (200, {"id": 7})
+    assert c.get("/products/8").status_code == 404
+    s = bloom.get_guard("products").stats()
+    assert (s.rejected, s.found) == (1, 1)
+
+
+def test_only_get_and_head_are_guarded_by_default_and_methods_are_configurable():
+    app, f = _one_filter_app(LING_BLOOM_ROUTES={"put_item": ("item_id", "items")})
+    bloom = BloomGuard(app, filters={"items": f}, metrics=False)
+    created = []
+
+    @app.route("/items/<item_id>", methods=["GET", "PUT", "DELETE"])
+    @bloom.guard("item_id", filter="items")
+    def item(item_id):
+        if flask.request.method == "PUT":
+            created.append(item_id)
+            return "", 201
+        return "ok"
+
+    @app.route("/put-items/<item_id>", methods=["GET", "PUT"], endpoint="put_item")
+    def put_item(item_id):
+        return ("", 201) if flask.request.method == "PUT" else "ok"
+
+    @app.route("/strict/<item_id>", methods=["GET", "DELETE"])
+    @bloom.guard("item_id", filter="items", methods=None)       # every method
+    def strict(item_id):
+        return "ok"
+
+    c = app.test_client()
+    assert c.get("/items/8").status_code == 404
+    assert c.head("/items/8").status_code == 404
+    assert c.put("/items/8").status_code == 201                 # a PUT that creates the row
+    assert created == ["8"]
+    assert c.options("/items/8").status_code == 200             # a CORS preflight
+    assert c.get("/put-items/8").status_code == 404
+    assert c.put("/put-items/8").status_code == 201
+    assert c.options("/put-items/8").status_code == 200
+    assert c.delete("/strict/8").status_code == 404
+    app.config["LING_BLOOM_METHODS"] = ["GET", "HEAD", "PUT"]
+    assert c.put("/put-items/9").status_code == 404
+
+
+def test_one_extension_shared_by_two_apps_keeps_each_apps_settings(tmp_path):
+    bloom = BloomGuard(filters={"products": lambda: lb.MemoryFilter(1000, 0.001)}, metrics=False)
+
+    @bloom.source("products")
+    def ids():
+        return flask.current_app.config["IDS"]
+
+    def create(name, ids):
+        app = flask.Flask(name)
+        app.config.update(TESTING=True, IDS=ids, LING_BLOOM_FILES={"products": tmp_path / f"{name}.bloom"},
+                          LING_BLOOM_CHECK_EVERY=0, LING_BLOOM_UNWARMED="reject")
+        bloom.init_app(app)
+
+        @app.get("/products/<int:product_id>")
+        @bloom.guard("product_id", filter="products")
+        def product(product_id):
+            return "ok"
+        return app
+
+    a, b = create("a", [1, 2]), create("b", [3])
+    assert a.test_client().get("/products/3").status_code == 404   # no file yet: reject
+    result = b.test_cli_runner().invoke(args=["bloom-warmup", "products", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b.bloom").exists() and not (tmp_path / "a.bloom").exists()
+    assert b.test_client().get("/products/3").status_code == 200
+    assert b.test_client().get("/products/1").status_code == 404
+    assert a.test_client().get("/products/3").status_code == 404   # a's file: still none
+    result = a.test_cli_runner().invoke(args=["bloom-warmup", "products", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert a.test_client().get("/products/1").status_code == 200
+    assert a.test_client().get("/products/3").status_code == 404
+    with a.app_context():
+        assert bloom.get_guard("products").stats().found == 1
+    with b.app_context():
+        assert bloom.get_guard("products").stats().found == 1
+
+
+_TYPE_CHECKING_VIEW = '''
+from __future__ import annotations
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from werkzeug.wrappers import Response
+
+def product(product_id: int) -> Response:
+    return "ok"
+
+def unknown(product_id: ProductId) -> str:
+    return "ok"
+'''
+
+
+def test_an_int_annotation_is_read_when_another_annotation_does_not_resolve(tmp_path):
+    ns: dict = {}
+    exec(compile(_TYPE_CHECKING_VIEW, str(tmp_path / "views.py"), "exec"), ns)
+    app, f = _one_filter_app()
+    bloom = BloomGuard(app, filters={"products": f}, metrics=False)
+    app.get("/p/<product_id>")(bloom.guard("product_id", filter="products")(ns["product"]))
+    c = app.test_client()
+    assert c.get("/p/007").status_code == 200                    # the key "7", as the view reads it
+    assert c.get("/p/8").status_code == 404
+    with pytest.warns(UserWarning, match="ProductId"):           # said at set-up
+        bloom.guard("product_id", filter="products")(ns["unknown"])
+
+
+def test_a_method_views_int_annotation_converts_the_key():
+    from flask.views import MethodView
+
+    app, f = _one_filter_app(LING_BLOOM_ROUTES={"configured": ("product_id", "products")})
+    bloom = BloomGuard(app, filters={"products": f}, metrics=False)
+
+    class Decorated(MethodView):
+        decorators = [bloom.guard("product_id", filter="products")]
+
+        def get(self, product_id: int):
+            return "ok"
+
+    class Configured(MethodView):
+        def get(self, product_id: int):
+            return "ok"
+
+    app.add_url_rule("/d/<product_id>", view_func=Decorated.as_view("decorated"))
+    app.add_url_rule("/c/<product_id>", view_func=Configured.as_view("configured"))
+    c = app.test_client()
+    for prefix in ("/d/", "/c/"):
+        assert c.get(prefix + "007").status_code == 200, prefix
+        assert c.get(prefix + "8").status_code == 404, prefix
+
+
+def test_a_key_normaliser_matches_a_case_insensitive_column(db):
+    app = flask.Flask(__name__)
+    app.config.update(TESTING=True)
+    bloom = BloomGuard(app, filters={"skus": lb.MemoryFilter(1000, 0.001)}, metrics=False,
+                       normalize={"skus": str.lower})
+
+    @app.get("/by-sku/<sku>")
+    @bloom.guard("sku", filter="skus")
+    def by_sku(sku):
+        conn = db.connect()
+        row = conn.execute("SELECT id FROM product WHERE sku = ? COLLATE NOCASE", (sku,)).fetchone()
+        conn.close()
+        return ("ok", 200) if row else ("", 404)
+
+    @bloom.source("skus")
+    def skus():
+        return ["SKU-5", "sku-6"]
+
+    warm(app, "skus", "--no-progress")
+    c = app.test_client()
+    for sku in ("sku-5", "SKU-5", "Sku-6"):
+        assert c.get(f"/by-sku/{sku}").status_code == 200, sku
+    assert c.get("/by-sku/sku-7").status_code == 404
+    bloom.get_guard("skus").add("SKU-NEW")
+    assert bloom.get_filter("skus").test("sku-new")
+
+
+def test_a_views_own_404_is_not_a_false_positive_and_an_absent_row_is(db):
+    app, bloom = make_app(db)
+    warm(app, "products", "--no-progress")
+    conn = db.connect()
+    conn.execute("ALTER TABLE product ADD COLUMN active INTEGER DEFAULT 1")
+    conn.execute("UPDATE product SET active = 0 WHERE id = 5")
+    conn.commit()
+    conn.close()
+
+    @bloom.exists("products")
+    def product_exists(product_id):
+        conn = db.connect()
+        try:
+            return conn.execute("SELECT 1 FROM product WHERE id = ?", (product_id,)).fetchone() is not None
+        finally:
+            conn.close()
+
+    @app.get("/on-sale/<int:product_id>")
+    @bloom.guard("product_id", filter="products")
+    def on_sale(product_id):
+        conn = db.connect()
+        row = conn.execute("SELECT id FROM product WHERE id = ? AND active = 1", (product_id,)).fetchone()
+        conn.close()
+        if row is None:
+            flask.abort(404)                                     # off sale: the view's own 404
+        return "ok"
+
+    c = app.test_client()
+    for _ in range(3):
+        assert c.get("/on-sale/5").status_code == 404
+    bloom.get_filter("products").add("424242")                   # a real false positive
+    assert c.get("/on-sale/424242").status_code == 404
+    s = bloom.get_guard("products").stats()
+    assert (s.not_found, s.false_positive_rate) == (1, 1.0)

@@ -837,3 +837,82 @@ def test_a_counting_filter_forgets_a_deleted_key():
     g.deleted("1")
     assert "1" not in flt
     assert g.get("1") is None and g.stats().rejected == 1 and g.stats().not_found == 0
+
+
+def test_an_async_lookup_waits_one_socket_timeout_at_most_even_behind_busy_connections():
+    # A hung Redis with more lookups than connections: a lookup waited for a connection
+    # (the first lookup's socket_timeout) and then its own socket_timeout on it.  The
+    # guard bounds the whole lookup, its wait for a connection included, to one timeout
+    # and applies its policy.  Here the filter never answers at all.
+    hung = asyncio.Event()
+
+    class HungFilter:
+        _cfg = {"socket_timeout": 0.05, "socket_connect_timeout": 0.05}
+        error_rate = 0.01
+
+        async def test(self, key):
+            await hung.wait()  # a connection that never comes back
+            return True
+
+    guard = AsyncGuard(HungFilter(), metrics=False, breaker_seconds=0)
+
+    async def main():
+        return await asyncio.wait_for(
+            asyncio.gather(*[guard.acheck(str(i)) for i in range(6)]), 30)  # not a hang
+
+    assert asyncio.run(main()) == [True] * 6          # "open": served without the filter
+    s = guard.stats()
+    assert (s.filter_errors, s.bypassed) == (6, 6)
+    assert not hung.is_set()
+
+
+_MULTIPROC_WORKER = r'''
+import sys
+import ling_bloom as lb
+from ling_bloom.guard import Guard
+
+f = lb.MemoryFilter(1000, 0.01)
+f.update(["1", "2"])
+guard = Guard(f, name="products")            # Prometheus' default registry
+worker = int(sys.argv[1])
+for key in ("1", "2", "3", "4", "5")[: 2 + worker]:
+    if guard.check(key):
+        guard.record(key != "2", key)        # "2": in the filter, no row: a false positive
+'''
+
+
+def test_prometheus_multiprocess_mode_sums_every_worker(tmp_path):
+    # Under gunicorn each scrape showed one worker's counts, and with prometheus_client's
+    # multiprocess mode (PROMETHEUS_MULTIPROC_DIR) none at all: the guard's collector is
+    # per process.  In that mode each process writes its counts to the directory.
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    mp = tmp_path / "prometheus"
+    mp.mkdir()
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(mp))
+    root = os.path.dirname(os.path.dirname(lb.__file__))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    for worker in range(3):                  # three workers: 2, 3 and 4 lookups
+        subprocess.run([sys.executable, "-c", _MULTIPROC_WORKER, str(worker)], env=env,
+                       check=True, timeout=60)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(mp))
+    text = generate_latest(registry).decode()
+
+    def value(line_start):
+        for line in text.splitlines():
+            if line.startswith(line_start + " "):
+                return float(line.split()[-1])
+        raise AssertionError(f"{line_start} not in:\n{text}")
+
+    # keys 1..k of each worker: found "1", false positive "2", the rest rejected
+    assert value('ling_bloom_guard_lookups_total{guard="products",result="found"}') == 3
+    assert value('ling_bloom_guard_lookups_total{guard="products",result="not_found"}') == 3
+    assert value('ling_bloom_guard_lookups_total{guard="products",result="rejected"}') == 3
+    assert value('ling_bloom_guard_filter_error_rate{guard="products"}') == 0.01
