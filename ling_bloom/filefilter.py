@@ -35,7 +35,7 @@ class FileFilter:
     process added through a FileFilter of the same path since the file was published:
     ``add``/``update`` write the key to the add log ``path + ".adds"`` before they
     return, and a lookup the filter answers "absent" first reads the log's new records
-    (one ``fstat`` when there are none).  So a key added in one worker is present in
+    (one ``lseek`` when there are none).  So a key added in one worker is present in
     every worker from the moment ``add`` returned: no false negative across processes,
     warm-ups, reloads or restarts.
 
@@ -57,8 +57,15 @@ class FileFilter:
     read-only and the log's keys are kept beside it.  Other kinds are loaded as usual.
 
     Removes are not shared, so a FileFilter has no ``remove``: a guard remembers deleted
-    keys instead (``Guard.deleted``).  The directory of ``path`` must be writable by every
-    process that adds (the log and ``path + ".lock"`` live there).
+    keys instead (``Guard.deleted``).  The log and ``path + ".lock"`` live beside
+    ``path``: every process that adds must be able to write them (the first one creates
+    them); one that may only read them sees every add, and its own ``add`` raises
+    PermissionError.  Anything but a regular file at ``path`` or at those names (a link,
+    a FIFO) is refused, never followed or waited on (``ling_bloom._addlog``).
+
+    The keys of the log are held in the filter (mapped: in the shared pages; with no file
+    or a read-only mapping, in a filter of their own), never as a set of keys.
+    ``close()`` is final: every call afterwards raises ClosedError.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], check_every: float = 2.0,
