@@ -363,11 +363,8 @@ def publish(filter: Any, path: Any, since: Optional[bytes] = None) -> int:
                         f"another warm-up replaced {path} while this one ran; nothing was "
                         f"written: run it again")
                 carried = 0
-                if old is not None:
-                    keys, _ = old.read()
-                    if keys:
-                        filter.update(keys)
-                        carried = len(keys)
+                if old is not None:  # a chunk at a time: never the whole log in memory
+                    carried, _ = old.read_each(filter.update)
                 _replace(filter, path, log, old)
                 return carried
             finally:
@@ -384,11 +381,14 @@ def _replace(filter: Any, path: str, log: AddLog, old: Optional[LogReader]) -> N
     try:
         # Everything that can fail, before anything the workers see is replaced.
         fd, file_tmp = tempfile.mkstemp(prefix=".bloom-publish-", dir=directory)
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # as save() gives it, whatever save() does
+        finally:
+            os.close(fd)
         filter.save(file_tmp)  # written whole and flushed (temporary file, fsync, rename)
         log_tmp = log._new_log_file()
         if old is not None:
-            old.seal()  # read only after this lock is let go, by a reload (it waits)
+            old.seal()  # a worker that reads it reloads, which waits for this lock
         os.replace(file_tmp, path)  # published
         file_tmp = None
     except BaseException:
@@ -398,6 +398,7 @@ def _replace(filter: Any, path: str, log: AddLog, old: Optional[LogReader]) -> N
                     os.unlink(tmp)
         raise
     # Best effort from here: FILE holds every logged key, the old log can stay in use.
+    assert log_tmp is not None
     try:
         os.replace(log_tmp, log.log_path)
     except OSError:
