@@ -1,6 +1,7 @@
 """File helpers behind save() and load(): an atomic write and a bounded read."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -30,6 +31,66 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+class NotARegularFileError(PermissionError):
+    """Something other than a regular file (a symbolic link, a FIFO, a device, a
+    directory) where ling_bloom keeps a served file's lock or add log, or the served file
+    itself: refused before anything is read or written through it."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def _refuse(path: str, what: str) -> NotARegularFileError:
+    return NotARegularFileError(
+        errno.EPERM, f"not a regular file ({what}): refused, nothing is read or written "
+        f"through it; remove it", path)
+
+
+def open_regular(path: str, flags: int, *, create: bool = False, follow: bool = False) -> int:
+    """A descriptor of the regular file at ``path``, opened with ``flags`` and never
+    blocking (``O_NONBLOCK``: a FIFO's open returns at once).  A symbolic link at ``path``
+    is not followed (unless ``follow``); ``create``: a missing file is made with
+    ``O_CREAT | O_EXCL`` (mode 0o666 minus the umask), so never through a link.  Anything
+    but a regular file raises NotARegularFileError (a PermissionError) naming ``path``,
+    with nothing read or written."""
+    base = (flags | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+            | (0 if follow else getattr(os, "O_NOFOLLOW", 0)))
+    while True:
+        try:
+            fd = os.open(path, base)
+            break
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                fd = os.open(path, base | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue  # made meanwhile, or a link planted: open (and check) what is there
+        except OSError as e:
+            if e.errno == errno.ELOOP and not follow:
+                raise _refuse(path, "a symbolic link") from None
+            if e.errno in (errno.EISDIR, errno.ENXIO):  # a directory; a FIFO with no reader
+                raise _refuse(path, "a directory" if e.errno == errno.EISDIR
+                              else "a FIFO or socket") from None
+            raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _refuse(path, _kind(mode))
+    return fd
 
 
 def atomic_write(path: PathLike, data: bytes) -> None:
@@ -178,34 +239,49 @@ def read_file(path: PathLike) -> bytes:
     stages need, before they are sized).  A file shorter than 48 bytes is returned as it
     is, for from_bytes to say what is missing; so is a stream's (a pipe's) short filter.
     """
-    from ._core import CorruptFileError, _saved_length
-
     if hasattr(path, "read"):
         return _read_stream(cast("IO[bytes]", path))
     with open(os.fspath(path), "rb") as f:
-        st = os.fstat(f.fileno())
-        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
-        if not size:
-            # Not a regular file (a pipe, /dev/zero), or one that gives no length (an
-            # empty file, one of /proc): read as a stream.
-            data = _read_stream(f)
-        else:
-            head = _read_exactly(f, HEADER_BYTES)
-            if len(head) < HEADER_BYTES:
-                return head
-            total, whole = _saved_length(head, size)
-            if not whole or total > size:
-                raise CorruptFileError(
-                    f"not a valid saved filter: the file holds {size} bytes, its header "
-                    f"claims {'' if whole else 'at least '}{total} (truncated)")
-            if total < size:
-                raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
-                                       f"{total} bytes its header describes")
-            data = head + _read_exactly(f, total - len(head))
-            if len(data) < total:  # it shrank while it was read
-                return data
-            data = _as_it_is_now(f, data)
-        if f.read(1):
+        return _read_open_file(f)
+
+
+def read_regular_file(path: Union[str, "os.PathLike[str]"]) -> bytes:
+    """``read_file`` of the regular file at path (a link to one is followed); anything
+    else (a FIFO, a device, a directory) raises NotARegularFileError at once, never
+    blocking on its open or its reads (a served file: a worker must not hang on it)."""
+    fd = open_regular(os.fspath(path), os.O_RDONLY, follow=True)
+    with os.fdopen(fd, "rb") as f:
+        return _read_open_file(f)
+
+
+def _read_open_file(f: "IO[bytes]") -> bytes:
+    """read_file's work on an open file (a regular one is read no further than its header
+    says, and checked against its size)."""
+    from ._core import CorruptFileError, _saved_length
+
+    st = os.fstat(f.fileno())
+    size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+    if not size:
+        # Not a regular file (a pipe, /dev/zero), or one that gives no length (an
+        # empty file, one of /proc): read as a stream.
+        data = _read_stream(f)
+    else:
+        head = _read_exactly(f, HEADER_BYTES)
+        if len(head) < HEADER_BYTES:
+            return head
+        total, whole = _saved_length(head, size)
+        if not whole or total > size:
+            raise CorruptFileError(
+                f"not a valid saved filter: the file holds {size} bytes, its header "
+                f"claims {'' if whole else 'at least '}{total} (truncated)")
+        if total < size:
             raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
-                                   f"{len(data)} bytes its header describes")
-        return data
+                                   f"{total} bytes its header describes")
+        data = head + _read_exactly(f, total - len(head))
+        if len(data) < total:  # it shrank while it was read
+            return data
+        data = _as_it_is_now(f, data)
+    if f.read(1):
+        raise CorruptFileError(f"not a valid saved filter: the file goes on past the "
+                               f"{len(data)} bytes its header describes")
+    return data

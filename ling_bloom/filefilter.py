@@ -13,13 +13,16 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, List, Optional, Set, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
-from ._addlog import AddLog, LogReader
+from ._addlog import AddLog, LogReader, log_key
 from ._core import ClosedError
-from ._keys import key_bytes
 
 __all__ = ["FileFilter", "UnsharedFilterWarning", "shares_adds"]
+
+# How many keys a process remembers having logged (so as not to log them again), and
+# the longest one it remembers: a bound on its memory, whatever the log holds.
+_RECENT, _RECENT_KEY = 4096, 256
 
 
 class FileFilter:
@@ -32,7 +35,7 @@ class FileFilter:
     process added through a FileFilter of the same path since the file was published:
     ``add``/``update`` write the key to the add log ``path + ".adds"`` before they
     return, and a lookup the filter answers "absent" first reads the log's new records
-    (one ``fstat`` when there are none).  So a key added in one worker is present in
+    (one ``lseek`` when there are none).  So a key added in one worker is present in
     every worker from the moment ``add`` returned: no false negative across processes,
     warm-ups, reloads or restarts.
 
@@ -54,8 +57,15 @@ class FileFilter:
     read-only and the log's keys are kept beside it.  Other kinds are loaded as usual.
 
     Removes are not shared, so a FileFilter has no ``remove``: a guard remembers deleted
-    keys instead (``Guard.deleted``).  The directory of ``path`` must be writable by every
-    process that adds (the log and ``path + ".lock"`` live there).
+    keys instead (``Guard.deleted``).  The log and ``path + ".lock"`` live beside
+    ``path``: every process that adds must be able to write them (the first one creates
+    them); one that may only read them sees every add, and its own ``add`` raises
+    PermissionError.  Anything but a regular file at ``path`` or at those names (a link,
+    a FIFO) is refused, never followed or waited on (``ling_bloom._addlog``).
+
+    The keys of the log are held in the filter (mapped: in the shared pages; with no file
+    or a read-only mapping, in a filter of their own), never as a set of keys.
+    ``close()`` is final: every call afterwards raises ClosedError.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], check_every: float = 2.0,
@@ -65,6 +75,7 @@ class FileFilter:
             raise ValueError(f"unwarmed must be 'serve' or 'reject', not {unwarmed!r}")
         if check_every < 0:
             raise ValueError("check_every must be >= 0")
+        self._closed = False
         self.path = os.fspath(path)
         self.check_every = float(check_every)
         self.unwarmed = unwarmed
@@ -77,8 +88,12 @@ class FileFilter:
         self._filter: Any = None
         self._identity: Any = None
         self._next_check = float("-inf")
-        self._logged: Set[bytes] = set()   # keys of the current log (all applied)
-        self._aside: Set[bytes] = set()    # logged keys no filter of ours holds
+        # Keys this process logged lately (not logged again while the log lasts): a few,
+        # not all -- a key logged twice is a record more, never a key lost.
+        self._recent: Dict[bytes, None] = {}
+        # Logged keys no filter of ours can hold (no file yet, or a read-only mapping):
+        # a filter of their own, grown as they come, never a set of the keys.
+        self._aside: Any = None
         self._warned_unwarmed = False
         self._warned_log = False
         self._failed: Any = None  # the identity of a file that failed to load
@@ -114,11 +129,13 @@ class FileFilter:
     def refresh(self, force: bool = False) -> bool:
         """Check the file now (``force``) or when the interval has passed; reload it when
         it was replaced.  True when a new filter was swapped in."""
+        self._check_open()
         now = self._clock()
         if not force and now < self._next_check:
             return False
         self._after_fork()
         with self._lock:
+            self._check_open()
             if not force and now < self._next_check:
                 return False
             self._next_check = now + self.check_every
@@ -235,14 +252,18 @@ class FileFilter:
                 and reader.ino == self._reader.ino):
             return False  # same file, same log: the new descriptor closes by itself
         flt = new if new is not None else old_filter
-        keys: List[bytes] = []
+        # The keys a kept filter could not hold stay aside (its file's, its log's).
+        aside = [self._aside if new is None else None]
         if reader is not None:
-            keys, _ = reader.read()
-        aside = self._apply(flt, keys) if keys else set()
+            def apply(keys: List[bytes]) -> None:
+                aside[0] = self._apply(flt, keys, aside[0])
+
+            reader.read_each(apply)  # a chunk at a time: never the whole log in memory
         # The filter first, the reader last: a lookup that reads the new reader finds the
         # new filter; one that read the old reader notices the change (_catch_up).
-        self._logged = set(keys)
-        self._aside = aside
+        if reader is None or self._reader is None or reader.ino != self._reader.ino:
+            self._recent = {}
+        self._aside = aside[0]
         if new is not None:
             self._identity = identity
             self._filter = new
@@ -255,35 +276,49 @@ class FileFilter:
         return new is not None
 
     def _open_file(self) -> Any:
-        from . import load
+        # A regular file only, opened without blocking: a FIFO or a device at the path is
+        # refused at once (logged, the current filter kept), never waited on.
+        from . import from_bytes
+        from ._io import open_regular, read_regular_file
 
         if self.mapped:
             from ._core import MemoryFilter
 
-            with open(self.path, "rb") as fh:
-                head = fh.read(8)
+            fd = open_regular(self.path, os.O_RDONLY, follow=True)
+            try:
+                head = os.pread(fd, 8, 0)
+            finally:
+                os.close(fd)
             if head[:4] == b"LBLM" and head[6:7] == b"\x01":
                 try:
                     return MemoryFilter.open(self.path, "r+")
                 except PermissionError:
                     return MemoryFilter.open(self.path, "r")
-        return load(self.path)
+        return from_bytes(read_regular_file(self.path))
 
-    def _apply(self, flt: Any, keys: List[bytes]) -> Set[bytes]:
-        """Add logged keys to ``flt``; the keys it cannot hold (no filter yet, or a
-        read-only mapping) are returned, to be kept aside."""
+    @staticmethod
+    def _apply(flt: Any, keys: List[bytes], aside: Any) -> Any:
+        """Add logged keys to ``flt``, or to ``aside`` (a filter of their own, made here
+        when None) when ``flt`` cannot hold them (no filter yet, or a read-only mapping).
+        Returns ``aside``."""
         if flt is None or getattr(flt, "mode", None) == "r":
-            return set(keys)
-        flt.update(keys)
-        return set()
+            if aside is None:
+                from ._core import ScalableFilter
 
-    def _catch_up(self, seen: Optional[LogReader], offset: int = 0) -> bool:
+                aside = ScalableFilter(4096, 0.001)
+            aside.update(keys)
+        else:
+            flt.update(keys)
+        return aside
+
+    def _catch_up(self, seen: Optional[LogReader], since: int = 0) -> bool:
         """Read the log's records appended since the last look; reload when it was sealed
         (a warm-up published a new file).  True when something new arrived, or when another
-        thread applied records or reloaded since the caller read ``seen`` at ``offset``
-        (then ask the filter again)."""
+        thread applied records or reloaded since the caller read ``seen`` at ``since`` (its
+        ``pos[1]``: then ask the filter again)."""
         self._after_fork()
         with self._lock:
+            self._check_open()
             reader = self._reader
             if reader is None:
                 if self._addlog.current_ino() is None:
@@ -294,30 +329,37 @@ class FileFilter:
                 return self._reload()
             # Reloaded meanwhile (the caller asks the new filter, after the new log's
             # records are read below), or another thread applied records.
-            moved = reader is not seen or reader.offset > offset
-            try:
-                if not reader.grew():
-                    return moved
-                keys, end, sealed = reader.peek()
-            except OSError:
-                return moved
-            fresh = [k for k in keys if k not in self._logged]
-            if fresh:
-                # (before a seal too: those are in the published file, added here as well
-                # in case that file is not the one this process loads next)
-                self._aside |= self._apply(self._filter, fresh)
-                self._logged.update(fresh)
-            if sealed:
-                # The position stays before the seal until the reload has swapped in the
-                # new filter and log: a lookup in another thread meanwhile still sees
-                # "grew" and waits for this one.
-                if self.reload_in_thread:
-                    self._in_thread(self._reload, loading=True)
-                else:
+            moved = reader is not seen or reader.pos[1] > since
+            fresh = False
+            while True:
+                try:
+                    if not reader.grew():
+                        return moved or fresh
+                    keys, pos, sealed = reader.peek()
+                except OSError:
+                    return moved or fresh
+                if keys:
+                    # (before a seal too: those are in the published file, added here as
+                    # well in case that file is not the one this process loads next)
+                    self._aside = self._apply(self._filter, keys, self._aside)
+                    fresh = True
+                if sealed:
+                    # The position stays before the seal until the reload has swapped in
+                    # the new filter and log: a lookup in another thread meanwhile still
+                    # sees "grew" and waits for this one.  The reload waits for the
+                    # publish to end; a seal whose publish did not replace the log (it
+                    # failed, or its new log could not be put in place) leaves this
+                    # reader in use: read on past it.
+                    if self.reload_in_thread:
+                        # an event loop's worker: the reload runs in a thread, lookups
+                        # answer from the old filter meanwhile
+                        self._in_thread(self._reload, loading=True)
+                        return True
                     self._reload()
-                return True
-            reader.offset = end  # only now: a lookup in another thread saw "grew" till here
-            return moved or bool(fresh)
+                    if self._reader is not reader:
+                        return True
+                # Only now: a lookup in another thread saw "grew" till here.
+                reader.pos = pos
 
     @property
     def filter(self) -> Any:
@@ -331,8 +373,17 @@ class FileFilter:
     def warmed(self) -> bool:
         return self.filter is not None
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"FileFilter of {self.path} is closed")
+
     def swap(self, flt: Any = None) -> None:
         """Reload now (the warm-up command's own process, after publishing)."""
+        self._check_open()
         with self._lock:
             self._identity = None
             self.refresh(force=True)
@@ -346,13 +397,16 @@ class FileFilter:
             try:
                 if f.test(key):
                     return True
-            except ClosedError:  # a reload unmapped it since: ask the new one
+            except ClosedError:  # a reload unmapped it since (or close()): ask the new one
+                self._check_open()
                 f = self._filter
                 if f is not None and f.test(key):
                     return True
         elif self.unwarmed == "serve":
+            self._check_open()
             return True
-        return bool(self._aside) and key_bytes(key) in self._aside
+        aside = self._aside
+        return aside is not None and aside.test(key)
 
     def _test_nowait(self, key: Any) -> bool:
         """test() for an event loop (``reload_in_thread``): a due check or a reload runs in
@@ -383,8 +437,12 @@ class FileFilter:
             return self._test_nowait(key)
         # The log position is read before the filter: a record past it was not yet in
         # the filter when it answered (records are applied before the position moves).
+        # ``pos[1]``: how far it was read (a torn record at its end was read, and is read
+        # again only when the log grows).
+        if self._closed:
+            self._check_open()
         reader = self._reader
-        seen = reader.offset if reader is not None else 0
+        seen = reader.pos[1] if reader is not None else 0
         if self._answer(key):
             return True
         if reader is not None and reader is self._reader and not reader.grew(seen):
@@ -394,23 +452,30 @@ class FileFilter:
     __contains__ = test
 
     def _add(self, keys: List[Any], single: bool) -> Any:
-        raw = [key_bytes(k) for k in keys]  # TypeError before anything is written
+        # The bytes the filters hash for each key; TypeError, EmptyKeyError before anything
+        # is written.
+        raw = [log_key(k) for k in keys]
         self._after_fork()
         with self._lock:
-            self.refresh()
+            self.refresh()  # (ClosedError once closed)
             with self._addlog.locked():
                 if self._reader is None or self._addlog.current_ino() != self._reader.ino:
                     self._reload_locked()  # a publish since: add to the new file and log
                 reader = self._reader
                 if reader is None:
                     raise OSError(f"ling_bloom: no add log for {self.path}")
-                new = [k for k in dict.fromkeys(raw) if k not in self._logged]
+                recent = self._recent
+                new = [k for k in dict.fromkeys(raw) if k not in recent]
                 if new:
                     reader.append(new)
-                    self._logged.update(new)
+                    for k in new[-_RECENT:]:
+                        if len(k) <= _RECENT_KEY:
+                            recent[k] = None
+                    while len(recent) > _RECENT:
+                        del recent[next(iter(recent))]  # the oldest
                 f = self._filter
                 if f is None or getattr(f, "mode", None) == "r":
-                    self._aside.update(raw)
+                    self._aside = self._apply(None, raw, self._aside)
                     return None
                 return f.add(raw[0]) if single else f.update(raw)
 
@@ -432,7 +497,12 @@ class FileFilter:
             self.add(key)
 
     def close(self) -> None:
+        """Let go of the filter, the log and the lock; every call afterwards raises
+        ClosedError (``close`` itself does nothing more)."""
         with self._lock:
+            self._closed = True
+            self._aside = None
+            self._recent = {}
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
@@ -445,7 +515,7 @@ class FileFilter:
         if name.startswith("_") or name == "remove":
             # removes are not shared between processes: a guard remembers deletes instead
             raise AttributeError(name)
-        f = self.filter
+        f = self.filter  # ClosedError once closed
         if f is None:
             raise AttributeError(f"{name}: {self.path} is not loaded yet (no warm-up has run)")
         return getattr(f, name)

@@ -1,0 +1,378 @@
+"""The files beside a served filter file (FileFilter): FILE.adds, FILE.lock and
+FILE.warmup.lock, and publish() that replaces FILE. What a hostile or unusual directory
+does to them (links, FIFOs, another user's files, a full disk), what a worker keeps in
+memory, and which bytes it logs for a key."""
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import tempfile
+
+import pytest
+from hang_guard import returns
+
+import ling_bloom as lb
+from ling_bloom._addlog import AddLog, log_key
+from ling_bloom.warmup import FileFilter, begin, publish
+
+
+def saved(path, *keys):
+    f = lb.MemoryFilter(10_000, 0.001)
+    f.update(keys or ["warm"])
+    f.save(str(path))
+    return f
+
+
+# ---- links and other files planted beside FILE ----------------------------------------------
+
+@pytest.mark.parametrize("suffix", [".lock", ".adds", ".warmup.lock"])
+def test_a_link_planted_beside_the_file_is_refused_and_nothing_is_created_through_it(
+        tmp_path, suffix):
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "created"
+    os.symlink(target, path + suffix)                # a dangling link: O_CREAT would make it
+    with pytest.raises(PermissionError, match="not a regular file") as e:
+        if suffix == ".warmup.lock":
+            with AddLog(path).warmup_lock():
+                pass
+        else:
+            ff = FileFilter(path, check_every=3600)
+            try:
+                ff.add("k")
+            finally:
+                ff.close()
+    assert e.value.filename == path + suffix
+    assert not target.exists()
+    if suffix != ".warmup.lock":
+        with pytest.raises(PermissionError, match="not a regular file"):
+            publish(lb.MemoryFilter(100, 0.01), path)
+        assert not target.exists()
+
+
+def test_a_link_to_an_existing_file_at_the_add_log_is_never_appended_to(tmp_path):
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"ling_bloom add log v1 0123\nuntouched\n")   # even one that looks like a log
+    os.symlink(victim, path + ".adds")
+    ff = FileFilter(path, check_every=3600)
+    with pytest.raises(PermissionError, match="not a regular file"):
+        ff.add("k")
+    ff.close()
+    assert victim.read_bytes() == b"ling_bloom add log v1 0123\nuntouched\n"
+
+
+@pytest.mark.parametrize("suffix", ["", ".adds", ".lock"])
+def test_a_fifo_beside_or_at_the_file_never_hangs_a_lookup_or_a_publish(tmp_path, suffix, caplog):
+    path = str(tmp_path / "f.bloom")
+    if suffix:
+        saved(path, "warm")
+    os.mkfifo(path + suffix)
+
+    def worker():
+        ff = FileFilter(path, check_every=3600, unwarmed="reject")
+        try:
+            return ff.test("warm"), ff.test("absent")
+        finally:
+            ff.close()
+
+    with caplog.at_level("ERROR", logger="ling_bloom.warmup"):
+        answers = returns(worker)
+    assert any("not a regular file" in m for m in caplog.messages)
+    if suffix == "":                                  # no filter could be read: unwarmed
+        assert answers == (False, False)
+        assert returns(lambda: publish(saved(tmp_path / "new", "k"), path)) == 0
+        assert lb.load(path).test("k")                # the FIFO replaced by the new file
+    else:                                             # the file served, without the log
+        assert answers == (True, False)
+        with pytest.raises(PermissionError, match="not a regular file"):
+            returns(lambda: publish(lb.MemoryFilter(100, 0.01), path))
+
+
+# ---- publish: nothing fails once FILE is replaced --------------------------------------------
+
+def test_publish_that_cannot_seal_the_old_log_fails_before_replacing_anything(tmp_path,
+                                                                              monkeypatch):
+    import ling_bloom._addlog as addlog
+
+    path = str(tmp_path / "f.bloom")
+    old = saved(path, "old")
+    a = FileFilter(path, check_every=3600)
+    b = FileFilter(path, check_every=3600)
+    a.add("before")
+    log_ino = os.stat(path + ".adds").st_ino
+    real_write = os.write
+
+    def full_disk(fd, data):
+        if addlog.SEALED in bytes(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(addlog.os, "write", full_disk)
+    with pytest.raises(OSError) as e:
+        publish(saved(tmp_path / "new", "new"), path)
+    monkeypatch.undo()
+    assert e.value.errno == errno.ENOSPC
+    assert lb.load(path) == old                        # FILE was not replaced
+    assert os.stat(path + ".adds").st_ino == log_ino   # nor the log
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]   # no temporary left
+    b.add("after")
+    assert a.test("after") and a.test("before") and b.test("before")
+    assert publish(saved(tmp_path / "new", "new"), path) == 2   # the next one carries both
+    assert a.test("after") and a.test("new") and not a.test("old")
+    a.close(); b.close()
+
+
+def test_publish_that_cannot_replace_the_log_still_succeeds_and_loses_no_key(tmp_path,
+                                                                            monkeypatch):
+    path = str(tmp_path / "f.bloom")
+    saved(path, "old")
+    a = FileFilter(path, check_every=3600)            # a worker on the old log
+    b = FileFilter(path, check_every=3600)
+    a.add("before")
+    real_replace = os.replace
+
+    def failing(src, dst, *args, **kw):
+        if os.fspath(dst).endswith(".adds"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst, *args, **kw)
+
+    monkeypatch.setattr(os, "replace", failing)
+    assert publish(saved(tmp_path / "new", "new"), path) == 1   # FILE replaced: success
+    monkeypatch.undo()
+    assert lb.load(path).test("new") and lb.load(path).test("before")
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+    b.add("after")                                    # added after the publish
+    for ff in (a, b, FileFilter(path, check_every=3600)):
+        assert ff.test("after") and ff.test("before") and ff.test("new")
+    a.close(); b.close()
+
+
+def test_a_seal_left_by_a_publish_that_failed_is_read_past(tmp_path, monkeypatch):
+    """The seal goes into the old log before FILE is renamed; when the rename fails the
+    log stays in use, sealed: workers read past the seal (once) and see later adds."""
+    path = str(tmp_path / "f.bloom")
+    old = saved(path, "old")
+    a = FileFilter(path, check_every=3600)
+    b = FileFilter(path, check_every=3600)
+    real_replace = os.replace
+
+    def failing(src, dst, *args, **kw):
+        if os.fspath(dst) == path and os.path.basename(src).startswith(".bloom-publish-"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst, *args, **kw)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError):
+        publish(saved(tmp_path / "new", "new"), path)
+    monkeypatch.undo()
+    assert lb.load(path) == old and b"sealed" in open(path + ".adds", "rb").read()
+    b.add("after")
+    assert a.test("after") and not a.test("new") and a.reloads == 1
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *args: reads.append(1) or real_pread(*args))
+    for i in range(50):
+        assert not a.test(f"absent-{i}")
+    assert reads == []                                # past the seal: nothing more to read
+    a.close(); b.close()
+
+
+# ---- another user's files --------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="acts as another user: needs root (as in CI)")
+def test_a_worker_of_another_user_reads_the_log_it_cannot_write(monkeypatch):
+    """The warm-up runs as root with umask 022: FILE, FILE.adds and FILE.lock are 0644. A
+    worker running as nobody can lock (flock needs no write access) and read the log, so it
+    sees every key root adds; its own add is refused with a PermissionError."""
+    d = tempfile.mkdtemp()
+    old_mask = os.umask(0o022)
+    try:
+        os.chmod(d, 0o755)
+        path = os.path.join(d, "f.bloom")
+        saved(path, "warm")
+        root = FileFilter(path, check_every=3600)
+        root.add("before")                            # creates FILE.adds and FILE.lock, 0644
+        assert os.stat(path + ".lock").st_mode & 0o777 == 0o644
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                  # the worker, as nobody
+            code = 9
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                ff = FileFilter(path, check_every=3600)
+                ok = ff.test("before") and ff.test("warm") and not ff.test("after")
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)                      # root adds "after" meanwhile
+                ok = ok and ff.test("after")
+                try:
+                    ff.add("mine")
+                    ok = False
+                except PermissionError as e:
+                    ok = ok and path + ".adds" in str(e)
+                code = 0 if ok else 1
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 2
+            finally:
+                os._exit(code)
+        os.read(ready_r, 1)
+        root.add("after")
+        os.write(go_w, b"1")
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        root.close()
+    finally:
+        os.umask(old_mask)
+        import shutil
+        shutil.rmtree(d)
+
+
+# ---- a torn record at the log's end ------------------------------------------------------------
+
+def test_a_torn_tail_is_read_once_not_at_every_absent_lookup(tmp_path, monkeypatch):
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    a = FileFilter(path, check_every=3600)
+    b = FileFilter(path, check_every=3600)
+    a.add("x")
+    with open(path + ".adds", "ab") as log:
+        log.write(b"\n" + b"61" * 100_000)            # a writer died mid-record
+    reads = []
+    real_pread = os.pread
+
+    def counting(fd, n, offset):
+        reads.append(n)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    for i in range(200):
+        assert not b.test(f"absent-{i}")
+    assert len(reads) <= 1, f"{len(reads)} reads of the log for 200 absent lookups"
+    a.add("next")                                     # the log grew: read again
+    assert b.test("next") and b.test("x")
+    assert len(reads) <= 2
+    a.close(); b.close()
+
+
+# ---- what a worker keeps of the log ------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["loaded", "mapped", "unwarmed"])
+def test_a_worker_keeps_the_logged_keys_in_a_filter_not_a_set(tmp_path, where):
+    """Loaded: the keys go into the worker's own copy of the file's filter; mapped: into
+    the shared pages; before the first warm-up (no file: nothing to add them to) into a
+    filter of their own."""
+    import tracemalloc
+
+    path = str(tmp_path / "f.bloom")
+    if where != "unwarmed":
+        saved(path)
+    writer = FileFilter(path, check_every=3600)
+    keys = [f"user-{i:08d}" for i in range(50_000)]
+    writer.update(keys)
+    tracemalloc.start()
+    try:
+        reader = FileFilter(path, check_every=3600, mapped=where == "mapped",
+                            unwarmed="reject")
+        writer.update([f"late-{i:08d}" for i in range(20_000)])
+        assert reader.test("late-00019999")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert all(reader.test(k) for k in keys[::97])
+    # A set of 70,000 keys alone is more than 4 MB.
+    assert held < 1_000_000, f"{held} bytes held for 70,000 logged keys"
+    writer.close(); reader.close()
+
+
+# ---- close ----------------------------------------------------------------------------------
+
+def test_a_closed_file_filter_raises_closed_error_on_every_call(tmp_path):
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    ff = FileFilter(path, check_every=0)
+    ff.add("k")
+    assert not ff.closed
+    ff.close()
+    ff.close()                                        # idempotent
+    assert ff.closed
+    for call in (lambda: ff.test("k"), lambda: "k" in ff, lambda: ff.add("k"),
+                 lambda: ff.update(["k"]), lambda: ff.ensure("k"), lambda: ff.refresh(True),
+                 lambda: ff.filter, lambda: ff.warmed, lambda: ff.swap(),
+                 lambda: ff.error_rate):
+        with pytest.raises(lb.ClosedError):
+            call()
+    assert not os.path.exists(path + ".new")
+
+
+# ---- the bytes logged for a key ----------------------------------------------------------------
+
+class Color(enum.IntEnum):
+    RED = 7
+
+
+class Twisted(int):
+    def __int__(self):
+        return 99
+
+    def __index__(self):
+        return 98
+
+    def __str__(self):
+        return "twisted"
+
+    __repr__ = __str__
+
+
+class Coded(str):
+    def encode(self, *args, **kwargs):
+        return b"something else"
+
+
+class Bytesy(bytes):
+    def __bytes__(self):
+        return b"something else"
+
+
+TRICKY = [Color.RED, Twisted(5), 2**70, -(2**63), Coded("text"), "é", Bytesy(b"raw"),
+          bytearray(b"buf"), memoryview(b"view")]
+
+
+@pytest.mark.parametrize("key", TRICKY, ids=lambda k: type(k).__name__)
+def test_the_bytes_logged_for_a_key_are_the_bytes_the_filters_hash(tmp_path, key):
+    assert lb.hash_pair(log_key(key)) == lb.hash_pair(key)
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    a = FileFilter(path, check_every=3600)
+    b = FileFilter(path, check_every=3600)
+    a.add(key)
+    assert b.test(key) and FileFilter(path, check_every=3600).test(key)
+    a.close(); b.close()
+
+
+def test_a_key_the_filters_refuse_is_refused_before_anything_is_logged(tmp_path):
+    import array
+
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    ff = FileFilter(path, check_every=3600)
+    size = os.path.getsize(path + ".adds")
+    for bad, error in ((True, TypeError), (1.5, TypeError), ("", lb.EmptyKeyError),
+                       (b"", lb.EmptyKeyError), (memoryview(b"abcd")[::2], TypeError),
+                       ("\ud800", UnicodeEncodeError), (array.array("b"), lb.EmptyKeyError)):
+        with pytest.raises(error):
+            lb.MemoryFilter(10, 0.1).add(bad)         # what the C core says ...
+        with pytest.raises(error):
+            ff.add(bad)                               # ... the log says first
+        with pytest.raises(error):
+            ff.update(["fine", bad])
+    assert os.path.getsize(path + ".adds") == size
+    ff.close()
