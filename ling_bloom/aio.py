@@ -595,11 +595,12 @@ class _AsyncRedis:
 
     # -- one operation: steps from the core, carried here
     async def _batch(self, kind: int, keys: Iterable[Any]) -> List[bool]:
-        if not isinstance(keys, (list, tuple)):
-            if isinstance(keys, (str, bytes)):
-                raise TypeError("keys must be an iterable of keys, not a single "
-                                f"{type(keys).__name__}")
-            keys = list(keys)
+        if isinstance(keys, (str, bytes, bytearray, memoryview)):
+            raise TypeError("keys must be an iterable of keys, not a single "
+                            f"{type(keys).__name__}")
+        # a copy taken now, as the blocking call's: the caller's list may change while the
+        # call waits (another task, or a key's own __index__ while the keys are checked)
+        keys = tuple(keys)
         if not keys:
             if self._closed:
                 raise ClosedError("the filter is closed")

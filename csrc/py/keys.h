@@ -71,6 +71,21 @@ static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_ho
     return 0;
 }
 
+/* A batch's keys as a sequence that no Python code can change while they are
+ * converted and used: a tuple as it is, a list (or list subclass) copied into
+ * a tuple, anything else iterated into a new list (PySequence_Fast, whose
+ * TypeError is msg).  A key's __index__ or buffer exporter runs Python code
+ * that may shrink or refill the caller's list: a walk over that list with a
+ * length read before would read past its items, and a key whose bytes are
+ * its object's (a str) would be dropped with the list while still in use.
+ * A new reference, or NULL with an exception. */
+static inline PyObject *lb_keys_fixed(PyObject *keys, const char *msg)
+{
+    if (PyList_Check(keys))
+        return PyList_AsTuple(keys);
+    return PySequence_Fast(keys, msg);
+}
+
 /* Give back what a converted key held; the key's bytes are gone afterwards.
  * The hold is NONE again, so a second release does nothing. */
 static inline void lb_key_release(lb_key_hold *hold)

@@ -746,7 +746,7 @@ PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
     lb_key_hold *holds = NULL;
     Py_ssize_t held = 0;
     if (kind != LB_REDIS_WIRE_RESET) {
-        seq = PySequence_Fast(keys, "keys must be a list or tuple");
+        seq = lb_keys_fixed(keys, "keys must be a list or tuple");
         if (!seq)
             return NULL;
         n = PySequence_Fast_GET_SIZE(seq);
@@ -808,7 +808,7 @@ PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
     if (lb_enter_read(&f->base) < 0)
         return NULL;
     lb_leave(&f->base);
-    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
+    PyObject *seq = lb_keys_fixed(keys, "keys must be a list or tuple");
     if (!seq)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
