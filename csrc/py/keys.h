@@ -9,7 +9,9 @@
  * 0-d integer array) is the key of its int, looked at before the buffer that
  * numpy's scalars export too.  Other numbers are a TypeError, as a float is:
  * float and complex and their subclasses, a 0-d buffer of a number format
- * (numpy's floating, complex and bool scalars); so is any other type.  An
+ * (numpy's floating, complex and bool scalars); so is a buffer of Python
+ * objects or 4-byte characters (numpy's object and str arrays), and any
+ * other type.  An
  * empty key is EmptyKeyError. */
 #ifndef LB_PY_KEYS_H
 #define LB_PY_KEYS_H
