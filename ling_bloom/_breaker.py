@@ -110,6 +110,26 @@ REBUILD_RETRY_SECONDS = 30.0
 PENDING_ADDS_MAX = 100_000
 
 
+# The filters whose last rebuild failed (id(filter) -> _Unfinished): it may have reset the
+# filter and added part of the rows, so the filter answers again but "absent" for the rows it
+# never reached; every guard of it lets lookups through without asking it until a rebuild of
+# it is done, and the next rebuild starts no sooner than retry_at.
+_unfinished: dict = {}
+
+
+class _Unfinished:
+    __slots__ = ("filter", "retry_at")
+
+    def __init__(self, flt: object, retry_at: float):
+        self.filter = flt
+        self.retry_at = retry_at
+
+
+def _left_unfinished(flt: object) -> Optional[_Unfinished]:
+    u = _unfinished.get(id(flt))
+    return u if u is not None and u.filter is flt else None
+
+
 class _Rebuild:
     __slots__ = ("filter", "pending", "dropped")
 
@@ -160,17 +180,23 @@ def _take_pending(flt: object) -> list:
             return []
         if not r.pending:
             del _rebuilding[id(flt)]
+            u = _unfinished.get(id(flt))
+            if u is not None and u.filter is flt:
+                del _unfinished[id(flt)]  # this rebuild is done: the filter answers again
             return []
         keys = list(r.pending)
         r.pending.clear()
         return keys
 
 
-def _end_rebuild(flt: object) -> int:
-    """Drop the rebuild of flt (it failed): the number of added keys it held."""
+def _end_rebuild(flt: object, retry_at: float) -> int:
+    """Drop the rebuild of flt (it failed): the number of added keys it held.  flt is left
+    unfinished (not asked by any guard) until a rebuild of it, no sooner than retry_at, is
+    done."""
     with _rebuilding_lock:
         r = _rebuilding.get(id(flt))
         if r is None or r.filter is not flt:
             return 0
         del _rebuilding[id(flt)]
+        _unfinished[id(flt)] = _Unfinished(flt, retry_at)
         return len(r.pending) + r.dropped

@@ -58,7 +58,9 @@ warm-up source) one rebuild starts per loss, in a thread (a coroutine function: 
 the running event loop); while it runs the filter is not asked (half filled, it would reject
 rows not yet added again), and keys added meanwhile are handed to it.  The guard uses the
 filter again when its rebuild is done, or, without one, at the first lookup the filter
-answers (someone else rebuilt it).  Adds the lost filter refuses never fail the caller.
+answers (someone else rebuilt it).  A rebuild that fails may have reset the filter and
+added part of the rows: no guard of this process asks it until a later rebuild (started by
+a lookup, no sooner than 30 s later) is done.  Adds the lost filter refuses never fail the caller.
 
 A stored filter whose geometry is not the code's (``GeometryMismatchError``: the capacity
 changed in the settings) is a configuration error: logged once with how to migrate, counted
@@ -96,8 +98,10 @@ from ._breaker import (
     _claim_rebuild,
     _default_filter_errors,
     _end_rebuild,
+    _left_unfinished,
     _queue_add,
     _rebuilding,
+    _unfinished,
     _take_pending,
 )
 from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
@@ -297,7 +301,8 @@ class _GuardBase:
     def filter_lost(self) -> bool:
         """True while the filter is lost (its server answered FilterLostError) and not yet
         rebuilt: lookups pass unfiltered."""
-        return self._lost or bool(_rebuilding) and _being_rebuilt(self.filter)
+        return self._lost or bool(_rebuilding) and _being_rebuilt(self.filter) or \
+            bool(_unfinished) and _left_unfinished(self.filter) is not None
 
     def reset_stats(self) -> None:
         with self._stat_lock:
@@ -349,7 +354,7 @@ class _GuardBase:
         answers: True for "open", False for "closed", the error for "raise"."""
         fk = as_key(key)
         _bypassed.set(False)
-        if _rebuilding and _being_rebuilt(self.filter):
+        if (_rebuilding or _unfinished) and self._not_to_ask():
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
@@ -413,6 +418,18 @@ class _GuardBase:
     # real users away until someone rebuilds it.  It is logged once per loss, counted
     # (filter_losses, lost_lookups, lost_adds) and flagged (stats().filter_lost).
 
+    def _not_to_ask(self) -> bool:
+        """The filter is being rebuilt (half filled), or its last rebuild failed (maybe
+        reset and half filled: it would answer "absent" for the rows it never reached):
+        not asked until a rebuild of it is done; the one after a failure starts here."""
+        flt = self.filter
+        if _being_rebuilt(flt):
+            return True
+        if _left_unfinished(flt) is None:
+            return False
+        self._maybe_rebuild()
+        return True
+
     def _lost_lookup(self) -> bool:
         self._count(lookups=1, lost_lookups=1)
         _bypassed.set(True)  # not evidence about the filter
@@ -455,6 +472,9 @@ class _GuardBase:
         if self.rebuild is None or time.monotonic() < self._rebuild_retry_at:
             return
         flt = self.filter
+        u = _left_unfinished(flt)
+        if u is not None and time.monotonic() < u.retry_at:
+            return  # another guard's rebuild of it failed a moment ago
         if not _claim_rebuild(flt):
             return  # a rebuild of this filter runs already (this guard's, or another's)
         try:
@@ -506,12 +526,12 @@ class _GuardBase:
         self._count(rebuilds=1)
 
     def _rebuild_failed(self, flt: Any, error: BaseException, held: int = 0) -> None:
-        dropped = _end_rebuild(flt) + held
         self._rebuild_retry_at = time.monotonic() + REBUILD_RETRY_SECONDS
+        dropped = _end_rebuild(flt, self._rebuild_retry_at) + held
         self.logger.error(
             "ling_bloom guard %r: rebuilding the lost filter failed (%s: %s); lookups keep "
-            "passing unfiltered, and the next one the filter cannot answer after %g s "
-            "starts another rebuild%s", self.name, type(error).__name__, error,
+            "passing unfiltered (the filter, maybe half filled, is not asked), and the next "
+            "one after %g s starts another rebuild%s", self.name, type(error).__name__, error,
             REBUILD_RETRY_SECONDS,
             f" ({dropped} keys added meanwhile are left to the next warm-up)" if dropped else "")
         self._count(rebuild_failures=1)
@@ -861,7 +881,7 @@ class AsyncGuard(_GuardBase):
         counting and failure policy, without blocking the loop."""
         fk = as_key(key)
         _bypassed.set(False)
-        if _rebuilding and _being_rebuilt(self.filter):
+        if (_rebuilding or _unfinished) and self._not_to_ask():
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)

@@ -15,7 +15,7 @@ import warnings
 import pytest
 
 import ling_bloom as lb
-from ling_bloom.guard import Guard, MemoryCache
+from ling_bloom.guard import Guard, MemoryCache, refill
 from lost_filters import AsyncLostFilter, LostFilter, MismatchedFilter, wait_for
 
 RedisFilter = lb.RedisFilter
@@ -564,6 +564,62 @@ def test_a_failed_rebuild_is_logged_and_lookups_keep_passing(caplog):
     assert g.stats().rebuild_failures == 1 and g.stats().filter_lost
     assert any("rebuilding the lost filter failed" in r.getMessage()
                and "database is down too" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "raise"])
+def test_a_rebuild_that_fails_mid_way_never_turns_an_existing_row_away(policy, monkeypatch):
+    """refill() resets the filter, then adds the source's rows: a source that fails mid-way
+    leaves the filter back on its server, answering, but without the rows it never reached.
+    Asked, it turned every one of them into a 404; the guard does not ask it until a
+    rebuild of it is done, and the next rebuild (after the retry delay) is started by a
+    lookup, since the filter itself raises nothing any more."""
+    import ling_bloom.guard as guard_module
+
+    rows = [str(i) for i in range(40)]
+    fail = [True]
+
+    def source():
+        for i, k in enumerate(rows):
+            if fail[0] and i == 10:
+                raise RuntimeError("the database connection dropped mid-way")
+            yield k
+
+    monkeypatch.setattr(guard_module, "REBUILD_RETRY_SECONDS", 0.0)  # retried at once
+    g, f, loads = lost_guard(policy, rebuild=lambda flt: refill(flt, source(), batch_size=4),
+                             keys=rows)
+    g.loader = {k: f"row {k}" for k in rows}.get
+    f.lose()
+    assert g.get("39") == "row 39"
+    wait_for(lambda: g.stats().rebuild_failures >= 1, "the rebuild to fail")
+    assert f.resets >= 1 and not f.lost          # reset, and part of the rows added
+    assert [k for k in rows if g.get(k) is None] == []   # no row turned away
+    assert g.stats().filter_lost and g.stats().rebuilds == 0
+    # a lookup after the retry delay starts the next rebuild (the filter raises nothing
+    # any more); once one is done the filter decides again
+    fail[0] = False
+    wait_for(lambda: g.check("no such row") and g.stats().rebuilds == 1,
+             "a rebuild to be done")
+    assert [k for k in rows if g.get(k) is None] == []
+    assert g.check("no such row") is False and not g.stats().filter_lost
+
+
+def test_a_failed_rebuild_keeps_every_guard_of_the_filter_from_asking_it():
+    """Two guards of one filter: when the first one's rebuild fails mid-way, the second
+    (which rebuilds nothing itself) does not ask the half-filled filter either."""
+    def rebuild(flt):
+        flt.reset()
+        flt.update(["1"])
+        raise RuntimeError("the source failed after one row")
+
+    f = LostFilter(["1", "2", "3"])
+    a = Guard(f, None, ROWS.get, rebuild=rebuild, metrics=False, name="a", null_ttl=0)
+    b = Guard(f, None, ROWS.get, metrics=False, name="b", null_ttl=0)
+    f.lose()
+    assert a.check("2") is True
+    wait_for(lambda: a.stats().rebuild_failures == 1, "the rebuild to fail")
+    assert not f.lost and not f.inner.test("2")   # back, without row 2
+    assert b.check("2") is True and a.check("2") is True
+    assert b.stats().filter_lost
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
