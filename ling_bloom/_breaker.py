@@ -101,6 +101,11 @@ class _Breaker:
 _rebuilding: dict = {}
 _rebuilding_lock = threading.Lock()
 
+# How many times a lost filter came back (a rebuild of it was done, or a guard found it
+# answering again): a FilterLostError from a call that began before the count changed is the
+# answer of the loss that is over, not a new loss.
+comebacks = 0
+
 # After a rebuild failed, the next one starts no sooner than this (seconds).
 REBUILD_RETRY_SECONDS = 30.0
 
@@ -179,6 +184,8 @@ def _take_pending(flt: object) -> list:
         if r is None or r.filter is not flt:
             return []
         if not r.pending:
+            global comebacks
+            comebacks += 1
             del _rebuilding[id(flt)]
             u = _unfinished.get(id(flt))
             if u is not None and u.filter is flt:

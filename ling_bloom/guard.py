@@ -90,6 +90,7 @@ from typing import (
 )
 
 # The guard's parts, a module each; their public names are imported from here.
+from . import _breaker
 from ._breaker import (
     POLICIES,
     REBUILD_RETRY_SECONDS,
@@ -358,6 +359,7 @@ class _GuardBase:
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
+        epoch = _breaker.comebacks
         try:
             hit = self.filter.test(fk)
         except UnicodeEncodeError:
@@ -366,7 +368,7 @@ class _GuardBase:
             self._count(lookups=1, rejected=1)
             return False
         except FilterLostError as e:
-            return self._filter_lost(e)
+            return self._filter_lost(e, epoch)
         except GeometryMismatchError as e:
             return self._misconfigured(e)
         except self.filter_errors as e:
@@ -435,12 +437,15 @@ class _GuardBase:
         _bypassed.set(True)  # not evidence about the filter
         return True
 
-    def _filter_lost(self, error: BaseException) -> bool:
+    def _filter_lost(self, error: BaseException, epoch: int) -> bool:
         # the server answered: not a backend failure (the circuit closes)
         if self._breaker.success():
             self.logger.info("ling_bloom guard %r: the filter's server answers again; the "
                              "circuit is closed", self.name)
-        self._note_lost(error)
+        if epoch == _breaker.comebacks:
+            self._note_lost(error)
+        # else: asked before the filter came back (a lookup of a storm that outlived the
+        # rebuild): the loss that is over, not a new one to log and rebuild again
         return self._lost_lookup()
 
     def _note_lost(self, error: BaseException) -> None:
@@ -465,6 +470,7 @@ class _GuardBase:
         with self._loss_lock:
             was, self._lost = self._lost, False
         if was:
+            _breaker.comebacks += 1
             self.logger.info("ling_bloom guard %r: the filter answers again (rebuilt); "
                              "lookups use it again", self.name)
 
@@ -573,9 +579,15 @@ class _GuardBase:
         fk = as_key(key)
         if _queue_add(self.filter, fk):
             return
+        epoch = _breaker.comebacks
         try:
             # a FileFilter's ensure(): no add-log record for a key it already answers
-            getattr(self.filter, "ensure", self.filter.add)(fk)
+            try:
+                getattr(self.filter, "ensure", self.filter.add)(fk)
+            except FilterLostError:
+                if epoch == _breaker.comebacks:
+                    raise
+                getattr(self.filter, "ensure", self.filter.add)(fk)  # it came back: again
         except FilterLostError as e:
             self._add_lost(e, fk)
         except GeometryMismatchError as e:
@@ -776,8 +788,16 @@ class Guard(_GuardBase):
         "open" and "closed", a stored geometry that is not the code's (logged once)."""
         fk = as_key(key)
         if not _queue_add(self.filter, fk):
+            epoch = _breaker.comebacks
             try:
-                self.filter.add(fk)
+                try:
+                    self.filter.add(fk)
+                except FilterLostError:
+                    if epoch == _breaker.comebacks:
+                        raise
+                    # the filter came back (rebuilt) while the add ran: add it again, or
+                    # the row saved meanwhile may be missing from what the rebuild read
+                    self.filter.add(fk)
             except FilterLostError as e:
                 self._add_lost(e, fk)
             except GeometryMismatchError as e:
@@ -885,6 +905,7 @@ class AsyncGuard(_GuardBase):
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
+        epoch = _breaker.comebacks
         try:
             hit = await self._ask(self.filter.test, fk)
         except UnicodeEncodeError:
@@ -893,7 +914,7 @@ class AsyncGuard(_GuardBase):
             self._count(lookups=1, rejected=1)
             return False
         except FilterLostError as e:
-            return self._filter_lost(e)
+            return self._filter_lost(e, epoch)
         except GeometryMismatchError as e:
             return self._misconfigured(e)
         except self.filter_errors as e:
@@ -952,8 +973,14 @@ class AsyncGuard(_GuardBase):
         fk = as_key(key)
         if _queue_add(self.filter, fk):
             return
+        epoch = _breaker.comebacks
         try:
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
+            try:
+                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
+            except FilterLostError:
+                if epoch == _breaker.comebacks:
+                    raise
+                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
         except FilterLostError as e:
             self._add_lost(e, fk)
         except GeometryMismatchError as e:
@@ -1027,8 +1054,14 @@ class AsyncGuard(_GuardBase):
     async def add(self, key: Any, value: Any = None) -> None:
         fk = as_key(key)
         if not _queue_add(self.filter, fk):
+            epoch = _breaker.comebacks
             try:
-                await self._ask(self.filter.add, fk)
+                try:
+                    await self._ask(self.filter.add, fk)
+                except FilterLostError:
+                    if epoch == _breaker.comebacks:
+                        raise
+                    await self._ask(self.filter.add, fk)  # it came back meanwhile: again
             except FilterLostError as e:
                 self._add_lost(e, fk)
             except GeometryMismatchError as e:

@@ -622,6 +622,80 @@ def test_a_failed_rebuild_keeps_every_guard_of_the_filter_from_asking_it():
     assert b.stats().filter_lost
 
 
+class GatedLostFilter(LostFilter):
+    """A LostFilter whose next call of ``method`` is held (after it saw the filter lost)
+    until ``release`` is set: a request of a storm whose answer comes after the rebuild."""
+
+    def __init__(self, keys, method):
+        super().__init__(keys)
+        self.method = method
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _gate(self, name):
+        lost = self.lost
+        if name == self.method and not self.held.is_set():
+            self.held.set()
+            assert self.release.wait(10)
+        if lost:
+            raise lb.FilterLostError("the filter at 'bf:rows' is gone (scripted)")
+
+    def test(self, key):
+        self.tests += 1
+        self._gate("test")
+        return self.inner.test(key)
+
+    def add(self, key):
+        self._gate("add")
+        return self.inner.add(key)
+
+
+def test_a_lookup_that_saw_the_loss_answered_after_the_rebuild_is_no_new_loss(caplog):
+    """A storm of lookups: one of them asked the lost filter before the rebuild and hears
+    back after it is done.  Its FilterLostError is the loss that is over: it was logged a
+    second time and started a second rebuild (a second reset of the filter)."""
+    rebuilds = []
+
+    def rebuild(flt):
+        rebuilds.append(1)
+        refill(flt, ["1", "2"])
+
+    f = GatedLostFilter(["1", "2"], "test")
+    g = Guard(f, None, ROWS.get, rebuild=rebuild, metrics=False, name="storm", null_ttl=0)
+    f.lose()
+    slow = threading.Thread(target=g.check, args=("1",))
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        slow.start()
+        assert f.held.wait(10)                  # asked the lost filter; its answer is late
+        assert g.check("2") is True             # the loss: logged, the rebuild started
+        wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+        f.release.set()
+        slow.join(10)
+    assert g.check("absent") is False           # the rebuilt filter decides
+    st = g.stats()
+    assert (st.filter_losses, st.rebuilds, len(rebuilds), f.resets) == (1, 1, 1, 1)
+    assert not st.filter_lost
+    assert len([r for r in caplog.records if "gone from its server" in r.getMessage()]) == 1
+
+
+def test_an_add_refused_before_the_rebuild_ended_is_added_to_the_rebuilt_filter():
+    """A row saved while the filter is lost: its add is refused (FilterLostError), but the
+    answer comes after the rebuild, which read the source before the row was there.  The
+    key was dropped (no rebuild to hand it to any more): the row was a 404 from then on."""
+    f = GatedLostFilter(["1", "2"], "add")
+    g = Guard(f, None, ROWS.get, rebuild=lambda flt: refill(flt, ["1", "2"]), metrics=False,
+              name="late-add", null_ttl=0)
+    f.lose()
+    adder = threading.Thread(target=g.add, args=("7",))
+    adder.start()
+    assert f.held.wait(10)                      # the add asked the lost filter
+    assert g.check("1") is True                 # the loss: the rebuild starts
+    wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+    f.release.set()
+    adder.join(10)
+    assert f.inner.test("7") and g.check("7") is True
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
 def test_adds_to_a_lost_filter_do_not_fail(policy):
     g, f, _ = lost_guard(policy)
