@@ -22,7 +22,8 @@ warm-up adds and a key a served file logs are the key the filter hashes.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Union
 
 from . import _core
@@ -57,9 +58,11 @@ def as_key(key: Any) -> Key:
     int-like as its decimal text (``42``, ``np.int64(42)`` and an ``IntEnum`` member of
     value 42 are the key ``"42"``), a buffer as its bytes, a one-column row (a 1-tuple or
     1-list, an ``sqlite3.Row`` or mapping of one column, as DB cursors yield) unpacked.
-    A row of more columns, ``None``, ``bool`` and the numbers no filter takes (float,
-    complex, Decimal, Fraction, numpy's floating and bool scalars) are a TypeError;
-    anything else is ``str(key)`` (a UUID, a date)."""
+    A row of more columns, ``None``, ``bool``, the numbers no filter takes (float,
+    complex, Decimal, Fraction, numpy's floating and bool scalars), an int-like whose
+    ``__index__`` fails, and objects whose ``str()`` is no stable key (a generator or other
+    iterator, a set, an object with the default ``repr``) are a TypeError; anything else is
+    ``str(key)`` (a UUID, a date)."""
     if isinstance(key, (str, bytes, bytearray, memoryview)):
         return key
     if isinstance(key, (tuple, list)):
@@ -71,8 +74,14 @@ def as_key(key: Any) -> Key:
     except TypeError:
         if isinstance(key, (Sequence, Mapping)):  # sqlite3.Row, other DB API rows
             return _row_key(key)
-        if isinstance(key, (bool, numbers.Number)) or _is_buffer(key):
-            raise  # a number, or a buffer, that no filter takes: never its str()
+        if isinstance(key, (bool, numbers.Number)) or _is_buffer(key) \
+                or hasattr(type(key), "__index__"):
+            raise  # a number, a buffer or an int-like that no filter takes: never its str()
+    if isinstance(key, (Iterator, AbstractSet)) or \
+            (type(key).__str__ is object.__str__ and type(key).__repr__ is object.__repr__):
+        # its str() names its address (an object(), a generator) or its hash order (a
+        # set): another key in every process, never found again
+        raise TypeError(f"not a key: {type(key).__name__} (its str() is no stable key)")
     return str(key)
 
 
