@@ -696,6 +696,68 @@ def test_an_add_refused_before_the_rebuild_ended_is_added_to_the_rebuilt_filter(
     assert f.inner.test("7") and g.check("7") is True
 
 
+def test_async_guard_late_answers_of_a_lost_filter_are_no_new_loss_and_lose_no_add():
+    """The AsyncGuard's storm: a lookup and an add asked the lost filter, and hear back
+    after the rebuild (a task of the loop) is done.  The lookup was a second loss (a second
+    rebuild); the add was dropped, its row missing from the rebuilt filter."""
+    from ling_bloom.guard import AsyncGuard, arefill
+
+    class Gated(AsyncLostFilter):
+        def __init__(self, keys):
+            super().__init__(keys)
+            self.release = asyncio.Event()
+            self.held = 0
+
+        async def _gate(self):
+            lost = self.lost
+            if self.held < 2:
+                self.held += 1
+                await self.release.wait()
+            if lost:
+                raise lb.FilterLostError("the filter at 'bf:rows' is gone (scripted)")
+
+        async def test(self, key):
+            await self._gate()
+            return self.inner.test(key)
+
+        async def add(self, key):
+            await self._gate()
+            return self.inner.add(key)
+
+    async def until(condition):
+        for _ in range(10_000):
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("timed out")
+
+    async def main():
+        rebuilds = []
+
+        async def rebuild(flt):
+            rebuilds.append(1)
+            await arefill(flt, ["1", "2"])
+
+        async def load(k):
+            return ROWS.get(k)
+
+        f = Gated(["1", "2"])
+        g = AsyncGuard(f, None, load, rebuild=rebuild, metrics=False, name="alate",
+                       null_ttl=0)
+        f.lose()
+        late = [asyncio.ensure_future(g.acheck("1")), asyncio.ensure_future(g.add("7"))]
+        await until(lambda: f.held == 2)
+        assert await g.acheck("2") is True          # the loss: the rebuild task starts
+        await until(lambda: g.stats().rebuilds == 1)
+        f.release.set()
+        await asyncio.gather(*late)
+        st = g.stats()
+        assert (st.filter_losses, st.rebuilds, len(rebuilds)) == (1, 1, 1)
+        assert f.inner.test("7") and await g.acheck("7") is True
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
 def test_adds_to_a_lost_filter_do_not_fail(policy):
     g, f, _ = lost_guard(policy)
