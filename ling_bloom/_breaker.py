@@ -176,13 +176,15 @@ def _queue_add(flt: object, key: object) -> bool:
         return True
 
 
-def _take_pending(flt: object) -> list:
-    """The keys added while flt was rebuilt, taken; when there are none left the rebuild
-    ends (atomically: an add after this goes to the filter)."""
+def _take_pending(flt: object) -> Tuple[list, int]:
+    """The keys added while flt was rebuilt, taken, and how many more were dropped (past
+    PENDING_ADDS_MAX) since the last call; when there are none left the rebuild ends
+    (atomically: an add after this goes to the filter)."""
     with _rebuilding_lock:
         r = _rebuilding.get(id(flt))
         if r is None or r.filter is not flt:
-            return []
+            return [], 0
+        dropped, r.dropped = r.dropped, 0
         if not r.pending:
             global comebacks
             comebacks += 1
@@ -190,10 +192,10 @@ def _take_pending(flt: object) -> list:
             u = _unfinished.get(id(flt))
             if u is not None and u.filter is flt:
                 del _unfinished[id(flt)]  # this rebuild is done: the filter answers again
-            return []
+            return [], dropped
         keys = list(r.pending)
         r.pending.clear()
-        return keys
+        return keys, dropped
 
 
 def _end_rebuild(flt: object, retry_at: float) -> int:

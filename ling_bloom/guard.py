@@ -509,18 +509,20 @@ class _GuardBase:
         """The rebuild returned: add the keys added meanwhile, then use the filter again
         (or the one it returned)."""
         target = out if out is not None and hasattr(out, "test") else flt
+        dropped = 0
         while True:
-            keys = _take_pending(flt)  # none left: the rebuild ends here, atomically
+            keys, more = _take_pending(flt)  # none left: the rebuild ends here, atomically
+            dropped += more
             if not keys:
                 break
             try:
                 _resolve(target.update(keys))
             except BaseException as e:  # noqa: BLE001
-                self._rebuild_failed(flt, e, len(keys))
+                self._rebuild_failed(flt, e, len(keys) + dropped)
                 return
-        self._finish_rebuild(flt, target)
+        self._finish_rebuild(flt, target, dropped)
 
-    def _finish_rebuild(self, flt: Any, target: Any) -> None:
+    def _finish_rebuild(self, flt: Any, target: Any, dropped: int = 0) -> None:
         if target is not flt:
             self.filter = target
             if hasattr(self, "_offload"):  # an AsyncGuard: how to call the new one
@@ -529,6 +531,12 @@ class _GuardBase:
             self._lost = False
         self.logger.info("ling_bloom guard %r: the filter was rebuilt from its warm-up "
                          "source; lookups use it again", self.name)
+        if dropped:
+            # rows saved while it ran that its source may not have read: not in the filter
+            self.logger.warning(
+                "ling_bloom guard %r: %d keys added while the filter was rebuilt were past "
+                "the %d kept for it and are not in it: the filter rejects those rows until "
+                "the next warm-up adds them", self.name, dropped, _breaker.PENDING_ADDS_MAX)
         self._count(rebuilds=1)
 
     def _rebuild_failed(self, flt: Any, error: BaseException, held: int = 0) -> None:
@@ -948,8 +956,10 @@ class AsyncGuard(_GuardBase):
             return
         target = out if out is not None and hasattr(out, "test") else flt
         offload = _blocks(target)
+        dropped = 0
         while True:
-            keys = _take_pending(flt)
+            keys, more = _take_pending(flt)
+            dropped += more
             if not keys:
                 break
             try:
@@ -958,9 +968,9 @@ class AsyncGuard(_GuardBase):
                 else:
                     await _maybe_await(target.update(keys))
             except BaseException as e:  # noqa: BLE001
-                self._rebuild_failed(flt, e, len(keys))
+                self._rebuild_failed(flt, e, len(keys) + dropped)
                 return
-        self._finish_rebuild(flt, target)
+        self._finish_rebuild(flt, target, dropped)
 
     def check(self, key: Any) -> bool:
         if not self._offload and _is_async_method(self.filter.test):

@@ -758,6 +758,36 @@ def test_async_guard_late_answers_of_a_lost_filter_are_no_new_loss_and_lose_no_a
     asyncio.run(main())
 
 
+def test_adds_past_the_kept_ones_during_a_rebuild_are_said_when_it_is_done(
+        caplog, monkeypatch):
+    """The keys added while a rebuild runs are kept up to PENDING_ADDS_MAX; past it they
+    are dropped.  A rebuild that then succeeded said only "lookups use it again", the
+    dropped rows silently rejected until the next warm-up."""
+    import ling_bloom._breaker as breaker
+
+    monkeypatch.setattr(breaker, "PENDING_ADDS_MAX", 2)
+    release = threading.Event()
+
+    def rebuild(flt):
+        flt.reset()
+        flt.update(["1", "2"])
+        assert release.wait(10)
+
+    g, f, _ = lost_guard(rebuild=rebuild)
+    f.lose()
+    g.check("1")
+    wait_for(lambda: g.stats().rebuilding, "the rebuild to start")
+    for k in ("5", "6", "7", "8", "9"):
+        g.add(k)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        release.set()
+        wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+    assert f.inner.test("5") and f.inner.test("6")   # the kept ones are added
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("3 keys added while the filter was rebuilt" in m and "next warm-up" in m
+               for m in said), said
+
+
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
 def test_adds_to_a_lost_filter_do_not_fail(policy):
     g, f, _ = lost_guard(policy)
