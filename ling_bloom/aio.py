@@ -605,8 +605,9 @@ class _AsyncRedis:
             if self._closed:
                 raise ClosedError("the filter is closed")
             return []
-        # every key is checked before anything is sent (a bad key changes nothing)
-        self._first._wire_check(keys)
+        # every key is checked before anything is sent (a bad key changes nothing), and
+        # frozen: an int-like or buffer is the bytes of its key as checked
+        keys = self._first._wire_check(keys)
         out: List[bool] = []
         step = self._chunk
         for start in range(0, len(keys), step):

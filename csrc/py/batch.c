@@ -68,18 +68,44 @@ static PyObject *keys_sequence(PyObject *iterable, int fixed)
     return PySequence_Fast(iterable, "expected an iterable of keys");
 }
 
-/* Check every key of the batch before anything changes: 0, or -1 with the
- * first bad key's exception. */
-static int check_keys(lb_state *st, PyObject *seq, Py_ssize_t n)
+PyObject *lb_keys_checked(lb_state *st, PyObject *seq)
 {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *own = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i);
+        const void *data;
+        size_t len;
+        if (lb_key_direct(obj, &data, &len)) {
+            if (len == 0) {
+                lb_key_empty(st);
+                goto fail;
+            }
+            continue;
+        }
         lb_key key;
         lb_key_hold hold;
-        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
-            return -1;
-        lb_key_release(&hold);
+        Py_INCREF(obj);
+        int r = lb_key_get_other(st, obj, &key, &hold);
+        PyObject *frozen = NULL;
+        if (r == 0) {
+            frozen = PyBytes_FromStringAndSize(key.data, (Py_ssize_t)key.len);
+            lb_key_release(&hold);
+        }
+        Py_DECREF(obj);
+        if (!frozen)
+            goto fail;
+        if (!own && !(own = PySequence_List(seq))) {
+            Py_DECREF(frozen);
+            goto fail;
+        }
+        PyList_SET_ITEM(own, i, frozen);  /* steals frozen */
+        Py_DECREF(obj);                   /* the reference own held (seq keeps one) */
     }
-    return 0;
+    return own ? own : Py_NewRef(seq);
+fail:
+    Py_XDECREF(own);
+    return NULL;
 }
 
 /* Convert the len keys of seq from start into w, holding each key's object:
@@ -120,8 +146,10 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
 
-    /* Every key is checked before anything changes. */
-    if (check_keys(st, seq, n) < 0 || lb_enter(self) < 0)
+    /* Every key is checked, and frozen, before anything changes. */
+    PyObject *checked = lb_keys_checked(st, seq);
+    Py_SETREF(seq, checked);
+    if (!seq || lb_enter(self) < 0)
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
@@ -187,7 +215,7 @@ done:
     if (entered)
         lb_leave(self);
     PyMem_Free(w);
-    Py_DECREF(seq);
+    Py_XDECREF(seq);
     return result;
 }
 

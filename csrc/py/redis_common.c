@@ -801,7 +801,9 @@ fail:
 }
 
 /* _wire_check(keys): TypeError / EmptyKeyError for the first bad key of a
- * list or tuple, before any of it is sent. */
+ * list or tuple, before any of it is sent; else the keys to send, frozen
+ * (lb_keys_checked: the same sequence when every key is a str or bytes, else
+ * a list with the bytes of every other key). */
 PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
@@ -811,18 +813,9 @@ PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
     PyObject *seq = lb_keys_fixed(keys, "keys must be a list or tuple");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        lb_key k;
-        lb_key_hold hold;
-        if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, i), &k, &hold) < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        lb_key_release(&hold);
-    }
+    PyObject *checked = lb_keys_checked(f->base.st, seq);
     Py_DECREF(seq);
-    Py_RETURN_NONE;
+    return checked;
 }
 
 static lb_op *wire_op(lb_redis_filter *f, Py_ssize_t lane)

@@ -295,6 +295,32 @@ def test_a_single_bytes_like_key_is_not_a_batch_of_its_byte_values(flavor, clean
         assert f.test_many(["97", "98"]) == [False, False]
 
 
+class SecondLookFails:
+    """An int-like whose __index__ answers once, then raises."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __index__(self):
+        self.calls += 1
+        if self.calls > 1:
+            raise ValueError("asked a second time")
+        return 5
+
+
+@pytest.mark.parametrize("method", ["add_many", "update"])
+def test_a_batch_converts_each_key_once_so_a_key_cannot_fail_mid_way(flavor, clean_redis,
+                                                                     method):
+    # The keys were checked, then converted again chunk by chunk: a key that failed the
+    # second time raised after the chunks before it were written (10,000 keys added by a
+    # call that raised).  A batch's keys are the ones it checked.
+    with frf(flavor, clean_redis, "once", 100_000, 0.01, chunk_size=1000) as f:
+        keys = [f"once-{i}" for i in range(3000)]
+        keys[2500] = SecondLookFails()
+        getattr(f, method)(keys)
+        assert f.test_many(["5", "once-0", "once-2999"]) == [True, True, True]
+
+
 def test_open_reads_the_sharded_record_of_the_whole_key(flavor, clean_redis, redis_py):
     # written by the flavour's filter, opened by the blocking class (open() is its alone)
     with frf(flavor, clean_redis, b"a", 1000, 0.01, shards=2) as f:
