@@ -4,6 +4,7 @@ docstring of ``ling_bloom.guard`` describes both."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from typing import Callable, Optional, Tuple, Type
@@ -133,6 +134,20 @@ class _Unfinished:
 def _left_unfinished(flt: object) -> Optional[_Unfinished]:
     u = _unfinished.get(id(flt))
     return u if u is not None and u.filter is flt else None
+
+
+def _forget_rebuilds_in_child() -> None:
+    """In a forked child: no rebuild thread of the parent runs here, so none of its
+    rebuilds would ever end (the child's guards would never ask their filter again, and
+    keep its adds for nobody); the child's guards go on as any other process's do.  The
+    lock may have been held by a thread of the parent at the fork: a new one."""
+    global _rebuilding_lock
+    _rebuilding_lock = threading.Lock()
+    _rebuilding.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_rebuilds_in_child)
 
 
 class _Rebuild:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -786,6 +787,41 @@ def test_adds_past_the_kept_ones_during_a_rebuild_are_said_when_it_is_done(
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("3 keys added while the filter was rebuilt" in m and "next warm-up" in m
                for m in said), said
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_rebuild_asks_its_filter_again():
+    """A process forked while a rebuild runs in one of its threads: the thread is not in
+    the child, so the rebuild never ended there, and the child's guards never asked their
+    filter again (every lookup unfiltered, every add kept for nobody)."""
+    release = threading.Event()
+
+    def rebuild(flt):
+        assert release.wait(10)
+        refill(flt, ["1", "2"])
+
+    g, f, _ = lost_guard(rebuild=rebuild)
+    f.lose()
+    g.check("1")
+    wait_for(lambda: g.stats().rebuilding, "the rebuild to start")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its filter is rebuilt by someone else, then asked
+        try:
+            f.reset()
+            f.update(["1", "2"])
+            asked = f.tests
+            answer = g.check("absent")
+            os.write(w, f"{g.stats().rebuilding} {f.tests - asked} {answer}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    release.set()
+    wait_for(lambda: g.stats().rebuilds == 1, "the parent's rebuild to end")
+    assert said == "False 1 False"
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])
