@@ -4,6 +4,7 @@ docstring of ``ling_bloom.guard`` describes both."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from typing import Callable, Optional, Tuple, Type
@@ -101,6 +102,11 @@ class _Breaker:
 _rebuilding: dict = {}
 _rebuilding_lock = threading.Lock()
 
+# How many times a lost filter came back (a rebuild of it was done, or a guard found it
+# answering again): a FilterLostError from a call that began before the count changed is the
+# answer of the loss that is over, not a new loss.
+comebacks = 0
+
 # After a rebuild failed, the next one starts no sooner than this (seconds).
 REBUILD_RETRY_SECONDS = 30.0
 
@@ -108,6 +114,40 @@ REBUILD_RETRY_SECONDS = 30.0
 # be in what the rebuild read): at most this many; past it they are dropped (the next
 # warm-up adds them) and counted.
 PENDING_ADDS_MAX = 100_000
+
+
+# The filters whose last rebuild failed (id(filter) -> _Unfinished): it may have reset the
+# filter and added part of the rows, so the filter answers again but "absent" for the rows it
+# never reached; every guard of it lets lookups through without asking it until a rebuild of
+# it is done, and the next rebuild starts no sooner than retry_at.
+_unfinished: dict = {}
+
+
+class _Unfinished:
+    __slots__ = ("filter", "retry_at")
+
+    def __init__(self, flt: object, retry_at: float):
+        self.filter = flt
+        self.retry_at = retry_at
+
+
+def _left_unfinished(flt: object) -> Optional[_Unfinished]:
+    u = _unfinished.get(id(flt))
+    return u if u is not None and u.filter is flt else None
+
+
+def _forget_rebuilds_in_child() -> None:
+    """In a forked child: no rebuild thread of the parent runs here, so none of its
+    rebuilds would ever end (the child's guards would never ask their filter again, and
+    keep its adds for nobody); the child's guards go on as any other process's do.  The
+    lock may have been held by a thread of the parent at the fork: a new one."""
+    global _rebuilding_lock
+    _rebuilding_lock = threading.Lock()
+    _rebuilding.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_rebuilds_in_child)
 
 
 class _Rebuild:
@@ -151,26 +191,36 @@ def _queue_add(flt: object, key: object) -> bool:
         return True
 
 
-def _take_pending(flt: object) -> list:
-    """The keys added while flt was rebuilt, taken; when there are none left the rebuild
-    ends (atomically: an add after this goes to the filter)."""
+def _take_pending(flt: object) -> Tuple[list, int]:
+    """The keys added while flt was rebuilt, taken, and how many more were dropped (past
+    PENDING_ADDS_MAX) since the last call; when there are none left the rebuild ends
+    (atomically: an add after this goes to the filter)."""
     with _rebuilding_lock:
         r = _rebuilding.get(id(flt))
         if r is None or r.filter is not flt:
-            return []
+            return [], 0
+        dropped, r.dropped = r.dropped, 0
         if not r.pending:
+            global comebacks
+            comebacks += 1
             del _rebuilding[id(flt)]
-            return []
+            u = _unfinished.get(id(flt))
+            if u is not None and u.filter is flt:
+                del _unfinished[id(flt)]  # this rebuild is done: the filter answers again
+            return [], dropped
         keys = list(r.pending)
         r.pending.clear()
-        return keys
+        return keys, dropped
 
 
-def _end_rebuild(flt: object) -> int:
-    """Drop the rebuild of flt (it failed): the number of added keys it held."""
+def _end_rebuild(flt: object, retry_at: float) -> int:
+    """Drop the rebuild of flt (it failed): the number of added keys it held.  flt is left
+    unfinished (not asked by any guard) until a rebuild of it, no sooner than retry_at, is
+    done."""
     with _rebuilding_lock:
         r = _rebuilding.get(id(flt))
         if r is None or r.filter is not flt:
             return 0
         del _rebuilding[id(flt)]
+        _unfinished[id(flt)] = _Unfinished(flt, retry_at)
         return len(r.pending) + r.dropped

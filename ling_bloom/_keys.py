@@ -8,7 +8,8 @@ warm-up adds and a key a served file logs are the key the filter hashes.
 ``as_key``     the filter's form of a key, for the guard, the warm-up and the framework
                integrations: ``str`` and bytes-like keys as they are, an int or int-like
                (an int subclass, an ``IntEnum``, numpy's integer scalars: ``__index__``) as
-               its decimal text, a buffer as its bytes, a one-column row unpacked; other
+               its decimal text, a buffer as its bytes, a one-column row unpacked (a
+               1-D numpy array of numbers or text is a row too); other
                numbers (float, Decimal, numpy's floats, bool) and wider rows a TypeError;
                anything else ``str(key)`` (a UUID, a date)
 ``route_key``  a URL route's value (Flask, ASGI): as ``as_key``, but a float (a
@@ -22,7 +23,8 @@ warm-up adds and a key a served file logs are the key the filter hashes.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Union
 
 from . import _core
@@ -44,6 +46,16 @@ def _row_key(row: Any) -> Key:
     return as_key(values[0])
 
 
+def _is_array_row(key: Any) -> bool:
+    """A row of a 2-D numpy array (``df[["id"]].to_numpy()``, a fetch into an array): a 1-D
+    array of numbers, text or objects.  A 1-D array of bytes (``S``, ``V``, one-byte
+    integers: ``np.frombuffer(b"...", np.uint8)``) stays its bytes, as the filters take it."""
+    if getattr(key, "ndim", None) != 1 or type(key).__module__ != "numpy":
+        return False
+    dtype = key.dtype
+    return not (dtype.kind in "SV" or (dtype.kind in "iu" and dtype.itemsize == 1))
+
+
 def _is_buffer(key: Any) -> bool:
     try:
         memoryview(key)
@@ -56,23 +68,34 @@ def as_key(key: Any) -> Key:
     """The filter's form of a key: ``str`` and bytes-like keys as they are, an int or
     int-like as its decimal text (``42``, ``np.int64(42)`` and an ``IntEnum`` member of
     value 42 are the key ``"42"``), a buffer as its bytes, a one-column row (a 1-tuple or
-    1-list, an ``sqlite3.Row`` or mapping of one column, as DB cursors yield) unpacked.
-    A row of more columns, ``None``, ``bool`` and the numbers no filter takes (float,
-    complex, Decimal, Fraction, numpy's floating and bool scalars) are a TypeError;
-    anything else is ``str(key)`` (a UUID, a date)."""
+    1-list, an ``sqlite3.Row`` or mapping of one column, as DB cursors yield, a 1-D numpy
+    array of numbers or text, as a 2-D array's rows are) unpacked.
+    A row of more columns, ``None``, ``bool``, the numbers no filter takes (float,
+    complex, Decimal, Fraction, numpy's floating and bool scalars), an int-like whose
+    ``__index__`` fails, and objects whose ``str()`` is no stable key (a generator or other
+    iterator, a set, an object with the default ``repr``) are a TypeError; anything else is
+    ``str(key)`` (a UUID, a date)."""
     if isinstance(key, (str, bytes, bytearray, memoryview)):
         return key
     if isinstance(key, (tuple, list)):
         return _row_key(key)
     if key is None:
         raise TypeError(f"not a key: {key!r}")
+    if _is_array_row(key):
+        return _row_key(key)
     try:
         return _core._key(key)
     except TypeError:
         if isinstance(key, (Sequence, Mapping)):  # sqlite3.Row, other DB API rows
             return _row_key(key)
-        if isinstance(key, (bool, numbers.Number)) or _is_buffer(key):
-            raise  # a number, or a buffer, that no filter takes: never its str()
+        if isinstance(key, (bool, numbers.Number)) or _is_buffer(key) \
+                or hasattr(type(key), "__index__"):
+            raise  # a number, a buffer or an int-like that no filter takes: never its str()
+    if isinstance(key, (Iterator, AbstractSet)) or \
+            (type(key).__str__ is object.__str__ and type(key).__repr__ is object.__repr__):
+        # its str() names its address (an object(), a generator) or its hash order (a
+        # set): another key in every process, never found again
+        raise TypeError(f"not a key: {type(key).__name__} (its str() is no stable key)")
     return str(key)
 
 

@@ -605,17 +605,19 @@ class _AsyncRedis:
 
     # -- one operation: steps from the core, carried here
     async def _batch(self, kind: int, keys: Iterable[Any]) -> List[bool]:
-        if not isinstance(keys, (list, tuple)):
-            if isinstance(keys, (str, bytes)):
-                raise TypeError("keys must be an iterable of keys, not a single "
-                                f"{type(keys).__name__}")
-            keys = list(keys)
+        if isinstance(keys, (str, bytes, bytearray, memoryview)):
+            raise TypeError("keys must be an iterable of keys, not a single "
+                            f"{type(keys).__name__}")
+        # a copy taken now, as the blocking call's: the caller's list may change while the
+        # call waits (another task, or a key's own __index__ while the keys are checked)
+        keys = tuple(keys)
         if not keys:
             if self._closed:
                 raise ClosedError("the filter is closed")
             return []
-        # every key is checked before anything is sent (a bad key changes nothing)
-        self._first._wire_check(keys)
+        # every key is checked before anything is sent (a bad key changes nothing), and
+        # frozen: an int-like or buffer is the bytes of its key as checked
+        keys = self._first._wire_check(keys)
         out: List[bool] = []
         step = self._chunk
         for start in range(0, len(keys), step):

@@ -58,7 +58,9 @@ warm-up source) one rebuild starts per loss, in a thread (a coroutine function: 
 the running event loop); while it runs the filter is not asked (half filled, it would reject
 rows not yet added again), and keys added meanwhile are handed to it.  The guard uses the
 filter again when its rebuild is done, or, without one, at the first lookup the filter
-answers (someone else rebuilt it).  Adds the lost filter refuses never fail the caller.
+answers (someone else rebuilt it).  A rebuild that fails may have reset the filter and
+added part of the rows: no guard of this process asks it until a later rebuild (started by
+a lookup, no sooner than 30 s later) is done.  Adds the lost filter refuses never fail the caller.
 
 A stored filter whose geometry is not the code's (``GeometryMismatchError``: the capacity
 changed in the settings) is a configuration error: logged once with how to migrate, counted
@@ -88,6 +90,7 @@ from typing import (
 )
 
 # The guard's parts, a module each; their public names are imported from here.
+from . import _breaker
 from ._breaker import (
     POLICIES,
     REBUILD_RETRY_SECONDS,
@@ -96,8 +99,10 @@ from ._breaker import (
     _claim_rebuild,
     _default_filter_errors,
     _end_rebuild,
+    _left_unfinished,
     _queue_add,
     _rebuilding,
+    _unfinished,
     _take_pending,
 )
 from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
@@ -311,7 +316,8 @@ class _GuardBase:
     def filter_lost(self) -> bool:
         """True while the filter is lost (its server answered FilterLostError) and not yet
         rebuilt: lookups pass unfiltered."""
-        return self._lost or bool(_rebuilding) and _being_rebuilt(self.filter)
+        return self._lost or bool(_rebuilding) and _being_rebuilt(self.filter) or \
+            bool(_unfinished) and _left_unfinished(self.filter) is not None
 
     def reset_stats(self) -> None:
         with self._stat_lock:
@@ -363,10 +369,11 @@ class _GuardBase:
         answers: True for "open", False for "closed", the error for "raise"."""
         fk = self.filter_key(key)
         _bypassed.set(False)
-        if _rebuilding and _being_rebuilt(self.filter):
+        if (_rebuilding or _unfinished) and self._not_to_ask():
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
+        epoch = _breaker.comebacks
         try:
             hit = self.filter.test(fk)
         except UnicodeEncodeError:
@@ -375,7 +382,7 @@ class _GuardBase:
             self._count(lookups=1, rejected=1)
             return False
         except FilterLostError as e:
-            return self._filter_lost(e)
+            return self._filter_lost(e, epoch)
         except GeometryMismatchError as e:
             return self._misconfigured(e)
         except self.filter_errors as e:
@@ -427,17 +434,32 @@ class _GuardBase:
     # real users away until someone rebuilds it.  It is logged once per loss, counted
     # (filter_losses, lost_lookups, lost_adds) and flagged (stats().filter_lost).
 
+    def _not_to_ask(self) -> bool:
+        """The filter is being rebuilt (half filled), or its last rebuild failed (maybe
+        reset and half filled: it would answer "absent" for the rows it never reached):
+        not asked until a rebuild of it is done; the one after a failure starts here."""
+        flt = self.filter
+        if _being_rebuilt(flt):
+            return True
+        if _left_unfinished(flt) is None:
+            return False
+        self._maybe_rebuild()
+        return True
+
     def _lost_lookup(self) -> bool:
         self._count(lookups=1, lost_lookups=1)
         _bypassed.set(True)  # not evidence about the filter
         return True
 
-    def _filter_lost(self, error: BaseException) -> bool:
+    def _filter_lost(self, error: BaseException, epoch: int) -> bool:
         # the server answered: not a backend failure (the circuit closes)
         if self._breaker.success():
             self.logger.info("ling_bloom guard %r: the filter's server answers again; the "
                              "circuit is closed", self.name)
-        self._note_lost(error)
+        if epoch == _breaker.comebacks:
+            self._note_lost(error)
+        # else: asked before the filter came back (a lookup of a storm that outlived the
+        # rebuild): the loss that is over, not a new one to log and rebuild again
         return self._lost_lookup()
 
     def _note_lost(self, error: BaseException) -> None:
@@ -462,6 +484,7 @@ class _GuardBase:
         with self._loss_lock:
             was, self._lost = self._lost, False
         if was:
+            _breaker.comebacks += 1
             self.logger.info("ling_bloom guard %r: the filter answers again (rebuilt); "
                              "lookups use it again", self.name)
 
@@ -469,6 +492,9 @@ class _GuardBase:
         if self.rebuild is None or time.monotonic() < self._rebuild_retry_at:
             return
         flt = self.filter
+        u = _left_unfinished(flt)
+        if u is not None and time.monotonic() < u.retry_at:
+            return  # another guard's rebuild of it failed a moment ago
         if not _claim_rebuild(flt):
             return  # a rebuild of this filter runs already (this guard's, or another's)
         try:
@@ -497,18 +523,20 @@ class _GuardBase:
         """The rebuild returned: add the keys added meanwhile, then use the filter again
         (or the one it returned)."""
         target = out if out is not None and hasattr(out, "test") else flt
+        dropped = 0
         while True:
-            keys = _take_pending(flt)  # none left: the rebuild ends here, atomically
+            keys, more = _take_pending(flt)  # none left: the rebuild ends here, atomically
+            dropped += more
             if not keys:
                 break
             try:
                 _resolve(target.update(keys))
             except BaseException as e:  # noqa: BLE001
-                self._rebuild_failed(flt, e, len(keys))
+                self._rebuild_failed(flt, e, len(keys) + dropped)
                 return
-        self._finish_rebuild(flt, target)
+        self._finish_rebuild(flt, target, dropped)
 
-    def _finish_rebuild(self, flt: Any, target: Any) -> None:
+    def _finish_rebuild(self, flt: Any, target: Any, dropped: int = 0) -> None:
         if target is not flt:
             self.filter = target
             if hasattr(self, "_offload"):  # an AsyncGuard: how to call the new one
@@ -517,15 +545,21 @@ class _GuardBase:
             self._lost = False
         self.logger.info("ling_bloom guard %r: the filter was rebuilt from its warm-up "
                          "source; lookups use it again", self.name)
+        if dropped:
+            # rows saved while it ran that its source may not have read: not in the filter
+            self.logger.warning(
+                "ling_bloom guard %r: %d keys added while the filter was rebuilt were past "
+                "the %d kept for it and are not in it: the filter rejects those rows until "
+                "the next warm-up adds them", self.name, dropped, _breaker.PENDING_ADDS_MAX)
         self._count(rebuilds=1)
 
     def _rebuild_failed(self, flt: Any, error: BaseException, held: int = 0) -> None:
-        dropped = _end_rebuild(flt) + held
         self._rebuild_retry_at = time.monotonic() + REBUILD_RETRY_SECONDS
+        dropped = _end_rebuild(flt, self._rebuild_retry_at) + held
         self.logger.error(
             "ling_bloom guard %r: rebuilding the lost filter failed (%s: %s); lookups keep "
-            "passing unfiltered, and the next one the filter cannot answer after %g s "
-            "starts another rebuild%s", self.name, type(error).__name__, error,
+            "passing unfiltered (the filter, maybe half filled, is not asked), and the next "
+            "one after %g s starts another rebuild%s", self.name, type(error).__name__, error,
             REBUILD_RETRY_SECONDS,
             f" ({dropped} keys added meanwhile are left to the next warm-up)" if dropped else "")
         self._count(rebuild_failures=1)
@@ -567,9 +601,15 @@ class _GuardBase:
         fk = self.filter_key(key)
         if _queue_add(self.filter, fk):
             return
+        epoch = _breaker.comebacks
         try:
             # a FileFilter's ensure(): no add-log record for a key it already answers
-            getattr(self.filter, "ensure", self.filter.add)(fk)
+            try:
+                getattr(self.filter, "ensure", self.filter.add)(fk)
+            except FilterLostError:
+                if epoch == _breaker.comebacks:
+                    raise
+                getattr(self.filter, "ensure", self.filter.add)(fk)  # it came back: again
         except FilterLostError as e:
             self._add_lost(e, fk)
         except GeometryMismatchError as e:
@@ -773,8 +813,16 @@ class Guard(_GuardBase):
         "open" and "closed", a stored geometry that is not the code's (logged once)."""
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
+            epoch = _breaker.comebacks
             try:
-                self.filter.add(fk)
+                try:
+                    self.filter.add(fk)
+                except FilterLostError:
+                    if epoch == _breaker.comebacks:
+                        raise
+                    # the filter came back (rebuilt) while the add ran: add it again, or
+                    # the row saved meanwhile may be missing from what the rebuild read
+                    self.filter.add(fk)
             except FilterLostError as e:
                 self._add_lost(e, fk)
             except GeometryMismatchError as e:
@@ -915,10 +963,11 @@ class AsyncGuard(_GuardBase):
         counting and failure policy, without blocking the loop."""
         fk = self.filter_key(key)
         _bypassed.set(False)
-        if _rebuilding and _being_rebuilt(self.filter):
+        if (_rebuilding or _unfinished) and self._not_to_ask():
             return self._lost_lookup()
         if not self._breaker.allow():
             return self._policy(None)
+        epoch = _breaker.comebacks
         try:
             hit = await self._within_timeout(self._ask(self.filter.test, fk))
         except UnicodeEncodeError:
@@ -927,7 +976,7 @@ class AsyncGuard(_GuardBase):
             self._count(lookups=1, rejected=1)
             return False
         except FilterLostError as e:
-            return self._filter_lost(e)
+            return self._filter_lost(e, epoch)
         except GeometryMismatchError as e:
             return self._misconfigured(e)
         except self.filter_errors as e:
@@ -961,8 +1010,10 @@ class AsyncGuard(_GuardBase):
             return
         target = out if out is not None and hasattr(out, "test") else flt
         offload = _blocks(target)
+        dropped = 0
         while True:
-            keys = _take_pending(flt)
+            keys, more = _take_pending(flt)
+            dropped += more
             if not keys:
                 break
             try:
@@ -971,9 +1022,9 @@ class AsyncGuard(_GuardBase):
                 else:
                     await _maybe_await(target.update(keys))
             except BaseException as e:  # noqa: BLE001
-                self._rebuild_failed(flt, e, len(keys))
+                self._rebuild_failed(flt, e, len(keys) + dropped)
                 return
-        self._finish_rebuild(flt, target)
+        self._finish_rebuild(flt, target, dropped)
 
     def check(self, key: Any) -> bool:
         if not self._offload and _is_async_method(self.filter.test):
@@ -986,8 +1037,14 @@ class AsyncGuard(_GuardBase):
         fk = self.filter_key(key)
         if _queue_add(self.filter, fk):
             return
+        epoch = _breaker.comebacks
         try:
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
+            try:
+                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
+            except FilterLostError:
+                if epoch == _breaker.comebacks:
+                    raise
+                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
         except FilterLostError as e:
             self._add_lost(e, fk)
         except GeometryMismatchError as e:
@@ -1062,8 +1119,14 @@ class AsyncGuard(_GuardBase):
     async def add(self, key: Any, value: Any = None) -> None:
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
+            epoch = _breaker.comebacks
             try:
-                await self._ask(self.filter.add, fk)
+                try:
+                    await self._ask(self.filter.add, fk)
+                except FilterLostError:
+                    if epoch == _breaker.comebacks:
+                        raise
+                    await self._ask(self.filter.add, fk)  # it came back meanwhile: again
             except FilterLostError as e:
                 self._add_lost(e, fk)
             except GeometryMismatchError as e:

@@ -51,30 +51,61 @@ static void raise_status(lb_base *self, lb_status status)
 }
 
 /* The keys of a batch as a sequence (a list or tuple as it is, anything else
- * copied into a list once): a new reference, or NULL with TypeError (a single
- * str or bytes is one key, not a batch). */
-static PyObject *keys_sequence(PyObject *iterable)
+ * copied into a list once; with fixed, a list copied into a tuple too:
+ * lb_keys_fixed): a new reference, or NULL with TypeError (a single str,
+ * bytes, bytearray or memoryview is one key, not a batch of its bytes'
+ * numbers). */
+static PyObject *keys_sequence(PyObject *iterable, int fixed)
 {
-    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable)) {
+    if (PyUnicode_Check(iterable) || PyBytes_Check(iterable) || PyByteArray_Check(iterable) ||
+        PyMemoryView_Check(iterable)) {
         PyErr_SetString(PyExc_TypeError,
                         "expected an iterable of keys, got a single str or bytes key");
         return NULL;
     }
+    if (fixed)
+        return lb_keys_fixed(iterable, "expected an iterable of keys");
     return PySequence_Fast(iterable, "expected an iterable of keys");
 }
 
-/* Check every key of the batch before anything changes: 0, or -1 with the
- * first bad key's exception. */
-static int check_keys(lb_state *st, PyObject *seq, Py_ssize_t n)
+PyObject *lb_keys_checked(lb_state *st, PyObject *seq)
 {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *own = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i);
+        const void *data;
+        size_t len;
+        if (lb_key_direct(obj, &data, &len)) {
+            if (len == 0) {
+                lb_key_empty(st);
+                goto fail;
+            }
+            continue;
+        }
         lb_key key;
         lb_key_hold hold;
-        if (lb_key_get(st, PySequence_Fast_GET_ITEM(seq, i), &key, &hold) < 0)
-            return -1;
-        lb_key_release(&hold);
+        Py_INCREF(obj);
+        int r = lb_key_get_other(st, obj, &key, &hold);
+        PyObject *frozen = NULL;
+        if (r == 0) {
+            frozen = PyBytes_FromStringAndSize(key.data, (Py_ssize_t)key.len);
+            lb_key_release(&hold);
+        }
+        Py_DECREF(obj);
+        if (!frozen)
+            goto fail;
+        if (!own && !(own = PySequence_List(seq))) {
+            Py_DECREF(frozen);
+            goto fail;
+        }
+        PyList_SET_ITEM(own, i, frozen);  /* steals frozen */
+        Py_DECREF(obj);                   /* the reference own held (seq keeps one) */
     }
-    return 0;
+    return own ? own : Py_NewRef(seq);
+fail:
+    Py_XDECREF(own);
+    return NULL;
 }
 
 /* Convert the len keys of seq from start into w, holding each key's object:
@@ -104,7 +135,10 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
                        lb_gil_mode gil, size_t chunk)
 {
     lb_state *st = self->st;
-    PyObject *seq = keys_sequence(iterable);
+    /* A tuple the caller cannot change: the keys are converted twice (checked,
+     * then chunk by chunk) with Python code between (a key's __index__ or
+     * buffer exporter, other threads while a chunk runs GIL-free). */
+    PyObject *seq = keys_sequence(iterable, 1);
     if (!seq)
         return NULL;
     PyObject *result = NULL;
@@ -112,8 +146,10 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
 
-    /* Every key is checked before anything changes. */
-    if (check_keys(st, seq, n) < 0 || lb_enter(self) < 0)
+    /* Every key is checked, and frozen, before anything changes. */
+    PyObject *checked = lb_keys_checked(st, seq);
+    Py_SETREF(seq, checked);
+    if (!seq || lb_enter(self) < 0)
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
@@ -135,16 +171,9 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
         goto done;
     }
     for (Py_ssize_t start = 0; start < n; start += (Py_ssize_t)chunk) {
-        /* A list can change under us while the GIL is released between
-         * chunks: read its size again (never going past the n keys the
-         * work space and the result were sized for) and hold each key's
-         * object while the chunk runs. */
-        Py_ssize_t now = PySequence_Fast_GET_SIZE(seq);
-        if (now > n)
-            now = n;
-        if (start >= now)
-            break;
-        size_t len = (size_t)(now - start) < chunk ? (size_t)(now - start) : chunk;
+        /* seq is a tuple, or a list nobody else holds: its n keys stay;
+         * each chunk holds its keys' objects while it runs. */
+        size_t len = (size_t)(n - start) < chunk ? (size_t)(n - start) : chunk;
         size_t got = chunk_fill(st, seq, start, len, w);
         /* The batch holds its claim from the first chunk to the last; each
          * chunk waits for other threads' sections and stops at a close(). */
@@ -182,17 +211,11 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     }
     if (!result)
         result = Py_NewRef(Py_None);
-    else {
-        /* If the list shrank while we ran, fill what was never reached. */
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (!PyList_GET_ITEM(result, i))
-                PyList_SET_ITEM(result, i, Py_NewRef(Py_False));
-    }
 done:
     if (entered)
         lb_leave(self);
     PyMem_Free(w);
-    Py_DECREF(seq);
+    Py_XDECREF(seq);
     return result;
 }
 
@@ -234,7 +257,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
     lb_state *st = self->st;
     const lb_batch_ops *ops = self->batch;
     const lb_hash_scheme scheme = ops->key_scheme(self);
-    PyObject *seq = keys_sequence(iterable);
+    PyObject *seq = keys_sequence(iterable, 0);
     if (!seq)
         return NULL;
     PyObject *result = NULL;

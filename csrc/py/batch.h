@@ -34,9 +34,9 @@ typedef struct lb_batch_ops_s {
 /* A batch: an iterable of keys walked in chunks (the Redis types; the
  * in-memory ones use lb_run_hashed_batch below).
  *
- * The iterable is taken as a sequence (a list or tuple as it is, anything
- * else copied into a list once) and every key is checked first, so a batch
- * with a bad key raises before anything in it changes.  Then each chunk's
+ * The iterable is taken as a sequence (a tuple as it is, anything else
+ * copied once) and every key is checked and frozen first (lb_keys_checked),
+ * so a batch with a bad key raises before anything in it changes.  Then each chunk's
  * keys are converted, their objects held, and `run` is called on the chunk:
  * for large chunks with the GIL released and the filter claimed (see
  * lb_busy_begin), so other threads go on meanwhile.
@@ -45,6 +45,16 @@ typedef struct lb_batch_ops_s {
  * handled.  out receives one byte per key (1 = true). */
 typedef lb_status (*lb_chunk_fn)(lb_base *self, const lb_key *keys, size_t n, uint8_t *out,
                                  size_t *done);
+
+/* Check every key of seq (a list or tuple that no Python code can change:
+ * lb_keys_fixed) before anything changes, and freeze it: a new reference to
+ * seq when every key is an exact str or bytes, else to a new list in which
+ * every other key is the bytes of its key.  A key's conversion can run Python
+ * code (__index__, a buffer's exporter) that answers otherwise, or fails, the
+ * next time, and a bytearray can change while a chunk runs GIL-free: the
+ * batch's keys are the ones checked.  NULL with the first bad key's
+ * exception. */
+PyObject *lb_keys_checked(lb_state *st, PyObject *seq);
 
 typedef enum {
     LB_RESULT_NONE,  /* return None */

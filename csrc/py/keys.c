@@ -117,6 +117,30 @@ static char scalar_kind(const Py_buffer *view)
     return strchr("?efdgFDG", *f) ? 'n' : 0;
 }
 
+/* A buffer whose bytes are not a key although it has bytes: items of Python
+ * objects ('O', numpy's object arrays: the bytes are the objects' addresses,
+ * another key in every process) or of 4-byte characters ('w', numpy's str
+ * arrays: not the UTF-8 of their text, the key of the same str).  The
+ * format's field names (between colons) are skipped.  'O' or 'w', or 0. */
+static char unkeyable_items(const Py_buffer *view)
+{
+    const char *f = view->format;
+    if (!f)
+        return 0;
+    for (; *f; f++) {
+        if (*f == ':') {
+            const char *end = strchr(f + 1, ':');
+            if (!end)
+                return 0;
+            f = end;
+        }
+        else if (*f == 'O' || *f == 'w') {
+            return *f;
+        }
+    }
+    return 0;
+}
+
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold)
 {
     hold->held = LB_HOLD_NONE;
@@ -165,6 +189,16 @@ int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold
             if (kind == 'i' && has_index)
                 return index_key(obj, key, hold); /* never empty */
             return not_a_key(obj);
+        }
+        char items = unkeyable_items(&hold->u.view);
+        if (items) {
+            lb_key_release(hold);
+            PyErr_Format(PyExc_TypeError,
+                         "key must be str, bytes, a bytes-like object or int, not %.200s of %s",
+                         Py_TYPE(obj)->tp_name,
+                         items == 'O' ? "Python objects (its bytes are their addresses)"
+                                      : "4-byte characters (use the str)");
+            return -1;
         }
         key->data = hold->u.view.buf;
         key->len = (size_t)hold->u.view.len;

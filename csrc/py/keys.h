@@ -9,7 +9,9 @@
  * 0-d integer array) is the key of its int, looked at before the buffer that
  * numpy's scalars export too.  Other numbers are a TypeError, as a float is:
  * float and complex and their subclasses, a 0-d buffer of a number format
- * (numpy's floating, complex and bool scalars); so is any other type.  An
+ * (numpy's floating, complex and bool scalars); so is a buffer of Python
+ * objects or 4-byte characters (numpy's object and str arrays), and any
+ * other type.  An
  * empty key is EmptyKeyError. */
 #ifndef LB_PY_KEYS_H
 #define LB_PY_KEYS_H
@@ -69,6 +71,21 @@ static inline int lb_key_get(lb_state *st, PyObject *obj, lb_key *key, lb_key_ho
     if (key->len == 0)
         return lb_key_empty(st);
     return 0;
+}
+
+/* A batch's keys as a sequence that no Python code can change while they are
+ * converted and used: a tuple as it is, a list (or list subclass) copied into
+ * a tuple, anything else iterated into a new list (PySequence_Fast, whose
+ * TypeError is msg).  A key's __index__ or buffer exporter runs Python code
+ * that may shrink or refill the caller's list: a walk over that list with a
+ * length read before would read past its items, and a key whose bytes are
+ * its object's (a str) would be dropped with the list while still in use.
+ * A new reference, or NULL with an exception. */
+static inline PyObject *lb_keys_fixed(PyObject *keys, const char *msg)
+{
+    if (PyList_Check(keys))
+        return PyList_AsTuple(keys);
+    return PySequence_Fast(keys, msg);
 }
 
 /* Give back what a converted key held; the key's bytes are gone afterwards.

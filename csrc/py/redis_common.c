@@ -789,7 +789,7 @@ PyObject *lb_wire_method_begin(PyObject *self, PyObject *args)
     lb_key_hold *holds = NULL;
     Py_ssize_t held = 0;
     if (kind != LB_REDIS_WIRE_RESET) {
-        seq = PySequence_Fast(keys, "keys must be a list or tuple");
+        seq = lb_keys_fixed(keys, "keys must be a list or tuple");
         if (!seq)
             return NULL;
         n = PySequence_Fast_GET_SIZE(seq);
@@ -844,28 +844,21 @@ fail:
 }
 
 /* _wire_check(keys): TypeError / EmptyKeyError for the first bad key of a
- * list or tuple, before any of it is sent. */
+ * list or tuple, before any of it is sent; else the keys to send, frozen
+ * (lb_keys_checked: the same sequence when every key is a str or bytes, else
+ * a list with the bytes of every other key). */
 PyObject *lb_wire_method_check(PyObject *self, PyObject *keys)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
     if (lb_enter_read(&f->base) < 0)
         return NULL;
     lb_leave(&f->base);
-    PyObject *seq = PySequence_Fast(keys, "keys must be a list or tuple");
+    PyObject *seq = lb_keys_fixed(keys, "keys must be a list or tuple");
     if (!seq)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        lb_key k;
-        lb_key_hold hold;
-        if (lb_key_get(f->base.st, PySequence_Fast_GET_ITEM(seq, i), &k, &hold) < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        lb_key_release(&hold);
-    }
+    PyObject *checked = lb_keys_checked(f->base.st, seq);
     Py_DECREF(seq);
-    Py_RETURN_NONE;
+    return checked;
 }
 
 static lb_op *wire_op(lb_redis_filter *f, Py_ssize_t lane)

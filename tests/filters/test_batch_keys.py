@@ -82,6 +82,17 @@ def test_a_bad_key_anywhere_in_a_batch_changes_nothing(make, bad, where):
     assert f.to_bytes() == before
 
 
+@pytest.mark.parametrize("single", [b"ab", bytearray(b"ab"), memoryview(b"ab"), "ab"])
+@pytest.mark.parametrize("method", ["add_many", "update", "test_many"])
+def test_a_single_bytes_like_key_is_not_a_batch_of_its_byte_values(make, single, method):
+    # a memoryview iterates as the numbers of its bytes: taken as a batch it was the keys
+    # "97" and "98", silently
+    f = make()
+    with pytest.raises(TypeError, match="single"):
+        getattr(f, method)(single)
+    assert f.test_many(["97", "98"]) == [False, False]
+
+
 def test_a_batch_of_a_closed_filter_raises_closed_error(make):
     f = make()
     f.close()

@@ -249,6 +249,26 @@ def test_numpy_bytes_arrays_stay_their_bytes(make, np):
     assert f.test(ints.tobytes()) and f.test(array.array("i", [1, 2]).tobytes())
 
 
+def test_numpy_arrays_of_objects_or_of_text_are_a_type_error(make, np):
+    # their buffers' bytes are objects' addresses (another key in every process) or UCS-4
+    # text (not the key of the same str): they were keys, silently never found again
+    bad = [np.array("x", dtype=object), np.array([5, "a"], dtype=object),
+           np.zeros(2, dtype=[("Obj", "i4"), ("b", "O")]), np.array("abc"), np.array(["abc"])]
+    f = make()
+    f.update(["a", 1])
+    before = f.to_bytes()
+    for k in bad:
+        for call in (f.add, f.test, lb._core.key_bytes, lambda k: f.update([1, k]),
+                     lambda k: f.test_many(["a", k])):
+            with pytest.raises(TypeError, match="or int, not numpy.ndarray of "):
+                call(k)
+    assert f.to_bytes() == before
+    # a record whose field names hold an O or a w is no object nor text: its bytes
+    rec = np.zeros(2, dtype=[("Ow", "i4")])
+    f.add(rec)
+    assert f.test(rec.tobytes())
+
+
 def test_key_bytes_is_what_the_filters_hash(np):
     keys = ["x", "é", b"raw", bytearray(b"ba"), memoryview(b"mv"), 42, -42, 2**80, Color.RED,
             Status.OK, Odd(9), Idx(5), np.int64(42), np.uint64(2**64 - 1),

@@ -296,6 +296,19 @@ def test_build_over_capacity_gives_the_distinct_keys_as_a_lower_bound(tmp_path, 
     assert "false-positive rate is about" in err
 
 
+def test_build_over_capacity_within_the_rate_does_not_say_it_is_above(tmp_path, capsys):
+    # 3 keys into a blocked filter sized for 2: one 64-byte block, a rate about 1e-11.  The
+    # warning said "about 1.55e-11, above 0.01".
+    keys = tmp_path / "k"
+    keys.write_text("a\nb\nc\n")
+    out = tmp_path / "o"
+    assert main(["build", str(keys), str(out), "--type", "blocked", "--capacity", "2"]) == 0
+    err = capsys.readouterr().err
+    rate = lb.load(str(out)).current_error_rate()
+    assert rate < 0.01
+    assert "sized for 2" in err and "above" not in err and "still within 0.01" in err, err
+
+
 def test_build_fpr_and_inspect_a_blocked_filter(tmp_path, capsys):
     keys = tmp_path / "ids.txt"
     keys.write_text("".join(f"id:{i}\n" for i in range(3000)))

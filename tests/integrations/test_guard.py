@@ -261,6 +261,26 @@ def test_as_key_is_the_filters_conversion():
     assert as_key(u) == str(u) and as_key(datetime.date(2024, 1, 2)) == "2024-01-02"
 
 
+class BadIndex:
+    def __index__(self):
+        return "5"
+
+
+def test_as_key_refuses_objects_whose_str_is_no_stable_key():
+    # their str() was the key: an address ("<object object at 0x...>", a generator's) or a
+    # set's hash order, another key in every process; an int-like whose __index__ fails is
+    # the error it raises, not its repr
+    for bad in (object(), (k for k in "ab"), iter([1]), {1, 2}, frozenset({"a"}),
+                BadIndex()):
+        with pytest.raises(TypeError):
+            as_key(bad)
+    f = lb.MemoryFilter(1000, 0.01)
+    g = Guard(f, None, lambda k: "row", metrics=False)
+    with pytest.raises(TypeError):
+        g.get(object())
+    assert f.approximate_count() == 0
+
+
 def test_as_key_takes_one_column_rows_and_refuses_wider_ones():
     db = sqlite3.connect(":memory:")
     db.row_factory = sqlite3.Row

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import threading
 import time
@@ -15,7 +16,7 @@ import warnings
 import pytest
 
 import ling_bloom as lb
-from ling_bloom.guard import Guard, MemoryCache
+from ling_bloom.guard import Guard, MemoryCache, refill
 from lost_filters import AsyncLostFilter, LostFilter, MismatchedFilter, wait_for
 
 RedisFilter = lb.RedisFilter
@@ -569,6 +570,263 @@ def test_a_failed_rebuild_is_logged_and_lookups_keep_passing(caplog):
     assert g.stats().rebuild_failures == 1 and g.stats().filter_lost
     assert any("rebuilding the lost filter failed" in r.getMessage()
                and "database is down too" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("policy", ["open", "closed", "raise"])
+def test_a_rebuild_that_fails_mid_way_never_turns_an_existing_row_away(policy, monkeypatch):
+    """refill() resets the filter, then adds the source's rows: a source that fails mid-way
+    leaves the filter back on its server, answering, but without the rows it never reached.
+    Asked, it turned every one of them into a 404; the guard does not ask it until a
+    rebuild of it is done, and the next rebuild (after the retry delay) is started by a
+    lookup, since the filter itself raises nothing any more."""
+    import ling_bloom.guard as guard_module
+
+    rows = [str(i) for i in range(40)]
+    fail = [True]
+
+    def source():
+        for i, k in enumerate(rows):
+            if fail[0] and i == 10:
+                raise RuntimeError("the database connection dropped mid-way")
+            yield k
+
+    monkeypatch.setattr(guard_module, "REBUILD_RETRY_SECONDS", 0.0)  # retried at once
+    g, f, loads = lost_guard(policy, rebuild=lambda flt: refill(flt, source(), batch_size=4),
+                             keys=rows)
+    g.loader = {k: f"row {k}" for k in rows}.get
+    f.lose()
+    assert g.get("39") == "row 39"
+    wait_for(lambda: g.stats().rebuild_failures >= 1, "the rebuild to fail")
+    assert f.resets >= 1 and not f.lost          # reset, and part of the rows added
+    assert [k for k in rows if g.get(k) is None] == []   # no row turned away
+    assert g.stats().filter_lost and g.stats().rebuilds == 0
+    # a lookup after the retry delay starts the next rebuild (the filter raises nothing
+    # any more); once one is done the filter decides again
+    fail[0] = False
+    wait_for(lambda: g.check("no such row") and g.stats().rebuilds == 1,
+             "a rebuild to be done")
+    assert [k for k in rows if g.get(k) is None] == []
+    assert g.check("no such row") is False and not g.stats().filter_lost
+
+
+def test_a_failed_rebuild_keeps_every_guard_of_the_filter_from_asking_it():
+    """Two guards of one filter: when the first one's rebuild fails mid-way, the second
+    (which rebuilds nothing itself) does not ask the half-filled filter either."""
+    def rebuild(flt):
+        flt.reset()
+        flt.update(["1"])
+        raise RuntimeError("the source failed after one row")
+
+    f = LostFilter(["1", "2", "3"])
+    a = Guard(f, None, ROWS.get, rebuild=rebuild, metrics=False, name="a", null_ttl=0)
+    b = Guard(f, None, ROWS.get, metrics=False, name="b", null_ttl=0)
+    f.lose()
+    assert a.check("2") is True
+    wait_for(lambda: a.stats().rebuild_failures == 1, "the rebuild to fail")
+    assert not f.lost and not f.inner.test("2")   # back, without row 2
+    assert b.check("2") is True and a.check("2") is True
+    assert b.stats().filter_lost
+
+
+class GatedLostFilter(LostFilter):
+    """A LostFilter whose next call of ``method`` is held (after it saw the filter lost)
+    until ``release`` is set: a request of a storm whose answer comes after the rebuild."""
+
+    def __init__(self, keys, method):
+        super().__init__(keys)
+        self.method = method
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _gate(self, name):
+        lost = self.lost
+        if name == self.method and not self.held.is_set():
+            self.held.set()
+            assert self.release.wait(10)
+        if lost:
+            raise lb.FilterLostError("the filter at 'bf:rows' is gone (scripted)")
+
+    def test(self, key):
+        self.tests += 1
+        self._gate("test")
+        return self.inner.test(key)
+
+    def add(self, key):
+        self._gate("add")
+        return self.inner.add(key)
+
+
+def test_a_lookup_that_saw_the_loss_answered_after_the_rebuild_is_no_new_loss(caplog):
+    """A storm of lookups: one of them asked the lost filter before the rebuild and hears
+    back after it is done.  Its FilterLostError is the loss that is over: it was logged a
+    second time and started a second rebuild (a second reset of the filter)."""
+    rebuilds = []
+
+    def rebuild(flt):
+        rebuilds.append(1)
+        refill(flt, ["1", "2"])
+
+    f = GatedLostFilter(["1", "2"], "test")
+    g = Guard(f, None, ROWS.get, rebuild=rebuild, metrics=False, name="storm", null_ttl=0)
+    f.lose()
+    slow = threading.Thread(target=g.check, args=("1",))
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        slow.start()
+        assert f.held.wait(10)                  # asked the lost filter; its answer is late
+        assert g.check("2") is True             # the loss: logged, the rebuild started
+        wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+        f.release.set()
+        slow.join(10)
+    assert g.check("absent") is False           # the rebuilt filter decides
+    st = g.stats()
+    assert (st.filter_losses, st.rebuilds, len(rebuilds), f.resets) == (1, 1, 1, 1)
+    assert not st.filter_lost
+    assert len([r for r in caplog.records if "gone from its server" in r.getMessage()]) == 1
+
+
+def test_an_add_refused_before_the_rebuild_ended_is_added_to_the_rebuilt_filter():
+    """A row saved while the filter is lost: its add is refused (FilterLostError), but the
+    answer comes after the rebuild, which read the source before the row was there.  The
+    key was dropped (no rebuild to hand it to any more): the row was a 404 from then on."""
+    f = GatedLostFilter(["1", "2"], "add")
+    g = Guard(f, None, ROWS.get, rebuild=lambda flt: refill(flt, ["1", "2"]), metrics=False,
+              name="late-add", null_ttl=0)
+    f.lose()
+    adder = threading.Thread(target=g.add, args=("7",))
+    adder.start()
+    assert f.held.wait(10)                      # the add asked the lost filter
+    assert g.check("1") is True                 # the loss: the rebuild starts
+    wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+    f.release.set()
+    adder.join(10)
+    assert f.inner.test("7") and g.check("7") is True
+
+
+def test_async_guard_late_answers_of_a_lost_filter_are_no_new_loss_and_lose_no_add():
+    """The AsyncGuard's storm: a lookup and an add asked the lost filter, and hear back
+    after the rebuild (a task of the loop) is done.  The lookup was a second loss (a second
+    rebuild); the add was dropped, its row missing from the rebuilt filter."""
+    from ling_bloom.guard import AsyncGuard, arefill
+
+    class Gated(AsyncLostFilter):
+        def __init__(self, keys):
+            super().__init__(keys)
+            self.release = asyncio.Event()
+            self.held = 0
+
+        async def _gate(self):
+            lost = self.lost
+            if self.held < 2:
+                self.held += 1
+                await self.release.wait()
+            if lost:
+                raise lb.FilterLostError("the filter at 'bf:rows' is gone (scripted)")
+
+        async def test(self, key):
+            await self._gate()
+            return self.inner.test(key)
+
+        async def add(self, key):
+            await self._gate()
+            return self.inner.add(key)
+
+    async def until(condition):
+        for _ in range(10_000):
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("timed out")
+
+    async def main():
+        rebuilds = []
+
+        async def rebuild(flt):
+            rebuilds.append(1)
+            await arefill(flt, ["1", "2"])
+
+        async def load(k):
+            return ROWS.get(k)
+
+        f = Gated(["1", "2"])
+        g = AsyncGuard(f, None, load, rebuild=rebuild, metrics=False, name="alate",
+                       null_ttl=0)
+        f.lose()
+        late = [asyncio.ensure_future(g.acheck("1")), asyncio.ensure_future(g.add("7"))]
+        await until(lambda: f.held == 2)
+        assert await g.acheck("2") is True          # the loss: the rebuild task starts
+        await until(lambda: g.stats().rebuilds == 1)
+        f.release.set()
+        await asyncio.gather(*late)
+        st = g.stats()
+        assert (st.filter_losses, st.rebuilds, len(rebuilds)) == (1, 1, 1)
+        assert f.inner.test("7") and await g.acheck("7") is True
+
+    asyncio.run(main())
+
+
+def test_adds_past_the_kept_ones_during_a_rebuild_are_said_when_it_is_done(
+        caplog, monkeypatch):
+    """The keys added while a rebuild runs are kept up to PENDING_ADDS_MAX; past it they
+    are dropped.  A rebuild that then succeeded said only "lookups use it again", the
+    dropped rows silently rejected until the next warm-up."""
+    import ling_bloom._breaker as breaker
+
+    monkeypatch.setattr(breaker, "PENDING_ADDS_MAX", 2)
+    release = threading.Event()
+
+    def rebuild(flt):
+        flt.reset()
+        flt.update(["1", "2"])
+        assert release.wait(10)
+
+    g, f, _ = lost_guard(rebuild=rebuild)
+    f.lose()
+    g.check("1")
+    wait_for(lambda: g.stats().rebuilding, "the rebuild to start")
+    for k in ("5", "6", "7", "8", "9"):
+        g.add(k)
+    with caplog.at_level(logging.WARNING, logger="ling_bloom.guard"):
+        release.set()
+        wait_for(lambda: g.stats().rebuilds == 1, "the rebuild to end")
+    assert f.inner.test("5") and f.inner.test("6")   # the kept ones are added
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("3 keys added while the filter was rebuilt" in m and "next warm-up" in m
+               for m in said), said
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_rebuild_asks_its_filter_again():
+    """A process forked while a rebuild runs in one of its threads: the thread is not in
+    the child, so the rebuild never ended there, and the child's guards never asked their
+    filter again (every lookup unfiltered, every add kept for nobody)."""
+    release = threading.Event()
+
+    def rebuild(flt):
+        assert release.wait(10)
+        refill(flt, ["1", "2"])
+
+    g, f, _ = lost_guard(rebuild=rebuild)
+    f.lose()
+    g.check("1")
+    wait_for(lambda: g.stats().rebuilding, "the rebuild to start")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its filter is rebuilt by someone else, then asked
+        try:
+            f.reset()
+            f.update(["1", "2"])
+            asked = f.tests
+            answer = g.check("absent")
+            os.write(w, f"{g.stats().rebuilding} {f.tests - asked} {answer}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    release.set()
+    wait_for(lambda: g.stats().rebuilds == 1, "the parent's rebuild to end")
+    assert said == "False 1 False"
 
 
 @pytest.mark.parametrize("policy", ["open", "closed", "raise"])

@@ -117,6 +117,26 @@ def test_warmup_from_a_numpy_column_is_the_keys_of_its_ints():
         warmup(f, np.array([1.0, 2.0]), progress=False)
 
 
+def test_warmup_from_a_2d_numpy_array_takes_its_rows_as_rows():
+    # df[["id"]].to_numpy(): each item a 1-D array of one id.  Its raw bytes were the key
+    # (b"\x01\0\0\0\0\0\0\0"), so no lookup of an id ever found a row.
+    np = pytest.importorskip("numpy")
+    from ling_bloom.guard import as_key
+
+    f = lb.MemoryFilter(10_000, 0.01)
+    assert warmup(f, np.arange(1, 101).reshape(-1, 1), progress=False).keys == 100
+    assert f.test_many(list(range(1, 101))) == [True] * 100
+    warmup(f, np.array([["sku-1"], ["sku-2"]]), progress=False)  # text columns
+    assert f.test_many(["sku-1", "sku-2"]) == [True, True]
+    with pytest.raises(TypeError, match=r"row of 2 columns.*key="):
+        warmup(f, np.array([[1, 2]]), progress=False)
+    with pytest.raises(TypeError, match="not numpy.float64.*key="):
+        warmup(f, np.array([[1.5]]), progress=False)
+    # a 1-D array of bytes is still its bytes, as the filters take it
+    assert as_key(np.frombuffer(b"ab", dtype=np.uint8)) == b"ab"
+    assert as_key(np.array([b"xyz"], dtype="S3")) == b"xyz"
+
+
 def test_sync_keys_are_the_filters_keys():
     import enum
 

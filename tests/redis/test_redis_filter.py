@@ -72,6 +72,62 @@ def test_batches(clean_redis):
         assert f.test_many(iter(["w"])) == [True]
 
 
+# A key whose __index__ empties the caller's list while the batch converts its keys: the
+# batch's keys are the ones it was given (the list is copied first), never items read past
+# the list's end or str keys freed with it.  Run in a child: the bug was a segfault.
+_SHRINKING_LIST = r"""
+import asyncio, gc, sys
+import ling_bloom as lb
+host, port, flavor, method, when = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+
+class Shrinker:
+    def __init__(self, keys):
+        self.keys, self.calls = keys, 0
+    def __index__(self):
+        self.calls += 1
+        if self.calls == when:
+            self.keys.clear()
+            gc.collect()
+        return 5
+
+def make():
+    keys = [f"k{i}" * 40 for i in range(3000)]
+    keys.insert(0, Shrinker(keys))
+    return keys
+
+if flavor == "blocking":
+    with lb.RedisFilter(f"shrink-{method}-{when}", 10_000, 0.01, host=host, port=port) as f:
+        getattr(f, method)(make())
+        print(f.test_many(["5", "k0" * 40, "k2999" * 40]))
+else:
+    async def main():
+        async with lb.AsyncRedisFilter(f"ashrink-{method}-{when}", 10_000, 0.01, host=host,
+                                       port=port) as f:
+            await getattr(f, method)(make())
+            print(await f.test_many(["5", "k0" * 40, "k2999" * 40]))
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("flavor_name", ["blocking", "async"])
+@pytest.mark.parametrize("method", ["add_many", "update"])
+@pytest.mark.parametrize("when", [1, 2])  # while the keys are checked / while a chunk is read
+def test_a_key_that_empties_its_batch_list_changes_nothing_it_was_given(
+        clean_redis, flavor_name, method, when):
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    root = str(pathlib.Path(lb.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", _SHRINKING_LIST, clean_redis.host,
+                        str(clean_redis.port), flavor_name, method, str(when)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    # every key the call was given is in the filter: the list's emptying changed nothing
+    assert r.stdout.strip() == "[True, True, True]", r.stdout
+
+
 @pytest.mark.parametrize("mode", ["bitfield", "setbit"])
 def test_chunked_batches_match_one_round_trip(clean_redis, raw_redis, mode):
     keys = [f"k{i % 700}" for i in range(1000)]  # repeats across chunk boundaries
@@ -230,6 +286,42 @@ def test_keys_with_a_nul_byte_are_distinct_filters(flavor, clean_redis, redis_py
     finally:
         for f in fs.values():
             f.close()
+
+
+@pytest.mark.parametrize("single", [b"ab", bytearray(b"ab"), memoryview(b"ab"), "ab"])
+def test_a_single_bytes_like_key_is_not_a_batch_of_its_byte_values(flavor, clean_redis, single):
+    # the asyncio filter took a bytearray or memoryview as the keys "97" and "98"
+    with frf(flavor, clean_redis, "single", 1000, 0.01) as f:
+        for method in ("add_many", "update", "test_many"):
+            with pytest.raises(TypeError, match="single"):
+                getattr(f, method)(single)
+        assert f.test_many(["97", "98"]) == [False, False]
+
+
+class SecondLookFails:
+    """An int-like whose __index__ answers once, then raises."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __index__(self):
+        self.calls += 1
+        if self.calls > 1:
+            raise ValueError("asked a second time")
+        return 5
+
+
+@pytest.mark.parametrize("method", ["add_many", "update"])
+def test_a_batch_converts_each_key_once_so_a_key_cannot_fail_mid_way(flavor, clean_redis,
+                                                                     method):
+    # The keys were checked, then converted again chunk by chunk: a key that failed the
+    # second time raised after the chunks before it were written (10,000 keys added by a
+    # call that raised).  A batch's keys are the ones it checked.
+    with frf(flavor, clean_redis, "once", 100_000, 0.01, chunk_size=1000) as f:
+        keys = [f"once-{i}" for i in range(3000)]
+        keys[2500] = SecondLookFails()
+        getattr(f, method)(keys)
+        assert f.test_many(["5", "once-0", "once-2999"]) == [True, True, True]
 
 
 def test_open_reads_the_sharded_record_of_the_whole_key(flavor, clean_redis, redis_py):
