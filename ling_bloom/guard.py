@@ -83,6 +83,7 @@ from typing import (
     Awaitable,
     Callable,
     Dict,
+    Iterator,
     Optional,
     Tuple,
     Type,
@@ -1228,20 +1229,49 @@ def _resolve(value: Any) -> Any:
 _REBUILD_BATCH = 10_000
 
 
-def refill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
-    """A lost filter built again, blocking (a rebuild's thread): ``reset()`` (which makes
-    it again, empty, with its geometry), then every key of ``keys`` added in batches (keys
-    converted as the warm-up converts them)."""
-    reset = getattr(flt, "reset", None)
-    if reset is not None:
-        _resolve(reset())
+def _aside(flt: Any) -> Any:
+    """For a Redis bitmap filter (RedisFilter or AsyncRedisFilter, one bitmap, not
+    shards): an empty in-memory filter of its geometry, to build the keys in aside and
+    OR into the bitmap with one ``load()``, which also marks the filter whole again, so
+    that no process ever finds it half filled.  None for any other filter."""
+    if type(flt).__name__ not in ("RedisFilter", "AsyncRedisFilter") or \
+            getattr(flt, "shards", 1) != 1 or not hasattr(flt, "load"):
+        return None
+    from ._core import BlockedFilter, MemoryFilter
+
+    if getattr(flt, "layout", "standard") == "blocked":
+        return BlockedFilter(m=flt.m, k=flt.k)
+    return MemoryFilter(m=flt.m, k=flt.k, hash=flt.hash)
+
+
+def _batches(keys: Any, batch_size: int) -> Iterator[list]:
     batch: list = []
     for k in keys:
         batch.append(as_key(k))
         if len(batch) >= batch_size:
-            _resolve(flt.update(batch))
+            yield batch
             batch = []
     if batch:
+        yield batch
+
+
+def refill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None:
+    """A lost filter built again, blocking (a rebuild's thread), from every key of
+    ``keys`` (converted as the warm-up converts them).  A RedisFilter's keys are built
+    in memory first and OR'd into Redis with one ``load()``: every process finds the
+    filter lost until it is whole again, never half filled.  Any other filter:
+    ``reset()`` (which makes it again, empty, with its geometry), then the keys in
+    batches; another process may ask it meanwhile (see docs/integrations.md)."""
+    local = _aside(flt)
+    if local is not None:
+        for batch in _batches(keys, batch_size):
+            local.update(batch)
+        _resolve(flt.load(local))
+        return
+    reset = getattr(flt, "reset", None)
+    if reset is not None:
+        _resolve(reset())
+    for batch in _batches(keys, batch_size):
         _resolve(flt.update(batch))
 
 
@@ -1258,24 +1288,33 @@ async def arefill(flt: Any, keys: Any, batch_size: int = _REBUILD_BATCH) -> None
 
     if inspect.isawaitable(keys):
         keys = await keys
-    reset = getattr(flt, "reset", None)
-    if reset is not None:
-        await call(reset)
+    local = _aside(flt)
+    if local is None:
+        reset = getattr(flt, "reset", None)
+        if reset is not None:
+            await call(reset)
+    sink = local.update if local is not None else flt.update
+
+    async def put(batch: list) -> None:
+        if local is not None:
+            sink(batch)  # in memory: no round trip
+        else:
+            await call(sink, batch)
+
     batch: list = []
     if hasattr(keys, "__aiter__"):
         async for k in keys:
             batch.append(as_key(k))
             if len(batch) >= batch_size:
-                await call(flt.update, batch)
+                await put(batch)
                 batch = []
     else:
-        for k in keys:
-            batch.append(as_key(k))
-            if len(batch) >= batch_size:
-                await call(flt.update, batch)
-                batch = []
+        for batch_ in _batches(keys, batch_size):
+            await put(batch_)
     if batch:
-        await call(flt.update, batch)
+        await put(batch)
+    if local is not None:
+        await call(flt.load, local)
 
 
 def bloom_guard(filter: Any, cache: Any = None, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

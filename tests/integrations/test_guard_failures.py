@@ -1038,3 +1038,58 @@ def test_two_guards_of_one_lost_filter_rebuild_it_once():
     wait_for(lambda: a.stats().rebuilds == 1, "the rebuild to end")
     assert calls == [1]
     assert b.check("5") is True and b.check("absent") is False
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_a_rebuilt_redis_filter_is_never_seen_half_filled_by_another_process(
+        clean_redis, raw_redis, layout):
+    # The rebuild builds the keys in memory and ORs them in with one load(): another
+    # process's client (here a second filter object at the key) finds the filter lost until
+    # it is whole, never answering "absent" for a row the rebuild has not reached yet.
+    kw = {"layout": "blocked"} if layout == "blocked" else {}
+    f = RedisFilter.from_url(clean_redis.url, "bf:aside-rows", 1000, 0.01, **kw)
+    other = RedisFilter.from_url(clean_redis.url, "bf:aside-rows", 1000, 0.01, **kw)
+    f.update([str(i) for i in range(100)])
+    assert other.test("1")
+    raw_redis.command("FLUSHALL")
+    seen_midway = []
+
+    def rows():
+        for i in range(100):
+            if i == 50:  # half way through the source
+                try:
+                    seen_midway.append(other.test("75"))  # a row not yet reached
+                except lb.FilterLostError:
+                    seen_midway.append("lost")
+            yield str(i)
+
+    from ling_bloom.guard import refill
+
+    refill(f, rows(), batch_size=10)
+    assert seen_midway == ["lost"]            # before: False, a 404 for an existing row
+    assert other.test_many([str(i) for i in range(100)]) == [True] * 100
+    assert f.test("absent-row") is False
+    f.close()
+    other.close()
+
+
+def test_an_async_redis_filter_is_rebuilt_whole_by_arefill(clean_redis, raw_redis):
+    from ling_bloom.aio import AsyncRedisFilter
+    from ling_bloom.guard import arefill
+
+    async def main():
+        f = AsyncRedisFilter.from_url(clean_redis.url, "bf:aside-async", 1000, 0.01)
+        await f.update(["1", "2"])
+        raw_redis.command("FLUSHALL")
+        with pytest.raises(lb.FilterLostError):
+            await f.test("1")
+
+        async def rows():
+            for i in range(40):
+                yield str(i)
+
+        await arefill(f, rows(), batch_size=7)
+        assert await f.test_many([str(i) for i in range(40)]) == [True] * 40
+        await f.aclose()
+
+    asyncio.run(main())
