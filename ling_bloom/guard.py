@@ -734,7 +734,8 @@ class Guard(_GuardBase):
                ``deleted(key)`` are remembered, so that their lookups count as ``deleted``,
                not as observed false positives (a CountingFilter forgets them instead)
     rebuild    ``rebuild(filter)``: builds a lost filter again (e.g. ``refill(filter,
-               keys)``: reset() then the keys); run once per loss off the request path.
+               keys)``: a RedisFilter built aside and OR'd in whole, any other reset() then the
+               keys); run once per loss off the request path.
                It may return another filter object for the guard to use. None: the guard
                waits for the filter to answer again
     normalize  a function of a key giving the key the filter and cache see (``str.lower``

@@ -326,7 +326,7 @@ class BloomGuardMiddleware:
                    for a case-insensitive key column)
     sources        {name: function giving every key of that filter} (an iterable, an async
                    iterable, or an awaitable of one): a filter its server lost is rebuilt
-                   from it (reset(), then the keys), once per loss, on the event loop
+                   from it (``ling_bloom.guard.arefill``), once per loss, on the event loop
     exists         {name: exists(value) -> bool} (a coroutine function, or a plain one run
                    in a thread): does the row of this value exist?  Asked only when a
                    request passed filter ``name`` and the app answered 404: a missing row is
