@@ -629,7 +629,13 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
     uint64_t idx[LB_MAX_K], offs[LB_MAX_K];
     unsigned char done[LB_MAX_K];
     size_t ncmd = 0;
-    int canary_due = lb_bitmap_has_canary(bm);
+    /* The canary is read by the round trip's last command, after every bit it
+     * reads: a pipeline is not atomic, and a flush run between two of its
+     * commands left the canary read first (1) beside bits read after it (0),
+     * an "absent" that raised nothing.  It rides the last key's BITFIELD when
+     * that is the last command (one part), else a GETBIT closes the batch. */
+    const int has_canary = lb_bitmap_has_canary(bm);
+    int canary_due = 0;
     lb_redis_batch_clear(&bm->batch);
     if (bm->blocked && !write && bm->want_cap < cn) {
         uint64_t *w = realloc(bm->want, cn * 8 * sizeof *w);
@@ -640,6 +646,8 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
     }
     for (size_t i = 0; i < cn; i++) {
         const lb_key *key = &keys[i];
+        if (i + 1 == cn)
+            canary_due = has_canary && bm->nparts == 1;
         if (bm->blocked) {
             ncmd = emit_blocked(bm, write, key, (uint32_t)i, ncmd, &canary_due);
             if (ncmd == (size_t)-1)
@@ -667,7 +675,7 @@ static lb_redis_status build_chunk(lb_bitmap *bm, const lb_key *keys, size_t cn,
         if (ncmd == (size_t)-1)
             return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");
     }
-    if (canary_due) /* no BITFIELD of the last part read it: a GETBIT */
+    if (canary_due || (has_canary && bm->nparts > 1)) /* no BITFIELD read it: a GETBIT */
         ncmd = add_canary_get(bm, ncmd);
     if (ncmd == (size_t)-1)
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_NOMEM, "out of memory");

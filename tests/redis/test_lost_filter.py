@@ -6,6 +6,8 @@ Also: the EvictionWarning of a server whose maxmemory-policy can evict the filte
 meta key holding another program's long value."""
 from __future__ import annotations
 
+import socket
+import threading
 import warnings
 
 import pytest
@@ -34,6 +36,95 @@ def assert_lost(f, key="bf"):
         with pytest.raises(lb.FilterLostError) as e:
             call()
         assert isinstance(e.value, lb.FilterNotFoundError) and e.value.key == key
+
+
+class SplitProxy:
+    """A TCP proxy to a server that, once armed, cuts the next pipeline a client sends
+    before the command that holds the marker's `nth` occurrence (0: the first): it sends
+    what comes before, waits for the server's answer to it (when there was something),
+    runs `between` (a FLUSHALL on another connection, say), then sends the rest.  It is
+    how a flush lands between two commands of one round trip, as it may on a busy server
+    (a pipeline is not atomic)."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.armed = None
+        self.fired = threading.Event()
+        self.answered = 0
+        self.cond = threading.Condition()
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, marker: bytes, between, nth: int = 1) -> None:
+        self.armed = (marker, nth, between)
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.socks:
+            s.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            s = socket.create_connection(self.upstream)
+            self.socks += [c, s]
+            threading.Thread(target=self._up, args=(c, s), daemon=True).start()
+            threading.Thread(target=self._down, args=(s, c), daemon=True).start()
+
+    def _down(self, s, c) -> None:
+        try:
+            while (d := s.recv(65536)):
+                with self.cond:
+                    self.answered += len(d)
+                    self.cond.notify_all()
+                c.sendall(d)
+        except OSError:
+            pass
+        c.close()
+
+    def _up(self, c, s) -> None:
+        buf = b""
+        try:
+            while (d := c.recv(65536)):
+                if self.armed is None:
+                    s.sendall(d)
+                    continue
+                buf += d
+                marker, nth, between = self.armed
+                at = -1
+                for _ in range(nth + 1):
+                    at = buf.find(marker, at + 1)
+                    if at < 0:
+                        break
+                if at < 0:
+                    continue  # the rest of the pipeline is still on its way
+                cut = buf.rfind(b"*", 0, at)
+                self.armed = None
+                with self.cond:
+                    seen = self.answered
+                if cut > 0:
+                    s.sendall(buf[:cut])
+                    with self.cond:
+                        assert self.cond.wait_for(lambda: self.answered > seen, 10)
+                between()
+                self.fired.set()
+                s.sendall(buf[cut:])
+                buf = b""
+        except OSError:
+            pass
+        s.close()
+
+
+@pytest.fixture
+def split_proxy(clean_redis):
+    p = SplitProxy(clean_redis.port)
+    yield p
+    p.close()
 
 
 def commandstats(raw) -> dict:
@@ -146,6 +237,31 @@ def test_one_lost_shard_of_a_sharded_filter(flavor, clean_redis, raw_redis):
     f.reset()
     f.update(KEYS)
     assert all(f.test_many(KEYS))
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_a_flush_between_two_commands_of_one_round_trip_is_seen(flavor, clean_redis,
+                                                                 split_proxy, layout):
+    """The canary is read after every bit of the round trip: read with the first key's
+    bits, a flush run before the second key's command left "absent" for a key added and
+    acknowledged, and nothing raised."""
+    f = flavor.RedisFilter("bf", 2048, 0.01, url=split_proxy.url, layout=layout)
+    f.update(["a", "b"])
+
+    def flush():
+        with clean_redis.client() as c:
+            c.command("FLUSHALL")
+
+    split_proxy.arm(b"GETRANGE" if layout == "blocked" else b"BITFIELD", flush)
+    with pytest.raises(lb.FilterLostError):
+        f.test_many(["a", "b"])
+    assert split_proxy.fired.is_set()
+    f.reset()
+    f.update(["a", "b"])
+    split_proxy.arm(b"BITFIELD", flush)
+    with pytest.raises(lb.FilterLostError):  # the adds: the second went into what is left
+        f.add_many(["c", "d"])
+    assert split_proxy.fired.is_set()
 
 
 @pytest.mark.cluster
