@@ -55,8 +55,9 @@
  * The canary (a filter with no ttl, whose last part is not a whole 2^32-bit
  * string): bit 8 * bytes(last part) of the last part, the first bit of the byte
  * after the filter's, set by the claim, reset and load.  Every add and test
- * round trip reads it (a GET u1 field more in the first BITFIELD of the last
- * part, else a GETBIT): 0 means the filter is gone (flushed, deleted, evicted,
+ * round trip reads it after every bit it reads (a GET u1 field more in the
+ * round trip's last command when that is a BITFIELD of a one-part filter, else
+ * a GETBIT closing the pipeline: a flush between two commands is seen): 0 means the filter is gone (flushed, deleted, evicted,
  * a restart without its data) or was re-created by a write since (which does
  * not set it): LB_REDIS_ERR_LOST, after the write for adds, so every client
  * sees the loss.  A client that saw the filter (bm->known) and finds no meta
