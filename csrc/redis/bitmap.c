@@ -382,7 +382,7 @@ static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
     } else {
         lb_bitmap_add_meta_set(bm, b, val, vlen);
     }
-    if (lb_bitmap_has_canary(bm))
+    if (lb_bitmap_has_canary(bm) && !bm->claim_bare)
         lb_bitmap_add_canary_set(bm, b);
     lb_bitmap_add_meta_get(bm, b);
     lb_redis_batch_expect_elements(b, 0);
@@ -401,7 +401,7 @@ static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply *
     if (!lb_reply_fits(rs[0], &set_nx))
         return lb_bitmap_conn_bad_reply(bm->conn, "SET NX of the meta key");
     size_t g = 1;
-    if (lb_bitmap_has_canary(bm) && !lb_reply_is_bit(rs[g++]))
+    if (lb_bitmap_has_canary(bm) && !bm->claim_bare && !lb_reply_is_bit(rs[g++]))
         return lb_bitmap_conn_bad_reply(bm->conn, "SETBIT of the canary");
     if (rs[g]->type == LB_REPLY_INTEGER && rs[g]->integer == 0) /* deleted meanwhile: a reset raced us */
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
@@ -828,8 +828,13 @@ static lb_redis_status bm_next(lb_op *op, const lb_redis_batch **req, int *flags
         return LB_REDIS_OK;
     if (o->phase == BM_CLAIM_DUE) {
         lb_redis_batch_clear(&bm->aux);
+        /* A load's claim (a filter found gone, or new) writes the meta key
+         * only, and the load's last round trip the canary with the last bits:
+         * set now, it let every other process find the filter whole and
+         * empty while the load ran, and answer "absent" for keys it had */
+        bm->claim_bare = o->canary_last && !bm->upgrade;
         build_claim(bm, &bm->aux);
-        bm->claiming = lb_bitmap_has_canary(bm);
+        bm->claiming = lb_bitmap_has_canary(bm) && !bm->claim_bare;
         o->phase = BM_CLAIM;
         *req = &bm->aux;
         *flags = LB_REDIS_IDEMPOTENT;

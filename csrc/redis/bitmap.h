@@ -54,7 +54,10 @@
  *
  * The canary (a filter with no ttl, whose last part is not a whole 2^32-bit
  * string): bit 8 * bytes(last part) of the last part, the first bit of the byte
- * after the filter's, set by the claim, reset and load.  Every add and test
+ * after the filter's, set by the claim, reset and load (a load's own claim
+ * leaves it out: it rides the last part's temporary key into the part with
+ * the last bits, and is read after them; 0 there: the server lost some of
+ * what the load sent, LB_REDIS_ERR_LOST).  Every add and test
  * round trip reads it after every bit it reads (a GET u1 field more in the
  * round trip's last command when that is a BITFIELD of a one-part filter, else
  * a GETBIT closing the pipeline: a flush between two commands is seen): 0 means the filter is gone (flushed, deleted, evicted,

@@ -95,6 +95,21 @@ static void load_chunk(bm_op *o)
     lb_redis_batch_clear(b);
     o->nw = 0;
     o->bitop = -1;
+    o->canary_at = -1;
+    const int canary = o->part == bm->nparts - 1 && lb_bitmap_has_canary(bm);
+    if (canary && !o->tmp_canary) {
+        /* the canary rides the temp key of the last part from its first chunk
+         * on, into the part with the BITOP of its last: the filter is whole
+         * again when its last bits are in, and not if the temp key was lost
+         * between two chunks (a flush, a restart: the bits before it too) */
+        lb_redis_batch_cmd(b, 4);
+        lb_redis_batch_arg(b, "SETBIT", 6);
+        lb_redis_batch_arg(b, o->tmp, o->tlen);
+        lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+        lb_redis_batch_arg(b, "1", 1);
+        want(o, LB_WANT_INT, 0, 1, "SETBIT of the canary");
+        o->tmp_canary = 1;
+    }
     if (body) {
         lb_redis_batch_cmd(b, 4);
         lb_redis_batch_arg(b, "SETRANGE", 8);
@@ -138,6 +153,14 @@ static void load_chunk(bm_op *o)
     int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
     lb_bitmap_add_meta_set(bm, b, val, vlen);
     want(o, LB_WANT_OK_OR_NIL, 0, 0, "SET NX of the meta key");
+    if (canary) { /* read after the BITOP: 0 when the temp key lost it */
+        lb_redis_batch_cmd(b, 3);
+        lb_redis_batch_arg(b, "GETBIT", 6);
+        lb_redis_batch_arg(b, pname, pn);
+        lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+        o->canary_at = (long)o->nw;
+        want(o, LB_WANT_INT, 0, 1, "GETBIT of the canary");
+    }
 }
 
 static lb_redis_status load_next(bm_op *o, int *more, int *flags)
@@ -154,9 +177,10 @@ static lb_redis_status load_next(bm_op *o, int *more, int *flags)
     if (o->stage == LOAD_CHUNKS && load_find(o)) {
         load_chunk(o);
         *flags = LB_REDIS_KEPT_CONN | LB_REDIS_WRITE;
-    } else if (o->stage == LOAD_CHUNKS && lb_bitmap_has_canary(bm)) {
-        /* the bits are in: the canary says the filter is whole again (a load
-         * brings a lost filter back), with its meta key */
+    } else if (o->stage == LOAD_CHUNKS && lb_bitmap_has_canary(bm) && !o->tmp_canary) {
+        /* the bits are in, none in the last part (else the canary came with
+         * them): the canary says the filter is whole again (a load brings a
+         * lost filter back), with its meta key */
         o->stage = LOAD_CANARY;
         lb_redis_batch_clear(b);
         char val[160];
@@ -211,6 +235,12 @@ static lb_redis_status load_done(bm_op *o, lb_redis_status st, lb_reply **rs)
         st = lb_bitmap_check_replies(bm, rs, o->wants, o->names, o->nw);
     if (st == LB_REDIS_ERR_WRONGTYPE && lb_redis_err_index(bm->conn) == o->bitop)
         return lb_bitmap_name_wrongtype(bm, o->part); /* the DEL of tmp ran after it */
+    if (st == LB_REDIS_OK && o->canary_at >= 0 && rs[o->canary_at]->integer == 0) {
+        lb_bitmap_lost(bm, 1);
+        snprintf(o->msg, sizeof o->msg, "%s", lb_redis_errstr(bm->conn));
+        return lb_redis_set_error(bm->conn, LB_REDIS_ERR_LOST,
+                                  "load: %s", o->msg);
+    }
     if (st == LB_REDIS_OK) {
         o->pos += LB_BITMAP_LOAD_CHUNK;
         return st;
@@ -239,6 +269,7 @@ lb_redis_status lb_bitmap_load(lb_bitmap *bm, const uint8_t *bits, size_t nbytes
                                   nbytes, want, bm->g.m);
     bm_op *o = (bm_op *)lb_bitmap_op_start(bm, &load_body, 1);
     o->rebuild = 1;
+    o->canary_last = 1;
     o->bits = bits;
     o->nbytes = nbytes;
     lb_redis_status st = lb_op_run(&o->op);

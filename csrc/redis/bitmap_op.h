@@ -43,6 +43,7 @@ struct bm_op {
     int guard;            /* the body needs the meta key checked on its connection */
     int force_look;       /* look even when checked (lb_bitmap_check_meta) */
     int rebuild;          /* reset, load: may bring a lost filter back (see the canary) */
+    int canary_last;      /* load: its own last round trip brings the canary, not the claim */
     int pending;          /* a body round trip is built and not answered yet */
     int flags;            /* ... how it is sent */
     int retried;          /* ... it went out again after a stale connection */
@@ -61,8 +62,10 @@ struct bm_op {
     long bitop;
     char *tmp;
     size_t tlen;
-    lb_reply_want wants[6];
-    const char *names[6];
+    int tmp_canary;       /* load: the last part's temp key holds the canary bit */
+    long canary_at;       /* load: the reply of the GETBIT of the canary after the BITOP */
+    lb_reply_want wants[8];
+    const char *names[8];
     size_t nw;
     uint64_t *count;
     lb_geometry *geom;
@@ -86,6 +89,7 @@ struct lb_bitmap {
     int known;               /* this client saw the filter there (its meta read or written) */
     int upgrade;             /* the look found a meta without the canary field: the claim adds it */
     int claiming;            /* a claim went out and its answer was not read (a failure midway) */
+    int claim_bare;          /* the claim in progress writes the meta key, not the canary */
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
     int adopt;               /* take over a key that exists without a meta key */
     lb_bitmap_mode mode;
