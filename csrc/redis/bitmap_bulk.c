@@ -280,6 +280,30 @@ lb_redis_status lb_bitmap_load(lb_bitmap *bm, const uint8_t *bits, size_t nbytes
 
 /* -------------------------------------------------------------- snapshot */
 
+/* GETBIT of the canary appended to b, after the bits a snapshot or a count
+ * read: its reply's index.  A lost filter reads as lost, never as the empty
+ * filter its bytes now make (a snapshot of no keys, a count of 0). */
+static long add_canary_read(lb_bitmap *bm, lb_redis_batch *b)
+{
+    size_t len;
+    const char *n = lb_bitmap_name_of(bm, bm->nparts - 1, &len);
+    long at = (long)b->ncmds;
+    lb_redis_batch_cmd(b, 3);
+    lb_redis_batch_arg(b, "GETBIT", 6);
+    lb_redis_batch_arg(b, n, len);
+    lb_redis_batch_arg_u64(b, lb_bitmap_canary_offset(bm));
+    return at;
+}
+
+static lb_redis_status canary_read(bm_op *o, lb_reply **rs)
+{
+    if (o->canary_at < 0)
+        return LB_REDIS_OK;
+    if (!lb_reply_is_bit(rs[o->canary_at]))
+        return lb_bitmap_bad_reply(o->bm, "GETBIT of the canary");
+    return rs[o->canary_at]->integer ? LB_REDIS_OK : lb_bitmap_lost(o->bm, 0);
+}
+
 /* Walk the parts in GETRANGE pieces, at most LB_BITMAP_SNAP_CHUNK bytes
  * requested per round trip, at most 8 pieces. */
 static lb_redis_status snap_next(bm_op *o, int *more, int *flags)
@@ -322,6 +346,9 @@ static lb_redis_status snap_next(bm_op *o, int *more, int *flags)
             o->pos = 0;
         }
     }
+    o->canary_at = -1;
+    if (o->part >= bm->nparts && lb_bitmap_has_canary(bm))
+        o->canary_at = add_canary_read(bm, b);
     *more = 1;
     *flags = LB_REDIS_KEPT_CONN | LB_REDIS_READ_REPLICA;
     return LB_REDIS_OK;
@@ -342,7 +369,7 @@ static lb_redis_status snap_done(bm_op *o, lb_redis_status st, lb_reply **rs)
             return lb_bitmap_bad_reply(bm, "GETRANGE");
         memcpy(o->dst + o->dest[c], x->str, x->len); /* shorter: the rest stays zero */
     }
-    return LB_REDIS_OK;
+    return canary_read(o, rs);
 }
 
 static const bm_body snap_body = {snap_next, snap_done};
@@ -388,6 +415,7 @@ static lb_redis_status count_next(bm_op *o, int *more, int *flags)
         lb_redis_batch_arg_u64(b, 0);
         lb_redis_batch_arg_u64(b, part_bytes(bm, p) - 1);
     }
+    o->canary_at = lb_bitmap_has_canary(bm) ? add_canary_read(bm, b) : -1;
     *more = 1;
     *flags = LB_REDIS_KEPT_CONN | LB_REDIS_READ_REPLICA;
     return LB_REDIS_OK;
@@ -405,7 +433,7 @@ static lb_redis_status count_done(bm_op *o, lb_redis_status st, lb_reply **rs)
             return lb_bitmap_bad_reply(bm, "BITCOUNT");
         *o->count += (uint64_t)rs[p]->integer;
     }
-    return LB_REDIS_OK;
+    return canary_read(o, rs);
 }
 
 static const bm_body count_body = {count_next, count_done};

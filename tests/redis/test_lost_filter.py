@@ -174,6 +174,21 @@ def test_a_flushed_filter_is_lost_for_this_client_and_for_one_that_comes_later(
             h.test_many(KEYS)
 
 
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_a_snapshot_or_a_count_of_a_lost_filter_raises(flavor, clean_redis, raw_redis, layout):
+    """They read the canary after the bits: a snapshot of a flushed filter was an empty
+    MemoryFilter (every key absent), and its counts 0, with nothing raised."""
+    f = rf(flavor, clean_redis, layout=layout)
+    f.update(KEYS)
+    assert f.snapshot().test(KEYS[0]) and f.bits_set() > 0 and f.approximate_count() > 0
+    raw_redis.command("FLUSHALL")
+    for call in (f.snapshot, f.bits_set, f.approximate_count):
+        with pytest.raises(lb.FilterLostError):
+            call()
+    f.reset()
+    assert f.bits_set() == 0 and not f.snapshot().test(KEYS[0])
+
+
 def test_deleting_the_bitmap_alone_is_a_loss(flavor, clean_redis, raw_redis):
     f = rf(flavor, clean_redis)
     f.update(KEYS)
