@@ -23,7 +23,7 @@
  * A filter with no ttl that this client saw there (the check found it, an add
  * or reserve made it, a restore wrote it) is never made again by a write: its
  * adds send NOCREATE too ("not found" is then LB_REDIS_ERR_LOST) and its tests
- * carry EXISTS key (0: LB_REDIS_ERR_LOST).  Its reset is DEL + BF.RESERVE in
+ * carry TYPE key ("none": LB_REDIS_ERR_LOST; another type: WRONGTYPE).  Its reset is DEL + BF.RESERVE in
  * one round trip (others never find it missing).
  *
  * The check before the first write (again after every reconnect and after

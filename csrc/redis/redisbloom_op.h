@@ -61,7 +61,7 @@ struct lb_redisbloom {
     unsigned long type_conn;
     int seen;                    /* this client saw the filter there (or made it): see lost */
     int nocreate_sent;           /* the last BF.INSERT said NOCREATE */
-    int exists_sent;             /* the last test asked EXISTS key too */     /* ... when the key's type was last confirmed */
+    int exists_sent;             /* the last test asked TYPE key too */     /* ... when the key's type was last confirmed */
     long long full_processed;    /* FULL: keys of the call processed before the rejected one */
     long long last_new;          /* keys the last add reported new */
     unsigned long seq;

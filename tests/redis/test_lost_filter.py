@@ -433,6 +433,25 @@ def test_a_lost_redisbloom_filter(flavor, bf_server):
         c.command("FLUSHALL")
 
 
+@pytest.mark.parametrize("other", [("SET", "rb", "x"), ("LPUSH", "rb", "x"),
+                                   ("SETBIT", "rb", 5, 1)])
+def test_a_redisbloom_filter_replaced_by_a_key_of_another_type(flavor, bf_server, other):
+    """A test asks TYPE with its answers: BF.EXISTS answers 0 on a key of another type,
+    and EXISTS 1, so a filter replaced by a string or a list answered "absent" for every
+    key it had, nothing raised (the type was confirmed once, on this connection)."""
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url)
+        f.update(KEYS)
+        assert all(f.test_many(KEYS))
+        c.command("DEL", "rb")
+        c.command(*other)
+        for call in (lambda: f.test_many(KEYS), lambda: f.test(KEYS[0]), lambda: f.add("z")):
+            with pytest.raises(lb.WrongTypeError):
+                call()
+        c.command("FLUSHALL")
+
+
 def test_a_redisbloom_filter_with_a_ttl_is_made_again_by_a_write(flavor, bf_server):
     with bf_server.client() as c:
         c.command("FLUSHALL")
@@ -457,7 +476,7 @@ def test_a_test_and_an_add_are_still_one_command_each(clean_redis, raw_redis):
         stats = commandstats(raw_redis)
         stats.pop("config|resetstat", None)
         stats.pop("info", None)
-        # the canary rides in the first BITFIELD: no GETBIT, no extra round trip
+        # the canary rides in the last BITFIELD: no GETBIT, no extra round trip
         assert stats["bitfield"][0] == 4 and "getbit" not in stats, stats
         assert set(stats) == {"bitfield", "set"}, stats  # set: the meta key's SET NX
 
