@@ -23,8 +23,8 @@
  * A filter with no ttl that this client saw there (the check found it, an add
  * or reserve made it, a restore wrote it) is never made again by a write: its
  * adds send NOCREATE too ("not found" is then LB_REDIS_ERR_LOST) and its tests
- * carry TYPE key ("none": LB_REDIS_ERR_LOST; another type: WRONGTYPE).  Its reset is DEL + BF.RESERVE in
- * one round trip (others never find it missing).
+ * carry TYPE key ("none": LB_REDIS_ERR_LOST; another type: WRONGTYPE).  Its
+ * reset is DEL + BF.RESERVE in one round trip (others never find it missing).
  *
  * The check before the first write (again after every reconnect and after
  * reset; skipped with no_create): BF.INFO key + INFO memory, one round trip,
