@@ -324,7 +324,14 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int
         st = compare_meta(bm, rs, &canary);
         if (st != LB_REDIS_OK)
             return st;
+        /* a meta key without the canary field where this client saw one: an
+         * earlier version's write made the filter again after it was lost (a
+         * restart), and the upgrade below would have taken what is there as
+         * whole */
+        if (!canary && bm->saw_canary && lb_bitmap_has_canary(bm) && !rebuild)
+            return lb_bitmap_lost(bm, 0);
         bm->known = 1;
+        bm->saw_canary |= canary;
         /* a filter of the previous version (no canary yet): given one now; so is
          * a filter whose claim by this client failed midway (its meta written,
          * not its canary) */
@@ -407,10 +414,12 @@ static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply *
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
                                   "the meta key vanished while being checked (a concurrent "
                                   "reset?); try again");
-    st = compare_meta(bm, rs + g, NULL);
+    int canary = 0;
+    st = compare_meta(bm, rs + g, &canary);
     if (st != LB_REDIS_OK)
         return st;
     bm->known = 1;
+    bm->saw_canary |= canary;
     bm->upgrade = 0;
     bm->claiming = 0;
     bm->meta_checked = 1;

@@ -90,6 +90,7 @@ struct lb_bitmap {
     int upgrade;             /* the look found a meta without the canary field: the claim adds it */
     int claiming;            /* a claim went out and its answer was not read (a failure midway) */
     int claim_bare;          /* the claim in progress writes the meta key, not the canary */
+    int saw_canary;          /* this client saw (or wrote) the meta key's canary field */
     unsigned long meta_conn; /* lb_redis_connect_count when the meta was checked */
     int adopt;               /* take over a key that exists without a meta key */
     lb_bitmap_mode mode;
