@@ -136,9 +136,14 @@ def test_redis_filter_error_text_belongs_to_its_batch():
             v = meta[-1] if meta else None
             return b"$-1\r\n" if v is None else b"$%d\r\n%s\r\n" % (len(v), v)
 
-        # the ownership check on a new connection: the meta key (GET), the key's type, maxmemory
-        replies = {"GET": get, "SET": set_, "TYPE": b"+none\r\n",
-                   "INFO": b"$8\r\n# Memory\r\n", "BITFIELD": bitfield}
+        def exists(args):
+            return b":1\r\n" if meta else b":0\r\n"
+
+        # the ownership check on a new connection: the meta key (EXISTS, GETRANGE of its
+        # head), the key's type, maxmemory
+        replies = {"GET": get, "GETRANGE": get, "EXISTS": exists, "SET": set_,
+                   "TYPE": b"+none\r\n", "INFO": b"$8\r\n# Memory\r\n", "BITFIELD": bitfield,
+                   "SETBIT": b":0\r\n"}  # the claim sets the canary bit
         with ScriptedServer(replies) as s:
             with lb.RedisFilter("k", m=1024, k=3, url=s.url) as f:
                 t, box = in_thread(lambda: f.add_many(["a", "b"]))
