@@ -232,7 +232,10 @@ def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server)
                     f.test(f"k{i}")
                     most = max(most, open_sockets_to(ports))
                 assert sum(t.connections for t in targets) >= 40  # every target was used
-                assert most <= 3, f"{most} connections open to the redirect targets"
+                # one call may meet several redirects (the first call's meta check and
+                # claim, then its batch, each sent to the next target), so a few are open
+                # at once; what must not happen is their piling up over the 80 calls
+                assert most <= 8, f"{most} connections open to the redirect targets"
         finally:
             for t in targets:
                 t.stop()
