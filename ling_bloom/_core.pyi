@@ -117,6 +117,10 @@ class RedisProtocolError(RedisError):
 
 # ---- functions ------------------------------------------------------------------------------
 
+def _set_hooks(**hooks: Any) -> None:
+    """The package's callables the binding uses (atomic_write, read_file, umask, html,
+    connection_kwargs, bloom_info), handed over once by ling_bloom's __init__."""
+
 def _saved_length(head: bytes, have: Optional[int] = None) -> Tuple[int, bool]:
     """(total, whole): the length of the saved filter that starts with head (its first 48
     bytes), worked out as far as have bytes allow (whole False: total is the least a

@@ -213,6 +213,10 @@ static PyObject *saved_length(PyObject *module, PyObject *args)
 }
 
 PyMethodDef lb_module_functions[] = {
+    {"_set_hooks", (PyCFunction)(void (*)(void))lb_set_hooks, METH_VARARGS | METH_KEYWORDS,
+     "_set_hooks(**hooks) -> None\n\nThe package's callables the binding uses (atomic_write, "
+     "read_file, umask, html, connection_kwargs, bloom_info), handed over once by "
+     "ling_bloom's __init__: the binding never imports the package."},
     {"_saved_length", saved_length, METH_VARARGS,
      "_saved_length(head, have=None) -> (total, whole)\n\nThe length of the saved filter "
      "that starts with head (its first 48 bytes), from the header alone, worked out as far "
