@@ -187,11 +187,8 @@ def __dir__() -> "list[str]":
     return sorted(set(globals()) | set(_LAZY) | {"aio"})
 
 
-_KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
-    1: MemoryFilter,
-    2: CountingFilter,
-    3: ScalableFilter,
-    4: BlockedFilter,
+_KINDS: "dict[str, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
+    cls.__name__: cls for cls in (MemoryFilter, CountingFilter, ScalableFilter, BlockedFilter)
 }
 
 
@@ -200,13 +197,7 @@ def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter | 
 
     CorruptFileError (a BloomError and a ValueError) when data is not a saved filter.
     """
-    view = memoryview(data)
-    if len(view) < 8 or bytes(view[:4]) != b"LBLM":
-        raise CorruptFileError("not a valid saved filter: bad magic")
-    cls = _KINDS.get(view[6])
-    if cls is None:
-        raise CorruptFileError("not a valid saved filter: unknown filter kind")
-    return cls.from_bytes(data)
+    return _KINDS[_core.peek_header(data)["kind"]].from_bytes(data)
 
 
 def load(

@@ -216,3 +216,23 @@ def test_the_cycle_finder_finds_a_cycle_and_the_layer_rule_names_parts():
     assert module_of(CSRC / "redis" / "bitmap_op.h") == "redis/bitmap"
     assert module_of(CSRC / "redis" / "resp_reader.c") == "redis/resp"
     assert module_of(CSRC / "py" / "redis_common.c") == "py/redis_common"
+
+
+# ---- the saved file's header is read in one place ----------------------------------------
+
+HEADER_INDEX = re.compile(r"\b(?:head|base|data|view)\s*\[\s*(?:[4-7]|20)\s*(?::\s*\d+\s*)?\]")
+
+
+def test_only_format_c_reads_the_header_layout():
+    """format.c reads the saved header (lb_format_peek, _core.peek_header for Python); no
+    other file spells its magic or indexes its kind, version or flags bytes."""
+    offenders = []
+    sources = [p for p in c_files().values()  # the Redis client has no saved files
+               if layer_of(p) != "redis" and p.name not in ("format.c", "format.h")]
+    sources += sorted((ROOT / "ling_bloom").rglob("*.py"))
+    for path in sources:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for n, line in enumerate(text.splitlines(), 1):
+            if "LBLM" in line or HEADER_INDEX.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "the header read outside format.c:\n" + "\n".join(offenders)
