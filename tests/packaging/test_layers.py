@@ -236,3 +236,40 @@ def test_only_format_c_reads_the_header_layout():
             if "LBLM" in line or HEADER_INDEX.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not offenders, "the header read outside format.c:\n" + "\n".join(offenders)
+
+
+# ---- comments name what exists ------------------------------------------------------------
+
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+FILE_NAME = re.compile(r"\b([A-Za-z_][\w/]*\.(?:c|h|py|pyi|inc))\b")
+C_NAME = re.compile(r"\b((?:lb|LB)_[A-Za-z0-9_]*[A-Za-z0-9])\b(?!\*)")
+# Files of the libraries csrc/ builds on, named where their code is used or copied.
+ELSEWHERE = {"Python.h", "hiredis.h", "read.c", "net.c", "ssl.h"}
+
+
+def comments() -> List[tuple]:
+    out = []
+    for path in c_files().values():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in COMMENT.finditer(text):
+            out.append((path, text.count("\n", 0, m.start()) + 1, m.group(0)))
+    return out
+
+
+def test_the_files_csrc_comments_name_exist():
+    repo = {p.name for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts}
+    gone = [f"{p.relative_to(ROOT)}:{n}: {name}" for p, n, text in comments()
+            for name in FILE_NAME.findall(text)
+            if Path(name).name not in repo and Path(name).name not in ELSEWHERE]
+    assert not gone, "comments name files that do not exist:\n" + "\n".join(gone)
+
+
+def test_the_c_names_csrc_comments_give_exist():
+    code = set()
+    for path in c_files().values():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        code |= set(re.findall(r"\b\w+\b", STRING.sub(" ", COMMENT.sub(" ", text))))
+    gone = [f"{p.relative_to(ROOT)}:{n}: {name}" for p, n, text in comments()
+            for name in C_NAME.findall(text) if name not in code]
+    assert not gone, "comments name functions or constants that do not exist:\n" + "\n".join(gone)
