@@ -138,8 +138,8 @@ __all__ = [
 
 V = TypeVar("V")
 _R = TypeVar("_R")
-# A lookup's or an add's steps (_GuardBase._check_steps...): each yields the filter call to
-# make, (method, key), is sent its result, and returns the step's answer.
+# An add's steps (_GuardBase._add_steps, _add_found_steps): each yields the filter call to
+# make, (method, key), is sent its result, and returns when done.
 _Steps = Generator[Tuple[Callable[[Any], Any], Any], Any, _R]
 
 log = logging.getLogger("ling_bloom.guard")
@@ -367,13 +367,41 @@ class _GuardBase:
             self.logger.info("ling_bloom guard %r: observed false-positive rate %.4g is back "
                              "within the promise %.4g", self.name, rate, promise)
 
-    # -- the steps of a lookup and of an add, written once for both guards
+    # -- a lookup and an add, decided once for both guards
     #
-    # Each is a generator: it yields the filter call to make, (method, key), and is sent
-    # what it returned or thrown what it raised; what it returns is the step's answer.
-    # Guard._run makes the call in the calling thread, AsyncGuard._arun awaits it (in a
-    # thread for a blocking filter): the decisions (counts, policy, circuit, a lost
-    # filter) are the same code for both.
+    # Guard calls the filter in the calling thread, AsyncGuard awaits it (in a thread for
+    # a blocking filter); everything else (counts, policy, circuit, a lost filter) is the
+    # same code.  A lookup: _before_test, the call, then _answered or _test_failed (the
+    # hot path: plain calls).  An add, whose retry spans two calls: a generator of steps
+    # that yields each call to make, (method, key), and is sent what it returned or
+    # thrown what it raised; Guard._run and AsyncGuard._arun drive it.
+
+    def _before_test(self) -> Optional[bool]:
+        """A lookup's answer before the filter is asked (it is being rebuilt, or the
+        circuit is open), or None: ask it."""
+        _bypassed.set(False)
+        if (_rebuilding or _unfinished) and self._not_to_ask():
+            return self._lost_lookup()
+        if not self._breaker.allow():
+            return self._policy(None)
+        return None
+
+    def _test_failed(self, error: BaseException, epoch: int) -> bool:
+        """The filter's test raised error (epoch: _breaker.comebacks before it was
+        asked): the lookup's answer, or error raised again."""
+        if isinstance(error, UnicodeEncodeError):
+            # a str with a lone surrogate (a hostile URL): no key of it can have been added
+            self._breaker.release()
+            self._count(lookups=1, rejected=1)
+            return False
+        if isinstance(error, FilterLostError):
+            return self._filter_lost(error, epoch)
+        if isinstance(error, GeometryMismatchError):
+            return self._misconfigured(error)
+        if isinstance(error, self.filter_errors):
+            return self._policy(error)
+        self._breaker.release()
+        raise error
 
     def _run(self, steps: "_Steps[_R]") -> "_R":
         """Drive steps, making each filter call here (the blocking guard)."""
@@ -388,33 +416,6 @@ class _GuardBase:
                     call = steps.send(out)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-
-    def _check_steps(self, key: Any) -> "_Steps[bool]":
-        """check(): yields the filter's test of the key; returns the answer."""
-        fk = self.filter_key(key)
-        _bypassed.set(False)
-        if (_rebuilding or _unfinished) and self._not_to_ask():
-            return self._lost_lookup()
-        if not self._breaker.allow():
-            return self._policy(None)
-        epoch = _breaker.comebacks
-        try:
-            hit = yield self.filter.test, fk
-        except UnicodeEncodeError:
-            # a str with a lone surrogate (a hostile URL): no key of it can have been added
-            self._breaker.release()
-            self._count(lookups=1, rejected=1)
-            return False
-        except FilterLostError as e:
-            return self._filter_lost(e, epoch)
-        except GeometryMismatchError as e:
-            return self._misconfigured(e)
-        except self.filter_errors as e:
-            return self._policy(e)
-        except BaseException:
-            self._breaker.release()
-            raise
-        return self._answered(hit)
 
     def _retried_add(self, method: Callable[[Any], Any], fk: Any) -> "_Steps[None]":
         """One add (method: the filter's add or ensure), made again once when the filter
@@ -463,7 +464,16 @@ class _GuardBase:
         the key.  Frameworks call it, then report the outcome with ``record()``.  When the
         filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
         answers: True for "open", False for "closed", the error for "raise"."""
-        return self._run(self._check_steps(key))
+        fk = self.filter_key(key)
+        early = self._before_test()
+        if early is not None:
+            return early
+        epoch = _breaker.comebacks
+        try:
+            hit = self.filter.test(fk)
+        except BaseException as e:
+            return self._test_failed(e, epoch)
+        return self._answered(hit)
 
     def _answered(self, hit: bool) -> bool:
         """The filter answered a lookup: close the circuit, count, pass or reject."""
@@ -997,15 +1007,14 @@ class AsyncGuard(_GuardBase):
             out = await out
         return out
 
-    async def _arun(self, steps: "_Steps[_R]", timed: bool = False) -> "_R":
-        """Drive steps, awaiting each filter call (``_ask``; timed: within the filter's
-        timeout, ``_within_timeout``): the asyncio twin of ``_run``."""
+    async def _arun(self, steps: "_Steps[_R]") -> "_R":
+        """Drive steps, awaiting each filter call (``_ask``): the asyncio twin of
+        ``_run``."""
         try:
             call = next(steps)
             while True:
                 try:
-                    asked = self._ask(call[0], call[1])
-                    out = await (self._within_timeout(asked) if timed else asked)
+                    out = await self._ask(call[0], call[1])
                 except BaseException as e:  # handed to the steps, which decide
                     call = steps.throw(e)
                 else:
@@ -1016,7 +1025,16 @@ class AsyncGuard(_GuardBase):
     async def acheck(self, key: Any) -> bool:
         """``check()`` for the event loop (the ASGI middleware calls it): the same
         counting and failure policy, without blocking the loop."""
-        return await self._arun(self._check_steps(key), timed=True)
+        fk = self.filter_key(key)
+        early = self._before_test()
+        if early is not None:
+            return early
+        epoch = _breaker.comebacks
+        try:
+            hit = await self._within_timeout(self._ask(self.filter.test, fk))
+        except BaseException as e:
+            return self._test_failed(e, epoch)
+        return self._answered(hit)
 
     def _start_rebuild(self, flt: Any) -> None:
         """A coroutine function's rebuild runs as a task of the running event loop (it
