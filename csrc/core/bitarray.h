@@ -32,7 +32,9 @@ int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 
 /* Batches: hash every key, prefetch the cache lines of keys a few places
- * ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
+ * ahead, then probe.  out (may be NULL for add) gets 1/0 per key.  The
+ * binding hashes as it reads its keys (the _hashed pair below); these two are
+ * the floor benchmarks/floor.c measures (bench_index_walk.py --floor). */
 void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                        uint8_t *out);
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
