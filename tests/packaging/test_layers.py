@@ -15,10 +15,10 @@ Read from the source tree (skipped where it is absent, as against an installed w
 """
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Set
 
@@ -147,23 +147,34 @@ def test_the_import_check_sees_an_import():
 
 
 def test_the_core_module_without_its_package_says_so():
-    """_core loaded on its own (not through ling_bloom, which hands the hooks over):
-    what needs a hook raises RuntimeError naming it, never a crash."""
-    path = ling_bloom._core.__file__
-    loader = importlib.machinery.ExtensionFileLoader("_core", path)
-    spec = importlib.util.spec_from_file_location("_core", path, loader=loader)
-    assert spec is not None
-    bare = importlib.util.module_from_spec(spec)
-    loader.exec_module(bare)
-    f = bare.MemoryFilter(100, 0.01)
-    with pytest.raises(RuntimeError, match="html hook"):
-        f._repr_html_()
-    with pytest.raises(RuntimeError, match="atomic_write hook"):
-        f.save(os.devnull)
-    with pytest.raises(TypeError, match="unknown hook"):
-        bare._set_hooks(nonsense=print)
-    with pytest.raises(TypeError, match="callable"):
-        bare._set_hooks(html=1)
+    """_core loaded on its own (not through ling_bloom, which hands the hooks over), in a
+    process of its own: what needs a hook raises RuntimeError naming it, never a crash."""
+    script = textwrap.dedent("""
+        import importlib.machinery, importlib.util, os, sys
+        import pytest
+        loader = importlib.machinery.ExtensionFileLoader("_core", sys.argv[1])
+        spec = importlib.util.spec_from_file_location("_core", sys.argv[1], loader=loader)
+        bare = importlib.util.module_from_spec(spec)
+        loader.exec_module(bare)
+        assert "ling_bloom" not in sys.modules
+        f = bare.MemoryFilter(100, 0.01)
+        with pytest.raises(RuntimeError, match="html hook"):
+            f._repr_html_()
+        with pytest.raises(RuntimeError, match="atomic_write hook"):
+            f.save(os.devnull)
+        with pytest.raises(RuntimeError, match="read_file hook"):
+            bare.MemoryFilter.load(os.devnull)
+        with pytest.raises(TypeError, match="unknown hook"):
+            bare._set_hooks(nonsense=print)
+        with pytest.raises(TypeError, match="callable"):
+            bare._set_hooks(html=1)
+        bare._set_hooks(html=lambda f: "shown")
+        assert f._repr_html_() == "shown"
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script, ling_bloom._core.__file__],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 # ---- includes ----------------------------------------------------------------------------
