@@ -117,6 +117,19 @@ class RedisProtocolError(RedisError):
 
 # ---- functions ------------------------------------------------------------------------------
 
+def _set_hooks(**hooks: Any) -> None:
+    """The package's callables the binding uses (atomic_write, read_file, umask, html,
+    connection_kwargs, bloom_info), handed over once by ling_bloom's __init__."""
+
+def peek_header(data: Buffer) -> Dict[str, Any]:
+    """The header of the saved filter that starts with data (its first 48 bytes are enough),
+    read as it is: version, kind (the type's name: "MemoryFilter", "CountingFilter",
+    "ScalableFilter", "BlockedFilter"), kind_code, hash, header_bytes; m, k, capacity,
+    error_rate (None when not set) and live for the fixed types; initial_capacity,
+    error_rate, growth_ratio, fpr_ratio and stages for ScalableFilter.  Only the prefix
+    (magic, version, kind, hash) is checked; CorruptFileError when data is not a saved
+    filter."""
+
 def _saved_length(head: bytes, have: Optional[int] = None) -> Tuple[int, bool]:
     """(total, whole): the length of the saved filter that starts with head (its first 48
     bytes), worked out as far as have bytes allow (whole False: total is the least a

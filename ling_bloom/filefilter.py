@@ -279,17 +279,17 @@ class FileFilter:
         # A regular file only, opened without blocking: a FIFO or a device at the path is
         # refused at once (logged, the current filter kept), never waited on.
         from . import from_bytes
-        from ._io import open_regular, read_regular_file
+        from ._io import HEADER_BYTES, open_regular, read_regular_file, saved_kind
 
         if self.mapped:
             from ._core import MemoryFilter
 
             fd = open_regular(self.path, os.O_RDONLY, follow=True)
             try:
-                head = os.pread(fd, 8, 0)
+                head = os.pread(fd, HEADER_BYTES, 0)
             finally:
                 os.close(fd)
-            if head[:4] == b"LBLM" and head[6:7] == b"\x01":
+            if saved_kind(head) == "MemoryFilter":
                 try:
                     return MemoryFilter.open(self.path, "r+")
                 except PermissionError:

@@ -83,6 +83,7 @@ from typing import (
     Awaitable,
     Callable,
     Dict,
+    Generator,
     Iterator,
     Optional,
     Tuple,
@@ -136,6 +137,10 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+_R = TypeVar("_R")
+# An add's steps (_GuardBase._add_steps, _add_found_steps): each yields the filter call to
+# make, (method, key), is sent its result, and returns when done.
+_Steps = Generator[Tuple[Callable[[Any], Any], Any], Any, _R]
 
 log = logging.getLogger("ling_bloom.guard")
 
@@ -362,6 +367,97 @@ class _GuardBase:
             self.logger.info("ling_bloom guard %r: observed false-positive rate %.4g is back "
                              "within the promise %.4g", self.name, rate, promise)
 
+    # -- a lookup and an add, decided once for both guards
+    #
+    # Guard calls the filter in the calling thread, AsyncGuard awaits it (in a thread for
+    # a blocking filter); everything else (counts, policy, circuit, a lost filter) is the
+    # same code.  A lookup: _before_test, the call, then _answered or _test_failed (the
+    # hot path: plain calls).  An add, whose retry spans two calls: a generator of steps
+    # that yields each call to make, (method, key), and is sent what it returned or
+    # thrown what it raised; Guard._run and AsyncGuard._arun drive it.
+
+    def _before_test(self) -> Optional[bool]:
+        """A lookup's answer before the filter is asked (it is being rebuilt, or the
+        circuit is open), or None: ask it."""
+        _bypassed.set(False)
+        if (_rebuilding or _unfinished) and self._not_to_ask():
+            return self._lost_lookup()
+        if not self._breaker.allow():
+            return self._policy(None)
+        return None
+
+    def _test_failed(self, error: BaseException, epoch: int) -> bool:
+        """The filter's test raised error (epoch: _breaker.comebacks before it was
+        asked): the lookup's answer, or error raised again."""
+        if isinstance(error, UnicodeEncodeError):
+            # a str with a lone surrogate (a hostile URL): no key of it can have been added
+            self._breaker.release()
+            self._count(lookups=1, rejected=1)
+            return False
+        if isinstance(error, FilterLostError):
+            return self._filter_lost(error, epoch)
+        if isinstance(error, GeometryMismatchError):
+            return self._misconfigured(error)
+        if isinstance(error, self.filter_errors):
+            return self._policy(error)
+        self._breaker.release()
+        raise error
+
+    def _run(self, steps: "_Steps[_R]") -> "_R":
+        """Drive steps, making each filter call here (the blocking guard)."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    out = call[0](call[1])
+                except BaseException as e:  # handed to the steps, which decide
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(out)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _retried_add(self, method: Callable[[Any], Any], fk: Any) -> "_Steps[None]":
+        """One add (method: the filter's add or ensure), made again once when the filter
+        came back (was rebuilt) while it ran: the row saved meanwhile may be missing from
+        what the rebuild read.  A FilterLostError of the loss still on is raised."""
+        epoch = _breaker.comebacks
+        try:
+            yield method, fk
+        except FilterLostError:
+            if epoch == _breaker.comebacks:
+                raise
+            yield method, fk
+
+    def _add_steps(self, fk: Any) -> "_Steps[None]":
+        """add(key)'s filter part: a lost filter or another geometry does not fail it."""
+        try:
+            yield from self._retried_add(self.filter.add, fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
+
+    def _add_found_steps(self, key: Any) -> "_Steps[None]":
+        """After a load found a value: add its key to the filter.  A failing backend does
+        not fail the lookup (the value is served; the key is missing from the filter until
+        a warm-up or the next lookup that finds it), unless the policy is "raise"."""
+        if _bypassed.get() or self._breaker.is_open():
+            return  # the backend is failing: do not wait on it again for this lookup
+        fk = self.filter_key(key)
+        if _queue_add(self.filter, fk):
+            return
+        # a FileFilter's ensure(): no add-log record for a key it already answers
+        add = getattr(self.filter, "ensure", self.filter.add)
+        try:
+            yield from self._retried_add(add, fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
+        except self.filter_errors as e:
+            self._add_failed(e)
+
     # -- the filter step, shared with the framework middleware
     def check(self, key: Any) -> bool:
         """The filter step alone, counted: False (rejected) when the filter has never seen
@@ -369,28 +465,14 @@ class _GuardBase:
         filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
         answers: True for "open", False for "closed", the error for "raise"."""
         fk = self.filter_key(key)
-        _bypassed.set(False)
-        if (_rebuilding or _unfinished) and self._not_to_ask():
-            return self._lost_lookup()
-        if not self._breaker.allow():
-            return self._policy(None)
+        early = self._before_test()
+        if early is not None:
+            return early
         epoch = _breaker.comebacks
         try:
             hit = self.filter.test(fk)
-        except UnicodeEncodeError:
-            # a str with a lone surrogate (a hostile URL): no key of it can have been added
-            self._breaker.release()
-            self._count(lookups=1, rejected=1)
-            return False
-        except FilterLostError as e:
-            return self._filter_lost(e, epoch)
-        except GeometryMismatchError as e:
-            return self._misconfigured(e)
-        except self.filter_errors as e:
-            return self._policy(e)
-        except BaseException:
-            self._breaker.release()
-            raise
+        except BaseException as e:
+            return self._test_failed(e, epoch)
         return self._answered(hit)
 
     def _answered(self, hit: bool) -> bool:
@@ -594,29 +676,7 @@ class _GuardBase:
                                "raise": "raise it"}[self.on_filter_error])
 
     def _add_found(self, key: Any) -> None:
-        """After a load found a value: add its key to the filter.  A failing backend does
-        not fail the lookup (the value is served; the key is missing from the filter until
-        a warm-up or the next lookup that finds it), unless the policy is "raise"."""
-        if _bypassed.get() or self._breaker.is_open():
-            return  # the backend is failing: do not wait on it again for this lookup
-        fk = self.filter_key(key)
-        if _queue_add(self.filter, fk):
-            return
-        epoch = _breaker.comebacks
-        try:
-            # a FileFilter's ensure(): no add-log record for a key it already answers
-            try:
-                getattr(self.filter, "ensure", self.filter.add)(fk)
-            except FilterLostError:
-                if epoch == _breaker.comebacks:
-                    raise
-                getattr(self.filter, "ensure", self.filter.add)(fk)  # it came back: again
-        except FilterLostError as e:
-            self._add_lost(e, fk)
-        except GeometryMismatchError as e:
-            self._add_misconfigured(e)
-        except self.filter_errors as e:
-            self._add_failed(e)
+        self._run(self._add_found_steps(key))
 
     def _add_misconfigured(self, e: BaseException) -> None:
         self._count(filter_errors=1)
@@ -815,20 +875,7 @@ class Guard(_GuardBase):
         "open" and "closed", a stored geometry that is not the code's (logged once)."""
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
-            epoch = _breaker.comebacks
-            try:
-                try:
-                    self.filter.add(fk)
-                except FilterLostError:
-                    if epoch == _breaker.comebacks:
-                        raise
-                    # the filter came back (rebuilt) while the add ran: add it again, or
-                    # the row saved meanwhile may be missing from what the rebuild read
-                    self.filter.add(fk)
-            except FilterLostError as e:
-                self._add_lost(e, fk)
-            except GeometryMismatchError as e:
-                self._add_misconfigured(e)
+            self._run(self._add_steps(fk))
         ck = self.cache_key(key)
         if value is None:
             self.cache.delete(ck)
@@ -960,32 +1007,33 @@ class AsyncGuard(_GuardBase):
             out = await out
         return out
 
+    async def _arun(self, steps: "_Steps[_R]") -> "_R":
+        """Drive steps, awaiting each filter call (``_ask``): the asyncio twin of
+        ``_run``."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    out = await self._ask(call[0], call[1])
+                except BaseException as e:  # handed to the steps, which decide
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(out)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
     async def acheck(self, key: Any) -> bool:
         """``check()`` for the event loop (the ASGI middleware calls it): the same
         counting and failure policy, without blocking the loop."""
         fk = self.filter_key(key)
-        _bypassed.set(False)
-        if (_rebuilding or _unfinished) and self._not_to_ask():
-            return self._lost_lookup()
-        if not self._breaker.allow():
-            return self._policy(None)
+        early = self._before_test()
+        if early is not None:
+            return early
         epoch = _breaker.comebacks
         try:
             hit = await self._within_timeout(self._ask(self.filter.test, fk))
-        except UnicodeEncodeError:
-            # a str with a lone surrogate (a hostile URL): no key of it can have been added
-            self._breaker.release()
-            self._count(lookups=1, rejected=1)
-            return False
-        except FilterLostError as e:
-            return self._filter_lost(e, epoch)
-        except GeometryMismatchError as e:
-            return self._misconfigured(e)
-        except self.filter_errors as e:
-            return self._policy(e)
-        except BaseException:
-            self._breaker.release()
-            raise
+        except BaseException as e:
+            return self._test_failed(e, epoch)
         return self._answered(hit)
 
     def _start_rebuild(self, flt: Any) -> None:
@@ -1034,26 +1082,7 @@ class AsyncGuard(_GuardBase):
         return super().check(key)
 
     async def _aadd_found(self, key: Any) -> None:
-        if _bypassed.get() or self._breaker.is_open():
-            return
-        fk = self.filter_key(key)
-        if _queue_add(self.filter, fk):
-            return
-        epoch = _breaker.comebacks
-        try:
-            try:
-                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
-            except FilterLostError:
-                if epoch == _breaker.comebacks:
-                    raise
-                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
-        except FilterLostError as e:
-            self._add_lost(e, fk)
-        except GeometryMismatchError as e:
-            self._add_misconfigured(e)
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), self.filter_key(key))
-        except self.filter_errors as e:
-            self._add_failed(e)
+        await self._arun(self._add_found_steps(key))
 
     async def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
         if not await self.acheck(key):
@@ -1121,18 +1150,7 @@ class AsyncGuard(_GuardBase):
     async def add(self, key: Any, value: Any = None) -> None:
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
-            epoch = _breaker.comebacks
-            try:
-                try:
-                    await self._ask(self.filter.add, fk)
-                except FilterLostError:
-                    if epoch == _breaker.comebacks:
-                        raise
-                    await self._ask(self.filter.add, fk)  # it came back meanwhile: again
-            except FilterLostError as e:
-                self._add_lost(e, fk)
-            except GeometryMismatchError as e:
-                self._add_misconfigured(e)
+            await self._arun(self._add_steps(fk))
         ck = self.cache_key(key)
         if value is None:
             await _maybe_await(self.cache.delete(ck))

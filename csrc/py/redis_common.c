@@ -633,12 +633,12 @@ PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
 {
     if (check_nargs(args, max_args, usage) < 0)
         return NULL;
-    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
-    if (!mod)
-        return NULL;
-    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
-                                             PyTuple_GET_ITEM(args, 0));
-    Py_DECREF(mod);
+    if (!PyType_Check(cls))
+        return PyErr_Format(PyExc_TypeError, "from_redis() is called on a type");
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    PyObject *hook = st ? lb_hook(st, LB_HOOK_CONNECTION_KWARGS) : NULL;
+    PyObject *settings =
+        hook ? PyObject_CallOneArg(hook, PyTuple_GET_ITEM(args, 0)) : NULL;
     if (!settings)
         return NULL;
     if (kwargs && PyDict_Update(settings, kwargs) < 0) {

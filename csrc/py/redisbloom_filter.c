@@ -429,11 +429,7 @@ static PyObject *rbf_info(PyObject *self, PyObject *unused)
     if (rbf_refuse_sharded(f, "info()") < 0)
         return NULL;
     RB_CALL(f, lb_bf_info_get(f->bf, &info));
-    PyObject *mod = PyImport_ImportModule("ling_bloom.redisbloom");
-    if (!mod)
-        return NULL;
-    PyObject *cls = PyObject_GetAttrString(mod, "RedisBloomInfo");
-    Py_DECREF(mod);
+    PyObject *cls = lb_hook(f->r.base.st, LB_HOOK_BLOOM_INFO);
     if (!cls)
         return NULL;
     PyObject *vals[5] = {opt_int(info.capacity), opt_int(info.size), opt_int(info.filters),
@@ -443,7 +439,6 @@ static PyObject *rbf_info(PyObject *self, PyObject *unused)
         r = PyObject_CallFunctionObjArgs(cls, vals[0], vals[1], vals[2], vals[3], vals[4], NULL);
     for (int i = 0; i < 5; i++)
         Py_XDECREF(vals[i]);
-    Py_DECREF(cls);
     return r;
 }
 

@@ -853,3 +853,47 @@ def test_a_chain_header_is_refused_on_its_length_before_any_stage_is_sized():
         for read in (ScalableFilter.from_bytes, lb.from_bytes):
             with pytest.raises(lb.CorruptFileError, match="shorter than its header says"):
                 read(data)
+
+
+# ---- the header, read by the one reader of its layout ------------------------------------
+
+@pytest.mark.parametrize("flt", [
+    MemoryFilter(1000, 0.01), MemoryFilter(m=1000, k=3, hash="ling-base"),
+    lb.BlockedFilter(1000, 0.01), CountingFilter(500, 0.02, hash="xxh3"),
+], ids=["memory", "memory-m-k", "blocked", "counting"])
+def test_peek_header_gives_a_fixed_filters_geometry(flt):
+    h = lb._core.peek_header(flt.to_bytes())
+    assert (h["kind"], h["version"], h["m"], h["k"], h["hash"], h["live"]) == (
+        type(flt).__name__, lb.FORMAT_VERSION, flt.m, flt.k, flt.hash, False)
+    assert (h["capacity"], h["error_rate"]) == (flt.capacity, flt.error_rate)
+    assert h["header_bytes"] == 40
+
+
+def test_peek_header_gives_a_chains_parameters_from_its_first_48_bytes():
+    f = ScalableFilter(100, 0.01, growth_ratio=4)
+    f.update(keys(1000))
+    h = lb._core.peek_header(f.to_bytes()[:48])
+    assert (h["kind"], h["initial_capacity"], h["error_rate"], h["growth_ratio"],
+            h["stages"], h["hash"]) == ("ScalableFilter", 100, 0.01, 4.0, f.num_sub_filters, f.hash)
+
+
+def test_peek_header_of_a_live_mapped_file(tmp_path):
+    path = str(tmp_path / "live.lbf")
+    with MemoryFilter.open(path, "w", capacity=100, error_rate=0.01):
+        pass
+    assert lb._core.peek_header(Path(path).read_bytes())["live"] is True
+
+
+@pytest.mark.parametrize("data,why", [
+    (b"", "too short"), (b"LBLM", "too short"), (b"garbage!" * 10, "bad magic"),
+    (b"LBLM\x02\x00\x01\x02" + bytes(40), "version"), (b"LBLM\x01\x00\x09\x02" + bytes(40), "kind"),
+    (b"LBLM\x01\x00\x01\x09" + bytes(40), "hash scheme"), (MemoryFilter(10).to_bytes()[:39], "truncated"),
+])
+def test_peek_header_refuses_what_is_not_a_saved_filter(data, why):
+    with pytest.raises(lb.CorruptFileError, match=why):
+        lb._core.peek_header(data)
+
+
+def test_peek_header_takes_bytes_not_str():
+    with pytest.raises(TypeError):
+        lb._core.peek_header("LBLM")  # type: ignore[arg-type]

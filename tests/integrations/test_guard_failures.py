@@ -919,6 +919,38 @@ def test_a_geometry_mismatch_follows_the_policy_and_is_logged_once(caplog, polic
     assert st.geometry_mismatch and st.filter_errors == 6
 
 
+class AddMismatchedFilter:
+    """Answers every test "present"; its adds meet a stored filter of another geometry."""
+
+    def __init__(self):
+        self.adds = 0
+
+    def test(self, key):
+        return True
+
+    def add(self, key):
+        self.adds += 1
+        raise lb.GeometryMismatchError("stored m=9585 k=7, this filter m=19170 k=7 (scripted)")
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_a_found_keys_add_refused_for_its_geometry_serves_the_value_in_both_guards(policy):
+    from ling_bloom.guard import AsyncGuard
+
+    blocking = AddMismatchedFilter()
+    g = Guard(blocking, MemoryCache(), ROWS.get, on_filter_error=policy, metrics=False)
+    assert g.get("1") == "one" and blocking.adds == 1
+
+    async def main():
+        f = AddMismatchedFilter()
+        ag = AsyncGuard(f, MemoryCache(), ROWS.get, on_filter_error=policy, metrics=False)
+        assert await ag.get("1") == "one"    # the value is served, not a GeometryMismatchError
+        assert f.adds == 1                   # asked once, as the blocking guard asks
+        assert ag.stats().geometry_mismatch and ag.stats().filter_errors == 1
+
+    asyncio.run(main())
+
+
 def test_a_geometry_mismatch_under_raise_raises():
     g = Guard(MismatchedFilter(), None, ROWS.get, on_filter_error="raise", metrics=False)
     with pytest.raises(lb.GeometryMismatchError):
