@@ -8,6 +8,7 @@
 #include "keys.h"
 #include "module.h"
 #include "client.h"
+#include "factory.h"
 #include "op.h"
 #include "sharded.h"
 
