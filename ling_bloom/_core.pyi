@@ -156,7 +156,7 @@ def _key(key: Key) -> Union[str, bytes]:
     text (a str), a buffer as bytes; bad keys raise as in key_bytes."""
 
 class BoolArray:
-    """The answers of a batch on a column (add_many, test_many) when numpy is not loaded:
+    """The answers of a batch on a column (add_many, test_many) where numpy is not installed:
     one byte per key, exported by the buffer protocol as format '?', so
     ``numpy.asarray(answers)`` is a boolean array over the same memory (no copy)."""
     def __len__(self) -> int: ...
@@ -190,7 +190,7 @@ class _Filter:
                  skip_nulls: bool = ...) -> List[bool]:
         """add() for each key; a bad key raises before anything changes.  A list of answers
         (True: the key was new); for a column (see Column) a boolean array: numpy's array
-        over a BoolArray (no copy) when numpy is loaded, else the BoolArray.  A column's
+        over a BoolArray (no copy) where numpy is installed, else the BoolArray.  A column's
         null raises ValueError naming its position; skip_nulls=True skips nulls (answer
         False)."""
     @overload
@@ -205,7 +205,7 @@ class _Filter:
     def test_many(self, keys: Union[List[Key], Tuple[Key, ...]], /, *,
                   skip_nulls: bool = ...) -> List[bool]:
         """test() for each key: a list of answers; for a column (see Column) a boolean array,
-        numpy's array over a BoolArray (no copy) when numpy is loaded, else the BoolArray,
+        numpy's array over a BoolArray (no copy) where numpy is installed, else the BoolArray,
         usable as a mask: ``df[~f.test_many(df["id"])]``.  A column's null raises
         ValueError naming its position; skip_nulls=True skips nulls (answer False)."""
     @overload

@@ -147,7 +147,7 @@ static void scatter(uint8_t *dest, const uint8_t *out, const size_t *idx, size_t
  * no Python object is made per key, and a chunk's keys are read, hashed and
  * probed with the GIL released (for LB_GIL_FREE_MIN keys or more, or always
  * with LB_GIL_ALWAYS).  Returns None, or a BoolArray of answers (nulls False),
- * as numpy's array when numpy is loaded. */
+ * as numpy's array where numpy is installed. */
 static PyObject *column_batch(lb_base *self, lb_column *c, int hashed, int add,
                               lb_chunk_fn run, lb_result_kind kind, lb_gil_mode gil,
                               size_t chunk)

@@ -83,7 +83,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
  * EmptyKeyError naming it), then chunks of keys read, hashed and probed with
  * the GIL released, no Python object per key, work space of one chunk.
  * add_many and test_many of a column return a BoolArray (numpy's array over
- * it when numpy is loaded), a null's answer False; update returns None. */
+ * it where numpy is installed), a null's answer False; update returns None. */
 
 /* The arguments of a batch method: (keys, *, skip_nulls=False).  0, or -1
  * with TypeError. */
@@ -109,7 +109,7 @@ PyObject *lb_test_many_method(PyObject *self, PyObject *const *args, Py_ssize_t 
 #define LB_ADD_MANY_DOC                                                                        \
     "add_many(keys, *, skip_nulls=False) -> list[bool] | BoolArray\n\nadd() for each key; a "   \
     "bad key raises before anything changes.  A list of answers for an iterable; for a "       \
-    "column a BoolArray (numpy's bool array over it when numpy is loaded).\n\n"               \
+    "column a BoolArray (numpy's bool array over it where numpy is installed).\n\n"               \
     LB_BATCH_COLUMN_DOC
 #define LB_UPDATE_DOC                                                                          \
     "update(keys, *, skip_nulls=False) -> None\n\nAdd every key; a bad key raises before "     \
@@ -117,7 +117,7 @@ PyObject *lb_test_many_method(PyObject *self, PyObject *const *args, Py_ssize_t 
 #define LB_TEST_MANY_DOC                                                                       \
     "test_many(keys, *, skip_nulls=False) -> list[bool] | BoolArray\n\ntest() for each key.  " \
     "A list of answers for an iterable; for a column a BoolArray (numpy's bool array over "    \
-    "it when numpy is loaded, usable as a mask: df[~f.test_many(df[\"id\"])]).\n\n"          \
+    "it where numpy is installed, usable as a mask: df[~f.test_many(df[\"id\"])]).\n\n"          \
     LB_BATCH_COLUMN_DOC
 
 #define LB_BATCH_METHOD_DEFS                                                                   \

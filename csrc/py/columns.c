@@ -840,22 +840,23 @@ PyTypeObject *lb_bool_array_type(PyObject *module)
     return (PyTypeObject *)PyType_FromModuleAndSpec(module, &bool_array_spec, NULL);
 }
 
+/* numpy, imported the first time a column's answers are made; 1 once it
+ * could not be (then every answer is a BoolArray, and no import is tried
+ * again). */
+static int numpy_missing;
+
 PyObject *lb_bool_array_result(PyObject *arr)
 {
-    if (!arr)
-        return NULL;
-    PyObject *name = PyUnicode_FromString("numpy");
-    if (!name) {
-        Py_DECREF(arr);
-        return NULL;
-    }
-    PyObject *np = PyImport_GetModule(name); /* only if imported: no import here */
-    Py_DECREF(name);
+    if (!arr || numpy_missing)
+        return arr;
+    PyObject *np = PyImport_ImportModule("numpy");
     if (!np) {
-        if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_ImportError)) {
             Py_DECREF(arr);
             return NULL;
         }
+        PyErr_Clear();
+        numpy_missing = 1;
         return arr;
     }
     PyObject *r = PyObject_CallMethod(np, "frombuffer", "Os", arr, "?");

@@ -92,8 +92,8 @@ PyTypeObject *lb_bool_array_type(PyObject *module);
  * the GIL while the caller holds the object). */
 PyObject *lb_bool_array_new(lb_state *st, size_t n, uint8_t **data);
 /* What a batch on a column returns for arr (stolen): a numpy array over
- * arr's bytes (no copy) when numpy is already imported, arr itself
- * otherwise. */
+ * arr's bytes (no copy) where numpy is installed (imported on first use: an
+ * optional dependency), arr itself otherwise. */
 PyObject *lb_bool_array_result(PyObject *arr);
 
 #endif

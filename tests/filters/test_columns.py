@@ -300,6 +300,19 @@ def test_a_column_dropped_by_its_owner_during_a_batch_is_still_read():
 
 # ---- the answers ---------------------------------------------------------------------------
 
+def test_answers_are_a_numpy_array_even_where_numpy_was_not_imported_yet():
+    code = """
+import sys, pyarrow as pa
+sys.modules.pop("numpy", None)
+import ling_bloom as lb
+f = lb.MemoryFilter(100, 0.01)
+r = f.test_many(pa.array(["a"]))
+print(type(r).__module__, type(r).__name__)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["numpy", "ndarray"], r.stderr
+
+
 def test_answers_are_a_numpy_mask_over_the_filters_memory():
     f = lb.MemoryFilter(1000, 0.01)
     f.update(["b", "d"])
@@ -317,12 +330,12 @@ def test_lists_still_answer_lists():
 
 
 def test_boolarray_without_numpy():
-    """Where numpy is not loaded, the answers are a BoolArray: a '?' buffer, a sequence of
-    bools, negated by ~."""
+    """Where numpy cannot be imported, the answers are a BoolArray: a '?' buffer, a sequence
+    of bools, negated by ~."""
     code = """
 import array, sys
+sys.modules["numpy"] = None  # import numpy: ImportError
 import ling_bloom as lb
-assert "numpy" not in sys.modules
 f = lb.MemoryFilter(1000, 0.01)
 f.update(array.array("q", [2, 4]))
 a = f.test_many(array.array("i", [1, 2, 3, 4]))
@@ -332,7 +345,7 @@ assert a.tolist() == [False, True, False, True] and a.count() == 2
 assert list(~a) == [True, False, True, False]
 m = memoryview(a)
 assert m.format == "?" and m.shape == (4,) and m.tolist() == [False, True, False, True]
-assert "numpy" not in sys.modules
+assert type(f.add_many(array.array("b", [9]))) is lb.BoolArray
 try:
     a[4]
 except IndexError:
