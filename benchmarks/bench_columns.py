@@ -19,6 +19,7 @@ The table goes to the terminal and to benchmarks/results/columns.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from pathlib import Path
@@ -144,8 +145,9 @@ def main() -> None:
         return
     md = ["# Batches from columns against abloom", "",
           f"ns per key, best of {rounds} interleaved rounds; {platform.machine()}, "
-          f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pa.__version__}.",
-          ""]
+          f"Python {platform.python_version()}, numpy {np.__version__}, pyarrow {pa.__version__}, "
+          f"{os.cpu_count()} CPUs, load average at start "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}.", ""]
     for n in sizes:
         rows = run(n, 0.01, rounds)
         md += table(n, 0.01, rows)

@@ -565,11 +565,26 @@ static int take_schema(lb_column *c, struct ArrowSchema *s)
     return check_schema(&c->schema);
 }
 
+/* The exporter's call failed: -2 (the iterable path decides) when it could
+ * not make Arrow of the object (a library missing, as pandas without
+ * pyarrow; values Arrow has no type for, as a pandas column of mixed
+ * objects), else -1. */
+static int export_failed(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_ImportError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+        PyErr_ExceptionMatches(PyExc_ValueError) ||
+        PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+        PyErr_Clear();
+        return -2;
+    }
+    return -1;
+}
+
 static int open_arrow_array(lb_column *c, PyObject *obj)
 {
     PyObject *pair = PyObject_CallMethod(obj, "__arrow_c_array__", NULL);
     if (!pair)
-        return -1;
+        return export_failed();
     int r = -1;
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
         PyErr_SetString(PyExc_TypeError, "__arrow_c_array__ must return a tuple of 2 capsules");
@@ -605,7 +620,7 @@ static int open_arrow_stream(lb_column *c, PyObject *obj)
 {
     PyObject *cap = PyObject_CallMethod(obj, "__arrow_c_stream__", NULL);
     if (!cap)
-        return -1;
+        return export_failed();
     struct ArrowArrayStream *in = PyCapsule_GetPointer(cap, "arrow_array_stream");
     if (!in) {
         Py_DECREF(cap);
@@ -663,10 +678,8 @@ int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c)
     int has_array = type_has(obj, "__arrow_c_array__");
     if (has_array || type_has(obj, "__arrow_c_stream__")) {
         r = has_array ? open_arrow_array(c, obj) : open_arrow_stream(c, obj);
-        if (r < 0 && PyErr_ExceptionMatches(PyExc_ImportError)) {
-            /* The exporter needs a library that is missing (pandas without
-             * pyarrow): the object is read as an iterable, as before. */
-            PyErr_Clear();
+        if (r == -2) {
+            /* No Arrow of it: the object is read as an iterable, as before. */
             lb_column_close(c);
             return 0;
         }

@@ -377,6 +377,15 @@ def test_pandas_series_and_the_mask_idiom():
         g.update(nullable)
 
 
+def test_a_series_arrow_cannot_hold_is_iterated_as_before():
+    pd = pytest.importorskip("pandas")
+    f, g = lb.MemoryFilter(1000, 0.01), lb.MemoryFilter(1000, 0.01)
+    mixed = pd.Series(["a", 1, b"c"], dtype=object)  # no Arrow type holds these
+    assert f.add_many(mixed) == [True, True, True]
+    g.update(["a", 1, b"c"])
+    assert state(f) == state(g)
+
+
 def test_polars_series():
     pl = pytest.importorskip("polars")
     s = pl.Series("id", [f"user:{i}" for i in range(1000)])
