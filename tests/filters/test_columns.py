@@ -398,3 +398,35 @@ def test_polars_series():
     assert f.test_many([5, 6, "5"]) == [True, True, True]
     df = pl.DataFrame({"id": s})
     assert df.filter(~f.test_many(df["id"])).height == 0
+
+
+# ---- Arrow arrays that do not hold together --------------------------------------------------
+
+def test_arrow_offsets_that_go_down_are_refused():
+    f = lb.MemoryFilter(1000, 0.01)
+    data = pa.py_buffer(b"abcdef")
+    for offsets in ([0, 3, 1], [2, 1, 5]):  # pyarrow's own check refuses a negative one
+        bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(
+            np.array(offsets, dtype=np.int32).tobytes()), data])
+        with pytest.raises(ValueError, match="malformed Arrow array"):
+            f.update(bad)
+    assert f.bits_set == 0
+
+
+def test_arrow_views_that_point_outside_their_buffers_are_refused():
+    f = lb.MemoryFilter(1000, 0.01)
+    data = pa.py_buffer(b"x" * 40)
+
+    def view(length, buf, offset):
+        return np.array([length, 0, buf, offset], dtype=np.int32).tobytes()
+
+    for v in (view(20, 1, 0),      # no buffer 1
+              view(20, 0, 30),     # past the end of buffer 0 (40 bytes)
+              view(20, -1, 0),
+              view(-3, 0, 0)):
+        bad = pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(v), data])
+        with pytest.raises(ValueError, match="malformed Arrow array"):
+            f.update(bad)
+    good = pa.Array.from_buffers(pa.string_view(), 1, [None, pa.py_buffer(view(20, 0, 20)), data])
+    f.update(good)
+    assert f.test("x" * 20)
