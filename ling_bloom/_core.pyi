@@ -27,7 +27,8 @@ Column = Union[Buffer, _ArrowArrayExporter, _ArrowStreamExporter]
 integers of one dimension, any dtype, byte order and stride (each the key of the same int);
 or anything that exports Arrow (``__arrow_c_array__``, ``__arrow_c_stream__``: pyarrow
 arrays and chunked arrays, pandas and polars Series, DuckDB results) of strings, binary
-(string, large_string, string_view, binary, large_binary, binary_view) or integers.  A
+(string, large_string, string_view, binary, large_binary, binary_view) or integers, or
+dictionary-encoded arrays of them (a pandas category, a polars Categorical).  A
 buffer of other items (numpy's bytes or text) is iterated as before; floats and bools are a
 TypeError."""
 

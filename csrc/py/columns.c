@@ -105,8 +105,17 @@ static inline int32_t load_i32(const char *p)
     return v;
 }
 
-/* The key of element i of seg, known valid (the column was checked). */
-static inline void seg_key(const lb_col_seg *seg, size_t i, lb_key *key, char *digits)
+/* Index i of a DICT segment (its indices read as INT): -1 when negative or
+ * past int64. */
+static inline int64_t load_index(const lb_col_seg *seg, size_t i)
+{
+    int neg;
+    uint64_t m = load_int(seg, seg->values + (Py_ssize_t)i * seg->stride, &neg);
+    return neg || m > (uint64_t)INT64_MAX ? -1 : (int64_t)m;
+}
+
+/* The key of element i of a segment of values (not DICT). */
+static inline void value_key(const lb_col_seg *seg, size_t i, lb_key *key, char *digits)
 {
     switch (seg->kind) {
     case LB_SEG_INT: {
@@ -140,10 +149,32 @@ static inline void seg_key(const lb_col_seg *seg, size_t i, lb_key *key, char *d
         break;
     }
     case LB_SEG_NULL:
+    case LB_SEG_DICT:
         key->data = "";
         key->len = 0;
         break;
     }
+}
+
+/* The key of element i of seg, known valid (the column was checked). */
+static inline void seg_key(const lb_col_seg *seg, size_t i, lb_key *key, char *digits)
+{
+    if (seg->kind == LB_SEG_DICT)
+        value_key(seg->dict, (size_t)load_index(seg, i), key, digits);
+    else
+        value_key(seg, i, key, digits);
+}
+
+/* Is element i of seg a value (not null)?  A DICT element is null when its
+ * index is, or the value it picks. */
+static inline int elem_valid(const lb_col_seg *seg, size_t i)
+{
+    if (!is_valid(seg, i))
+        return 0;
+    if (seg->kind != LB_SEG_DICT)
+        return 1;
+    const lb_col_seg *d = seg->dict;
+    return d->kind != LB_SEG_NULL && is_valid(d, (size_t)load_index(seg, i));
 }
 
 size_t lb_column_fill(lb_column *c, size_t n, lb_key *keys, size_t *idx, char *digits,
@@ -165,7 +196,7 @@ size_t lb_column_fill(lb_column *c, size_t n, lb_key *keys, size_t *idx, char *d
         }
         else if (seg->kind != LB_SEG_NULL) {
             for (size_t j = 0; j < take; j++) {
-                if (!is_valid(seg, at + j))
+                if (!elem_valid(seg, at + j))
                     continue;
                 seg_key(seg, at + j, &keys[got], digits + got * LB_COLUMN_DIGITS);
                 if (idx)
@@ -189,10 +220,47 @@ size_t lb_column_fill(lb_column *c, size_t n, lb_key *keys, size_t *idx, char *d
 typedef enum { CHECK_OK, CHECK_NULL, CHECK_EMPTY, CHECK_BAD } check_result;
 
 /* The first problem of seg (its element in *where), CHECK_OK, or CHECK_OK
- * with *nulls set when skip_nulls lets its nulls be.  Pure C. */
-static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where)
+ * with *nulls set when skip_nulls lets its nulls be.  allow_empty: a
+ * dictionary's values, whose empty ones matter only where an index picks
+ * them.  Pure C. */
+static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where,
+                              int allow_empty)
 {
     size_t n = seg->len;
+    if (seg->kind == LB_SEG_DICT) {
+        const lb_col_seg *d = seg->dict;
+        int dnulls = 0;
+        size_t dwhere = 0;
+        if (check_seg(d, 1, &dnulls, &dwhere, 1) != CHECK_OK) {
+            *where = 0;
+            return CHECK_BAD;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (is_valid(seg, i)) {
+                int64_t k = load_index(seg, i);
+                if (k < 0 || (uint64_t)k >= d->len) {
+                    *where = i;
+                    return CHECK_BAD;
+                }
+                if (d->kind != LB_SEG_NULL && is_valid(d, (size_t)k)) {
+                    lb_key key = {"", 0};
+                    char digits[LB_COLUMN_DIGITS];
+                    value_key(d, (size_t)k, &key, digits);
+                    if (key.len == 0) {
+                        *where = i;
+                        return CHECK_EMPTY;
+                    }
+                    continue;
+                }
+            }
+            if (!skip_nulls) {
+                *where = i;
+                return CHECK_NULL;
+            }
+            *nulls = 1;
+        }
+        return CHECK_OK;
+    }
     if (seg->kind == LB_SEG_NULL) {
         if (n && !skip_nulls) {
             *where = 0;
@@ -225,8 +293,10 @@ static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls,
                 *nulls = 1;
             }
             else if (next == prev) {
-                *where = i;
-                return CHECK_EMPTY;
+                if (!allow_empty) {
+                    *where = i;
+                    return CHECK_EMPTY;
+                }
             }
             else if (!seg->data) {
                 *where = i;
@@ -249,6 +319,8 @@ static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls,
             const char *v = seg->values + 16 * i;
             int32_t len = load_i32(v);
             if (len == 0) {
+                if (allow_empty)
+                    continue;
                 *where = i;
                 return CHECK_EMPTY;
             }
@@ -290,7 +362,7 @@ static int column_check(lb_state *st, lb_column *c)
     int nulls = 0;
     Py_BEGIN_ALLOW_THREADS
     for (size_t s = 0; s < c->nsegs; s++) {
-        r = check_seg(&c->segs[s], c->skip_nulls, &nulls, &where);
+        r = check_seg(&c->segs[s], c->skip_nulls, &nulls, &where, 0);
         if (r != CHECK_OK)
             break;
         base += c->segs[s].len;
@@ -354,13 +426,11 @@ void lb_column_close(lb_column *c)
     PyMem_Free(c->segs);
     c->segs = NULL;
     c->nsegs = 0;
-}
-
-static int not_keys_type(const char *what)
-{
-    PyErr_Format(PyExc_TypeError,
-                 "a column of keys holds ints, strings or bytes, not %s", what);
-    return -1;
+    for (size_t i = 0; i < c->ndicts; i++)
+        PyMem_Free(c->dicts[i]);
+    PyMem_Free(c->dicts);
+    c->dicts = NULL;
+    c->ndicts = 0;
 }
 
 /* A buffer's item: 'i' an integer (*size its standard size, *is_signed,
@@ -464,68 +534,124 @@ static int malformed(const char *what)
     return -1;
 }
 
+/* seg for the array a of format f (one of the value formats check_schema
+ * lets through): 0, or -1 with ValueError. */
+static int fill_seg(const char *f, const struct ArrowArray *a, lb_col_seg *seg)
+{
+    memset(seg, 0, sizeof *seg);
+    if (a->length < 0 || a->offset < 0 || a->offset > INT64_MAX / 16 - a->length ||
+        a->n_buffers < 0 || (a->n_buffers && !a->buffers))
+        return malformed("a negative or too large length or offset");
+    seg->len = (size_t)a->length;
+    size_t off = (size_t)a->offset;
+    if (strcmp(f, "n") == 0) {
+        seg->kind = LB_SEG_NULL;
+        return 0;
+    }
+    seg->kind = LB_SEG_INT;
+    if (a->length == 0)
+        return 0; /* nothing to read: its buffers may be missing */
+    if (a->n_buffers < 2)
+        return malformed("too few buffers");
+    seg->validity = a->null_count == 0 ? NULL : a->buffers[0];
+    seg->vbit = off;
+    if (!a->buffers[1])
+        return malformed("no values buffer");
+    if (f[0] == 'v') {
+        seg->kind = LB_SEG_VIEW;
+        if (a->n_buffers < 3)
+            return malformed("a view array without its buffer sizes");
+        seg->values = (const char *)a->buffers[1] + 16 * off;
+        seg->nbufs = (size_t)(a->n_buffers - 3);
+        seg->bufs = (const char *const *)(a->buffers + 2);
+        seg->sizes = a->buffers[a->n_buffers - 1];
+        if (seg->nbufs && !seg->sizes)
+            return malformed("a view array without its buffer sizes");
+    }
+    else if (strchr("uUzZ", f[0])) {
+        int wide = f[0] == 'U' || f[0] == 'Z';
+        if (a->n_buffers < 3)
+            return malformed("too few buffers");
+        seg->kind = wide ? LB_SEG_OFF64 : LB_SEG_OFF32;
+        seg->offsets = (const char *)a->buffers[1] + (wide ? 8 : 4) * off;
+        seg->data = a->buffers[2];
+    }
+    else {
+        static const char codes[] = "cCsSiIlL";
+        const char *p = strchr(codes, f[0]);
+        if (!p || f[1] != '\0')
+            return malformed("an unexpected format");
+        seg->itemsize = 1 << ((p - codes) / 2);
+        seg->is_signed = ((p - codes) % 2) == 0;
+        seg->stride = seg->itemsize;
+        seg->values = (const char *)a->buffers[1] + (size_t)seg->itemsize * off;
+    }
+    return 0;
+}
+
+/* The dictionary of a (the values its indices pick), kept in c. */
+static const lb_col_seg *add_dict(lb_column *c, const struct ArrowArray *a)
+{
+    if (!a->dictionary) {
+        malformed("a dictionary-encoded array without its dictionary");
+        return NULL;
+    }
+    if (c->ndicts == c->dictcap) {
+        size_t cap = c->dictcap ? 2 * c->dictcap : 4;
+        lb_col_seg **d = PyMem_Realloc(c->dicts, cap * sizeof *d);
+        if (!d) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        c->dicts = d;
+        c->dictcap = cap;
+    }
+    lb_col_seg *d = PyMem_Malloc(sizeof *d);
+    if (!d) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->dicts[c->ndicts++] = d;
+    if (fill_seg(c->schema.dictionary->format, a->dictionary, d) < 0)
+        return NULL;
+    return d;
+}
+
 /* The segment of one Arrow array (moved into c) of the column's schema. */
 static int add_arrow_array(lb_column *c, struct ArrowArray *in)
 {
     struct ArrowArray *a = keep_array(c, in);
     if (!a)
         return -1;
-    const char *f = c->schema.format;
-    if (a->length < 0 || a->offset < 0 || a->offset > INT64_MAX / 16 - a->length ||
-        a->n_buffers < 0 || (a->n_buffers && !a->buffers))
-        return malformed("a negative or too large length or offset");
-    if (a->length == 0)
-        return 0;
-    if ((uint64_t)a->length > (uint64_t)PY_SSIZE_T_MAX - c->len)
-        return malformed("too long");
     lb_col_seg seg;
-    memset(&seg, 0, sizeof seg);
-    seg.len = (size_t)a->length;
-    size_t off = (size_t)a->offset;
-    if (strcmp(f, "n") == 0) {
-        seg.kind = LB_SEG_NULL;
-    }
-    else {
-        if (a->n_buffers < 2)
-            return malformed("too few buffers");
-        seg.validity = a->null_count == 0 ? NULL : a->buffers[0];
-        seg.vbit = off;
-        if (!a->buffers[1])
-            return malformed("no values buffer");
-        if (f[0] == 'v') {
-            seg.kind = LB_SEG_VIEW;
-            if (a->n_buffers < 3)
-                return malformed("a view array without its buffer sizes");
-            seg.values = (const char *)a->buffers[1] + 16 * off;
-            seg.nbufs = (size_t)(a->n_buffers - 3);
-            seg.bufs = (const char *const *)(a->buffers + 2);
-            seg.sizes = a->buffers[a->n_buffers - 1];
-            if (seg.nbufs && !seg.sizes)
-                return malformed("a view array without its buffer sizes");
-        }
-        else if (strchr("uUzZ", f[0])) {
-            int wide = f[0] == 'U' || f[0] == 'Z';
-            if (a->n_buffers < 3)
-                return malformed("too few buffers");
-            seg.kind = wide ? LB_SEG_OFF64 : LB_SEG_OFF32;
-            seg.offsets = (const char *)a->buffers[1] + (wide ? 8 : 4) * off;
-            seg.data = a->buffers[2];
-        }
-        else {
-            static const char codes[] = "cCsSiIlL";
-            const char *p = strchr(codes, f[0]);
-            seg.kind = LB_SEG_INT;
-            seg.itemsize = 1 << ((p - codes) / 2);
-            seg.is_signed = ((p - codes) % 2) == 0;
-            seg.stride = seg.itemsize;
-            seg.values = (const char *)a->buffers[1] + (size_t)seg.itemsize * off;
-        }
+    if (fill_seg(c->schema.format, a, &seg) < 0)
+        return -1;
+    if (seg.len == 0)
+        return 0;
+    if (seg.len > (size_t)PY_SSIZE_T_MAX - c->len)
+        return malformed("too long");
+    if (c->schema.dictionary) {
+        seg.dict = add_dict(c, a);
+        if (!seg.dict)
+            return -1;
+        seg.kind = LB_SEG_DICT;
     }
     lb_col_seg *s = add_seg(c);
     if (!s)
         return -1;
     *s = seg;
     c->len += seg.len;
+    return 0;
+}
+
+static const char *const value_formats[] = {"u", "U", "z", "Z", "vu", "vz", "n",
+                                            "c", "C", "s", "S", "i",  "I",  "l", "L"};
+
+static int is_value_format(const char *f)
+{
+    for (size_t i = 0; i < sizeof value_formats / sizeof *value_formats; i++)
+        if (strcmp(f, value_formats[i]) == 0)
+            return 1;
     return 0;
 }
 
@@ -536,13 +662,21 @@ static int check_schema(const struct ArrowSchema *s)
     const char *f = s->format;
     if (!f)
         return malformed("a schema without a format");
-    if (s->dictionary)
-        return not_keys_type("dictionary-encoded values (cast the column to its value type)");
-    static const char *const ok[] = {"u", "U", "z", "Z", "vu", "vz", "n",
-                                     "c", "C", "s", "S", "i",  "I",  "l", "L"};
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
-        if (strcmp(f, ok[i]) == 0)
+    if (s->dictionary) {
+        const struct ArrowSchema *d = s->dictionary;
+        if (!d->format)
+            return malformed("a dictionary schema without a format");
+        if (f[0] && f[1] == '\0' && strchr("cCsSiIlL", f[0]) && is_value_format(d->format) &&
+            !d->dictionary)
             return 0;
+        PyErr_Format(PyExc_TypeError,
+                     "a column of keys holds ints, strings or bytes, not dictionary-encoded "
+                     "values of Arrow format '%.40s'",
+                     d->format);
+        return -1;
+    }
+    if (is_value_format(f))
+        return 0;
     const char *what = "that Arrow type";
     if (strcmp(f, "b") == 0)
         what = "booleans";

@@ -9,7 +9,9 @@
  *   - anything that exports Arrow through the PyCapsule interface
  *     (__arrow_c_array__, __arrow_c_stream__; arrow_abi.h): string,
  *     large_string, string_view, binary, large_binary, binary_view and
- *     integer arrays, a stream of them (a chunked array), offsets included.
+ *     integer arrays, dictionary-encoded arrays of these (a pandas category,
+ *     a polars Categorical), a stream of them (a chunked array), offsets
+ *     included.
  * bytes, bytearray and str are not columns (batch.c refuses them as before);
  * a buffer of any other item (bytes "3s", text, records) is left to the
  * iterable path.  A float or bool column is a TypeError.
@@ -32,12 +34,13 @@ typedef enum {
     LB_SEG_OFF32,  /* string / binary: int32 offsets into data */
     LB_SEG_OFF64,  /* large_string / large_binary: int64 offsets */
     LB_SEG_VIEW,   /* string_view / binary_view: 16-byte views, data buffers */
-    LB_SEG_NULL    /* Arrow's null type: every element null */
+    LB_SEG_NULL,   /* Arrow's null type: every element null */
+    LB_SEG_DICT    /* dictionary-encoded: integer indices (as INT) into dict */
 } lb_seg_kind;
 
 /* A run of a column's elements in one memory layout (one Arrow array, or
  * the buffer). */
-typedef struct {
+typedef struct lb_col_seg_s {
     lb_seg_kind kind;
     size_t len;
     const uint8_t *validity; /* Arrow's validity bitmap, or NULL: no nulls */
@@ -52,6 +55,7 @@ typedef struct {
     const char *const *bufs; /* VIEW: the variadic data buffers ... */
     const int64_t *sizes;    /* ... their sizes ... */
     size_t nbufs;            /* ... and how many */
+    const struct lb_col_seg_s *dict; /* DICT: the values the indices pick */
 } lb_col_seg;
 
 typedef struct {
@@ -65,6 +69,8 @@ typedef struct {
     int has_view;
     struct ArrowArray *arrays;
     size_t narrays, arraycap;
+    lb_col_seg **dicts;  /* the dictionaries' segments, one allocation each */
+    size_t ndicts, dictcap;
     struct ArrowSchema schema;
 } lb_column;
 

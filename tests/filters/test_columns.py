@@ -225,6 +225,47 @@ def test_skip_nulls_skips_them_and_answers_false(typ):
     assert state(f) == state(g)
 
 
+@pytest.mark.parametrize("typ", [pa.string(), pa.large_binary(), pa.string_view(), pa.int64()],
+                         ids=str)
+def test_dictionary_encoded_columns_are_their_values(typ):
+    if pa.types.is_integer(typ):
+        vals = [7, -3, 7, 10**15, -3, 0]
+    elif "binary" in str(typ):
+        vals = [b"a", b"a longer key than a view", b"a", b"c", b"c", b"d"]
+    else:
+        vals = ["a", "a longer key than a view", "a", "c", "c", "d"]
+    col = pa.array(vals, type=typ).dictionary_encode()
+    chunked = pa.chunked_array([col.slice(0, 2), col.slice(2)])
+    same_as_objects(lb.MemoryFilter, col, vals, chunked, vals)
+    same_as_objects(lb.BlockedFilter, col.slice(3), vals[3:], col, vals)
+
+
+def test_dictionary_nulls_in_the_indices_or_the_values():
+    values = pa.array(["a", None, "c", ""])
+    col = pa.DictionaryArray.from_arrays(pa.array([0, 2, None, 1, 0], type=pa.int8()), values)
+    f = lb.MemoryFilter(1000, 0.01)
+    with pytest.raises(ValueError, match="null at position 2"):
+        f.update(col)
+    assert f.add_many(col, skip_nulls=True).tolist() == [True, True, False, False, False]
+    assert f.test_many(["a", "c"]) == [True, True]
+    # an empty value only matters where an index picks it
+    with pytest.raises(lb.EmptyKeyError, match="position 1"):
+        f.update(pa.DictionaryArray.from_arrays(pa.array([0, 3]), values))
+    bad = pa.DictionaryArray.from_arrays(pa.array([0, 9]), values, safe=False)
+    with pytest.raises(ValueError, match="malformed Arrow array"):
+        f.update(bad)
+
+
+def test_categorical_pandas_and_polars_columns():
+    pd = pytest.importorskip("pandas")
+    pl = pytest.importorskip("polars")
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(pd.Series(["a", "b", "a"], dtype="category"))
+    assert f.test_many(pl.Series(["a", "z", "b"], dtype=pl.Categorical)).tolist() == [
+        True, False, True]
+    assert f.test_many(pl.Series(["b", "a"], dtype=pl.Enum(["a", "b"]))).tolist() == [True, True]
+
+
 def test_an_empty_string_raises_naming_its_position_and_changes_nothing():
     f = lb.MemoryFilter(1000, 0.01)
     for typ in STRING_TYPES:
@@ -236,8 +277,8 @@ def test_an_empty_string_raises_naming_its_position_and_changes_nothing():
 
 def test_other_arrow_types_are_a_type_error():
     f = lb.MemoryFilter(1000, 0.01)
-    for col in (pa.array([1.5]), pa.array([True]), pa.array(["a"]).dictionary_encode(),
-                pa.array([[1]]), pa.array([{"x": 1}]),
+    for col in (pa.array([1.5]), pa.array([True]), pa.array([1.5]).dictionary_encode(),
+                pa.array([[1]]), pa.array([{"x": 1}]), pa.array([1], type=pa.timestamp("s")),
                 pa.table({"id": [1]})):
         with pytest.raises(TypeError, match="ints, strings or bytes"):
             f.update(col)
