@@ -325,18 +325,23 @@ def test_the_exported_memory_is_held_while_the_batch_runs():
         assert bool(f.test_many(OneShotArrow(vals, stream)).all())
 
 
-def test_a_column_dropped_by_its_owner_during_a_batch_is_still_read():
-    holder = {"col": np.arange(2_000_000, dtype=np.int64)}
-    f = lb.BlockedFilter(2_000_000, 0.01)
+def test_a_column_whose_exporter_is_gone_is_read_on_another_thread():
+    """The Arrow array the exporter made is dropped by Python at once (only its C struct,
+    moved into the batch, keeps its buffers): a batch on another thread, with the
+    collector running meanwhile, reads every key and releases it once."""
+    vals = words(300_000)
+    f = lb.BlockedFilter(300_000, 0.01)
     out = {}
-    t = threading.Thread(target=lambda col: out.update(answers=f.add_many(col)),
-                         args=(holder.pop("col"),))
+    t = threading.Thread(target=lambda: out.update(answers=f.add_many(OneShotArrow(vals))))
     t.start()
-    t._args = ()  # the thread's own reference goes too: only the batch holds the array
-    gc.collect()
+    while t.is_alive():
+        gc.collect()
     t.join()
-    assert len(out["answers"]) == 2_000_000
-    assert bool(f.test_many(np.arange(2_000_000, dtype=np.int64)).all())
+    assert len(out["answers"]) == 300_000
+    assert bool(f.test_many(vals[::-1]) == [True] * 300_000)
+    pool = pa.default_memory_pool()
+    assert bool(f.test_many(OneShotArrow(vals, stream=True)).all())
+    assert pool.bytes_allocated() < 1_000_000  # the exported arrays were released
 
 
 # ---- the answers ---------------------------------------------------------------------------
