@@ -254,15 +254,20 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
     int is_column = lb_column_open(st, iterable, skip_nulls, &col);
     if (is_column < 0)
         return NULL;
-    if (is_column) {
+    /* An array of objects (lb_column_open's 2): iterated, answered as a column. */
+    int as_array = is_column == 2;
+    if (is_column == 1) {
         PyObject *r = run_column(self, &col, run, kind, gil, chunk);
         lb_column_close(&col);
         return r;
     }
-    PyObject *seq = keys_sequence(iterable);
-    if (!seq)
+    PyObject *seq = keys_sequence(as_array ? col.objects : iterable);
+    if (!seq) {
+        lb_column_close(&col);
         return NULL;
+    }
     PyObject *result = NULL;
+    uint8_t *answers = NULL;
     chunk_space *w = NULL;
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -272,13 +277,15 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
-        result = PyList_New(n);
+        result = as_array ? lb_bool_array_new(st, (size_t)n, &answers) : PyList_New(n);
         if (!result)
             goto done;
     }
     if (n == 0) {
         if (!result)
             result = Py_NewRef(Py_None);
+        else if (answers)
+            result = lb_bool_array_result(result);
         goto done;
     }
     if (chunk == 0)
@@ -327,7 +334,9 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
                 raise_status(self, status);
         }
         chunk_drop(w, len);
-        if (result)
+        if (answers)
+            memcpy(answers + start, w->out, handled);
+        else if (result)
             for (size_t i = 0; i < handled; i++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
         if (status != LB_OK) {
@@ -337,6 +346,8 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
     }
     if (!result)
         result = Py_NewRef(Py_None);
+    else if (answers)
+        result = lb_bool_array_result(result);
     else {
         /* If the list shrank while we ran, fill what was never reached. */
         for (Py_ssize_t i = 0; i < n; i++)
@@ -348,6 +359,7 @@ done:
         lb_leave(self);
     PyMem_Free(w);
     Py_DECREF(seq);
+    lb_column_close(&col);
     return result;
 }
 
@@ -392,17 +404,22 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
     int is_column = lb_column_open(st, iterable, skip_nulls, &col);
     if (is_column < 0)
         return NULL;
-    if (is_column) {
+    /* An array of objects (lb_column_open's 2): iterated, answered as a column. */
+    int as_array = is_column == 2;
+    if (is_column == 1) {
         PyObject *r = column_batch(self, &col, 1, add, NULL, kind, LB_GIL_LARGE, 0);
         lb_column_close(&col);
         return r;
     }
     const lb_batch_ops *ops = self->batch;
     const lb_hash_scheme scheme = ops->key_scheme(self);
-    PyObject *seq = keys_sequence(iterable);
-    if (!seq)
+    PyObject *seq = keys_sequence(as_array ? col.objects : iterable);
+    if (!seq) {
+        lb_column_close(&col);
         return NULL;
+    }
     PyObject *result = NULL;
+    uint8_t *answers = NULL;
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     /* Raw memory: the chunks read it with the GIL released. */
@@ -441,7 +458,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
-        result = PyList_New(n);
+        result = as_array ? lb_bool_array_new(st, (size_t)n, &answers) : PyList_New(n);
         if (!result)
             goto done;
     }
@@ -482,18 +499,23 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
             Py_CLEAR(result);
             goto done;
         }
-        if (result)
+        if (answers)
+            memcpy(answers + start, out, len);
+        else if (result)
             for (size_t j = 0; j < len; j++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)j,
                                 Py_NewRef(out[j] ? Py_True : Py_False));
     }
     if (!result)
         result = Py_NewRef(Py_None);
+    else if (answers)
+        result = lb_bool_array_result(result);
 done:
     if (entered)
         lb_leave(self);
     PyMem_RawFree(pairs);
     Py_DECREF(seq);
+    lb_column_close(&col);
     return result;
 }
 

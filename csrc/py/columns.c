@@ -431,6 +431,7 @@ void lb_column_close(lb_column *c)
     PyMem_Free(c->dicts);
     c->dicts = NULL;
     c->ndicts = 0;
+    Py_CLEAR(c->objects);
 }
 
 /* A buffer's item: 'i' an integer (*size its standard size, *is_signed,
@@ -801,6 +802,24 @@ static int type_has(PyObject *obj, const char *name)
     return r > 0;
 }
 
+/* obj's numpy array (__array__: a pandas Series or Index before pandas 3,
+ * which export no Arrow, and other array-likes): 1 (a column of its
+ * integers), 2 (c->objects: the array of objects to iterate), 0 (nothing
+ * of use: iterate obj), -1 (an exception). */
+static int open_array_like(lb_column *c, PyObject *obj)
+{
+    PyObject *arr = PyObject_CallMethod(obj, "__array__", NULL);
+    if (!arr)
+        return export_failed() == -2 ? 0 : -1;
+    int r = PyObject_CheckBuffer(arr) ? open_buffer(c, arr) : 0;
+    if (r == 0 && PySequence_Check(arr)) {
+        c->objects = arr; /* an array of objects (strings, ...): iterated, answered as a column */
+        return 2;
+    }
+    Py_DECREF(arr); /* a column holds its view (and through it the array) */
+    return r;
+}
+
 int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c)
 {
     memset(c, 0, sizeof *c);
@@ -808,24 +827,28 @@ int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c)
     if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyUnicode_Check(obj) ||
         PyBytes_Check(obj) || PyByteArray_Check(obj))
         return 0;
-    int r;
+    int r = 0;
     int has_array = type_has(obj, "__arrow_c_array__");
     if (has_array || type_has(obj, "__arrow_c_stream__")) {
         r = has_array ? open_arrow_array(c, obj) : open_arrow_stream(c, obj);
         if (r == -2) {
-            /* No Arrow of it: the object is read as an iterable, as before. */
+            /* No Arrow of it (a pandas column of mixed objects): its numpy
+             * array, if it has one, else the object, is iterated. */
             lb_column_close(c);
-            return 0;
+            memset(c, 0, sizeof *c);
+            c->skip_nulls = skip_nulls;
+            r = 0;
         }
-        r = r < 0 ? -1 : 1;
+        else
+            r = r < 0 ? -1 : 1;
     }
     else if (PyObject_CheckBuffer(obj))
         r = open_buffer(c, obj);
-    else
-        return 0;
+    if (r == 0 && !PyObject_CheckBuffer(obj) && type_has(obj, "__array__"))
+        r = open_array_like(c, obj);
     if (r == 1 && column_check(st, c) < 0)
         r = -1;
-    if (r != 1)
+    if (r != 1 && r != 2)
         lb_column_close(c);
     return r;
 }

@@ -71,6 +71,7 @@ typedef struct {
     size_t narrays, arraycap;
     lb_col_seg **dicts;  /* the dictionaries' segments, one allocation each */
     size_t ndicts, dictcap;
+    PyObject *objects;   /* lb_column_open's 2: the array of objects to iterate */
     struct ArrowSchema schema;
 } lb_column;
 
@@ -78,8 +79,12 @@ typedef struct {
 #define LB_COLUMN_DIGITS 24
 
 /* Open obj as a column: 1 (c opened and checked: lb_column_close it), 0 (not
- * a column: nothing held, no exception; take the iterable path), -1 (an
- * exception, nothing held). */
+ * a column: nothing held, no exception; take the iterable path), 2 (an
+ * array-like whose numpy array holds objects, as a pandas column of strings
+ * before pandas 3: iterate c->objects, answer as for a column, then
+ * lb_column_close), -1 (an exception, nothing held).  An object with none
+ * of the protocols above but __array__ (numpy's) is read through the array
+ * it gives. */
 int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c);
 void lb_column_close(lb_column *c);
 

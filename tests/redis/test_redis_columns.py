@@ -43,6 +43,25 @@ def test_redis_filter_columns_write_what_their_keys_write(clean_redis, raw_redis
             assert a.test_many(probe).tolist() == b.test_many(probe.tolist())
 
 
+class ObjectArrayLike:
+    """numpy's __array__ only, of objects (a pandas column of strings before pandas 3)."""
+
+    def __init__(self, values):
+        self.values = np.array(values, dtype=object)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values
+
+
+def test_redis_filter_array_likes(clean_redis, raw_redis):
+    words = [f"user:{i}" for i in range(50)]
+    with rf(clean_redis, "al", chunk_size=7) as a, rf(clean_redis, "ol", chunk_size=7) as b:
+        assert a.add_many(ObjectArrayLike(words)).tolist() == b.add_many(words)
+        assert raw_redis.command("GET", "al") == raw_redis.command("GET", "ol")
+        assert a.test_many(ObjectArrayLike(["user:1", "nope"])).tolist() == [True, b.test("nope")]
+        assert len(a.test_many(ObjectArrayLike([]))) == 0
+
+
 def test_redis_filter_nulls(clean_redis, raw_redis):
     col = pa.chunked_array([["a", "b"], [None, "c"]])
     with rf(clean_redis, "nulls") as f:
