@@ -340,8 +340,10 @@ def test_a_column_whose_exporter_is_gone_is_read_on_another_thread():
     assert len(out["answers"]) == 300_000
     assert bool(f.test_many(vals[::-1]) == [True] * 300_000)
     pool = pa.default_memory_pool()
+    before = pool.bytes_allocated()
     assert bool(f.test_many(OneShotArrow(vals, stream=True)).all())
-    assert pool.bytes_allocated() < 1_000_000  # the exported arrays were released
+    # the exported arrays (10.8 MB) were released
+    assert pool.bytes_allocated() < before + 1_000_000
 
 
 # ---- the answers ---------------------------------------------------------------------------
