@@ -536,3 +536,27 @@ def test_a_batch_on_a_column_uses_memory_of_a_chunk_not_of_the_column():
             finally:
                 tracemalloc.stop()
             assert peak < 300_000, (cls.__name__, type(col).__name__, peak)
+
+
+@pytest.mark.parametrize("cls", [lb.MemoryFilter, lb.BlockedFilter, lb.CountingFilter])
+def test_column_batches_on_many_threads_set_what_one_thread_sets(cls):
+    parts = [np.arange(i * 50_000, (i + 1) * 50_000, dtype=np.int64) for i in range(4)]
+    strs = [pa.array([f"k{i}:{j}" for j in range(20_000)]) for i in range(4)]
+    shared, alone = cls(400_000, 0.01), cls(400_000, 0.01)
+    answers = {}
+
+    def work(i):
+        shared.update(parts[i])
+        shared.update(strs[i])
+        answers[i] = shared.test_many(parts[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        alone.update(parts[i].tolist())
+        alone.update(strs[i].to_pylist())
+        assert bool(answers[i].all())
+    assert state(shared) == state(alone)
