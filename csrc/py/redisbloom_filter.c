@@ -683,12 +683,12 @@ static PyMethodDef rbf_methods[] = {
      "True when the module reports the key new."},
     {"test", lb_redis_test, METH_O,
      "test(key) -> bool\n\nBF.EXISTS.  Never creates the filter (a missing key tests False)."},
-    {"add_many", lb_redis_add_many, METH_O,
+    {"add_many", LB_REDIS_FASTCALL(lb_redis_add_many),
      "add_many(keys) -> list[bool]\n\nBF.INSERT, one round trip per chunk_size keys.  A full "
      "non-scaling filter raises FilterFullError: keys[:e.processed] are in the filter "
      "(e.added of them were new), the rest were not added."},
-    {"update", lb_redis_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
-    {"test_many", lb_redis_test_many, METH_O,
+    {"update", LB_REDIS_FASTCALL(lb_redis_update), "update(keys) -> None\n\nadd_many without the answers."},
+    {"test_many", LB_REDIS_FASTCALL(lb_redis_test_many),
      "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
     {"reset", rbf_reset, METH_NOARGS,
      "reset()\n\nDelete the key; the next add creates the filter again, as configured."},

@@ -42,6 +42,7 @@ typedef struct {
     PyTypeObject *RedisFilter;
     PyTypeObject *RedisBloomFilter;
     PyTypeObject *BlockedFilter;
+    PyTypeObject *BoolArray;
     PyObject *BloomError;
     PyObject *ClosedError;
     PyObject *InvalidCapacityError;
