@@ -17,6 +17,8 @@ import pytest
 import ling_bloom as lb
 from ling_bloom.guard import Guard, MemoryCache
 
+from hang_guard import FakeClock, until
+
 RedisFilter = lb.RedisFilter
 
 
@@ -101,16 +103,17 @@ def test_bad_policy_and_breaker():
 
 def test_the_breaker_asks_a_dead_backend_once_per_interval():
     g, f, loads = make_guard(breaker=0.3)
+    g._breaker.clock = clock = FakeClock()
     f.down = True
     for _ in range(200):
         g.get("1")
     assert f.tests == 1  # one failed call; the other 199 lookups did not wait on the backend
     assert g.stats().bypassed == 200
-    time.sleep(0.4)
+    clock.advance(0.4)
     g.get("1")
     assert f.tests == 2  # half-open: one lookup tried again, failed, circuit open again
     f.down = False
-    time.sleep(0.4)
+    clock.advance(0.4)
     assert g.get("1") == "one" and f.tests == 3
     st = g.stats()
     assert not st.circuit_open and st.circuit_open_seconds >= 0.7
@@ -143,11 +146,12 @@ def test_half_open_lets_one_caller_probe():
 
     f = Hung(["1"])
     g = Guard(f, MemoryCache(), ROWS.get, breaker_seconds=0.05, metrics=False)
+    g._breaker.clock = clock = FakeClock()
     f.down = True
     release.set()
     g.get("1")            # fails: circuit open
     release.clear()
-    time.sleep(0.1)       # interval over: the next lookup probes
+    clock.advance(0.1)    # interval over: the next lookup probes
     t = threading.Thread(target=g.get, args=("1",))
     t.start()
     assert entered.wait(10)
@@ -240,6 +244,7 @@ def test_real_redis_down_hung_restarted(redis_server_factory, policy):
 
     g = Guard(f, MemoryCache(), load, on_filter_error=policy, breaker_seconds=0.5,
               metrics=False, null_ttl=0, value_ttl=0)
+    g._breaker.clock = clock = FakeClock()
     assert g.get("1") == "one" and g.get("3") is None and loads == ["1"]
 
     expect = "one" if policy == "open" else None
@@ -255,13 +260,13 @@ def test_real_redis_down_hung_restarted(redis_server_factory, policy):
         srv.proc.send_signal(signal.SIGCONT)
     # down: the process is gone
     srv.kill()
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert g.get("1") == expect
     assert g.stats().filter_errors == 2
     # restarted (empty: what the filter held is gone; the warm-up's job)
     srv.restart()
     f.update(["1", "2"])  # a warm-up; the filter reconnects
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert g.get("1") == "one"
     assert g.get("3") is None
     st = g.stats()
@@ -371,7 +376,7 @@ def run_while_redis_hangs(srv, app, timeout):
         srv.pause()
         try:
             hung = asyncio.ensure_future(asgi_get(app, "/rows/1"))
-            await asyncio.sleep(0.2)
+            await until(srv.unread_input, "the request to reach the hung server")
             assert not hung.done()  # it waits on the hung server
             assert await asyncio.wait_for(asgi_get(app, "/health"), timeout) == 200
             assert not hung.done()  # still waiting: the loop did not wait with it
@@ -448,6 +453,7 @@ def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
     f = SlowFilter(["1"])
     g = AsyncGuard(f, MemoryCache(), lambda k: ROWS.get(k), breaker_seconds=0.05,
                    metrics=False, on_filter_error="closed", name="t-cancel")
+    g._breaker.clock = clock = FakeClock()
 
     async def main():
         nonlocal gate
@@ -455,9 +461,9 @@ def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
         f.down = True
         assert await g.acheck("1") is False  # the failure opens the circuit
         f.down = False
-        await asyncio.sleep(0.1)
+        clock.advance(0.1)
         probe = asyncio.ensure_future(g.acheck("1"))  # half-open: this one probes
-        await asyncio.sleep(0.05)
+        await until(lambda: f.tests == 2, "the probe to reach the filter")
         probe.cancel()
         with pytest.raises(asyncio.CancelledError):
             await probe
