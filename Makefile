@@ -50,13 +50,13 @@ docs: build venv-docs
 
 test: test-python test-c
 
-# pytest on every core (pytest-xdist): PYTEST_WORKERS processes (default: the cores; 1 runs
+# pytest on every core (pytest-xdist): PYTEST_WORKERS processes (default: the cores; 0 runs
 # them in this one process, as plain `pytest` does), each with its own redis-servers on ports
 # of its own (tests/support/redis_server.py).  --dist loadgroup: a test goes to whichever
 # worker is free, except that the tests on the session's cluster go to one worker together
 # (conftest.py), which builds the cluster once.  Then the tests marked `serial` (they must
 # not share the cores: tests/README.md), alone; exit status 5 is "none selected".
-PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
+PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 0)
 PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-python: build venv-test
@@ -125,7 +125,9 @@ build: venv
 # exception of another extension, matplotlib's, aborts) and PYTHONMALLOC=malloc (so ASan
 # sees the binding's PyMem_* buffers).  Any report aborts the process, which fails its
 # test.  The C tests are built with the same compiler and flags (added to theirs:
-# tests/c/Makefile) and removed afterwards.
+# tests/c/Makefile) and removed afterwards.  pytest runs on every core as for make test
+# (the xdist workers inherit the preloaded runtime and the sanitizer build's PYTHONPATH);
+# PYTEST_WORKERS=0 runs them in the one pytest process.
 #
 # Compiler and runtime: clang 19 and its compiler-rt, not gcc's libasan.  The stress tests
 # and the fork tests fork a process while other threads run batches and Redis
@@ -164,7 +166,8 @@ sanitize: sanitize-deps venv-test
 	ASAN_SYMBOLIZER_PATH=$(SAN_SYMBOLIZER) \
 	  $(MAKE) -C tests/c test CC=$(SAN_CC) CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)"
 	$(MAKE) -C tests/c clean
-	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_XDIST) -m "not serial" $(PYTEST_ARGS)
+	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
 
 # ---- packaging (packaging/*.sh say what each step checks) ----------------------------
 # The wheels: manylinux2014 (glibc 2.17 and newer), x86_64 and aarch64, one per CPython
