@@ -38,7 +38,9 @@ def reseal(data: bytes, edit) -> bytes:
 
 
 def make(kind: str, scheme: str = "xxh3-mix", n: int = 50):
-    if kind == "memory":
+    if kind == "blocked":  # one hashing scheme of its own
+        f = lb.BlockedFilter(200, 0.01)
+    elif kind == "memory":
         f = MemoryFilter(200, 0.01, hash=scheme)
     elif kind == "counting":
         f = CountingFilter(200, 0.01, hash=scheme)
@@ -50,7 +52,12 @@ def make(kind: str, scheme: str = "xxh3-mix", n: int = 50):
     return f
 
 
-KINDS = {"memory": MemoryFilter, "counting": CountingFilter, "scalable": ScalableFilter}
+KINDS = {"blocked": lb.BlockedFilter, "memory": MemoryFilter, "counting": CountingFilter,
+         "scalable": ScalableFilter}
+KIND_BYTE = {"memory": 1, "counting": 2, "scalable": 3, "blocked": 4}
+# (kind, hashing scheme): every scheme of the standard filters; BlockedFilter has its own
+SCHEMES = [("blocked", "xxh3-block")] + [(kind, scheme) for kind in KINDS if kind != "blocked"
+                                         for scheme in ("xxh3-mix", "xxh3", "ling-base")]
 
 
 def same(a, b) -> None:
@@ -70,8 +77,7 @@ def same(a, b) -> None:
 # ---- round trips --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["xxh3-mix", "xxh3", "ling-base"])
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind,scheme", SCHEMES)
 def test_bytes_round_trip(kind, scheme):
     f = make(kind, scheme)
     data = f.to_bytes()
@@ -281,6 +287,7 @@ def test_a_0_1_file_is_never_read_with_the_new_walk():
 # ---- damaged input ---------------------------------------------------------------------------
 
 SMALL = {
+    "blocked": lambda: lb.BlockedFilter(m=512, k=8),
     "memory": lambda: MemoryFilter(m=60, k=3),
     "counting": lambda: CountingFilter(m=13, k=2),
     "scalable": lambda: ScalableFilter(2, 0.2),
@@ -327,15 +334,15 @@ def test_wrong_kind_for_the_class(kind):
             with pytest.raises(ValueError):
                 cls.from_bytes(data)
     # the same bytes with the kind byte changed and the checksum recomputed
-    for kind_byte in (1, 2, 3):
-        if kind_byte != {"memory": 1, "counting": 2, "scalable": 3}[kind]:
+    for kind_byte in KIND_BYTE.values():
+        if kind_byte != KIND_BYTE[kind]:
             forged = reseal(data, lambda b: b.__setitem__(6, kind_byte))
             with pytest.raises(ValueError):
                 lb.from_bytes(forged)
 
 
 def test_not_bytes_at_all():
-    for cls in (MemoryFilter, CountingFilter, ScalableFilter):
+    for cls in KINDS.values():
         with pytest.raises(TypeError):
             cls.from_bytes("LBLM text")
         with pytest.raises(TypeError):
@@ -575,7 +582,7 @@ def test_random_garbage_never_crashes():
         assert lb.from_bytes(f.to_bytes()) == f
 
 
-# ---- accept exactly what the writer writes (issue 10, item 12) -------------------------
+# ---- accept exactly what the writer writes -----------------------------------------------
 
 @pytest.mark.parametrize("kind", ["memory", "counting"])
 def test_no_capacity_means_both_fields_are_zero(kind):
@@ -630,7 +637,7 @@ def test_scalable_stages_past_the_rate_bound_are_corrupt():
     assert not isinstance(ei.value, lb.InvalidCapacityError)
 
 
-# ---- load() reads no more than the header says (item 13) --------------------------------
+# ---- load() reads no more than the header says ------------------------------------------
 
 def test_load_reads_no_further_than_the_header(tmp_path):
     f = make("scalable")

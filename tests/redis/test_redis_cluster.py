@@ -1,4 +1,4 @@
-"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half), blocking and
+"""Both Redis filters on a real Redis Cluster, blocking and
 asyncio: a test that takes ``flavor`` runs once with RedisFilter / RedisBloomFilter and once
 with AsyncRedisFilter / AsyncRedisBloomFilter (tests/support/flavors.py), with the same
 assertions, whole-filter calls (snapshot, load, card, info, dump...) included.  A blocking
