@@ -35,7 +35,8 @@ renamed over ``FILE``, the one step that publishes.  Whatever can fail comes bef
 leaves ``FILE`` and the log as they were; after it, the new log replaces the old one, best
 effort: when that fails the old log stays in use (``FILE`` holds its keys anyway).  A seal
 counts only when the log was replaced: a worker that reads one and finds the same log after
-its reload reads on past it.  The new file thus holds every key added before the publish,
+its reload reads on past it.  The temporary files are named for ``FILE``; a publish first
+removes those a killed one left (each the size of the filter).  The new file thus holds every key added before the publish,
 whenever its warm-up's snapshot of the database was taken: a key is always in the file,
 the log, or both.
 """
@@ -44,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import tempfile
 import uuid
@@ -237,6 +239,11 @@ class AddLog:
         self.log_path = self.path + ".adds"
         self.lock_path = self.path + ".lock"
         self.warmup_lock_path = self.path + ".warmup.lock"
+        # Temporary files of this FILE (a new log, a file being published) are named
+        # with a tag of its name: a publish removes those a killed one left behind.
+        tag = hashlib.sha1(os.path.basename(self.path).encode("utf-8", "surrogateescape"))
+        self.tmp_prefixes = (f".bloom-publish-{tag.hexdigest()[:12]}-",
+                             f".bloom-adds-{tag.hexdigest()[:12]}-")
         self._lock_fd: Optional[int] = None
         self._lock_pid = 0
 
@@ -274,7 +281,7 @@ class AddLog:
     # -- the log (call with the lock held)
     def _new_log_file(self) -> str:
         d = os.path.dirname(os.path.abspath(self.log_path))
-        fd, tmp = tempfile.mkstemp(prefix=".bloom-adds-", dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=self.tmp_prefixes[1], dir=d)
         try:
             os.fchmod(fd, 0o666 & ~_umask())
             record = HEADER + uuid.uuid4().hex.encode("ascii") + b"\n"
@@ -351,6 +358,20 @@ class AddLog:
         finally:
             broken.close()
 
+    def remove_stale(self) -> None:
+        """Remove the temporary files of this FILE that a process killed midway left (a
+        warm-up killed while it published: a file of the filter's size each time); with
+        the lock held exclusive, so none of them is in use."""
+        d = os.path.dirname(os.path.abspath(self.path))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(self.tmp_prefixes):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(d, name))
+
     def current_ino(self) -> Optional[int]:
         try:
             return os.stat(self.log_path).st_ino
@@ -397,6 +418,7 @@ def publish(filter: Any, path: Any, since: Optional[bytes] = None) -> int:
     log = AddLog(path)
     try:
         with log.locked(exclusive=True):
+            log.remove_stale()
             try:
                 old = log.open_log(create=False)
             except BrokenLogError as e:  # truncated: replaced by a whole one, then used
@@ -425,12 +447,25 @@ def _replace(filter: Any, path: str, log: AddLog, old: Optional[LogReader]) -> N
     log_tmp: Optional[str] = None
     try:
         # Everything that can fail, before anything the workers see is replaced.
-        fd, file_tmp = tempfile.mkstemp(prefix=".bloom-publish-", dir=directory)
+        fd, file_tmp = tempfile.mkstemp(prefix=log.tmp_prefixes[0], dir=directory)
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # as save() gives it, whatever save() does
-        finally:
+        except BaseException:
             os.close(fd)
-        filter.save(file_tmp)  # written whole and flushed (temporary file, fsync, rename)
+            raise
+        # Written into this temporary file itself (no temporary file of save()'s own,
+        # which a killed warm-up would leave behind under a name no publish knows).
+        with os.fdopen(fd, "wb") as f:
+            try:
+                filter.save(f)
+                by_path = False
+            except TypeError:  # a save() of paths only
+                by_path = True
+            else:
+                f.flush()
+                os.fsync(f.fileno())
+        if by_path:
+            filter.save(file_tmp)  # written whole and flushed (temporary file, fsync, rename)
         log_tmp = log._new_log_file()
         if old is not None:
             old.seal()  # a worker that reads it reloads, which waits for this lock

@@ -409,3 +409,60 @@ def test_a_truncated_add_log_loses_no_key_added_after_it_and_is_replaced(tmp_pat
     assert "new1" in m and "new2" in m
     for w in (w1, w2, w3):
         w.close()
+
+
+# ---- a warm-up killed while it publishes ----------------------------------------------------------
+
+_KILLED_PUBLISH = r'''
+import sys, time
+import ling_bloom as lb
+from ling_bloom.warmup import publish
+
+class Slow:
+    """A filter whose save is cut short (the warm-up is killed while writing it)."""
+    def __init__(self):
+        self.inner = lb.MemoryFilter(10_000, 0.001)
+    def update(self, keys):
+        self.inner.update(keys)
+    def save(self, target):
+        data = self.inner.to_bytes()
+        if hasattr(target, "write"):
+            target.write(data[:100])
+            target.flush()
+        else:
+            lb.MemoryFilter(10_000, 0.001).save(target)
+        print("saving", flush=True)
+        time.sleep(120)
+
+publish(Slow(), sys.argv[1])
+'''
+
+
+def test_a_publish_killed_midway_leaves_no_temporary_file_for_ever(tmp_path):
+    # kill -9 of a warm-up while it wrote the new file left a temporary file of the
+    # filter's size beside FILE; every killed warm-up (an OOM killer, a deploy) one more,
+    # never removed, until the disk was full.  The next publish removes them.
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "f.bloom")
+    publish(lb.MemoryFilter(10_000, 0.001), path)
+    w = FileFilter(path, check_every=0)
+    w.add("logged")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    for _ in range(2):
+        p = subprocess.Popen([sys.executable, "-c", _KILLED_PUBLISH, path], env=env,
+                             stdout=subprocess.PIPE)
+        try:
+            assert p.stdout.readline() == b"saving\n"
+        finally:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+    assert w.test("logged")  # the served file and its log are as they were
+    m = lb.MemoryFilter(10_000, 0.001)
+    publish(m, path)
+    assert "logged" in m
+    assert sorted(os.listdir(tmp_path)) == ["f.bloom", "f.bloom.adds", "f.bloom.lock"]
+    w.close()
