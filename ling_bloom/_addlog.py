@@ -68,9 +68,10 @@ class BrokenLogError(OSError):
     workers, by logrotate's copytruncate or ``: > FILE.adds``): ``AddLog.repair`` replaces
     it, carrying the records it still holds."""
 
-    def __init__(self, path: str, ino: int):
+    def __init__(self, path: str, ino: int, read: int = 0):
         super().__init__(errno.EINVAL, "not a ling_bloom add log (truncated?)", path)
         self.ino = ino
+        self.read = read  # how far a reader had read it: a log shorter is truncated
 
 
 class WarmupConflictError(RuntimeError):
@@ -160,7 +161,7 @@ class LogReader:
         size = os.fstat(self.fd).st_size
         offset, seen = self.pos
         if size < offset or (self.head and os.pread(self.fd, len(self.head), 0) != self.head):
-            raise BrokenLogError(self.path or "", self.ino)  # truncated since it was read
+            raise BrokenLogError(self.path or "", self.ino, offset)  # truncated since read
         if size <= seen:
             return [], self.pos, False
         want = size - offset if limit is None else min(size - offset, limit)
@@ -321,20 +322,21 @@ class AddLog:
             return LogReader(fd, os.fstat(fd).st_ino, head[len(HEADER):nl], nl + 1,
                              writable, self.log_path, head[:nl + 1])
 
-    def repair(self, ino: int) -> bool:
-        """Replace the log of inode ``ino`` found broken (truncated: no header) by a new
-        log holding every record it still has; with the lock held exclusive.  False when
-        it was replaced meanwhile, or is whole after all."""
+    def repair(self, ino: int, read: int = 0) -> bool:
+        """Replace the log of inode ``ino`` found broken (truncated: no header, or shorter
+        than ``read``, where a reader had read it to) by a new log holding every record it
+        still has; with the lock held exclusive.  False when it was replaced meanwhile, or
+        is whole after all."""
         try:
-            fd = open_regular(self.log_path, os.O_RDONLY)
+            fd, writable = _open_shared(self.log_path, create=False, append=os.O_APPEND)
         except FileNotFoundError:
             return False
-        broken = LogReader(fd, ino, b"", 0, False, self.log_path)  # owns fd
+        broken = LogReader(fd, ino, b"", 0, writable, self.log_path)  # owns fd
         try:
             if os.fstat(fd).st_ino != ino:
                 return False
             head = os.pread(fd, 128, 0)
-            if head.startswith(HEADER) and b"\n" in head:
+            if head.startswith(HEADER) and b"\n" in head and os.fstat(fd).st_size >= read:
                 return False
             tmp = self._new_log_file()
             try:
@@ -349,6 +351,11 @@ class AddLog:
                     broken.read_each(carry)
                 finally:
                     os.close(out)
+                if writable:
+                    # every process still reading it reloads at its next "absent" (as
+                    # after a publish) and finds the new log
+                    with contextlib.suppress(OSError):
+                        broken.seal()
                 os.replace(tmp, self.log_path)
             except BaseException:
                 with contextlib.suppress(OSError):

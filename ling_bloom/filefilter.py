@@ -223,7 +223,7 @@ class FileFilter:
         log = AddLog(self.path)
         try:
             with log.locked(exclusive=True):
-                replaced = log.repair(error.ino)
+                replaced = log.repair(error.ino, error.read)
         except OSError as e:
             self._log.error("ling_bloom: the add log of %s is truncated and could not be "
                             "replaced (%s)", self.path, e)
