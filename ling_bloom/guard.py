@@ -10,6 +10,11 @@
 - "Not found" (the loader returned None) is cached as a null marker for ``null_ttl``
   seconds; a found value is cached for ``value_ttl`` seconds (None: no expiry) and its key
   added to the filter.
+- A load puts a loading marker in the cache first, and its answer is cached only while the
+  marker is still there: a write whose hook invalidates the key meanwhile (``add``,
+  ``invalidate``, in any process sharing the cache) keeps an answer read before the write
+  committed ("not found" for a row being created) out of the cache.  A cache whose values
+  cannot hold the marker caches answers as they come.
 
 Every lookup that passed the filter but resolved to "not found" (from the loader, a cached
 null marker, or a load it waited for) is an observed false positive of the filter; the guard
@@ -76,6 +81,7 @@ import inspect
 import logging
 import math
 import threading
+import uuid
 import time
 from collections import OrderedDict
 from typing import (
@@ -107,7 +113,8 @@ from ._breaker import (
     _unfinished,
     _take_pending,
 )
-from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
+from ._cache import (LOADING_TTL, NULL, Cache, MemoryCache, RedisCache, _Flight, _Loading,
+                     _NoCache, is_loading, is_null)
 from ._cache import _Null  # noqa: F401  (the marker's class, where its pickles name it)
 from ._core import FilterLostError, GeometryMismatchError
 from ._keys import Key, as_key  # noqa: F401  (Key: the type of a converted key)
@@ -815,7 +822,7 @@ class Guard(_GuardBase):
             return default
         ck = self.cache_key(key)
         cached = self.cache.get(ck)
-        if cached is not None:
+        if cached is not None and not is_loading(cached):
             return self._from_cache(cached, default, key)
         return self._load(key, ck, default, loader)
 
@@ -838,10 +845,11 @@ class Guard(_GuardBase):
         try:
             # Another lookup may have filled the cache between our miss and our flight.
             cached = self.cache.get(ck)
-            if cached is not None:
+            if cached is not None and not is_loading(cached):
                 flight.value = None if is_null(cached) else cached
                 return self._from_cache(cached, default, key)
             self._count(loads=1)
+            token = self._loading(ck)
             try:
                 value = self._call_loader(loader, key)
             except BaseException as e:
@@ -849,21 +857,35 @@ class Guard(_GuardBase):
                 self._count(errors=1)
                 raise
             flight.value = value
-            self._store(key, ck, value)
+            self._store(key, ck, value, token)
             return default if value is None else value
         finally:
             with self._flights_lock:
                 del self._flights[ck]
             flight.event.set()
 
-    def _store(self, key: Any, ck: str, value: Any) -> None:
+    def _loading(self, ck: str) -> Optional[_Loading]:
+        """Put a loading marker for the loader about to run (None: nothing is cached, or
+        the cache cannot hold the marker: the answer is cached as it comes)."""
+        if self.null_ttl == 0 and self.value_ttl == 0:
+            return None
+        token = _Loading(uuid.uuid4().hex)
+        try:
+            self.cache.set(ck, token, LOADING_TTL)
+        except Exception:  # noqa: BLE001 - a cache of values only (its own encoding)
+            return None
+        return token
+
+    def _store(self, key: Any, ck: str, value: Any, token: Optional[_Loading] = None) -> None:
+        # read before a write that invalidated the key meanwhile: not cached past it
+        keep = token is None or _still_loading(self.cache.get(ck), token)
         if value is None:
             self._count_missing(key)
-            if self.null_ttl != 0:
+            if self.null_ttl != 0 and keep:
                 self.cache.set(ck, NULL, self.null_ttl)
         else:
             self._count(found=1)
-            if self.value_ttl != 0:
+            if self.value_ttl != 0 and keep:
                 self.cache.set(ck, value, self.value_ttl)
             if self.add_found:
                 self._add_found(key)
@@ -915,6 +937,12 @@ class Guard(_GuardBase):
         guarded.add = guard.add  # type: ignore[attr-defined]
         guarded.uncached = func  # type: ignore[attr-defined]
         return guarded
+
+
+def _still_loading(cached: Any, token: _Loading) -> bool:
+    """Whether the answer of the loader of ``token`` may be cached: its loading marker is
+    still there (no invalidation, no write, no other answer came meanwhile)."""
+    return is_loading(cached) and cached.token == token.token
 
 
 def _is_async_method(method: Any) -> bool:
@@ -1089,7 +1117,7 @@ class AsyncGuard(_GuardBase):
             return default
         ck = self.cache_key(key)
         cached = await _maybe_await(self.cache.get(ck))
-        if cached is not None:
+        if cached is not None and not is_loading(cached):
             return self._from_cache(cached, default, key)
         return await self._load(key, ck, default, loader)
 
@@ -1112,10 +1140,11 @@ class AsyncGuard(_GuardBase):
         self._flights[ck] = flight
         try:
             cached = await _maybe_await(self.cache.get(ck))
-            if cached is not None:
+            if cached is not None and not is_loading(cached):
                 flight.set_result(None if is_null(cached) else cached)
                 return self._from_cache(cached, default, key)
             self._count(loads=1)
+            token = await self._aloading(ck)
             try:
                 value = await _maybe_await(self._call_loader(loader, key))
             except asyncio.CancelledError:
@@ -1127,7 +1156,7 @@ class AsyncGuard(_GuardBase):
                 flight.add_done_callback(lambda f: f.exception())
                 raise
             flight.set_result(value)
-            await self._store(key, ck, value)
+            await self._store(key, ck, value, token)
             return default if value is None else value
         finally:
             if not flight.done():  # cancelled while loading: its waiters load again
@@ -1135,14 +1164,27 @@ class AsyncGuard(_GuardBase):
             del self._flights[ck]
             self._waiters.pop(ck, None)
 
-    async def _store(self, key: Any, ck: str, value: Any) -> None:
+    async def _aloading(self, ck: str) -> Optional[_Loading]:
+        """Guard._loading for a cache of coroutine methods too."""
+        if self.null_ttl == 0 and self.value_ttl == 0:
+            return None
+        token = _Loading(uuid.uuid4().hex)
+        try:
+            await _maybe_await(self.cache.set(ck, token, LOADING_TTL))
+        except Exception:  # noqa: BLE001 - a cache of values only (its own encoding)
+            return None
+        return token
+
+    async def _store(self, key: Any, ck: str, value: Any,
+                     token: Optional[_Loading] = None) -> None:
+        keep = token is None or _still_loading(await _maybe_await(self.cache.get(ck)), token)
         if value is None:
             self._count_missing(key)
-            if self.null_ttl != 0:
+            if self.null_ttl != 0 and keep:
                 await _maybe_await(self.cache.set(ck, NULL, self.null_ttl))
         else:
             self._count(found=1)
-            if self.value_ttl != 0:
+            if self.value_ttl != 0 and keep:
                 await _maybe_await(self.cache.set(ck, value, self.value_ttl))
             if self.add_found:
                 await self._aadd_found(key)

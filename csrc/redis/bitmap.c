@@ -359,6 +359,7 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int
         if (st != LB_REDIS_OK)
             return st;
     }
+    bm->upgrade = 0; /* no meta at all: a claim of a new one (SET NX), not an upgrade */
     *claim = 1;
     return LB_REDIS_OK;
 }
@@ -368,7 +369,7 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int
  * processes claiming at once, the first wins and the other compares.  The
  * upgrade of a filter of the previous version: SET meta <ours> (its text with
  * the canary field) and the canary. */
-static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
+static void build_claim(lb_bitmap *bm, lb_redis_batch *b, int canary)
 {
     char val[160];
     int vlen = lb_bitmap_meta_ours(bm, val, sizeof val);
@@ -382,7 +383,7 @@ static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
     } else {
         lb_bitmap_add_meta_set(bm, b, val, vlen);
     }
-    if (lb_bitmap_has_canary(bm))
+    if (canary)
         lb_bitmap_add_canary_set(bm, b);
     lb_bitmap_add_meta_get(bm, b);
     lb_redis_batch_expect_elements(b, 0);
@@ -391,7 +392,7 @@ static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
 
 /* Its replies (st: the status of the round trip, error replies turned into
  * a status). */
-static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply **rs)
+static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply **rs, int canary)
 {
     if (st == LB_REDIS_ERR_WRONGTYPE)
         return lb_bitmap_name_wrongtype(bm, UINT64_MAX);
@@ -401,7 +402,7 @@ static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply *
     if (!lb_reply_fits(rs[0], &set_nx))
         return lb_bitmap_conn_bad_reply(bm->conn, "SET NX of the meta key");
     size_t g = 1;
-    if (lb_bitmap_has_canary(bm) && !lb_reply_is_bit(rs[g++]))
+    if (canary && !lb_reply_is_bit(rs[g++]))
         return lb_bitmap_conn_bad_reply(bm->conn, "SETBIT of the canary");
     if (rs[g]->type == LB_REPLY_INTEGER && rs[g]->integer == 0) /* deleted meanwhile: a reset raced us */
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_REPLY,
@@ -808,6 +809,17 @@ static int meta_ok(const lb_bitmap *bm)
            lb_redis_is_connected(bm->conn);
 }
 
+/* Whether the claim sets the canary.  Not for an operation that brings a lost
+ * (or new) filter back (load, reset): its own last round trip sets it once the
+ * bits are in (reset: with the DEL).  A canary claimed before them would tell
+ * every other process the filter is whole while it is still empty, and they
+ * would answer "absent" for every key.  An upgrade (the bits are there, the
+ * meta lacks the canary field) sets it at once. */
+static int claim_canary(const lb_bitmap *bm, const bm_op *o)
+{
+    return lb_bitmap_has_canary(bm) && (!o->rebuild || bm->upgrade);
+}
+
 /* The guard first (the look, nothing written: GET meta, TYPE key, INFO
  * memory; then, for a new filter or an adopted bitmap, the claim: SET meta
  * NX + GET meta), then the body's round trips. */
@@ -820,8 +832,9 @@ static lb_redis_status bm_next(lb_op *op, const lb_redis_batch **req, int *flags
         return LB_REDIS_OK;
     if (o->phase == BM_CLAIM_DUE) {
         lb_redis_batch_clear(&bm->aux);
-        build_claim(bm, &bm->aux);
-        bm->claiming = lb_bitmap_has_canary(bm);
+        o->claim_canary = claim_canary(bm, o);
+        build_claim(bm, &bm->aux, o->claim_canary);
+        bm->claiming = o->claim_canary;
         o->phase = BM_CLAIM;
         *req = &bm->aux;
         *flags = LB_REDIS_IDEMPOTENT;
@@ -876,7 +889,7 @@ static lb_redis_status bm_done(lb_op *op, lb_redis_status st, lb_reply **rs)
         o->phase = st == LB_REDIS_OK && claim ? BM_CLAIM_DUE : BM_IDLE;
         break;
     case BM_CLAIM:
-        st = check_claim(bm, st, rs);
+        st = check_claim(bm, st, rs, o->claim_canary);
         o->phase = BM_IDLE;
         break;
     case BM_BODY:

@@ -43,6 +43,7 @@ struct bm_op {
     int guard;            /* the body needs the meta key checked on its connection */
     int force_look;       /* look even when checked (lb_bitmap_check_meta) */
     int rebuild;          /* reset, load: may bring a lost filter back (see the canary) */
+    int claim_canary;     /* the claim in flight sets the canary (see claim_canary) */
     int pending;          /* a body round trip is built and not answered yet */
     int flags;            /* ... how it is sent */
     int retried;          /* ... it went out again after a stale connection */
