@@ -1,7 +1,8 @@
 # ling_bloom: the two commands of the README, and the steps they need.
 #
 #   make demo    the filters at work, and the guard in front of a web app (the main job)
-#   make test    every test: pytest, and the C tests of the core's Redis layer
+#   make test    every test: pytest (on every core), and the C tests of the core's Redis layer
+#   make soak    the deployment tests SOAK_N times (default 20), failures per test
 #   make docs    the documentation site (MkDocs, Material), built strict into site/
 #   make bench   the benchmarks against the peers
 #   make sanitize every test (the stress runs included) and the C tests, on builds with
@@ -31,7 +32,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Build: a C compiler, pkg-config, the two C libraries.  Tests and demo: a redis-server.
 APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev openssl redis-server
 
-.PHONY: demo docs test test-python test-c bench build deps venv venv-test venv-bench venv-demo \
+.PHONY: demo docs test test-python test-c soak bench build deps venv venv-test venv-bench venv-demo \
         venv-docs clean sanitize sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps \
         sanitize-deps dist-deps aarch64-check
 
@@ -49,8 +50,28 @@ docs: build venv-docs
 
 test: test-python test-c
 
+# pytest on every core (pytest-xdist): PYTEST_WORKERS processes (default: the cores; 0 runs
+# them in this one process, as plain `pytest` does), each with its own redis-servers on ports
+# of its own (tests/support/redis_server.py).  --dist loadgroup: a test goes to whichever
+# worker is free, except that the tests on the session's cluster go to one worker together
+# (conftest.py), which builds the cluster once.  Then the tests marked `serial` (they must
+# not share the cores: tests/README.md), alone; exit status 5 is "none selected".
+PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 0)
+PYTEST_XDIST   := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test-python: build venv-test
-	$(VPY) -m pytest
+	$(VPY) -m pytest $(PYTEST_XDIST) -m "not serial" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
+
+# The deployment tests (Cluster, Sentinel, asyncio on a cluster, real web servers) SOAK_N
+# times, a fresh pytest process each round, as make test runs them (on every core); then a
+# table of the tests that failed, failures/N (tests/support/soak.py).
+SOAK_N     ?= 20
+SOAK_FILES := tests/redis/test_redis_cluster.py tests/redis/test_redis_sentinel.py \
+              tests/redis/test_aio_cluster.py tests/integrations/test_live_servers.py
+
+soak: build venv-test
+	$(VPY) tests/support/soak.py $(SOAK_N) $(PYTEST_XDIST) $(PYTEST_ARGS) -- $(SOAK_FILES)
 
 test-c: deps
 	$(MAKE) -C tests/c test
@@ -104,16 +125,18 @@ build: venv
 # exception of another extension, matplotlib's, aborts) and PYTHONMALLOC=malloc (so ASan
 # sees the binding's PyMem_* buffers).  Any report aborts the process, which fails its
 # test.  The C tests are built with the same compiler and flags (added to theirs:
-# tests/c/Makefile) and removed afterwards.
+# tests/c/Makefile) and removed afterwards.  pytest runs on every core as for make test
+# (the xdist workers inherit the preloaded runtime and the sanitizer build's PYTHONPATH);
+# PYTEST_WORKERS=0 runs them in the one pytest process.
 #
 # Compiler and runtime: clang 19 and its compiler-rt, not gcc's libasan.  The stress tests
 # and the fork tests fork a process while other threads run batches and Redis
 # round trips, and the child then allocates.  GCC 12's libasan (Debian 12) takes no lock
 # around fork(): a child forked while another thread held one of its allocator's locks
 # waits forever (gdb: FutexWait <- SizeClassAllocator64::GetFromAllocator <- asan_malloc
-# <- lb_redis_new, in the item 2 test's child).  compiler-rt since LLVM 18 holds its
-# allocator, stack depot and thread registry across fork (pthread_atfork), as glibc's
-# malloc does for a normal build.  llvm-19 brings llvm-symbolizer, for readable reports.
+# <- lb_redis_new, in the child of the test of a fork during RedisFilter round trips).
+# compiler-rt since LLVM 18 holds its allocator, stack depot and thread registry across
+# fork (pthread_atfork), as glibc's malloc does for a normal build.  llvm-19 brings llvm-symbolizer, for readable reports.
 SAN_DIR   := .sanitize
 SAN_CC    := clang-19
 SAN_APT   := clang-19 libclang-rt-19-dev llvm-19
@@ -143,7 +166,8 @@ sanitize: sanitize-deps venv-test
 	ASAN_SYMBOLIZER_PATH=$(SAN_SYMBOLIZER) \
 	  $(MAKE) -C tests/c test CC=$(SAN_CC) CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)"
 	$(MAKE) -C tests/c clean
-	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider $(PYTEST_XDIST) -m "not serial" $(PYTEST_ARGS)
+	$(SAN_ENV) $(VPY) -m pytest -p no:cacheprovider -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
 
 # ---- packaging (packaging/*.sh say what each step checks) ----------------------------
 # The wheels: manylinux2014 (glibc 2.17 and newer), x86_64 and aarch64, one per CPython

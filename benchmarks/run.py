@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     ("in-memory filters against the peers", "bench_memory.py"),
     ("per-key cost with the filter in cache", "bench_in_cache.py"),
+    ("batches from numpy and Arrow columns against abloom", "bench_columns.py"),
     ("RedisFilter against redis-py", "bench_redis.py"),
     ("a blocked layout on Redis: the server's limit per layout", "bench_redis_blocked.py"),
     ("RedisBloomFilter against redis-py's r.bf()", "bench_redisbloom.py"),

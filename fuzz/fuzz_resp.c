@@ -46,6 +46,7 @@
 #include "bitmap.h"
 #include "cluster_map.h"
 #include "client.h"
+#include "factory.h"
 #include "redisbloom.h"
 
 #define CHECK(c)              \

@@ -32,6 +32,7 @@ from ._core import (
     MAX_K,
     BlockedFilter,
     BloomError,
+    BoolArray,
     ClosedError,
     CorruptFileError,
     CountingFilter,
@@ -63,6 +64,48 @@ from ._protocols import Batcher, Filter, Remover
 from .theory import false_positive_rate, ideal_false_positive_rate, optimal_k
 
 from ._version import __version__ as __version__
+
+
+# What the C binding needs of the package, handed over once (it never imports
+# ling_bloom); each imports its module on first use, so ``import ling_bloom`` stays light.
+def _atomic_write(path: object, data: bytes) -> None:
+    from ._io import atomic_write
+
+    atomic_write(path, data)  # type: ignore[arg-type]
+
+
+def _read_file(path: object) -> bytes:
+    from ._io import read_file
+
+    return read_file(path)  # type: ignore[arg-type]
+
+
+def _umask() -> int:
+    from ._io import _umask
+
+    return _umask()
+
+
+def _html(f: object) -> str:
+    from ._display import html
+
+    return html(f)
+
+
+def _connection_kwargs(client: object) -> "dict[str, object]":
+    from ._redis_client import connection_kwargs
+
+    return connection_kwargs(client)
+
+
+def _bloom_info(*fields: "int | None") -> object:
+    from .redisbloom import RedisBloomInfo
+
+    return RedisBloomInfo(*fields)
+
+
+_core._set_hooks(atomic_write=_atomic_write, read_file=_read_file, umask=_umask,
+                 html=_html, connection_kwargs=_connection_kwargs, bloom_info=_bloom_info)
 
 
 class Params(NamedTuple):
@@ -145,11 +188,8 @@ def __dir__() -> "list[str]":
     return sorted(set(globals()) | set(_LAZY) | {"aio"})
 
 
-_KINDS: "dict[int, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
-    1: MemoryFilter,
-    2: CountingFilter,
-    3: ScalableFilter,
-    4: BlockedFilter,
+_KINDS: "dict[str, type[MemoryFilter | CountingFilter | ScalableFilter | BlockedFilter]]" = {
+    cls.__name__: cls for cls in (MemoryFilter, CountingFilter, ScalableFilter, BlockedFilter)
 }
 
 
@@ -158,13 +198,7 @@ def from_bytes(data: bytes) -> MemoryFilter | CountingFilter | ScalableFilter | 
 
     CorruptFileError (a BloomError and a ValueError) when data is not a saved filter.
     """
-    view = memoryview(data)
-    if len(view) < 8 or bytes(view[:4]) != b"LBLM":
-        raise CorruptFileError("not a valid saved filter: bad magic")
-    cls = _KINDS.get(view[6])
-    if cls is None:
-        raise CorruptFileError("not a valid saved filter: unknown filter kind")
-    return cls.from_bytes(data)
+    return _KINDS[_core.peek_header(data)["kind"]].from_bytes(data)
 
 
 def load(
@@ -193,6 +227,7 @@ __all__ = [
     "UnsharedFilterWarning",
     "Batcher",
     "BlockedFilter",
+    "BoolArray",
     "BloomError",
     "ClosedError",
     "CorruptFileError",

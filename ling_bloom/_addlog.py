@@ -11,7 +11,10 @@ Beside ``FILE`` (a saved filter that worker processes serve, through ``FileFilte
                from the moment its ``add`` returned.  A record torn by a crash is harmless:
                each record starts and ends with a newline, so the next one still parses,
                and a torn one is at worst a key nobody added (a false positive).  A torn
-               record at the end is read once: the log is read again when it grows.
+               record at the end is read once: the log is read again when it grows.  A
+               log truncated under the workers (logrotate's copytruncate) is told by its
+               header or its size when it is next read, and replaced by a whole log with
+               the records it still holds (``AddLog.repair``, logged); never rotate it.
 ``FILE.lock``  ``flock``: adds hold it shared, ``publish`` exclusive, a reload shared (so a
                worker never pairs a new file with the old log).  ``flock`` needs no write
                access: a worker that may only read the lock and the log (another user's
@@ -32,7 +35,8 @@ renamed over ``FILE``, the one step that publishes.  Whatever can fail comes bef
 leaves ``FILE`` and the log as they were; after it, the new log replaces the old one, best
 effort: when that fails the old log stays in use (``FILE`` holds its keys anyway).  A seal
 counts only when the log was replaced: a worker that reads one and finds the same log after
-its reload reads on past it.  The new file thus holds every key added before the publish,
+its reload reads on past it.  The temporary files are named for ``FILE``; a publish first
+removes those a killed one left (each the size of the filter).  The new file thus holds every key added before the publish,
 whenever its warm-up's snapshot of the database was taken: a key is always in the file,
 the log, or both.
 """
@@ -41,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import tempfile
 import uuid
@@ -49,13 +54,24 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 from ._io import NotARegularFileError, _umask, open_regular
 from ._keys import key_bytes  # noqa: F401  (re-exported: ling_bloom._addlog.key_bytes)
 
-__all__ = ["AddLog", "NotARegularFileError", "WarmupConflictError", "key_bytes", "log_key",
+__all__ = ["AddLog", "BrokenLogError", "NotARegularFileError", "WarmupConflictError", "key_bytes", "log_key",
            "open_regular", "publish", "begin"]
 
 HEADER = b"ling_bloom add log v1 "
 SEALED = b"sealed"
 # A log is read this much at a time (a whole line more when one is longer).
 CHUNK = 1 << 22
+
+
+class BrokenLogError(OSError):
+    """The add log at its name is not a whole log any more (truncated or emptied under the
+    workers, by logrotate's copytruncate or ``: > FILE.adds``): ``AddLog.repair`` replaces
+    it, carrying the records it still holds."""
+
+    def __init__(self, path: str, ino: int, read: int = 0):
+        super().__init__(errno.EINVAL, "not a ling_bloom add log (truncated?)", path)
+        self.ino = ino
+        self.read = read  # how far a reader had read it: a log shorter is truncated
 
 
 class WarmupConflictError(RuntimeError):
@@ -119,9 +135,12 @@ class LogReader:
     it needs reading again only when it grows past ``seen``."""
 
     def __init__(self, fd: int, ino: int, gen: bytes, offset: int, writable: bool = True,
-                 path: Optional[str] = None):
+                 path: Optional[str] = None, head: bytes = b""):
         self.fd, self.ino, self.gen, self.writable, self.path = fd, ino, gen, writable, path
         self.pos = (offset, offset)
+        # the header line (empty: not checked): a log truncated under this reader is told
+        # by it, or by a size below what was read
+        self.head = head
 
     @property
     def offset(self) -> int:
@@ -131,7 +150,8 @@ class LogReader:
         """Whether the log is longer than ``since`` (default: what was last read,
         ``pos[1]``).  The size comes from lseek (cheaper than fstat): reads use pread and
         writes O_APPEND, so the descriptor's own offset is never used."""
-        return os.lseek(self.fd, 0, os.SEEK_END) > (self.pos[1] if since is None else since)
+        # != rather than >: a log that shrank (truncated) is looked at too (peek says so)
+        return os.lseek(self.fd, 0, os.SEEK_END) != (self.pos[1] if since is None else since)
 
     def peek(self, limit: Optional[int] = CHUNK) -> Tuple[List[bytes], Tuple[int, int], bool]:
         """Records appended since the last read, at most about ``limit`` bytes of them:
@@ -140,6 +160,8 @@ class LogReader:
         wait for.  ``pos[1]`` below the log's size: there is more to read."""
         size = os.fstat(self.fd).st_size
         offset, seen = self.pos
+        if size < offset or (self.head and os.pread(self.fd, len(self.head), 0) != self.head):
+            raise BrokenLogError(self.path or "", self.ino, offset)  # truncated since read
         if size <= seen:
             return [], self.pos, False
         want = size - offset if limit is None else min(size - offset, limit)
@@ -218,6 +240,11 @@ class AddLog:
         self.log_path = self.path + ".adds"
         self.lock_path = self.path + ".lock"
         self.warmup_lock_path = self.path + ".warmup.lock"
+        # Temporary files of this FILE (a new log, a file being published) are named
+        # with a tag of its name: a publish removes those a killed one left behind.
+        tag = hashlib.sha1(os.path.basename(self.path).encode("utf-8", "surrogateescape"))
+        self.tmp_prefixes = (f".bloom-publish-{tag.hexdigest()[:12]}-",
+                             f".bloom-adds-{tag.hexdigest()[:12]}-")
         self._lock_fd: Optional[int] = None
         self._lock_pid = 0
 
@@ -255,7 +282,7 @@ class AddLog:
     # -- the log (call with the lock held)
     def _new_log_file(self) -> str:
         d = os.path.dirname(os.path.abspath(self.log_path))
-        fd, tmp = tempfile.mkstemp(prefix=".bloom-adds-", dir=d)
+        fd, tmp = tempfile.mkstemp(prefix=self.tmp_prefixes[1], dir=d)
         try:
             os.fchmod(fd, 0o666 & ~_umask())
             record = HEADER + uuid.uuid4().hex.encode("ascii") + b"\n"
@@ -289,10 +316,68 @@ class AddLog:
             head = os.pread(fd, 128, 0)
             nl = head.find(b"\n")
             if not head.startswith(HEADER) or nl < 0:
+                ino = os.fstat(fd).st_ino
                 os.close(fd)
-                raise OSError(errno.EINVAL, "not a ling_bloom add log", self.log_path)
+                raise BrokenLogError(self.log_path, ino)
             return LogReader(fd, os.fstat(fd).st_ino, head[len(HEADER):nl], nl + 1,
-                             writable, self.log_path)
+                             writable, self.log_path, head[:nl + 1])
+
+    def repair(self, ino: int, read: int = 0) -> bool:
+        """Replace the log of inode ``ino`` found broken (truncated: no header, or shorter
+        than ``read``, where a reader had read it to) by a new log holding every record it
+        still has; with the lock held exclusive.  False when it was replaced meanwhile, or
+        is whole after all."""
+        try:
+            fd, writable = _open_shared(self.log_path, create=False, append=os.O_APPEND)
+        except FileNotFoundError:
+            return False
+        broken = LogReader(fd, ino, b"", 0, writable, self.log_path)  # owns fd
+        try:
+            if os.fstat(fd).st_ino != ino:
+                return False
+            head = os.pread(fd, 128, 0)
+            if head.startswith(HEADER) and b"\n" in head and os.fstat(fd).st_size >= read:
+                return False
+            tmp = self._new_log_file()
+            try:
+                out = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                try:
+                    def carry(keys: List[bytes]) -> None:
+                        data = _encode(keys)
+                        if os.write(out, data) != len(data):
+                            raise OSError(errno.ENOSPC, "the add log could not be written "
+                                          "whole", tmp)
+
+                    broken.read_each(carry)
+                finally:
+                    os.close(out)
+                if writable:
+                    # every process still reading it reloads at its next "absent" (as
+                    # after a publish) and finds the new log
+                    with contextlib.suppress(OSError):
+                        broken.seal()
+                os.replace(tmp, self.log_path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            return True
+        finally:
+            broken.close()
+
+    def remove_stale(self) -> None:
+        """Remove the temporary files of this FILE that a process killed midway left (a
+        warm-up killed while it published: a file of the filter's size each time); with
+        the lock held exclusive, so none of them is in use."""
+        d = os.path.dirname(os.path.abspath(self.path))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(self.tmp_prefixes):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(d, name))
 
     def current_ino(self) -> Optional[int]:
         try:
@@ -340,7 +425,12 @@ def publish(filter: Any, path: Any, since: Optional[bytes] = None) -> int:
     log = AddLog(path)
     try:
         with log.locked(exclusive=True):
-            old = log.open_log(create=False)
+            log.remove_stale()
+            try:
+                old = log.open_log(create=False)
+            except BrokenLogError as e:  # truncated: replaced by a whole one, then used
+                log.repair(e.ino)
+                old = log.open_log(create=False)
             try:
                 if since is not None and old is not None and old.gen != since:
                     raise WarmupConflictError(
@@ -364,12 +454,25 @@ def _replace(filter: Any, path: str, log: AddLog, old: Optional[LogReader]) -> N
     log_tmp: Optional[str] = None
     try:
         # Everything that can fail, before anything the workers see is replaced.
-        fd, file_tmp = tempfile.mkstemp(prefix=".bloom-publish-", dir=directory)
+        fd, file_tmp = tempfile.mkstemp(prefix=log.tmp_prefixes[0], dir=directory)
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # as save() gives it, whatever save() does
-        finally:
+        except BaseException:
             os.close(fd)
-        filter.save(file_tmp)  # written whole and flushed (temporary file, fsync, rename)
+            raise
+        # Written into this temporary file itself (no temporary file of save()'s own,
+        # which a killed warm-up would leave behind under a name no publish knows).
+        with os.fdopen(fd, "wb") as f:
+            try:
+                filter.save(f)
+                by_path = False
+            except TypeError:  # a save() of paths only
+                by_path = True
+            else:
+                f.flush()
+                os.fsync(f.fileno())
+        if by_path:
+            filter.save(file_tmp)  # written whole and flushed (temporary file, fsync, rename)
         log_tmp = log._new_log_file()
         if old is not None:
             old.seal()  # a worker that reads it reloads, which waits for this lock

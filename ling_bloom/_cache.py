@@ -65,6 +65,34 @@ def is_null(value: Any) -> bool:
     return value is NULL or isinstance(value, _Null)
 
 
+class _Loading:
+    """The loading marker: a loader runs for this key, and ``token`` is its call.  What the
+    loader returns is cached only while its marker is still there: an invalidation
+    meanwhile (a write's hook, in any process sharing the cache) removes it, so an answer
+    read before the write committed ("absent" for a row being created, a row being
+    deleted) is not cached after it.  A lookup that finds the marker loads as on a miss."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str):
+        self.token = token
+
+    def __reduce__(self) -> Any:
+        return (_Loading, (self.token,))
+
+    def __repr__(self) -> str:
+        return f"<ling_bloom loading {self.token}>"
+
+
+def is_loading(value: Any) -> bool:
+    """True for a loading marker (a miss: a loader is running for the key)."""
+    return isinstance(value, _Loading)
+
+
+# Seconds a loading marker lives: a loader slower than this caches nothing.
+LOADING_TTL = 60.0
+
+
 # ----------------------------------------------------------------------- caches
 
 
@@ -126,6 +154,7 @@ class MemoryCache:
 
 
 _NULL_BYTES = b"\x00ling_bloom:null"
+_LOADING_BYTES = b"\x00ling_bloom:loading:"
 
 
 class RedisCache:
@@ -160,9 +189,13 @@ class RedisCache:
             raw = raw.encode("utf-8", "surrogateescape")
         if raw == _NULL_BYTES:
             return NULL
+        if raw.startswith(_LOADING_BYTES):
+            return _Loading(raw[len(_LOADING_BYTES):].decode("ascii", "replace"))
         return self.loads(raw)
 
     def _encode(self, value: Any) -> bytes:
+        if is_loading(value):
+            return _LOADING_BYTES + value.token.encode("ascii")
         return _NULL_BYTES if is_null(value) else self.dumps(value)
 
     @staticmethod

@@ -2,8 +2,8 @@
 tests/test_typing.py checks that every public name of the built module is declared here."""
 
 from types import TracebackType
-from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, List, NoReturn, Optional, Sequence,
-                    SupportsIndex, Tuple, Type, TypeVar, Union)
+from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, Iterator, List, NoReturn, Optional,
+                    Protocol, Sequence, SupportsIndex, Tuple, Type, TypeVar, Union, overload)
 import os
 
 from typing_extensions import Buffer, Self
@@ -15,6 +15,22 @@ Key = Union[str, Buffer, int, SupportsIndex]
 decimal text: 42 and "42" are one key) or int-like (__index__: numpy's integer scalars, the
 key of their int).  Never empty.  bool (an int to the type checker), float and the other
 numbers (numpy's floating and bool scalars, Decimal, Fraction) are a TypeError at run time."""
+
+class _ArrowArrayExporter(Protocol):
+    def __arrow_c_array__(self, requested_schema: Any = ..., /) -> Tuple[Any, Any]: ...
+
+class _ArrowStreamExporter(Protocol):
+    def __arrow_c_stream__(self, requested_schema: Any = ..., /) -> Any: ...
+
+Column = Union[Buffer, _ArrowArrayExporter, _ArrowStreamExporter]
+"""A column of keys, read in place by the batch methods: a numpy array (any buffer) of
+integers of one dimension, any dtype, byte order and stride (each the key of the same int);
+or anything that exports Arrow (``__arrow_c_array__``, ``__arrow_c_stream__``: pyarrow
+arrays and chunked arrays, pandas and polars Series, DuckDB results) of strings, binary
+(string, large_string, string_view, binary, large_binary, binary_view) or integers, or
+dictionary-encoded arrays of them (a pandas category, a polars Categorical).  A
+buffer of other items (numpy's bytes or text) is iterated as before; floats and bools are a
+TypeError."""
 
 _Path = Union[str, "os.PathLike[str]", BinaryIO]
 """A path, or a binary file object (io.BytesIO, open(..., "rb"/"wb"))."""
@@ -117,6 +133,19 @@ class RedisProtocolError(RedisError):
 
 # ---- functions ------------------------------------------------------------------------------
 
+def _set_hooks(**hooks: Any) -> None:
+    """The package's callables the binding uses (atomic_write, read_file, umask, html,
+    connection_kwargs, bloom_info), handed over once by ling_bloom's __init__."""
+
+def peek_header(data: Buffer) -> Dict[str, Any]:
+    """The header of the saved filter that starts with data (its first 48 bytes are enough),
+    read as it is: version, kind (the type's name: "MemoryFilter", "CountingFilter",
+    "ScalableFilter", "BlockedFilter"), kind_code, hash, header_bytes; m, k, capacity,
+    error_rate (None when not set) and live for the fixed types; initial_capacity,
+    error_rate, growth_ratio, fpr_ratio and stages for ScalableFilter.  Only the prefix
+    (magic, version, kind, hash) is checked; CorruptFileError when data is not a saved
+    filter."""
+
 def _saved_length(head: bytes, have: Optional[int] = None) -> Tuple[int, bool]:
     """(total, whole): the length of the saved filter that starts with head (its first 48
     bytes), worked out as far as have bytes allow (whole False: total is the least a
@@ -146,6 +175,20 @@ def _key(key: Key) -> Union[str, bytes]:
     """key as the filters read it: a str as an exact str, an int or int-like as its decimal
     text (a str), a buffer as bytes; bad keys raise as in key_bytes."""
 
+class BoolArray:
+    """The answers of a batch on a column (add_many, test_many) where numpy is not installed:
+    one byte per key, exported by the buffer protocol as format '?', so
+    ``numpy.asarray(answers)`` is a boolean array over the same memory (no copy)."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> bool: ...
+    def __iter__(self) -> Iterator[bool]: ...
+    def __invert__(self) -> "BoolArray":
+        """The negation, a new BoolArray."""
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def count(self) -> int:
+        """How many answers are True."""
+    def tolist(self) -> List[bool]: ...
+
 # ---- what every filter has ------------------------------------------------------------------
 
 class _Filter:
@@ -162,12 +205,33 @@ class _Filter:
         BF.CARD); a round trip for the Redis types.  ClosedError once closed."""
     def __bool__(self) -> bool:
         """Always True (even empty or closed): ``if f:`` asks nothing of the filter."""
-    def add_many(self, keys: Iterable[Key], /) -> List[bool]:
-        """add() for each key; a bad key raises before anything changes."""
-    def update(self, keys: Iterable[Key], /) -> None:
-        """Add every key (no per-key result)."""
-    def test_many(self, keys: Iterable[Key], /) -> List[bool]:
-        """test() for each key."""
+    @overload
+    def add_many(self, keys: Union[List[Key], Tuple[Key, ...]], /, *,
+                 skip_nulls: bool = ...) -> List[bool]:
+        """add() for each key; a bad key raises before anything changes.  A list of answers
+        (True: the key was new); for a column (see Column) a boolean array: numpy's array
+        over a BoolArray (no copy) where numpy is installed, else the BoolArray.  A column's
+        null raises ValueError naming its position; skip_nulls=True skips nulls (answer
+        False)."""
+    @overload
+    def add_many(self, keys: Column, /, *, skip_nulls: bool = ...) -> Any: ...
+    @overload
+    def add_many(self, keys: Iterable[Key], /, *, skip_nulls: bool = ...) -> List[bool]: ...
+    def update(self, keys: Union[Iterable[Key], Column], /, *, skip_nulls: bool = ...) -> None:
+        """Add every key (no per-key result); a bad key raises before anything changes.
+        keys may be a column (see Column), read in place; a column's null raises ValueError
+        naming its position, skip_nulls=True skips nulls."""
+    @overload
+    def test_many(self, keys: Union[List[Key], Tuple[Key, ...]], /, *,
+                  skip_nulls: bool = ...) -> List[bool]:
+        """test() for each key: a list of answers; for a column (see Column) a boolean array,
+        numpy's array over a BoolArray (no copy) where numpy is installed, else the BoolArray,
+        usable as a mask: ``df[~f.test_many(df["id"])]``.  A column's null raises
+        ValueError naming its position; skip_nulls=True skips nulls (answer False)."""
+    @overload
+    def test_many(self, keys: Column, /, *, skip_nulls: bool = ...) -> Any: ...
+    @overload
+    def test_many(self, keys: Iterable[Key], /, *, skip_nulls: bool = ...) -> List[bool]: ...
     def reset(self) -> None:
         """Remove every key."""
     def close(self) -> None:

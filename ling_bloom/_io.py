@@ -5,7 +5,7 @@ import errno
 import os
 import stat
 import tempfile
-from typing import IO, Union, cast
+from typing import IO, Any, Dict, Optional, Union, cast
 
 try:
     import fcntl
@@ -150,8 +150,25 @@ HEADER_BYTES = 48
 # A file is read in steps of at most this many bytes: a header that claims more than the
 # file holds never gets that much memory allocated for it.
 STEP = 1 << 24
-# The header of a MemoryFilter's file, the kind byte, and its live flag (format.h).
-FIXED_HEADER, KIND_MEMORY, LIVE_FLAG = 40, 1, 2
+# A saved filter's trailer: the checksum after the payload (format.h).
+TRAILER = 8
+
+
+def peek(head: bytes) -> "Optional[Dict[str, Any]]":
+    """The header at the start of head as ``_core.peek_header`` reads it (format.c, the one
+    reader of the layout), or None when head does not start a saved filter."""
+    from ._core import CorruptFileError, peek_header
+
+    try:
+        return peek_header(head)
+    except CorruptFileError:
+        return None
+
+
+def saved_kind(head: bytes) -> Optional[str]:
+    """The name of the type whose saved filter head starts (its first 48 bytes), or None."""
+    h = peek(head)
+    return None if h is None else h["kind"]
 
 
 def _read_exactly(f: "IO[bytes]", n: int) -> bytes:
@@ -212,19 +229,24 @@ def _as_it_is_now(f: "IO[bytes]", data: bytes) -> bytes:
     go with a live header; from_bytes checks the header against its checksum).  When they
     are not, the file was sealed all along, and nothing of it changed.
     """
-    if fcntl is None or len(data) < FIXED_HEADER + 8 or data[6] != KIND_MEMORY:
+    header = peek(data) if fcntl is not None else None
+    if header is None or header["kind"] != "MemoryFilter":
+        return data
+    size = header["header_bytes"]
+    if len(data) < size + TRAILER:
         return data
     fd = f.fileno()
     _lock(fd, fcntl.LOCK_SH)
     try:
-        head = os.pread(fd, FIXED_HEADER, 0)
-        trailer = os.pread(fd, 8, len(data) - 8)
+        head = os.pread(fd, size, 0)
+        trailer = os.pread(fd, TRAILER, len(data) - TRAILER)
     finally:
         _lock(fd, fcntl.LOCK_UN)
-    if (len(head) == FIXED_HEADER and len(trailer) == 8 and head[6] == KIND_MEMORY
-            and head[20] & LIVE_FLAG
-            and (head != data[:FIXED_HEADER] or trailer != data[-8:])):
-        return head + data[FIXED_HEADER:-8] + trailer
+    now = peek(head)
+    if (len(head) == size and len(trailer) == TRAILER and now is not None
+            and now["kind"] == "MemoryFilter" and now["live"]
+            and (head != data[:size] or trailer != data[-TRAILER:])):
+        return head + data[size:-TRAILER] + trailer
     return data
 
 

@@ -36,16 +36,30 @@ class GuardStats(NamedTuple):
     passed           the filter said "maybe": lookups - rejected
     found            passed lookups that resolved to a value
     not_found        passed lookups that resolved to "not found": observed false positives
-    errors           passed lookups whose loader raised
+    errors           lookups that passed the filter and then failed after it: the loader
+                     raised (each lookup that shared the failed call counts too), or a
+                     framework reported the outcome as an error (``record(None)``).  Not
+                     the filter's failures: those are ``filter_errors``
     cache_hits       values or null markers served by the cache
     null_hits        of those, null markers
     loads            loader calls (at most one per key at a time)
     coalesced        lookups that waited for another lookup's loader call
-    false_positive_rate   observed: not_found / (not_found + rejected); None before any
-    error_rate       the filter's promise (None when the filter does not say)
-    estimated_error_rate  the filter's own estimate from its fill now (None if unknown, and for
-                     an async filter, whose estimate must be awaited)
-    filter_errors    calls to the filter that failed (its backend: down, timed out, refused)
+    false_positive_rate   measured here: not_found / (not_found + rejected), the share of
+                     the keys with no row (as far as lookups show: deleted ones aside) that
+                     the filter let through; None before any such key.  Compare it with
+                     error_rate
+    error_rate       the rate the filter was built for, read from it (its ``error_rate``:
+                     the capacity's promise); None when the filter does not say.  Not a
+                     count of errors
+    estimated_error_rate  the rate the filter expects now from how full it is (its
+                     ``current_error_rate()``; a fixed filter's is below error_rate until
+                     it holds its capacity, above it past); None if unknown, and for an
+                     async filter,
+                     whose estimate must be awaited
+    filter_errors    calls to the filter that failed: its backend down, timed out or
+                     refusing (a lookup's test, or the add of a found key), or a stored
+                     geometry that is not the code's; the failure policy answered them.
+                     Not the loader's failures: those are ``errors``
     bypassed         lookups the failure policy decided (after an error, or while the
                      circuit was open), not the filter; their outcomes are not counted as
                      found/not_found

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
-from ._addlog import AddLog, LogReader, log_key
+from ._addlog import AddLog, BrokenLogError, LogReader, log_key
 from ._core import ClosedError
 
 __all__ = ["FileFilter", "UnsharedFilterWarning", "shares_adds"]
@@ -200,8 +200,13 @@ class FileFilter:
         if self.reload_in_thread and threading.current_thread() is self._reloader:
             self._loading = True  # lookups in the loop pass until the new filter is in
         try:
-            with self._addlog.locked():
-                return self._reload_locked()
+            try:
+                with self._addlog.locked():
+                    return self._reload_locked()
+            except BrokenLogError as e:  # truncated under us: replaced, then read
+                self._repair_log(e)
+                with self._addlog.locked():
+                    return self._reload_locked()
         except OSError as e:
             if not self._warned_log:
                 self._warned_log = True
@@ -209,6 +214,29 @@ class FileFilter:
                                 "by other processes are seen only after a reload",
                                 self.path, e)
             return self._reload_locked(with_log=False)
+
+    def _repair_log(self, error: BrokenLogError) -> None:
+        """The add log was truncated or emptied under the workers (logrotate's
+        copytruncate, ``: > FILE.adds``): replace it by a whole log with the records it
+        still holds (the lock exclusive, on a descriptor of its own; call it holding no
+        lock of the file)."""
+        log = AddLog(self.path)
+        try:
+            with log.locked(exclusive=True):
+                replaced = log.repair(error.ino, error.read)
+        except OSError as e:
+            self._log.error("ling_bloom: the add log of %s is truncated and could not be "
+                            "replaced (%s)", self.path, e)
+            return
+        finally:
+            log.close()
+        if replaced:
+            self._log.error(
+                "ling_bloom: the add log of %s was truncated or emptied under the workers "
+                "(logrotate's copytruncate?): replaced by a new log with the records it "
+                "still held; keys logged before it was cut may be missing from workers "
+                "started since, until the next warm-up publishes the file (never rotate "
+                "or truncate %s.adds)", self.path, self.path)
 
     def _reload_locked(self, with_log: bool = True) -> bool:
         identity = self._stat()
@@ -279,17 +307,17 @@ class FileFilter:
         # A regular file only, opened without blocking: a FIFO or a device at the path is
         # refused at once (logged, the current filter kept), never waited on.
         from . import from_bytes
-        from ._io import open_regular, read_regular_file
+        from ._io import HEADER_BYTES, open_regular, read_regular_file, saved_kind
 
         if self.mapped:
             from ._core import MemoryFilter
 
             fd = open_regular(self.path, os.O_RDONLY, follow=True)
             try:
-                head = os.pread(fd, 8, 0)
+                head = os.pread(fd, HEADER_BYTES, 0)
             finally:
                 os.close(fd)
-            if head[:4] == b"LBLM" and head[6:7] == b"\x01":
+            if saved_kind(head) == "MemoryFilter":
                 try:
                     return MemoryFilter.open(self.path, "r+")
                 except PermissionError:
@@ -336,6 +364,12 @@ class FileFilter:
                     if not reader.grew():
                         return moved or fresh
                     keys, pos, sealed = reader.peek()
+                except BrokenLogError as e:
+                    # truncated under us: records appended since lie before where we
+                    # had read; the log is replaced by one holding them, and read anew
+                    self._repair_log(e)
+                    self._reload()
+                    return True
                 except OSError:
                     return moved or fresh
                 if keys:
@@ -458,6 +492,14 @@ class FileFilter:
         self._after_fork()
         with self._lock:
             self.refresh()  # (ClosedError once closed)
+            try:
+                return self._add_logged(raw, single)
+            except BrokenLogError as e:  # truncated under us: replaced, then added to
+                self._repair_log(e)
+            return self._add_logged(raw, single)
+
+    def _add_logged(self, raw: List[bytes], single: bool) -> Any:
+        with self._lock:
             with self._addlog.locked():
                 if self._reader is None or self._addlog.current_ino() != self._reader.ino:
                     self._reload_locked()  # a publish since: add to the new file and log

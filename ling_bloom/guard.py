@@ -10,6 +10,11 @@
 - "Not found" (the loader returned None) is cached as a null marker for ``null_ttl``
   seconds; a found value is cached for ``value_ttl`` seconds (None: no expiry) and its key
   added to the filter.
+- A load puts a loading marker in the cache first, and its answer is cached only while the
+  marker is still there: a write whose hook invalidates the key meanwhile (``add``,
+  ``invalidate``, in any process sharing the cache) keeps an answer read before the write
+  committed ("not found" for a row being created) out of the cache.  A cache whose values
+  cannot hold the marker caches answers as they come.
 
 Every lookup that passed the filter but resolved to "not found" (from the loader, a cached
 null marker, or a load it waited for) is an observed false positive of the filter; the guard
@@ -76,6 +81,7 @@ import inspect
 import logging
 import math
 import threading
+import uuid
 import time
 from collections import OrderedDict
 from typing import (
@@ -83,6 +89,7 @@ from typing import (
     Awaitable,
     Callable,
     Dict,
+    Generator,
     Iterator,
     Optional,
     Tuple,
@@ -106,7 +113,8 @@ from ._breaker import (
     _unfinished,
     _take_pending,
 )
-from ._cache import NULL, Cache, MemoryCache, RedisCache, _Flight, _NoCache, is_null
+from ._cache import (LOADING_TTL, NULL, Cache, MemoryCache, RedisCache, _Flight, _Loading,
+                     _NoCache, is_loading, is_null)
 from ._cache import _Null  # noqa: F401  (the marker's class, where its pickles name it)
 from ._core import FilterLostError, GeometryMismatchError
 from ._keys import Key, as_key  # noqa: F401  (Key: the type of a converted key)
@@ -136,6 +144,10 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+_R = TypeVar("_R")
+# An add's steps (_GuardBase._add_steps, _add_found_steps): each yields the filter call to
+# make, (method, key), is sent its result, and returns when done.
+_Steps = Generator[Tuple[Callable[[Any], Any], Any], Any, _R]
 
 log = logging.getLogger("ling_bloom.guard")
 
@@ -362,6 +374,97 @@ class _GuardBase:
             self.logger.info("ling_bloom guard %r: observed false-positive rate %.4g is back "
                              "within the promise %.4g", self.name, rate, promise)
 
+    # -- a lookup and an add, decided once for both guards
+    #
+    # Guard calls the filter in the calling thread, AsyncGuard awaits it (in a thread for
+    # a blocking filter); everything else (counts, policy, circuit, a lost filter) is the
+    # same code.  A lookup: _before_test, the call, then _answered or _test_failed (the
+    # hot path: plain calls).  An add, whose retry spans two calls: a generator of steps
+    # that yields each call to make, (method, key), and is sent what it returned or
+    # thrown what it raised; Guard._run and AsyncGuard._arun drive it.
+
+    def _before_test(self) -> Optional[bool]:
+        """A lookup's answer before the filter is asked (it is being rebuilt, or the
+        circuit is open), or None: ask it."""
+        _bypassed.set(False)
+        if (_rebuilding or _unfinished) and self._not_to_ask():
+            return self._lost_lookup()
+        if not self._breaker.allow():
+            return self._policy(None)
+        return None
+
+    def _test_failed(self, error: BaseException, epoch: int) -> bool:
+        """The filter's test raised error (epoch: _breaker.comebacks before it was
+        asked): the lookup's answer, or error raised again."""
+        if isinstance(error, UnicodeEncodeError):
+            # a str with a lone surrogate (a hostile URL): no key of it can have been added
+            self._breaker.release()
+            self._count(lookups=1, rejected=1)
+            return False
+        if isinstance(error, FilterLostError):
+            return self._filter_lost(error, epoch)
+        if isinstance(error, GeometryMismatchError):
+            return self._misconfigured(error)
+        if isinstance(error, self.filter_errors):
+            return self._policy(error)
+        self._breaker.release()
+        raise error
+
+    def _run(self, steps: "_Steps[_R]") -> "_R":
+        """Drive steps, making each filter call here (the blocking guard)."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    out = call[0](call[1])
+                except BaseException as e:  # handed to the steps, which decide
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(out)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _retried_add(self, method: Callable[[Any], Any], fk: Any) -> "_Steps[None]":
+        """One add (method: the filter's add or ensure), made again once when the filter
+        came back (was rebuilt) while it ran: the row saved meanwhile may be missing from
+        what the rebuild read.  A FilterLostError of the loss still on is raised."""
+        epoch = _breaker.comebacks
+        try:
+            yield method, fk
+        except FilterLostError:
+            if epoch == _breaker.comebacks:
+                raise
+            yield method, fk
+
+    def _add_steps(self, fk: Any) -> "_Steps[None]":
+        """add(key)'s filter part: a lost filter or another geometry does not fail it."""
+        try:
+            yield from self._retried_add(self.filter.add, fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
+
+    def _add_found_steps(self, key: Any) -> "_Steps[None]":
+        """After a load found a value: add its key to the filter.  A failing backend does
+        not fail the lookup (the value is served; the key is missing from the filter until
+        a warm-up or the next lookup that finds it), unless the policy is "raise"."""
+        if _bypassed.get() or self._breaker.is_open():
+            return  # the backend is failing: do not wait on it again for this lookup
+        fk = self.filter_key(key)
+        if _queue_add(self.filter, fk):
+            return
+        # a FileFilter's ensure(): no add-log record for a key it already answers
+        add = getattr(self.filter, "ensure", self.filter.add)
+        try:
+            yield from self._retried_add(add, fk)
+        except FilterLostError as e:
+            self._add_lost(e, fk)
+        except GeometryMismatchError as e:
+            self._add_misconfigured(e)
+        except self.filter_errors as e:
+            self._add_failed(e)
+
     # -- the filter step, shared with the framework middleware
     def check(self, key: Any) -> bool:
         """The filter step alone, counted: False (rejected) when the filter has never seen
@@ -369,28 +472,14 @@ class _GuardBase:
         filter's backend fails, or the circuit is open, the ``on_filter_error`` policy
         answers: True for "open", False for "closed", the error for "raise"."""
         fk = self.filter_key(key)
-        _bypassed.set(False)
-        if (_rebuilding or _unfinished) and self._not_to_ask():
-            return self._lost_lookup()
-        if not self._breaker.allow():
-            return self._policy(None)
+        early = self._before_test()
+        if early is not None:
+            return early
         epoch = _breaker.comebacks
         try:
             hit = self.filter.test(fk)
-        except UnicodeEncodeError:
-            # a str with a lone surrogate (a hostile URL): no key of it can have been added
-            self._breaker.release()
-            self._count(lookups=1, rejected=1)
-            return False
-        except FilterLostError as e:
-            return self._filter_lost(e, epoch)
-        except GeometryMismatchError as e:
-            return self._misconfigured(e)
-        except self.filter_errors as e:
-            return self._policy(e)
-        except BaseException:
-            self._breaker.release()
-            raise
+        except BaseException as e:
+            return self._test_failed(e, epoch)
         return self._answered(hit)
 
     def _answered(self, hit: bool) -> bool:
@@ -594,29 +683,7 @@ class _GuardBase:
                                "raise": "raise it"}[self.on_filter_error])
 
     def _add_found(self, key: Any) -> None:
-        """After a load found a value: add its key to the filter.  A failing backend does
-        not fail the lookup (the value is served; the key is missing from the filter until
-        a warm-up or the next lookup that finds it), unless the policy is "raise"."""
-        if _bypassed.get() or self._breaker.is_open():
-            return  # the backend is failing: do not wait on it again for this lookup
-        fk = self.filter_key(key)
-        if _queue_add(self.filter, fk):
-            return
-        epoch = _breaker.comebacks
-        try:
-            # a FileFilter's ensure(): no add-log record for a key it already answers
-            try:
-                getattr(self.filter, "ensure", self.filter.add)(fk)
-            except FilterLostError:
-                if epoch == _breaker.comebacks:
-                    raise
-                getattr(self.filter, "ensure", self.filter.add)(fk)  # it came back: again
-        except FilterLostError as e:
-            self._add_lost(e, fk)
-        except GeometryMismatchError as e:
-            self._add_misconfigured(e)
-        except self.filter_errors as e:
-            self._add_failed(e)
+        self._run(self._add_found_steps(key))
 
     def _add_misconfigured(self, e: BaseException) -> None:
         self._count(filter_errors=1)
@@ -755,7 +822,7 @@ class Guard(_GuardBase):
             return default
         ck = self.cache_key(key)
         cached = self.cache.get(ck)
-        if cached is not None:
+        if cached is not None and not is_loading(cached):
             return self._from_cache(cached, default, key)
         return self._load(key, ck, default, loader)
 
@@ -778,10 +845,11 @@ class Guard(_GuardBase):
         try:
             # Another lookup may have filled the cache between our miss and our flight.
             cached = self.cache.get(ck)
-            if cached is not None:
+            if cached is not None and not is_loading(cached):
                 flight.value = None if is_null(cached) else cached
                 return self._from_cache(cached, default, key)
             self._count(loads=1)
+            token = self._loading(ck)
             try:
                 value = self._call_loader(loader, key)
             except BaseException as e:
@@ -789,21 +857,35 @@ class Guard(_GuardBase):
                 self._count(errors=1)
                 raise
             flight.value = value
-            self._store(key, ck, value)
+            self._store(key, ck, value, token)
             return default if value is None else value
         finally:
             with self._flights_lock:
                 del self._flights[ck]
             flight.event.set()
 
-    def _store(self, key: Any, ck: str, value: Any) -> None:
+    def _loading(self, ck: str) -> Optional[_Loading]:
+        """Put a loading marker for the loader about to run (None: nothing is cached, or
+        the cache cannot hold the marker: the answer is cached as it comes)."""
+        if self.null_ttl == 0 and self.value_ttl == 0:
+            return None
+        token = _Loading(uuid.uuid4().hex)
+        try:
+            self.cache.set(ck, token, LOADING_TTL)
+        except Exception:  # noqa: BLE001 - a cache of values only (its own encoding)
+            return None
+        return token
+
+    def _store(self, key: Any, ck: str, value: Any, token: Optional[_Loading] = None) -> None:
+        # read before a write that invalidated the key meanwhile: not cached past it
+        keep = token is None or _still_loading(self.cache.get(ck), token)
         if value is None:
             self._count_missing(key)
-            if self.null_ttl != 0:
+            if self.null_ttl != 0 and keep:
                 self.cache.set(ck, NULL, self.null_ttl)
         else:
             self._count(found=1)
-            if self.value_ttl != 0:
+            if self.value_ttl != 0 and keep:
                 self.cache.set(ck, value, self.value_ttl)
             if self.add_found:
                 self._add_found(key)
@@ -815,20 +897,7 @@ class Guard(_GuardBase):
         "open" and "closed", a stored geometry that is not the code's (logged once)."""
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
-            epoch = _breaker.comebacks
-            try:
-                try:
-                    self.filter.add(fk)
-                except FilterLostError:
-                    if epoch == _breaker.comebacks:
-                        raise
-                    # the filter came back (rebuilt) while the add ran: add it again, or
-                    # the row saved meanwhile may be missing from what the rebuild read
-                    self.filter.add(fk)
-            except FilterLostError as e:
-                self._add_lost(e, fk)
-            except GeometryMismatchError as e:
-                self._add_misconfigured(e)
+            self._run(self._add_steps(fk))
         ck = self.cache_key(key)
         if value is None:
             self.cache.delete(ck)
@@ -868,6 +937,12 @@ class Guard(_GuardBase):
         guarded.add = guard.add  # type: ignore[attr-defined]
         guarded.uncached = func  # type: ignore[attr-defined]
         return guarded
+
+
+def _still_loading(cached: Any, token: _Loading) -> bool:
+    """Whether the answer of the loader of ``token`` may be cached: its loading marker is
+    still there (no invalidation, no write, no other answer came meanwhile)."""
+    return is_loading(cached) and cached.token == token.token
 
 
 def _is_async_method(method: Any) -> bool:
@@ -960,32 +1035,33 @@ class AsyncGuard(_GuardBase):
             out = await out
         return out
 
+    async def _arun(self, steps: "_Steps[_R]") -> "_R":
+        """Drive steps, awaiting each filter call (``_ask``): the asyncio twin of
+        ``_run``."""
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    out = await self._ask(call[0], call[1])
+                except BaseException as e:  # handed to the steps, which decide
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(out)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
     async def acheck(self, key: Any) -> bool:
         """``check()`` for the event loop (the ASGI middleware calls it): the same
         counting and failure policy, without blocking the loop."""
         fk = self.filter_key(key)
-        _bypassed.set(False)
-        if (_rebuilding or _unfinished) and self._not_to_ask():
-            return self._lost_lookup()
-        if not self._breaker.allow():
-            return self._policy(None)
+        early = self._before_test()
+        if early is not None:
+            return early
         epoch = _breaker.comebacks
         try:
             hit = await self._within_timeout(self._ask(self.filter.test, fk))
-        except UnicodeEncodeError:
-            # a str with a lone surrogate (a hostile URL): no key of it can have been added
-            self._breaker.release()
-            self._count(lookups=1, rejected=1)
-            return False
-        except FilterLostError as e:
-            return self._filter_lost(e, epoch)
-        except GeometryMismatchError as e:
-            return self._misconfigured(e)
-        except self.filter_errors as e:
-            return self._policy(e)
-        except BaseException:
-            self._breaker.release()
-            raise
+        except BaseException as e:
+            return self._test_failed(e, epoch)
         return self._answered(hit)
 
     def _start_rebuild(self, flt: Any) -> None:
@@ -1034,33 +1110,14 @@ class AsyncGuard(_GuardBase):
         return super().check(key)
 
     async def _aadd_found(self, key: Any) -> None:
-        if _bypassed.get() or self._breaker.is_open():
-            return
-        fk = self.filter_key(key)
-        if _queue_add(self.filter, fk):
-            return
-        epoch = _breaker.comebacks
-        try:
-            try:
-                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
-            except FilterLostError:
-                if epoch == _breaker.comebacks:
-                    raise
-                await self._ask(getattr(self.filter, "ensure", self.filter.add), fk)
-        except FilterLostError as e:
-            self._add_lost(e, fk)
-        except GeometryMismatchError as e:
-            self._add_misconfigured(e)
-            await self._ask(getattr(self.filter, "ensure", self.filter.add), self.filter_key(key))
-        except self.filter_errors as e:
-            self._add_failed(e)
+        await self._arun(self._add_found_steps(key))
 
     async def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
         if not await self.acheck(key):
             return default
         ck = self.cache_key(key)
         cached = await _maybe_await(self.cache.get(ck))
-        if cached is not None:
+        if cached is not None and not is_loading(cached):
             return self._from_cache(cached, default, key)
         return await self._load(key, ck, default, loader)
 
@@ -1083,10 +1140,11 @@ class AsyncGuard(_GuardBase):
         self._flights[ck] = flight
         try:
             cached = await _maybe_await(self.cache.get(ck))
-            if cached is not None:
+            if cached is not None and not is_loading(cached):
                 flight.set_result(None if is_null(cached) else cached)
                 return self._from_cache(cached, default, key)
             self._count(loads=1)
+            token = await self._aloading(ck)
             try:
                 value = await _maybe_await(self._call_loader(loader, key))
             except asyncio.CancelledError:
@@ -1098,7 +1156,7 @@ class AsyncGuard(_GuardBase):
                 flight.add_done_callback(lambda f: f.exception())
                 raise
             flight.set_result(value)
-            await self._store(key, ck, value)
+            await self._store(key, ck, value, token)
             return default if value is None else value
         finally:
             if not flight.done():  # cancelled while loading: its waiters load again
@@ -1106,14 +1164,27 @@ class AsyncGuard(_GuardBase):
             del self._flights[ck]
             self._waiters.pop(ck, None)
 
-    async def _store(self, key: Any, ck: str, value: Any) -> None:
+    async def _aloading(self, ck: str) -> Optional[_Loading]:
+        """Guard._loading for a cache of coroutine methods too."""
+        if self.null_ttl == 0 and self.value_ttl == 0:
+            return None
+        token = _Loading(uuid.uuid4().hex)
+        try:
+            await _maybe_await(self.cache.set(ck, token, LOADING_TTL))
+        except Exception:  # noqa: BLE001 - a cache of values only (its own encoding)
+            return None
+        return token
+
+    async def _store(self, key: Any, ck: str, value: Any,
+                     token: Optional[_Loading] = None) -> None:
+        keep = token is None or _still_loading(await _maybe_await(self.cache.get(ck)), token)
         if value is None:
             self._count_missing(key)
-            if self.null_ttl != 0:
+            if self.null_ttl != 0 and keep:
                 await _maybe_await(self.cache.set(ck, NULL, self.null_ttl))
         else:
             self._count(found=1)
-            if self.value_ttl != 0:
+            if self.value_ttl != 0 and keep:
                 await _maybe_await(self.cache.set(ck, value, self.value_ttl))
             if self.add_found:
                 await self._aadd_found(key)
@@ -1121,18 +1192,7 @@ class AsyncGuard(_GuardBase):
     async def add(self, key: Any, value: Any = None) -> None:
         fk = self.filter_key(key)
         if not _queue_add(self.filter, fk):
-            epoch = _breaker.comebacks
-            try:
-                try:
-                    await self._ask(self.filter.add, fk)
-                except FilterLostError:
-                    if epoch == _breaker.comebacks:
-                        raise
-                    await self._ask(self.filter.add, fk)  # it came back meanwhile: again
-            except FilterLostError as e:
-                self._add_lost(e, fk)
-            except GeometryMismatchError as e:
-                self._add_misconfigured(e)
+            await self._arun(self._add_steps(fk))
         ck = self.cache_key(key)
         if value is None:
             await _maybe_await(self.cache.delete(ck))

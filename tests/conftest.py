@@ -36,6 +36,7 @@ SUPPORT = TESTS / "support"
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != TESTS]
 sys.path.insert(0, str(SUPPORT))
 
+import skips  # noqa: E402
 from redis_server import (  # noqa: E402
     RawRedis,
     RedisClusterServers,
@@ -53,6 +54,7 @@ from redis_server import (  # noqa: E402
 REDIS_FIXTURES = {"redis_server", "clean_redis", "raw_redis", "private_redis",
                   "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory",
                   "redis_cluster", "cluster"}
+CLUSTER_FIXTURES = {"redis_cluster", "cluster"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -77,6 +79,36 @@ def pytest_collection_modifyitems(config, items):
         for name in sorted(marks):
             if item.get_closest_marker(name) is None:
                 item.add_marker(getattr(pytest.mark, name))
+        # pytest-xdist (`make test`: -n <cores> --dist loadgroup): the tests on the
+        # session's cluster go to one worker, which builds it once.
+        if item.get_closest_marker("xdist_group") is None and (
+                item.get_closest_marker("cluster") is not None
+                or CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+def pytest_configure(config):
+    # xdist registers its own marker; without the plugin (a plain pytest) the one
+    # conftest.py adds must still pass --strict-markers.
+    if not config.pluginmanager.hasplugin("xdist"):
+        config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's worker group")
+
+
+# ---- skips under CI=true ------------------------------------------------------------------
+# Under CI=true a skipped test fails unless its skip is listed, with the reason it is
+# legitimate, in tests/support/skips.py (ALLOWED_SKIPS): the one list of the suite's skips.
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    skips.fail_unlisted_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    skips.fail_unlisted_skip(outcome.get_result())
 
 
 # ---- Redis fixtures -----------------------------------------------------------------------

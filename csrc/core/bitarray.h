@@ -26,34 +26,15 @@ void lb_bits_free(lb_bits *b);
 void lb_bits_clear(lb_bits *b);
 uint64_t lb_bits_popcount(const lb_bits *b);
 
-static inline int lb_bits_get(const lb_bits *b, uint64_t i)
-{
-    return (b->data[i >> 3] >> (7 - (i & 7))) & 1;
-}
-
-/* Returns 1 when the bit was 0. */
-static inline int lb_bits_set(lb_bits *b, uint64_t i)
-{
-    uint8_t mask = (uint8_t)(0x80u >> (i & 7));
-    uint8_t old;
-    if (b->shared) {
-        old = __atomic_fetch_or(&b->data[i >> 3], mask, __ATOMIC_RELAXED);
-    } else {
-        old = b->data[i >> 3];
-        b->data[i >> 3] = old | mask;
-    }
-    int flipped = !(old & mask);
-    b->bits_set += (uint64_t)flipped;
-    return flipped;
-}
-
 /* One hashed key.  add returns 1 when at least one bit was 0 (the key was
  * not present); test returns 1 when all k bits are set. */
 int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h);
 
 /* Batches: hash every key, prefetch the cache lines of keys a few places
- * ahead, then probe.  out (may be NULL for add) gets 1/0 per key. */
+ * ahead, then probe.  out (may be NULL for add) gets 1/0 per key.  The
+ * binding hashes as it reads its keys (the _hashed pair below); these two are
+ * the floor benchmarks/floor.c measures (bench_index_walk.py --floor). */
 void lb_bits_add_batch(lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,
                        uint8_t *out);
 void lb_bits_test_batch(const lb_bits *b, const lb_geometry *g, const lb_key *keys, size_t n,

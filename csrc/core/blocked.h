@@ -73,7 +73,7 @@ int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len);
 int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len);
 
 /* Where one hashed key lives, for a store that is not an lb_blocked (a Redis
- * string in the same layout, redis_bitmap.c): its block, and the bits it has
+ * string in the same layout, csrc/redis/bitmap.c): its block, and the bits it has
  * in each of the block's 8 lanes (what add ORs in and test checks). */
 static inline uint64_t lb_blocked_block_of(uint64_t nblocks, lb_hash_pair h)
 {

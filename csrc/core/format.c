@@ -340,13 +340,11 @@ uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i)
     return get_u64(h->counts_raw + 8 * (size_t)i);
 }
 
-lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t have, uint64_t *total,
-                           int *whole, const char **why)
+/* The prefix of every saved filter (magic, version, kind, hash scheme) into
+ * h's kind and scheme. */
+static lb_status read_prefix(const uint8_t *data, size_t len, lb_format_header *h,
+                             const char **why)
 {
-    lb_format_header h;
-    memset(&h, 0, sizeof(h));
-    *total = 0;
-    *whole = 0;
     if (len < 8)
         FAIL("too short to be a saved filter");
     if (memcmp(data, magic, 4) != 0)
@@ -355,10 +353,51 @@ lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t have, uint6
         FAIL("unsupported format version");
     if (data[6] < LB_KIND_MEMORY || data[6] > LB_KIND_LAST)
         FAIL("unknown filter kind");
-    h.kind = (lb_kind)data[6];
+    h->kind = (lb_kind)data[6];
     if (data[7] >= LB_HASH_SCHEME_COUNT)
         FAIL("unknown hash scheme (written by a newer ling_bloom?)");
-    h.scheme = (lb_hash_scheme)data[7];
+    h->scheme = (lb_hash_scheme)data[7];
+    return LB_OK;
+}
+
+lb_status lb_format_peek(const uint8_t *data, size_t len, lb_format_header *h, const char **why)
+{
+    memset(h, 0, sizeof(*h));
+    lb_status st = read_prefix(data, len, h, why);
+    if (st != LB_OK)
+        return st;
+    if (h->kind == LB_KIND_SCALABLE) {
+        if (len < LB_FORMAT_SCALABLE_HEADER)
+            FAIL("truncated header");
+        h->initial_capacity = get_u64(data + 8);
+        h->error_rate = get_f64(data + 16);
+        h->growth = get_f64(data + 24);
+        h->fpr_ratio = get_f64(data + 32);
+        h->nstages = get_u32(data + 40);
+        return LB_OK;
+    }
+    if (len < LB_FORMAT_FIXED_HEADER)
+        FAIL("truncated header");
+    uint32_t flags = get_u32(data + 20);
+    h->m = get_u64(data + 8);
+    h->k = get_u32(data + 16);
+    h->has_capacity = (flags & LB_FORMAT_FLAG_CAPACITY) != 0;
+    h->live = (flags & LB_FORMAT_FLAG_LIVE) != 0;
+    h->capacity = get_u64(data + 24);
+    h->error_rate = get_f64(data + 32);
+    return LB_OK;
+}
+
+lb_status lb_format_length(const uint8_t *data, size_t len, uint64_t have, uint64_t *total,
+                           int *whole, const char **why)
+{
+    lb_format_header h;
+    memset(&h, 0, sizeof(h));
+    *total = 0;
+    *whole = 0;
+    lb_status prefix = read_prefix(data, len, &h, why);
+    if (prefix != LB_OK)
+        return prefix;
     lb_status st;
     if (h.kind == LB_KIND_SCALABLE) {
         if (len < LB_FORMAT_SCALABLE_HEADER)

@@ -109,6 +109,16 @@ uint64_t lb_format_stage_count(const lb_format_header *h, uint32_t i);
 
 lb_status lb_format_read(const uint8_t *data, size_t len, lb_format_header *h, const char **why);
 
+/* The header of the saved filter that starts with data (len bytes), read as
+ * it is, checked no further than its prefix (magic, version, kind, hash
+ * scheme): kind, scheme, and the fixed kinds' m, k, has_capacity, live,
+ * capacity, error_rate, or a chain's initial_capacity, error_rate, growth,
+ * fpr_ratio and nstages (no pointer is set).  For a look at a file (which
+ * kind? live?) before it is read whole; lb_format_read checks it all.
+ * LB_ERR_FORMAT with a reason in why (too short for its kind's header, bad
+ * prefix). */
+lb_status lb_format_peek(const uint8_t *data, size_t len, lb_format_header *h, const char **why);
+
 /* The length of the whole saved filter whose first len bytes are data, from
  * its header alone (LB_FORMAT_SCALABLE_HEADER bytes are always enough), after
  * the same checks of the header as lb_format_read: for reading a file no

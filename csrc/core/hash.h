@@ -1,4 +1,5 @@
-/* hash.h: the two hashing schemes and the k bit indices they give a key.
+/* hash.h: the three hashing schemes and the k bit indices they give a key
+ * (and the split-block layout's key hash, LB_HASH_BLOCKED, whose walk is blocked.h's).
  *
  * Every scheme uses double hashing (Kirsch and Mitzenmacher): one key is hashed
  * once into a pair (h1, h2) and index i is derived from x_i = h1 + i*h2.

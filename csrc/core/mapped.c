@@ -72,7 +72,10 @@ static void lock_file(int fd, int how)
 
 static int header_live(const uint8_t *base)
 {
-    return base[6] == LB_KIND_MEMORY && (base[20] & LB_FORMAT_FLAG_LIVE);
+    lb_format_header h;
+    const char *why;
+    return lb_format_peek(base, LB_FORMAT_FIXED_HEADER, &h, &why) == LB_OK &&
+           h.kind == LB_KIND_MEMORY && h.live;
 }
 
 lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
@@ -112,7 +115,8 @@ lb_status lb_map_open(const char *path, int writable, lb_mapping *mp, int *err,
         st = LB_ERR_FORMAT;
         goto fail;
     }
-    if (head[6] != LB_KIND_MEMORY)
+    lb_format_header peek;
+    if (lb_format_peek(head, headlen, &peek, why) != LB_OK || peek.kind != LB_KIND_MEMORY)
         WHY("open() maps MemoryFilter files only (load() reads the other kinds)");
     if (!whole || (uint64_t)sb.st_size != total)
         WHY("the file's length does not match its header (truncated or extended)");

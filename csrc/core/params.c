@@ -37,13 +37,6 @@ lb_status lb_check_geometry(uint64_t m, uint64_t k)
     return LB_OK;
 }
 
-double lb_theoretical_fpr(uint64_t m, uint32_t k, double n)
-{
-    if (n <= 0)
-        return 0.0;
-    return pow(-expm1(-(double)k * n / (double)m), (double)k);
-}
-
 double lb_estimate_count(uint64_t m, uint32_t k, uint64_t bits_set)
 {
     if (bits_set >= m)

@@ -44,9 +44,6 @@ lb_status lb_size(uint64_t n, double p, lb_hash_scheme scheme, double slack, uin
  * LB_ERR_RANGE), 1 <= k <= LB_MAX_K (else LB_ERR_ARG). */
 lb_status lb_check_geometry(uint64_t m, uint64_t k);
 
-/* (1 - e^(-k n / m))^k: the expected rate after n distinct keys. */
-double lb_theoretical_fpr(uint64_t m, uint32_t k, double n);
-
 /* Swamidass and Baldi: -(m/k) ln(1 - bits_set/m), the number of distinct
  * keys that most likely set bits_set of m bits (+inf when all are set). */
 double lb_estimate_count(uint64_t m, uint32_t k, uint64_t bits_set);

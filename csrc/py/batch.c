@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "columns.h"
 #include "errors.h"
 
 /* The work space of one batch call, sized for its chunk (one allocation). */
@@ -131,17 +132,176 @@ static size_t chunk_fill(lb_state *st, PyObject *seq, Py_ssize_t start, size_t l
     return got;
 }
 
-PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
-                       lb_gil_mode gil, size_t chunk)
+/* The work space of a batch on a column, for chunks of up to n keys: the
+ * keys, their pairs, their elements (when nulls are skipped), the integers'
+ * texts and the answers (raw memory: used without the GIL). */
+typedef struct {
+    lb_key *keys;
+    lb_hash_pair *pairs;
+    size_t *idx;
+    char *digits;
+    uint8_t *out;
+} column_space;
+
+static void *column_space_new(size_t n, column_space *w)
+{
+    size_t per = sizeof(lb_key) + sizeof(lb_hash_pair) + sizeof(size_t) + LB_COLUMN_DIGITS + 1;
+    char *p = PyMem_RawMalloc(n * per);
+    if (!p) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    void *base = p;
+    w->pairs = (lb_hash_pair *)p;
+    p += n * sizeof(lb_hash_pair);
+    w->keys = (lb_key *)p;
+    p += n * sizeof(lb_key);
+    w->idx = (size_t *)p;
+    p += n * sizeof(size_t);
+    w->digits = p;
+    p += n * LB_COLUMN_DIGITS;
+    w->out = (uint8_t *)p;
+    return base;
+}
+
+/* A chunk's answers where they belong: out[j] is the answer of element
+ * idx[j] from dest (the elements not named are nulls: False). */
+static void scatter(uint8_t *dest, const uint8_t *out, const size_t *idx, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        dest[idx[j]] = out[j];
+}
+
+/* A column in chunks: `hashed` the in-memory types (each chunk's keys hashed,
+ * then handed to add_hashed / test_hashed as pairs), else the chunk's keys to
+ * run (the Redis types).  Every key was checked when the column was opened;
+ * no Python object is made per key, and a chunk's keys are read, hashed and
+ * probed with the GIL released (for LB_GIL_FREE_MIN keys or more, or always
+ * with LB_GIL_ALWAYS).  Returns None, or a BoolArray of answers (nulls False),
+ * as numpy's array where numpy is installed. */
+static PyObject *column_batch(lb_base *self, lb_column *c, int hashed, int add,
+                              lb_chunk_fn run, lb_result_kind kind, lb_gil_mode gil,
+                              size_t chunk)
+{
+    size_t n = c->len;
+    PyObject *result = NULL;
+    uint8_t *answers = NULL;
+    void *space = NULL;
+    column_space w;
+    int entered = 0;
+    lb_hash_scheme scheme = LB_HASH_XXH3_MIX;
+    lb_status (*run_hashed)(lb_base *, const lb_hash_pair *, size_t, uint8_t *, size_t *) = NULL;
+    if (hashed) {
+        scheme = self->batch->key_scheme(self);
+        run_hashed = add ? self->batch->add_hashed : self->batch->test_hashed;
+        chunk = self->chunk ? self->chunk : LB_CHUNK;
+        if (chunk > LB_CHUNK)
+            chunk = LB_CHUNK;
+    }
+    else if (chunk == 0)
+        chunk = LB_CHUNK;
+    if (kind == LB_RESULT_LIST) {
+        result = lb_bool_array_new(self->st, n, &answers);
+        if (!result)
+            return NULL;
+    }
+    if (lb_enter(self) < 0)
+        goto fail;
+    entered = 1;
+    if (n == 0)
+        goto finish;
+    space = column_space_new(n < chunk ? n : chunk, &w);
+    if (!space)
+        goto fail;
+    for (size_t start = 0; start < n;) {
+        /* The batch holds its claim from the first chunk to the last; each
+         * chunk waits for other threads' sections and stops at a close(). */
+        if (lb_wait_open(self, 0) < 0)
+            goto fail;
+        size_t len = n - start < chunk ? n - start : chunk;
+        int free_gil = gil == LB_GIL_ALWAYS || len >= LB_GIL_FREE_MIN;
+        PyThreadState *ts = NULL;
+        if (free_gil) {
+            lb_busy_begin(self);
+            ts = PyEval_SaveThread();
+        }
+        size_t consumed = 0, handled = 0;
+        size_t got = lb_column_fill(c, len, w.keys, c->has_nulls ? w.idx : NULL, w.digits,
+                                    &consumed);
+        uint8_t *dest = answers ? answers + start : NULL;
+        /* The answers go straight to the result when no null was skipped. */
+        uint8_t *out = got == consumed && dest ? dest : w.out;
+        lb_status status = LB_OK;
+        if (got && hashed) {
+            for (size_t j = 0; j < got; j++)
+                lb_hash_to(scheme, w.keys[j].data, w.keys[j].len, &w.pairs[j]);
+            status = run_hashed(self, w.pairs, got, dest || !add ? out : NULL, &handled);
+        }
+        else if (got)
+            status = run(self, w.keys, got, out, &handled);
+        if (status == LB_OK && dest && out != dest)
+            scatter(dest, w.out, w.idx, got);
+        if (free_gil) {
+            PyEval_RestoreThread(ts);
+            /* The error's details are in the object: read them while no
+             * other thread can change them. */
+            if (status != LB_OK)
+                raise_status(self, status);
+            lb_busy_end(self);
+        }
+        else if (status != LB_OK)
+            raise_status(self, status);
+        if (status != LB_OK)
+            goto fail;
+        if (consumed == 0) /* not expected: the column is shorter than it said */
+            break;
+        start += consumed;
+    }
+finish:
+    lb_leave(self);
+    PyMem_RawFree(space);
+    if (!result)
+        return Py_NewRef(Py_None);
+    return lb_bool_array_result(result);
+fail:
+    if (entered)
+        lb_leave(self);
+    PyMem_RawFree(space);
+    Py_XDECREF(result);
+    return NULL;
+}
+
+static PyObject *run_column(lb_base *self, lb_column *c, lb_chunk_fn run, lb_result_kind kind,
+                            lb_gil_mode gil, size_t chunk)
+{
+    return column_batch(self, c, 0, 0, run, kind, gil, chunk);
+}
+
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chunk_fn run,
+                       lb_result_kind kind, lb_gil_mode gil, size_t chunk)
 {
     lb_state *st = self->st;
+    lb_column col;
+    int is_column = lb_column_open(st, iterable, skip_nulls, &col);
+    if (is_column < 0)
+        return NULL;
+    /* An array of objects (lb_column_open's 2): iterated, answered as a column. */
+    int as_array = is_column == 2;
+    if (is_column == 1) {
+        PyObject *r = run_column(self, &col, run, kind, gil, chunk);
+        lb_column_close(&col);
+        return r;
+    }
     /* A tuple the caller cannot change: the keys are converted twice (checked,
      * then chunk by chunk) with Python code between (a key's __index__ or
      * buffer exporter, other threads while a chunk runs GIL-free). */
-    PyObject *seq = keys_sequence(iterable, 1);
-    if (!seq)
+    PyObject *seq = keys_sequence(as_array ? col.objects : iterable, 1);
+    if (!seq) {
+        lb_column_close(&col);
         return NULL;
+    }
     PyObject *result = NULL;
+    uint8_t *answers = NULL;
     chunk_space *w = NULL;
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -153,13 +313,15 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
-        result = PyList_New(n);
+        result = as_array ? lb_bool_array_new(st, (size_t)n, &answers) : PyList_New(n);
         if (!result)
             goto done;
     }
     if (n == 0) {
         if (!result)
             result = Py_NewRef(Py_None);
+        else if (answers)
+            result = lb_bool_array_result(result);
         goto done;
     }
     if (chunk == 0)
@@ -201,7 +363,9 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
                 raise_status(self, status);
         }
         chunk_drop(w, len);
-        if (result)
+        if (answers)
+            memcpy(answers + start, w->out, handled);
+        else if (result)
             for (size_t i = 0; i < handled; i++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)i, Py_NewRef(w->out[i] ? Py_True : Py_False));
         if (status != LB_OK) {
@@ -211,11 +375,14 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
     }
     if (!result)
         result = Py_NewRef(Py_None);
+    else if (answers)
+        result = lb_bool_array_result(result);
 done:
     if (entered)
         lb_leave(self);
     PyMem_Free(w);
     Py_XDECREF(seq);
+    lb_column_close(&col);
     return result;
 }
 
@@ -252,15 +419,30 @@ static int hash_other_key(lb_state *st, lb_hash_scheme scheme, PyObject *obj, lb
     return r;
 }
 
-PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind)
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls, int add,
+                              lb_result_kind kind)
 {
     lb_state *st = self->st;
+    lb_column col;
+    int is_column = lb_column_open(st, iterable, skip_nulls, &col);
+    if (is_column < 0)
+        return NULL;
+    /* An array of objects (lb_column_open's 2): iterated, answered as a column. */
+    int as_array = is_column == 2;
+    if (is_column == 1) {
+        PyObject *r = column_batch(self, &col, 1, add, NULL, kind, LB_GIL_LARGE, 0);
+        lb_column_close(&col);
+        return r;
+    }
     const lb_batch_ops *ops = self->batch;
     const lb_hash_scheme scheme = ops->key_scheme(self);
-    PyObject *seq = keys_sequence(iterable, 0);
-    if (!seq)
+    PyObject *seq = keys_sequence(as_array ? col.objects : iterable, 0);
+    if (!seq) {
+        lb_column_close(&col);
         return NULL;
+    }
     PyObject *result = NULL;
+    uint8_t *answers = NULL;
     int entered = 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     /* Raw memory: the chunks read it with the GIL released. */
@@ -299,7 +481,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
         goto done;
     entered = 1;
     if (kind == LB_RESULT_LIST) {
-        result = PyList_New(n);
+        result = as_array ? lb_bool_array_new(st, (size_t)n, &answers) : PyList_New(n);
         if (!result)
             goto done;
     }
@@ -340,46 +522,84 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_res
             Py_CLEAR(result);
             goto done;
         }
-        if (result)
+        if (answers)
+            memcpy(answers + start, out, len);
+        else if (result)
             for (size_t j = 0; j < len; j++)
                 PyList_SET_ITEM(result, start + (Py_ssize_t)j,
                                 Py_NewRef(out[j] ? Py_True : Py_False));
     }
     if (!result)
         result = Py_NewRef(Py_None);
+    else if (answers)
+        result = lb_bool_array_result(result);
 done:
     if (entered)
         lb_leave(self);
     PyMem_RawFree(pairs);
     Py_DECREF(seq);
+    lb_column_close(&col);
     return result;
 }
 
-static PyObject *batch_method(PyObject *self, PyObject *keys, int add, lb_result_kind kind)
+int lb_batch_args(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject **keys, int *skip_nulls)
+{
+    *skip_nulls = 0;
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 1 positional argument, the keys (%zd given)",
+                     name, nargs);
+        return -1;
+    }
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(kw, "skip_nulls") != 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", name, kw);
+            return -1;
+        }
+        int v = PyObject_IsTrue(args[nargs + i]);
+        if (v < 0)
+            return -1;
+        *skip_nulls = v;
+    }
+    *keys = args[0];
+    return 0;
+}
+
+static PyObject *batch_method(const char *name, PyObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames, int add, lb_result_kind kind)
 {
     lb_base *b = (lb_base *)self;
     const lb_batch_ops *ops = b->batch;
+    PyObject *keys;
+    int skip_nulls;
+    if (lb_batch_args(name, args, nargs, kwnames, &keys, &skip_nulls) < 0)
+        return NULL;
     if (add && b->read_only) {
         lb_read_only_error(b);
         return NULL;
     }
     if (ops->add_hashed)
-        return lb_run_hashed_batch(b, keys, add, kind);
-    return lb_run_batch(b, keys, add ? ops->add : ops->test, kind,
+        return lb_run_hashed_batch(b, keys, skip_nulls, add, kind);
+    return lb_run_batch(b, keys, skip_nulls, add ? ops->add : ops->test, kind,
                         ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
 }
 
-PyObject *lb_add_many_method(PyObject *self, PyObject *keys)
+PyObject *lb_add_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
-    return batch_method(self, keys, 1, LB_RESULT_LIST);
+    return batch_method("add_many", self, args, nargs, kwnames, 1, LB_RESULT_LIST);
 }
 
-PyObject *lb_update_method(PyObject *self, PyObject *keys)
+PyObject *lb_update_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
-    return batch_method(self, keys, 1, LB_RESULT_NONE);
+    return batch_method("update", self, args, nargs, kwnames, 1, LB_RESULT_NONE);
 }
 
-PyObject *lb_test_many_method(PyObject *self, PyObject *keys)
+PyObject *lb_test_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
 {
-    return batch_method(self, keys, 0, LB_RESULT_LIST);
+    return batch_method("test_many", self, args, nargs, kwnames, 0, LB_RESULT_LIST);
 }

@@ -73,8 +73,8 @@ typedef enum {
 /* Chunks smaller than this are run with the GIL held (LB_GIL_LARGE). */
 #define LB_GIL_FREE_MIN 256
 
-PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_result_kind kind,
-                       lb_gil_mode gil, size_t chunk);
+PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chunk_fn run,
+                       lb_result_kind kind, lb_gil_mode gil, size_t chunk);
 
 /* The batch of a type with add_hashed / test_hashed (lb_batch_ops): every key is
  * checked, converted and hashed (with its key_scheme) in one pass with the
@@ -84,19 +84,58 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, lb_chunk_fn run, lb_re
  * LB_CHUNK), with the GIL released for LB_GIL_FREE_MIN keys or more and the
  * filter claimed as lb_run_batch does.  No key object is used after the
  * first pass. */
-PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int add, lb_result_kind kind);
+PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls, int add,
+                              lb_result_kind kind);
 
-/* add_many, update and test_many of every type, through self->batch. */
-PyObject *lb_add_many_method(PyObject *self, PyObject *keys);
-PyObject *lb_update_method(PyObject *self, PyObject *keys);
-PyObject *lb_test_many_method(PyObject *self, PyObject *keys);
+/* Both drivers take a column too (columns.h: a buffer of integers, an Arrow
+ * array or stream), read in place: every element checked first (a null:
+ * ValueError naming its position, unless skip_nulls; an empty key:
+ * EmptyKeyError naming it), then chunks of keys read, hashed and probed with
+ * the GIL released, no Python object per key, work space of one chunk.
+ * add_many and test_many of a column return a BoolArray (numpy's array over
+ * it where numpy is installed), a null's answer False; update returns None. */
+
+/* The arguments of a batch method: (keys, *, skip_nulls=False).  0, or -1
+ * with TypeError. */
+int lb_batch_args(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject **keys, int *skip_nulls);
+
+/* add_many, update and test_many of every type, through self->batch
+ * (METH_FASTCALL | METH_KEYWORDS). */
+PyObject *lb_add_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+PyObject *lb_update_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *lb_test_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+
+/* The docstrings of the batch methods (the Redis types' too). */
+#define LB_BATCH_COLUMN_DOC                                                                    \
+    "keys: an iterable of keys, or a column read in place (a numpy array of integers, "        \
+    "an Arrow array or chunked array of strings, binary or integers, a pandas or polars "      \
+    "Series: anything with __arrow_c_array__ or __arrow_c_stream__).  A column's null "        \
+    "raises ValueError naming its position; skip_nulls=True skips nulls instead (their "       \
+    "answer False)."
+#define LB_ADD_MANY_DOC                                                                        \
+    "add_many(keys, *, skip_nulls=False) -> list[bool] | BoolArray\n\nadd() for each key; a "   \
+    "bad key raises before anything changes.  A list of answers for an iterable; for a "       \
+    "column a BoolArray (numpy's bool array over it where numpy is installed).\n\n"               \
+    LB_BATCH_COLUMN_DOC
+#define LB_UPDATE_DOC                                                                          \
+    "update(keys, *, skip_nulls=False) -> None\n\nAdd every key; a bad key raises before "     \
+    "anything changes.\n\n" LB_BATCH_COLUMN_DOC
+#define LB_TEST_MANY_DOC                                                                       \
+    "test_many(keys, *, skip_nulls=False) -> list[bool] | BoolArray\n\ntest() for each key.  " \
+    "A list of answers for an iterable; for a column a BoolArray (numpy's bool array over "    \
+    "it where numpy is installed, usable as a mask: df[~f.test_many(df[\"id\"])]).\n\n"          \
+    LB_BATCH_COLUMN_DOC
 
 #define LB_BATCH_METHOD_DEFS                                                                   \
-    {"add_many", lb_add_many_method, METH_O,                                                   \
-     "add_many(keys) -> list[bool]\n\nadd() for each key; a bad key raises before anything " \
-     "changes."},                                                                              \
-        {"update", lb_update_method, METH_O, "update(keys) -> None\n\nAdd every key."},        \
-        {"test_many", lb_test_many_method, METH_O,                                             \
-         "test_many(keys) -> list[bool]\n\ntest() for each key."}
+    {"add_many", (PyCFunction)(void (*)(void))lb_add_many_method,                              \
+     METH_FASTCALL | METH_KEYWORDS, LB_ADD_MANY_DOC},                                          \
+        {"update", (PyCFunction)(void (*)(void))lb_update_method,                              \
+         METH_FASTCALL | METH_KEYWORDS, LB_UPDATE_DOC},                                        \
+        {"test_many", (PyCFunction)(void (*)(void))lb_test_many_method,                        \
+         METH_FASTCALL | METH_KEYWORDS, LB_TEST_MANY_DOC}
 
 #endif

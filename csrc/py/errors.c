@@ -193,11 +193,6 @@ static lb_error_code entry_of(lb_error_code code)
     return code >= LB_CORE_CODES ? LB_REDIS_CODE(LB_REDIS_OK) : LB_OK;
 }
 
-PyObject *lb_error_type(lb_state *st, lb_error_code code)
-{
-    return resolve(st, status_map[entry_of(code)].exc);
-}
-
 static const char *message_of(lb_error_code code, lb_error_code e, const lb_error_detail *d)
 {
     if (d && d->text && *d->text)

@@ -2,9 +2,9 @@
  * from a status of the core (an lb_status, or an lb_redis_status of the
  * Redis client) to the exception it raises: which exception, its message
  * when the caller has none, and the attributes it carries (.reply, .key,
- * .processed, .added).  Every status -> exception decision belongs here
- * (redis_connection.c's lb_raise_redis and RedisBloomFilter's rb_raise still
- * make their own until they call lb_raise_redis_status). */
+ * .processed, .added).  Every status -> exception decision belongs here: the
+ * binding's other raisers (redis_common.c's lb_raise_redis, RedisBloomFilter's
+ * reply errors) hand their text and key to lb_raise_redis_status. */
 #ifndef LB_PY_ERRORS_H
 #define LB_PY_ERRORS_H
 
@@ -30,10 +30,6 @@ typedef struct {
     PyObject *processed;  /* .processed and .added of FilterFullError: NULL = None */
     PyObject *added;
 } lb_error_detail;
-
-/* The exception type code raises (borrowed): BloomError for a core code the
- * map does not know, RedisError for such a Redis code. */
-PyObject *lb_error_type(lb_state *st, lb_error_code code);
 
 /* Raise the exception of code, with detail (NULL: none).  Returns NULL. */
 PyObject *lb_raise_code(lb_state *st, lb_error_code code, const lb_error_detail *detail);

@@ -1,5 +1,5 @@
 /* functions.c: the functions of ling_bloom._core: estimate, geometry, indices,
- * hash_pair, key_bytes, _key and _saved_length (lb_module_functions, the module's
+ * hash_pair, key_bytes, _key, peek_header and _saved_length (lb_module_functions, the module's
  * method table). */
 #include "functions.h"
 
@@ -212,7 +212,60 @@ static PyObject *saved_length(PyObject *module, PyObject *args)
     return Py_BuildValue("(KO)", (unsigned long long)total, whole ? Py_True : Py_False);
 }
 
+/* peek_header(data) -> dict: the header of the saved filter that starts with
+ * data (its first 48 bytes are enough), as format.c reads it (lb_format_peek):
+ * no checksum, no geometry check.  CorruptFileError when it is not one. */
+static PyObject *peek_header(PyObject *module, PyObject *arg)
+{
+    static const char *const kinds[] = {NULL, "MemoryFilter", "CountingFilter",
+                                        "ScalableFilter", "BlockedFilter"};
+    lb_state *st = PyModule_GetState(module);
+    Py_buffer view;
+    if (PyUnicode_Check(arg))
+        return PyErr_Format(PyExc_TypeError, "peek_header() needs bytes, not str");
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    lb_format_header h;
+    const char *why = NULL;
+    lb_status s = lb_format_peek(view.buf, (size_t)view.len, &h, &why);
+    PyBuffer_Release(&view);
+    if (s != LB_OK)
+        return PyErr_Format(st->CorruptFileError, "not a valid saved filter: %s", why);
+    const char *hash = h.kind == LB_KIND_BLOCKED ? "xxh3-block" : lb_hash_scheme_name(h.scheme);
+    if (h.kind == LB_KIND_SCALABLE)
+        return Py_BuildValue("{sisssisssisKsdsdsdsI}", "version", LB_FORMAT_VERSION, "kind",
+                             kinds[h.kind], "kind_code", (int)h.kind, "hash", hash,
+                             "header_bytes", LB_FORMAT_SCALABLE_HEADER,
+                             "initial_capacity", (unsigned long long)h.initial_capacity,
+                             "error_rate", h.error_rate, "growth_ratio", h.growth, "fpr_ratio",
+                             h.fpr_ratio, "stages", (unsigned int)h.nstages);
+    PyObject *capacity = h.has_capacity ? PyLong_FromUnsignedLongLong(h.capacity)
+                                        : Py_NewRef(Py_None);
+    PyObject *rate = h.has_capacity ? PyFloat_FromDouble(h.error_rate) : Py_NewRef(Py_None);
+    PyObject *r = NULL;
+    if (capacity && rate)
+        r = Py_BuildValue("{sisssisssisKsIsOsOsO}", "version", LB_FORMAT_VERSION, "kind",
+                          kinds[h.kind], "kind_code", (int)h.kind, "hash", hash,
+                          "header_bytes", LB_FORMAT_FIXED_HEADER, "m",
+                          (unsigned long long)h.m, "k", (unsigned int)h.k, "capacity", capacity,
+                          "error_rate", rate, "live", h.live ? Py_True : Py_False);
+    Py_XDECREF(capacity);
+    Py_XDECREF(rate);
+    return r;
+}
+
 PyMethodDef lb_module_functions[] = {
+    {"_set_hooks", (PyCFunction)(void (*)(void))lb_set_hooks, METH_VARARGS | METH_KEYWORDS,
+     "_set_hooks(**hooks) -> None\n\nThe package's callables the binding uses (atomic_write, "
+     "read_file, umask, html, connection_kwargs, bloom_info), handed over once by "
+     "ling_bloom's __init__: the binding never imports the package."},
+    {"peek_header", peek_header, METH_O,
+     "peek_header(data) -> dict\n\nThe header of the saved filter that starts with data (its "
+     "first 48 bytes are enough), read as it is: version, kind (the type's name), kind_code, "
+     "hash, header_bytes (where the payload starts); m, k, capacity, error_rate (None when not set) and live for MemoryFilter, "
+     "CountingFilter and BlockedFilter; initial_capacity, error_rate, growth_ratio, fpr_ratio "
+     "and stages for ScalableFilter.  Only its prefix is checked (magic, version, kind, hash): "
+     "from_bytes checks the rest.  CorruptFileError when data is not a saved filter."},
     {"_saved_length", saved_length, METH_VARARGS,
      "_saved_length(head, have=None) -> (total, whole)\n\nThe length of the saved filter "
      "that starts with head (its first 48 bytes), from the header alone, worked out as far "

@@ -4,7 +4,7 @@
 
 #include "state.h"
 
-/* The module's method table: _saved_length, estimate, geometry, indices,
+/* The module's method table: _set_hooks (state.c), _saved_length, estimate, geometry, indices,
  * hash_pair, key_bytes, _key (the module state is an lb_state). */
 extern PyMethodDef lb_module_functions[];
 

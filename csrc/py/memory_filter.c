@@ -397,14 +397,12 @@ static void MemoryFilter_dealloc(PyObject *self)
     Py_XDECREF(path);
 }
 
-/* 0o666 minus the umask: the mode open() gives a new file. */
-static int new_file_mode(unsigned *out)
+/* 0o666 minus the umask (the package's umask hook): the mode open() gives a
+ * new file. */
+static int new_file_mode(lb_state *st, unsigned *out)
 {
-    PyObject *mod = PyImport_ImportModule("ling_bloom._io");
-    if (!mod)
-        return -1;
-    PyObject *r = PyObject_CallMethod(mod, "_umask", NULL);
-    Py_DECREF(mod);
+    PyObject *hook = lb_hook(st, LB_HOOK_UMASK);
+    PyObject *r = hook ? PyObject_CallNoArgs(hook) : NULL;
     if (!r)
         return -1;
     long mask = PyLong_AsLong(r);
@@ -523,7 +521,7 @@ static PyObject *MemoryFilter_open(PyObject *cls, PyObject *args, PyObject *kwar
     }
     unsigned file_mode = 0;
     lb_mapping map;
-    if ((om.create && new_file_mode(&file_mode) < 0) ||
+    if ((om.create && new_file_mode(st, &file_mode) < 0) ||
         map_file(st, PyBytes_AS_STRING(fs), path_obj, path_str, &om, &a, file_mode, &map) < 0)
         goto fail;
     lb_fixed_args fa;

@@ -2,6 +2,7 @@
  * exceptions, the types, the constants).  Everything else is in the files
  * module.h lists. */
 #include "base.h"
+#include "columns.h"
 #include "errors.h"
 #include "filters.h"
 #include "functions.h"
@@ -25,7 +26,8 @@ static int module_exec(PyObject *module)
         add_type(module, &st->ScalableFilter, lb_scalable_filter_type(module)) < 0 ||
         add_type(module, &st->RedisFilter, lb_redis_filter_type(module)) < 0 ||
         add_type(module, &st->RedisBloomFilter, lb_redisbloom_filter_type(module)) < 0 ||
-        add_type(module, &st->BlockedFilter, lb_blocked_filter_type(module)) < 0)
+        add_type(module, &st->BlockedFilter, lb_blocked_filter_type(module)) < 0 ||
+        add_type(module, &st->BoolArray, lb_bool_array_type(module)) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "MAX_K", LB_MAX_K) < 0 ||
         PyModule_AddObject(module, "MAX_BITS", PyLong_FromUnsignedLongLong(LB_MAX_BITS)) < 0 ||

@@ -517,30 +517,41 @@ int lb_redis_filter_warn(lb_redis_filter *f)
                             f->ttl > 0 ? "" : " or volatile-* (keys without a ttl are kept)");
 }
 
-static PyObject *batch(PyObject *self, PyObject *keys, lb_chunk_fn fn, lb_result_kind kind)
+static PyObject *batch(const char *name, PyObject *self, PyObject *const *args,
+                       Py_ssize_t nargs, PyObject *kwnames, lb_chunk_fn fn, lb_result_kind kind)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);
+    PyObject *keys;
+    int skip_nulls;
+    if (lb_batch_args(name, args, nargs, kwnames, &keys, &skip_nulls) < 0)
+        return NULL;
     if (f->ops->batch_begin)
         f->ops->batch_begin();
-    PyObject *r = lb_run_batch(&f->base, keys, fn, kind, LB_GIL_ALWAYS, f->chunk);
+    PyObject *r = lb_run_batch(&f->base, keys, skip_nulls, fn, kind, LB_GIL_ALWAYS, f->chunk);
     if (r && lb_redis_filter_warn(f) < 0)
         Py_CLEAR(r);
     return r;
 }
 
-PyObject *lb_redis_add_many(PyObject *self, PyObject *keys)
+PyObject *lb_redis_add_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
-    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_LIST);
+    return batch("add_many", self, args, nargs, kwnames, LB_REDIS_FILTER(self)->ops->add_chunk,
+                 LB_RESULT_LIST);
 }
 
-PyObject *lb_redis_update(PyObject *self, PyObject *keys)
+PyObject *lb_redis_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames)
 {
-    return batch(self, keys, LB_REDIS_FILTER(self)->ops->add_chunk, LB_RESULT_NONE);
+    return batch("update", self, args, nargs, kwnames, LB_REDIS_FILTER(self)->ops->add_chunk,
+                 LB_RESULT_NONE);
 }
 
-PyObject *lb_redis_test_many(PyObject *self, PyObject *keys)
+PyObject *lb_redis_test_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
-    return batch(self, keys, LB_REDIS_FILTER(self)->ops->test_chunk, LB_RESULT_LIST);
+    return batch("test_many", self, args, nargs, kwnames, LB_REDIS_FILTER(self)->ops->test_chunk,
+                 LB_RESULT_LIST);
 }
 
 PyObject *lb_redis_close(PyObject *self, PyObject *unused)
@@ -633,12 +644,12 @@ PyObject *lb_redis_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs,
 {
     if (check_nargs(args, max_args, usage) < 0)
         return NULL;
-    PyObject *mod = PyImport_ImportModule("ling_bloom._redis_client");
-    if (!mod)
-        return NULL;
-    PyObject *settings = PyObject_CallMethod(mod, "connection_kwargs", "O",
-                                             PyTuple_GET_ITEM(args, 0));
-    Py_DECREF(mod);
+    if (!PyType_Check(cls))
+        return PyErr_Format(PyExc_TypeError, "from_redis() is called on a type");
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    PyObject *hook = st ? lb_hook(st, LB_HOOK_CONNECTION_KWARGS) : NULL;
+    PyObject *settings =
+        hook ? PyObject_CallOneArg(hook, PyTuple_GET_ITEM(args, 0)) : NULL;
     if (!settings)
         return NULL;
     if (kwargs && PyDict_Update(settings, kwargs) < 0) {

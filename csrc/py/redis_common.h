@@ -8,6 +8,7 @@
 #include "keys.h"
 #include "module.h"
 #include "client.h"
+#include "factory.h"
 #include "op.h"
 #include "sharded.h"
 
@@ -202,9 +203,15 @@ PyObject *lb_redis_exists(PyObject *self, PyObject *unused);
 PyObject *lb_redis_add(PyObject *self, PyObject *key);
 PyObject *lb_redis_test(PyObject *self, PyObject *key);
 int lb_redis_contains(PyObject *self, PyObject *key);
-PyObject *lb_redis_add_many(PyObject *self, PyObject *keys);
-PyObject *lb_redis_update(PyObject *self, PyObject *keys);
-PyObject *lb_redis_test_many(PyObject *self, PyObject *keys);
+/* add_many, update, test_many: METH_FASTCALL | METH_KEYWORDS, (keys, *,
+ * skip_nulls=False), columns included (batch.h). */
+PyObject *lb_redis_add_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames);
+PyObject *lb_redis_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames);
+PyObject *lb_redis_test_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
+#define LB_REDIS_FASTCALL(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 PyObject *lb_redis_close(PyObject *self, PyObject *unused);
 
 /* _wire_config() -> dict: where and how the asyncio transport connects

@@ -842,10 +842,10 @@ static PyObject *rf_repr(PyObject *self)
 static PyMethodDef rf_methods[] = {
     {"add", lb_redis_add, METH_O, "add(key) -> bool\n\nSet key's bits; True when one of them was 0."},
     {"test", lb_redis_test, METH_O, "test(key) -> bool"},
-    {"add_many", lb_redis_add_many, METH_O,
+    {"add_many", LB_REDIS_FASTCALL(lb_redis_add_many),
      "add_many(keys) -> list[bool]\n\nOne pipelined round trip per chunk_size keys."},
-    {"update", lb_redis_update, METH_O, "update(keys) -> None"},
-    {"test_many", lb_redis_test_many, METH_O, "test_many(keys) -> list[bool]"},
+    {"update", LB_REDIS_FASTCALL(lb_redis_update), "update(keys) -> None"},
+    {"test_many", LB_REDIS_FASTCALL(lb_redis_test_many), "test_many(keys) -> list[bool]"},
     {"reset", rf_reset, METH_NOARGS,
      "reset()\n\nDelete the bitmap (every part) and write the geometry again."},
     {"close", lb_redis_close, METH_NOARGS, "close()\n\nClose the connection; the data stays in Redis."},

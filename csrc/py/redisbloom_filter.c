@@ -429,11 +429,7 @@ static PyObject *rbf_info(PyObject *self, PyObject *unused)
     if (rbf_refuse_sharded(f, "info()") < 0)
         return NULL;
     RB_CALL(f, lb_bf_info_get(f->bf, &info));
-    PyObject *mod = PyImport_ImportModule("ling_bloom.redisbloom");
-    if (!mod)
-        return NULL;
-    PyObject *cls = PyObject_GetAttrString(mod, "RedisBloomInfo");
-    Py_DECREF(mod);
+    PyObject *cls = lb_hook(f->r.base.st, LB_HOOK_BLOOM_INFO);
     if (!cls)
         return NULL;
     PyObject *vals[5] = {opt_int(info.capacity), opt_int(info.size), opt_int(info.filters),
@@ -443,7 +439,6 @@ static PyObject *rbf_info(PyObject *self, PyObject *unused)
         r = PyObject_CallFunctionObjArgs(cls, vals[0], vals[1], vals[2], vals[3], vals[4], NULL);
     for (int i = 0; i < 5; i++)
         Py_XDECREF(vals[i]);
-    Py_DECREF(cls);
     return r;
 }
 
@@ -688,12 +683,12 @@ static PyMethodDef rbf_methods[] = {
      "True when the module reports the key new."},
     {"test", lb_redis_test, METH_O,
      "test(key) -> bool\n\nBF.EXISTS.  Never creates the filter (a missing key tests False)."},
-    {"add_many", lb_redis_add_many, METH_O,
+    {"add_many", LB_REDIS_FASTCALL(lb_redis_add_many),
      "add_many(keys) -> list[bool]\n\nBF.INSERT, one round trip per chunk_size keys.  A full "
      "non-scaling filter raises FilterFullError: keys[:e.processed] are in the filter "
      "(e.added of them were new), the rest were not added."},
-    {"update", lb_redis_update, METH_O, "update(keys) -> None\n\nadd_many without the answers."},
-    {"test_many", lb_redis_test_many, METH_O,
+    {"update", LB_REDIS_FASTCALL(lb_redis_update), "update(keys) -> None\n\nadd_many without the answers."},
+    {"test_many", LB_REDIS_FASTCALL(lb_redis_test_many),
      "test_many(keys) -> list[bool]\n\nBF.MEXISTS, one round trip per chunk_size keys."},
     {"reset", rbf_reset, METH_NOARGS,
      "reset()\n\nDelete the key; the next add creates the filter again, as configured."},

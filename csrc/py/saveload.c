@@ -51,15 +51,14 @@ int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_heade
     return 0;
 }
 
-/* ling_bloom._io.<name>(a) or (a, b). */
-static PyObject *call_io(const char *name, PyObject *a, PyObject *b)
+/* The package's hook which (state.h) called with a, or (a, b). */
+static PyObject *call_hook(PyTypeObject *type, lb_hook_id which, PyObject *a, PyObject *b)
 {
-    PyObject *mod = PyImport_ImportModule("ling_bloom._io");
-    if (!mod)
+    lb_state *st = lb_state_from_type(type);
+    PyObject *hook = st ? lb_hook(st, which) : NULL;
+    if (!hook)
         return NULL;
-    PyObject *r = PyObject_CallMethod(mod, name, b ? "OO" : "O", a, b);
-    Py_DECREF(mod);
-    return r;
+    return PyObject_CallFunctionObjArgs(hook, a, b, NULL);
 }
 
 PyObject *lb_save(PyObject *self, PyObject *path)
@@ -67,14 +66,16 @@ PyObject *lb_save(PyObject *self, PyObject *path)
     PyObject *data = PyObject_CallMethod(self, "to_bytes", NULL);
     if (!data)
         return NULL;
-    PyObject *r = call_io("atomic_write", path, data);
+    PyObject *r = call_hook(Py_TYPE(self), LB_HOOK_ATOMIC_WRITE, path, data);
     Py_DECREF(data);
     return r;
 }
 
 PyObject *lb_load(PyObject *cls, PyObject *path)
 {
-    PyObject *data = call_io("read_file", path, NULL);
+    if (!PyType_Check(cls))
+        return PyErr_Format(PyExc_TypeError, "load() is called on a type");
+    PyObject *data = call_hook((PyTypeObject *)cls, LB_HOOK_READ_FILE, path, NULL);
     if (!data)
         return NULL;
     PyObject *r = PyObject_CallMethod(cls, "from_bytes", "O", data);
@@ -99,10 +100,5 @@ PyObject *lb_reduce(PyObject *self, PyObject *unused)
 PyObject *lb_repr_html(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *mod = PyImport_ImportModule("ling_bloom._display");
-    if (!mod)
-        return NULL;
-    PyObject *r = PyObject_CallMethod(mod, "html", "O", self);
-    Py_DECREF(mod);
-    return r;
+    return call_hook(Py_TYPE(self), LB_HOOK_HTML, self, NULL);
 }

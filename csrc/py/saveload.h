@@ -17,14 +17,15 @@
  * -1 with an exception and nothing held. */
 int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_header *h, int kind);
 
-/* save(path) and load(path) in terms of to_bytes / from_bytes. */
+/* save(path) and load(path) in terms of to_bytes / from_bytes (the file's
+ * atomic write and bounded read are the package's hooks, state.h). */
 PyObject *lb_save(PyObject *self, PyObject *path);
 PyObject *lb_load(PyObject *cls, PyObject *path);
 
 /* __reduce__ for pickle: (type(self).from_bytes, (self.to_bytes(),)). */
 PyObject *lb_reduce(PyObject *self, PyObject *unused);
 
-/* _repr_html_ for notebooks: ling_bloom._display.html(self). */
+/* _repr_html_ for notebooks: the package's html hook (state.h) of self. */
 PyObject *lb_repr_html(PyObject *self, PyObject *unused);
 
 #endif

@@ -19,6 +19,20 @@ static inline PyObject *Py_NewRef(PyObject *o)
 #include "common.h"
 #include "hash.h"
 
+/* The few Python callables the binding needs from the package that wraps it
+ * (the binding never imports ling_bloom: the package hands them over once, at
+ * import, with _core._set_hooks; their names are lb_hook_names in state.c). */
+typedef enum {
+    LB_HOOK_ATOMIC_WRITE,      /* atomic_write(path, data): save() */
+    LB_HOOK_READ_FILE,         /* read_file(path) -> bytes: load() */
+    LB_HOOK_UMASK,             /* umask() -> int: MemoryFilter.open's new file */
+    LB_HOOK_HTML,              /* html(filter) -> str: _repr_html_ */
+    LB_HOOK_CONNECTION_KWARGS, /* connection_kwargs(client) -> dict: from_redis */
+    LB_HOOK_BLOOM_INFO,        /* bloom_info(capacity, size, filters, items,
+                                  expansion): RedisBloomFilter.info() */
+    LB_HOOK_COUNT
+} lb_hook_id;
+
 /* Nothing but PyObject pointers: module.c visits and clears them as an array.
  * The exceptions are made from the table in errors.c. */
 typedef struct {
@@ -28,6 +42,7 @@ typedef struct {
     PyTypeObject *RedisFilter;
     PyTypeObject *RedisBloomFilter;
     PyTypeObject *BlockedFilter;
+    PyTypeObject *BoolArray;
     PyObject *BloomError;
     PyObject *ClosedError;
     PyObject *InvalidCapacityError;
@@ -48,6 +63,7 @@ typedef struct {
     PyObject *FilterLostError;
     PyObject *RedisProtocolError;
     PyObject *EvictionWarning;
+    PyObject *hooks[LB_HOOK_COUNT];
 } lb_state;
 
 /* The definition of the module whose state lb_state_from_type finds: set once,
@@ -58,5 +74,14 @@ void lb_state_set_def(PyModuleDef *def);
  * subclass of a filter has no module of its own).  NULL with TypeError for a
  * type that is none of ours. */
 lb_state *lb_state_from_type(PyTypeObject *type);
+
+/* The hook's callable (borrowed), or NULL with RuntimeError when the package
+ * has not handed it over (the module imported outside ling_bloom). */
+PyObject *lb_hook(lb_state *st, lb_hook_id which);
+
+/* _core._set_hooks(**hooks): the package hands its callables over (keyword
+ * names as lb_hook_id's comments; an unknown name or a non-callable is a
+ * TypeError, and nothing is set). */
+PyObject *lb_set_hooks(PyObject *module, PyObject *args, PyObject *kwargs);
 
 #endif

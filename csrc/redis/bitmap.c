@@ -366,6 +366,7 @@ static lb_redis_status check_look(lb_bitmap *bm, lb_reply **rs, int rebuild, int
         if (st != LB_REDIS_OK)
             return st;
     }
+    bm->upgrade = 0; /* no meta at all: a claim of a new one (SET NX), not an upgrade */
     *claim = 1;
     return LB_REDIS_OK;
 }

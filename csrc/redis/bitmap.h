@@ -204,8 +204,8 @@ lb_redis_status lb_bitmap_snapshot(lb_bitmap *bm, uint8_t *out, size_t nbytes);
 lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count);
 
 /* The operations as step machines (op.h), for a transport outside C (the
- * binding's asyncio one drives them with lb_op_wire_next / lb_op_wire_done
- * over a wire client, wire.h) and for the blocking calls above (which run
+ * binding's asyncio one drives them with lb_op_wire_step and what it reports
+ * back, op.h, over a wire client, wire.h) and for the blocking calls above (which run
  * them with lb_op_run): add or test of n keys, or reset.  Each one is the
  * same machine either way: the meta look (and claim) that every new
  * connection gets before its first command, then the operation's round

@@ -1,17 +1,9 @@
-/* client.c: see client.h.  The calls of the interface, and the factory that
- * picks the implementation. */
+/* client.c: see client.h.  The calls of the interface (factory.c picks the
+ * implementation). */
 #include "client.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-
-#include "cluster.h"
-#include "node.h"
-
-lb_redis *lb_redis_new(const lb_redis_config *cfg)
-{
-    return cfg->cluster_nodes ? lb_cluster_new(cfg) : lb_node_new(cfg);
-}
 
 void lb_redis_free(lb_redis *r)
 {

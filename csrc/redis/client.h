@@ -50,9 +50,7 @@ struct lb_redis {
     char evicting[48];
 };
 
-/* A client for cfg: a cluster client when cfg->cluster_nodes is set, else a
- * node client (connects lazily on first use).  NULL when out of memory. */
-lb_redis *lb_redis_new(const lb_redis_config *cfg);
+/* A client for a configuration: lb_redis_new, in factory.h. */
 /* Close every socket (nothing is sent) and free everything.  NULL is fine. */
 void lb_redis_free(lb_redis *r);
 

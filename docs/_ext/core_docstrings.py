@@ -103,10 +103,24 @@ class CoreDocstrings(_Extension):  # type: ignore[misc,valid-type]
             return
         core = pkg.get_member(self.module.split(".", 1)[1])
         runtime = importlib.import_module(self.module)
+        self._overloads_as_members(core)
         self._walk(core, runtime)
         if pkg.docstring is not None:
             pkg.docstring.value = _escape_prose(pkg.docstring.value)
         self._escape(pkg, set())
+
+    def _overloads_as_members(self, obj: griffe.Object) -> None:
+        """A stub declares a method by its overloads alone (a stub has no implementation):
+        griffe keeps them aside, not as a member; the reference shows the method by its
+        first overload (the one with the docstring), all of them as its signatures."""
+        for member in list(obj.members.values()):
+            if not member.is_alias and member.is_class:
+                self._overloads_as_members(member)
+        for name, overloads in getattr(obj, "overloads", {}).items():
+            if overloads and name not in obj.members:
+                first = overloads[0]
+                first.overloads = list(overloads)
+                obj.set_member(name, first)
 
     def _escape(self, obj: griffe.Object, seen: "set[str]") -> None:
         for member in obj.members.values():

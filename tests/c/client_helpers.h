@@ -6,6 +6,7 @@
 #include "redis_harness.h"
 
 #include "client.h"
+#include "factory.h"
 
 static lb_redis *conn_port(int port, int timeout_ms)
 {

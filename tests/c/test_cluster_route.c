@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "cluster.h"
+#include "factory.h"
 #include "cluster_map.h"
 #include "resp.h"
 #include "slots.h"

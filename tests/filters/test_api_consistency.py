@@ -1,6 +1,6 @@
-"""Errors of one hierarchy and an API without silent defaults (issue 16, "Errors and API
-consistency"): corrupt files, k out of range, None where a number is required, closed
-filters compared, save()'s error and mode, sizes past the limits, the contrib extras."""
+"""Errors of one hierarchy and an API without silent defaults: corrupt files, k out of
+range, None where a number is required, closed filters compared, save()'s error and
+mode, sizes past the limits, the contrib extras."""
 import os
 import stat
 import subprocess

@@ -63,7 +63,7 @@ def in_thread(fn):
 
 
 def test_close_during_a_full_add_raises_filter_full():
-    """Item 5: add() on a full non-scaling filter while another thread closes it: the add
+    """add() on a full non-scaling filter while another thread closes it: the add
     entered first, so it completes with its FilterFullError (built from live state)."""
     held = Held(FULL)
     with ScriptedServer({**KEY_CHECK, "BF.INSERT": held}) as s:
@@ -71,7 +71,7 @@ def test_close_during_a_full_add_raises_filter_full():
         t, box = in_thread(lambda: f.add("z"))
         assert held.arrived.wait(20)
         c, cbox = in_thread(f.close)
-        time.sleep(0.2)  # the close is waiting for (or done before) the round trip
+        wait_for(lambda: f.closed, "close() to mark the filter closed")  # mid round trip
         held.go.set()
         t.join(20)
         c.join(20)
@@ -87,7 +87,7 @@ def test_close_during_a_full_add_raises_filter_full():
 
 @pytest.mark.parametrize("rounds", [5])
 def test_error_text_belongs_to_its_call(rounds):
-    """Item 6: a failed call's message is read before another thread can use the
+    """A failed call's message is read before another thread can use the
     connection: a second call waiting for the first must not replace its text."""
     for _ in range(rounds):
         first = Held(b"-ERR first call failed\r\n")
@@ -115,7 +115,7 @@ def test_error_text_belongs_to_its_call(rounds):
 
 
 def test_redis_filter_error_text_belongs_to_its_batch():
-    """Item 6 for RedisFilter's batches: the failed chunk's status and text are its own."""
+    """For RedisFilter's batches: the failed chunk's status and text are its own."""
     for _ in range(5):
         first = Held(b"-ERR first batch failed\r\n")
         calls = []
@@ -136,9 +136,14 @@ def test_redis_filter_error_text_belongs_to_its_batch():
             v = meta[-1] if meta else None
             return b"$-1\r\n" if v is None else b"$%d\r\n%s\r\n" % (len(v), v)
 
-        # the ownership check on a new connection: the meta key (GET), the key's type, maxmemory
-        replies = {"GET": get, "SET": set_, "TYPE": b"+none\r\n",
-                   "INFO": b"$8\r\n# Memory\r\n", "BITFIELD": bitfield}
+        def exists(args):
+            return b":1\r\n" if meta else b":0\r\n"
+
+        # the ownership check on a new connection: the meta key (EXISTS, GETRANGE of its
+        # head), the key's type, maxmemory
+        replies = {"GET": get, "GETRANGE": get, "EXISTS": exists, "SET": set_,
+                   "TYPE": b"+none\r\n", "INFO": b"$8\r\n# Memory\r\n", "BITFIELD": bitfield,
+                   "SETBIT": b":0\r\n"}  # the claim sets the canary bit
         with ScriptedServer(replies) as s:
             with lb.RedisFilter("k", m=1024, k=3, url=s.url) as f:
                 t, box = in_thread(lambda: f.add_many(["a", "b"]))
@@ -173,7 +178,7 @@ def test_close_while_a_batch_runs_frees_after_it():
 
 @pytest.mark.parametrize("op", ["ior", "union", "and", "eq"])
 def test_binary_operation_while_a_third_thread_closes(op):
-    """Item 4: a |= b (union, &, ==) waits for b's batch, and a third thread closes a
+    """a |= b (union, &, ==) waits for b's batch, and a third thread closes a
     meanwhile: the operation completes on a live a or raises ClosedError."""
     b = lb.MemoryFilter(2_000_000, 0.01)
     keys = [f"k{i}" for i in range(300_000)]
@@ -210,7 +215,7 @@ def test_binary_operation_while_a_third_thread_closes(op):
 
 @pytest.mark.slow
 def test_forked_child_of_a_waiting_thread_runs_batches():
-    """Item 1: forks while one thread runs batches and another waits for them: the child's
+    """Forks while one thread runs batches and another waits for them: the child's
     own batch of 256+ keys must finish (it used to spin forever in lb_busy_end)."""
     f = lb.MemoryFilter(1_000_000, 0.01)
     keys = [f"k{i}" for i in range(20_000)]
@@ -264,7 +269,7 @@ def test_forked_child_of_a_waiting_thread_runs_batches():
 
 @pytest.mark.slow
 def test_scalable_sizes_wait_for_a_batch_that_grows_the_chain():
-    """Item 3: .capacity, .nbytes and repr() read the stage array, which a batch moves
+    """.capacity, .nbytes and repr() read the stage array, which a batch moves
     when the chain grows (GIL released): they wait for it.  Before, they read the freed
     array (heap-use-after-free under make sanitize)."""
     box = [lb.ScalableFilter(1, 0.01, growth_ratio=1.01)]
@@ -297,7 +302,7 @@ def test_scalable_sizes_wait_for_a_batch_that_grows_the_chain():
 
 @pytest.mark.slow
 def test_forked_child_never_frees_what_a_parent_thread_was_using(clean_redis):
-    """Item 2: forks while another thread is in RedisFilter round trips (big replies being
+    """Forks while another thread is in RedisFilter round trips (big replies being
     parsed): the child must not free the inherited reader and arena that thread was
     changing (a double free, seen under make sanitize in about 1 of 20 children); it gets
     a connection of its own and the parent's stays in step.  The child allocates while

@@ -1,4 +1,4 @@
-"""MemoryFilter.open(): one filter file mapped by every process that opens it (issue 16).
+"""MemoryFilter.open(): one filter file mapped by every process that opens it.
 
 What is promised (docs/integrations.md, "One filter for all workers"):
 - the file is the saved format: load() reads it, RedisFilter.load() uploads it;

@@ -38,7 +38,9 @@ def reseal(data: bytes, edit) -> bytes:
 
 
 def make(kind: str, scheme: str = "xxh3-mix", n: int = 50):
-    if kind == "memory":
+    if kind == "blocked":  # one hashing scheme of its own
+        f = lb.BlockedFilter(200, 0.01)
+    elif kind == "memory":
         f = MemoryFilter(200, 0.01, hash=scheme)
     elif kind == "counting":
         f = CountingFilter(200, 0.01, hash=scheme)
@@ -50,7 +52,12 @@ def make(kind: str, scheme: str = "xxh3-mix", n: int = 50):
     return f
 
 
-KINDS = {"memory": MemoryFilter, "counting": CountingFilter, "scalable": ScalableFilter}
+KINDS = {"blocked": lb.BlockedFilter, "memory": MemoryFilter, "counting": CountingFilter,
+         "scalable": ScalableFilter}
+KIND_BYTE = {"memory": 1, "counting": 2, "scalable": 3, "blocked": 4}
+# (kind, hashing scheme): every scheme of the standard filters; BlockedFilter has its own
+SCHEMES = [("blocked", "xxh3-block")] + [(kind, scheme) for kind in KINDS if kind != "blocked"
+                                         for scheme in ("xxh3-mix", "xxh3", "ling-base")]
 
 
 def same(a, b) -> None:
@@ -70,8 +77,7 @@ def same(a, b) -> None:
 # ---- round trips --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["xxh3-mix", "xxh3", "ling-base"])
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind,scheme", SCHEMES)
 def test_bytes_round_trip(kind, scheme):
     f = make(kind, scheme)
     data = f.to_bytes()
@@ -281,6 +287,7 @@ def test_a_0_1_file_is_never_read_with_the_new_walk():
 # ---- damaged input ---------------------------------------------------------------------------
 
 SMALL = {
+    "blocked": lambda: lb.BlockedFilter(m=512, k=8),
     "memory": lambda: MemoryFilter(m=60, k=3),
     "counting": lambda: CountingFilter(m=13, k=2),
     "scalable": lambda: ScalableFilter(2, 0.2),
@@ -327,15 +334,15 @@ def test_wrong_kind_for_the_class(kind):
             with pytest.raises(ValueError):
                 cls.from_bytes(data)
     # the same bytes with the kind byte changed and the checksum recomputed
-    for kind_byte in (1, 2, 3):
-        if kind_byte != {"memory": 1, "counting": 2, "scalable": 3}[kind]:
+    for kind_byte in KIND_BYTE.values():
+        if kind_byte != KIND_BYTE[kind]:
             forged = reseal(data, lambda b: b.__setitem__(6, kind_byte))
             with pytest.raises(ValueError):
                 lb.from_bytes(forged)
 
 
 def test_not_bytes_at_all():
-    for cls in (MemoryFilter, CountingFilter, ScalableFilter):
+    for cls in KINDS.values():
         with pytest.raises(TypeError):
             cls.from_bytes("LBLM text")
         with pytest.raises(TypeError):
@@ -575,7 +582,7 @@ def test_random_garbage_never_crashes():
         assert lb.from_bytes(f.to_bytes()) == f
 
 
-# ---- accept exactly what the writer writes (issue 10, item 12) -------------------------
+# ---- accept exactly what the writer writes -----------------------------------------------
 
 @pytest.mark.parametrize("kind", ["memory", "counting"])
 def test_no_capacity_means_both_fields_are_zero(kind):
@@ -630,7 +637,7 @@ def test_scalable_stages_past_the_rate_bound_are_corrupt():
     assert not isinstance(ei.value, lb.InvalidCapacityError)
 
 
-# ---- load() reads no more than the header says (item 13) --------------------------------
+# ---- load() reads no more than the header says ------------------------------------------
 
 def test_load_reads_no_further_than_the_header(tmp_path):
     f = make("scalable")
@@ -853,3 +860,47 @@ def test_a_chain_header_is_refused_on_its_length_before_any_stage_is_sized():
         for read in (ScalableFilter.from_bytes, lb.from_bytes):
             with pytest.raises(lb.CorruptFileError, match="shorter than its header says"):
                 read(data)
+
+
+# ---- the header, read by the one reader of its layout ------------------------------------
+
+@pytest.mark.parametrize("flt", [
+    MemoryFilter(1000, 0.01), MemoryFilter(m=1000, k=3, hash="ling-base"),
+    lb.BlockedFilter(1000, 0.01), CountingFilter(500, 0.02, hash="xxh3"),
+], ids=["memory", "memory-m-k", "blocked", "counting"])
+def test_peek_header_gives_a_fixed_filters_geometry(flt):
+    h = lb._core.peek_header(flt.to_bytes())
+    assert (h["kind"], h["version"], h["m"], h["k"], h["hash"], h["live"]) == (
+        type(flt).__name__, lb.FORMAT_VERSION, flt.m, flt.k, flt.hash, False)
+    assert (h["capacity"], h["error_rate"]) == (flt.capacity, flt.error_rate)
+    assert h["header_bytes"] == 40
+
+
+def test_peek_header_gives_a_chains_parameters_from_its_first_48_bytes():
+    f = ScalableFilter(100, 0.01, growth_ratio=4)
+    f.update(keys(1000))
+    h = lb._core.peek_header(f.to_bytes()[:48])
+    assert (h["kind"], h["initial_capacity"], h["error_rate"], h["growth_ratio"],
+            h["stages"], h["hash"]) == ("ScalableFilter", 100, 0.01, 4.0, f.num_sub_filters, f.hash)
+
+
+def test_peek_header_of_a_live_mapped_file(tmp_path):
+    path = str(tmp_path / "live.lbf")
+    with MemoryFilter.open(path, "w", capacity=100, error_rate=0.01):
+        pass
+    assert lb._core.peek_header(Path(path).read_bytes())["live"] is True
+
+
+@pytest.mark.parametrize("data,why", [
+    (b"", "too short"), (b"LBLM", "too short"), (b"garbage!" * 10, "bad magic"),
+    (b"LBLM\x02\x00\x01\x02" + bytes(40), "version"), (b"LBLM\x01\x00\x09\x02" + bytes(40), "kind"),
+    (b"LBLM\x01\x00\x01\x09" + bytes(40), "hash scheme"), (MemoryFilter(10).to_bytes()[:39], "truncated"),
+])
+def test_peek_header_refuses_what_is_not_a_saved_filter(data, why):
+    with pytest.raises(lb.CorruptFileError, match=why):
+        lb._core.peek_header(data)
+
+
+def test_peek_header_takes_bytes_not_str():
+    with pytest.raises(TypeError):
+        lb._core.peek_header("LBLM")  # type: ignore[arg-type]

@@ -45,13 +45,14 @@ def run_stress(kind: str, url: str | None = None) -> dict:
     return counts
 
 
-@pytest.mark.parametrize("kind", ["memory", "counting", "scalable"])
+@pytest.mark.parametrize("kind", ["blocked", "memory", "counting", "scalable"])
 def test_stress_in_memory(kind):
     run_stress(kind)
 
 
-def test_stress_redis_filter(clean_redis):
-    run_stress("redis", clean_redis.url)
+@pytest.mark.parametrize("kind", ["redis", "redis-blocked"])  # RedisFilter's two layouts
+def test_stress_redis_filter(clean_redis, kind):
+    run_stress(kind, clean_redis.url)
 
 
 def test_stress_redisbloom_filter(bf_server_factory):

@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 import ling_bloom as lb
+from ling_bloom._cache import is_loading
 from ling_bloom.guard import (
     NULL,
     AsyncGuard,
@@ -49,7 +50,8 @@ class SpyCache(MemoryCache):
         return super().get(key)
 
     def set(self, key, value, ttl=None):
-        self.calls.append(("set", key, value, ttl))
+        # a loader's loading marker is not an answer cached: recorded apart
+        self.calls.append(("loading" if is_loading(value) else "set", key, value, ttl))
         super().set(key, value, ttl)
 
     def delete(self, key):
@@ -936,3 +938,72 @@ def test_prometheus_multiprocess_mode_sums_every_worker(tmp_path):
     assert value('ling_bloom_guard_lookups_total{guard="products",result="not_found"}') == 3
     assert value('ling_bloom_guard_lookups_total{guard="products",result="rejected"}') == 3
     assert value('ling_bloom_guard_filter_error_rate{guard="products"}') == 0.01
+
+
+# ------------------------------------------------- a write that commits while a loader runs
+
+
+def _caches(request):
+    kind = request.param
+    if kind == "memory":
+        return MemoryCache(), None
+    redis = _redis_py()
+    srv = request.getfixturevalue("clean_redis")
+    client = redis.Redis.from_url(srv.url)
+    if kind == "redis":
+        return RedisCache(client, prefix="c:"), client
+    return RedisCache(client, prefix="j:", dumps=lambda v: json.dumps(v).encode(),
+                      loads=json.loads), client
+
+
+@pytest.fixture(params=["memory", "redis", "redis-json"])
+def shared_cache(request):
+    cache, client = _caches(request)
+    yield cache
+    if client is not None:
+        client.close()
+
+
+@pytest.mark.parametrize("write", ["created", "deleted"])
+def test_an_answer_read_before_a_commit_is_not_cached_past_the_invalidation(
+        flt, shared_cache, write):
+    # A lookup's loader read the database before a write committed ("absent" for a row
+    # being created, the old row for one being deleted); the write's hook invalidated
+    # the key after the commit, and only then did the loader's answer reach the cache:
+    # a null marker left after the commit (the new row 404 for null_ttl), or the deleted
+    # row served for value_ttl.  Nothing read before an invalidation is cached after it.
+    rows = {} if write == "created" else {"1": {"id": 1}}
+    g = Guard(flt, shared_cache, null_ttl=60, value_ttl=600, metrics=False)
+
+    def loader(key):
+        seen = rows.get(key)  # read before the other transaction's COMMIT
+        if write == "created":
+            rows[key] = {"id": 1}
+        else:
+            del rows[key]
+        g.invalidate(key)  # its hook, after the commit (another process: the same cache)
+        return seen
+
+    g.get("1", loader=loader)
+    assert g.get("1", loader=rows.get) == rows.get("1")
+
+
+def test_an_async_guard_does_not_cache_an_answer_read_before_an_invalidation(flt):
+    rows = {}
+
+    async def main():
+        g = AsyncGuard(flt, MemoryCache(), null_ttl=60, metrics=False)
+
+        async def loader(key):
+            seen = rows.get(key)
+            rows[key] = {"id": 1}
+            await g.invalidate(key)
+            return seen
+
+        async def current(key):
+            return rows.get(key)
+
+        await g.get("1", loader=loader)
+        return await g.get("1", loader=current)
+
+    assert asyncio.run(main()) == {"id": 1}

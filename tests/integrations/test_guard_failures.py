@@ -19,6 +19,8 @@ import ling_bloom as lb
 from ling_bloom.guard import Guard, MemoryCache, refill
 from lost_filters import AsyncLostFilter, LostFilter, MismatchedFilter, wait_for
 
+from hang_guard import FakeClock, until
+
 RedisFilter = lb.RedisFilter
 
 
@@ -103,16 +105,17 @@ def test_bad_policy_and_breaker():
 
 def test_the_breaker_asks_a_dead_backend_once_per_interval():
     g, f, loads = make_guard(breaker=0.3)
+    g._breaker.clock = clock = FakeClock()
     f.down = True
     for _ in range(200):
         g.get("1")
     assert f.tests == 1  # one failed call; the other 199 lookups did not wait on the backend
     assert g.stats().bypassed == 200
-    time.sleep(0.4)
+    clock.advance(0.4)
     g.get("1")
     assert f.tests == 2  # half-open: one lookup tried again, failed, circuit open again
     f.down = False
-    time.sleep(0.4)
+    clock.advance(0.4)
     assert g.get("1") == "one" and f.tests == 3
     st = g.stats()
     assert not st.circuit_open and st.circuit_open_seconds >= 0.7
@@ -145,11 +148,12 @@ def test_half_open_lets_one_caller_probe():
 
     f = Hung(["1"])
     g = Guard(f, MemoryCache(), ROWS.get, breaker_seconds=0.05, metrics=False)
+    g._breaker.clock = clock = FakeClock()
     f.down = True
     release.set()
     g.get("1")            # fails: circuit open
     release.clear()
-    time.sleep(0.1)       # interval over: the next lookup probes
+    clock.advance(0.1)    # interval over: the next lookup probes
     t = threading.Thread(target=g.get, args=("1",))
     t.start()
     assert entered.wait(10)
@@ -242,6 +246,7 @@ def test_real_redis_down_hung_restarted(redis_server_factory, policy):
 
     g = Guard(f, MemoryCache(), load, on_filter_error=policy, breaker_seconds=0.5,
               metrics=False, null_ttl=0, value_ttl=0)
+    g._breaker.clock = clock = FakeClock()
     assert g.get("1") == "one" and g.get("3") is None and loads == ["1"]
 
     expect = "one" if policy == "open" else None
@@ -257,7 +262,7 @@ def test_real_redis_down_hung_restarted(redis_server_factory, policy):
         srv.proc.send_signal(signal.SIGCONT)
     # down: the process is gone
     srv.kill()
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert g.get("1") == expect
     assert g.stats().filter_errors == 2
     # restarted (empty: what the filter held is gone; the warm-up's job)
@@ -265,7 +270,7 @@ def test_real_redis_down_hung_restarted(redis_server_factory, policy):
     from ling_bloom.warmup import warmup
 
     warmup(f, ["1", "2"], progress=False)  # the filter reconnects, finds it lost, rebuilds it
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert g.get("1") == "one"
     assert g.get("3") is None
     st = g.stats()
@@ -375,7 +380,7 @@ def run_while_redis_hangs(srv, app, timeout):
         srv.pause()
         try:
             hung = asyncio.ensure_future(asgi_get(app, "/rows/1"))
-            await asyncio.sleep(0.2)
+            await until(srv.unread_input, "the request to reach the hung server")
             assert not hung.done()  # it waits on the hung server
             assert await asyncio.wait_for(asgi_get(app, "/health"), timeout) == 200
             assert not hung.done()  # still waiting: the loop did not wait with it
@@ -455,6 +460,7 @@ def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
     f = SlowFilter(["1"])
     g = AsyncGuard(f, MemoryCache(), lambda k: ROWS.get(k), breaker_seconds=0.05,
                    metrics=False, on_filter_error="closed", name="t-cancel")
+    g._breaker.clock = clock = FakeClock()
 
     async def main():
         nonlocal gate
@@ -462,9 +468,9 @@ def test_a_cancelled_lookup_does_not_keep_the_circuit_open():
         f.down = True
         assert await g.acheck("1") is False  # the failure opens the circuit
         f.down = False
-        await asyncio.sleep(0.1)
+        clock.advance(0.1)
         probe = asyncio.ensure_future(g.acheck("1"))  # half-open: this one probes
-        await asyncio.sleep(0.05)
+        await until(lambda: f.tests == 2, "the probe to reach the filter")
         probe.cancel()
         with pytest.raises(asyncio.CancelledError):
             await probe
@@ -917,6 +923,38 @@ def test_a_geometry_mismatch_follows_the_policy_and_is_logged_once(caplog, polic
     assert "'bf:rows:v2'" in logged[0].getMessage()
     st = g.stats()
     assert st.geometry_mismatch and st.filter_errors == 6
+
+
+class AddMismatchedFilter:
+    """Answers every test "present"; its adds meet a stored filter of another geometry."""
+
+    def __init__(self):
+        self.adds = 0
+
+    def test(self, key):
+        return True
+
+    def add(self, key):
+        self.adds += 1
+        raise lb.GeometryMismatchError("stored m=9585 k=7, this filter m=19170 k=7 (scripted)")
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_a_found_keys_add_refused_for_its_geometry_serves_the_value_in_both_guards(policy):
+    from ling_bloom.guard import AsyncGuard
+
+    blocking = AddMismatchedFilter()
+    g = Guard(blocking, MemoryCache(), ROWS.get, on_filter_error=policy, metrics=False)
+    assert g.get("1") == "one" and blocking.adds == 1
+
+    async def main():
+        f = AddMismatchedFilter()
+        ag = AsyncGuard(f, MemoryCache(), ROWS.get, on_filter_error=policy, metrics=False)
+        assert await ag.get("1") == "one"    # the value is served, not a GeometryMismatchError
+        assert f.adds == 1                   # asked once, as the blocking guard asks
+        assert ag.stats().geometry_mismatch and ag.stats().filter_errors == 1
+
+    asyncio.run(main())
 
 
 def test_a_geometry_mismatch_under_raise_raises():

@@ -250,7 +250,8 @@ def test_a_torn_tail_is_read_once_not_at_every_absent_lookup(tmp_path, monkeypat
     real_pread = os.pread
 
     def counting(fd, n, offset):
-        reads.append(n)
+        if n >= 100_000:  # a read of the torn tail (not the header's check, a few bytes)
+            reads.append(n)
         return real_pread(fd, n, offset)
 
     monkeypatch.setattr(os, "pread", counting)
@@ -376,3 +377,94 @@ def test_a_key_the_filters_refuse_is_refused_before_anything_is_logged(tmp_path)
             ff.update(["fine", bad])
     assert os.path.getsize(path + ".adds") == size
     ff.close()
+
+
+# ---- a log truncated under the workers ---------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["emptied", "emptied and written again", "cut short"])
+def test_a_truncated_add_log_loses_no_key_added_after_it_and_is_replaced(tmp_path, how, caplog):
+    # logrotate's copytruncate, or `: > FILE.adds`: the log shrank under the workers.  A
+    # worker that had read past the new end never read what was appended after it (a
+    # key added in one worker answered absent in the others), a worker started later
+    # refused the log ("not a ling_bloom add log": no add at all), and so did publish().
+    path = str(tmp_path / "f.bloom")
+    publish(lb.MemoryFilter(10_000, 0.001), path)
+    w1, w2 = FileFilter(path, check_every=3600), FileFilter(path, check_every=3600)
+    w1.update([f"before{i}" for i in range(200)])
+    assert w2.test("before7")
+    header = open(path + ".adds", "rb").readline()
+    # cut short: the header and a few records kept, what w2 had read past them gone
+    os.truncate(path + ".adds", len(header) + 50 if how == "cut short" else 0)
+    if how == "emptied and written again":
+        w1.update([f"after{i}" for i in range(400)])  # past where w2 had read
+    w1.add("new1")
+    assert w2.test("new1")
+    w3 = FileFilter(path, check_every=3600)
+    assert w3.test("new1")
+    w3.add("new2")
+    assert w1.test("new2") and w2.test("new2")
+    if how == "emptied and written again":
+        assert all(w.test("after399") for w in (w1, w2, w3))
+    assert "add log" in caplog.text  # logged
+    m = lb.MemoryFilter(10_000, 0.001)
+    publish(m, path)  # the warm-up publishes over it, carrying its keys
+    assert "new1" in m and "new2" in m
+    for w in (w1, w2, w3):
+        w.close()
+
+
+# ---- a warm-up killed while it publishes ----------------------------------------------------------
+
+_KILLED_PUBLISH = r'''
+import sys, time
+import ling_bloom as lb
+from ling_bloom.warmup import publish
+
+class Slow:
+    """A filter whose save is cut short (the warm-up is killed while writing it)."""
+    def __init__(self):
+        self.inner = lb.MemoryFilter(10_000, 0.001)
+    def update(self, keys):
+        self.inner.update(keys)
+    def save(self, target):
+        data = self.inner.to_bytes()
+        if hasattr(target, "write"):
+            target.write(data[:100])
+            target.flush()
+        else:
+            lb.MemoryFilter(10_000, 0.001).save(target)
+        print("saving", flush=True)
+        time.sleep(120)
+
+publish(Slow(), sys.argv[1])
+'''
+
+
+def test_a_publish_killed_midway_leaves_no_temporary_file_for_ever(tmp_path):
+    # kill -9 of a warm-up while it wrote the new file left a temporary file of the
+    # filter's size beside FILE; every killed warm-up (an OOM killer, a deploy) one more,
+    # never removed, until the disk was full.  The next publish removes them.
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "f.bloom")
+    publish(lb.MemoryFilter(10_000, 0.001), path)
+    w = FileFilter(path, check_every=0)
+    w.add("logged")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    for _ in range(2):
+        p = subprocess.Popen([sys.executable, "-c", _KILLED_PUBLISH, path], env=env,
+                             stdout=subprocess.PIPE)
+        try:
+            assert p.stdout.readline() == b"saving\n"
+        finally:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+    assert w.test("logged")  # the served file and its log are as they were
+    m = lb.MemoryFilter(10_000, 0.001)
+    publish(m, path)
+    assert "logged" in m
+    assert sorted(os.listdir(tmp_path)) == ["f.bloom", "f.bloom.adds", "f.bloom.lock"]
+    w.close()

@@ -175,3 +175,21 @@ def test_cluster_benchmark_quick():
     rows = [line for line in r.stdout.splitlines() if line.startswith("| RedisFilter")
             or line.startswith("| redis-py") or line.startswith("| server-CPU")]
     assert len(rows) == 8 and all(line.rstrip().endswith("× |") for line in rows), rows
+
+
+COLUMNS_BENCH = os.path.join(ROOT, "benchmarks", "bench_columns.py")
+
+
+@pytest.mark.skipif(not os.path.exists(COLUMNS_BENCH), reason="benchmarks/ not in this checkout")
+def test_columns_benchmark_runs_at_a_tiny_size():
+    r = subprocess.run([sys.executable, COLUMNS_BENCH, "--sizes", "2000", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    try:
+        import abloom  # noqa: F401  (the bench extra's peer)
+    except ImportError:
+        assert "abloom: not installed" in r.stdout
+        return
+    for row in ("update, Arrow string column", "test_many, Arrow string column",
+                "update, numpy int64"):
+        assert f"| {row} |" in r.stdout

@@ -8,6 +8,7 @@ bitmap tests.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -39,3 +40,25 @@ def test_user_flags_add_to_the_test_flags(make_args):
     for arg in make_args:
         for flag in arg.split("=", 1)[1].split():
             assert flag in cmd, (flag, cmd)
+
+
+def makefile_programs() -> set:
+    text = open(os.path.join(C_DIR, "Makefile"), encoding="utf-8").read()
+    m = re.search(r"^PROGRAMS\s*:=\s*((?:.*\\\n)*.*)$", text, re.M)
+    assert m, "no PROGRAMS in tests/c/Makefile"
+    return set(m.group(1).replace("\\\n", " ").split())
+
+
+def test_the_sdist_and_git_leave_out_exactly_the_c_test_programs():
+    """MANIFEST.in's excludes and .gitignore name the programs tests/c/Makefile builds,
+    and no program it no longer builds."""
+    root = os.path.dirname(os.path.dirname(C_DIR))
+    programs = {f"tests/c/{p}" for p in makefile_programs()}
+    manifest = open(os.path.join(root, "MANIFEST.in"), encoding="utf-8").read()
+    excluded = {w for line in manifest.splitlines() if line.startswith("exclude ")
+                for w in line.split()[1:] if w.startswith("tests/c/")}
+    assert excluded == programs
+    ignored = {line.strip().lstrip("/") for line in
+               open(os.path.join(root, ".gitignore"), encoding="utf-8")
+               if line.strip().lstrip("/").startswith("tests/c/test_")}
+    assert ignored == programs

@@ -10,7 +10,7 @@ import pytest
 
 import ling_bloom as lb
 import ling_bloom.aio as aio
-from hang_guard import bounded
+from hang_guard import bounded, until
 from hostile_server import HostileServer, array, integer
 from key_names import ALL_BYTES, NUL_KEYS, bitmap_names, server_keys
 from ling_bloom import AsyncRedisFilter, RedisFilter
@@ -456,7 +456,7 @@ def test_a_cancelled_call_never_leaves_a_reply_for_the_next(redis_server_factory
             srv.pause()
             try:
                 call = asyncio.ensure_future(f.test("present"))
-                await asyncio.sleep(0.3)
+                await until(srv.unread_input, "the request to reach the hung server")
                 assert not call.done()  # waiting on the hung server
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
@@ -465,7 +465,8 @@ def test_a_cancelled_call_never_leaves_a_reply_for_the_next(redis_server_factory
                 # connection were kept: a test of an absent key must stay False
             finally:
                 srv.resume()
-            await asyncio.sleep(0.2)  # the late reply reaches a connection that is gone
+            # the late reply is sent (to a connection that is gone)
+            await until(lambda: srv.unread_input() == 0, "the server to read the request")
             assert await f.test("absent") is False
             assert await f.test("present") is True
 
@@ -727,7 +728,7 @@ def test_redisbloom_restart_and_cancel(bf_server_factory):
             srv.pause()
             try:
                 call = asyncio.ensure_future(f.test("a"))
-                await asyncio.sleep(0.3)
+                await until(srv.unread_input, "the request to reach the hung server")
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await call

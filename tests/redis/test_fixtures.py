@@ -151,3 +151,85 @@ def test_an_unsettled_cluster_says_why_and_is_created_again():
         cl.wait_ok(timeout=5)
     finally:
         cl.stop()
+
+
+# ---- ports under pytest-xdist: each worker its own, and a server must be its own -----------
+
+
+def test_free_port_takes_the_workers_own_slice(monkeypatch):
+    import redis_server
+
+    for worker in ("gw0", "gw1", "gw5"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        lo = redis_server.PORT_BASE + int(worker[2:]) * redis_server.PORT_SLICE
+        ports = [redis_server.free_port() for _ in range(50)]
+        assert all(lo <= p < lo + redis_server.PORT_SLICE for p in ports), (worker, ports)
+        assert len(set(ports)) == 50  # never the same port twice in a row
+    lo_ephemeral = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    assert redis_server.PORT_BASE + redis_server.PORT_SLICES * redis_server.PORT_SLICE <= lo_ephemeral
+
+
+@pytest.mark.parametrize("unix_socket", [True, False])
+def test_a_server_whose_port_is_taken_starts_on_another(redis_server_factory, monkeypatch,
+                                                        unix_socket):
+    """Another worker's server on the port we were handed: ours fails to bind and exits, and
+    the PONG on that port is the other's.  start() must not take it for ours."""
+    import redis_server
+
+    other = redis_server_factory()
+    handed = iter([other.port])
+    real = redis_server.free_port
+    monkeypatch.setattr(redis_server, "free_port", lambda: next(handed, None) or real())
+    ours = redis_server.RedisServer(unix_socket=unix_socket)
+    try:
+        ours.start()
+        assert ours.port != other.port
+        assert ours.running
+        with ours.client() as c:
+            pid = [line for line in c.command("INFO", "server").decode().splitlines()
+                   if line.startswith("process_id:")][0].split(":")[1]
+        assert int(pid) == ours.proc.pid
+    finally:
+        ours.stop()
+
+
+# ---- skips under CI=true (tests/support/skips.py) ----------------------------------------
+
+
+def _skip_report(nodeid: str, reason: str, **extra):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(nodeid=nodeid, skipped=True, outcome="skipped",
+                           longrepr=("file.py", 1, f"Skipped: {reason}"), **extra)
+
+
+def test_an_unlisted_skip_fails_under_ci_only(monkeypatch):
+    import skips
+
+    monkeypatch.setattr(skips, "ALLOWED_SKIPS", [
+        ("tests/filters/test_blocked_filter.py::*", "no AVX2", "a machine feature")])
+    rep = _skip_report("tests/core/test_x.py::test_y", "needs the xxhash package")
+    skips.fail_unlisted_skip(rep, ci=False)
+    assert rep.outcome == "skipped"
+    skips.fail_unlisted_skip(rep, ci=True)
+    assert rep.outcome == "failed"
+    assert "not listed in tests/support/skips.py" in rep.longrepr
+    assert "needs the xxhash package" in rep.longrepr
+    listed = _skip_report("tests/filters/test_blocked_filter.py::test_a[1]", "no AVX2 here")
+    skips.fail_unlisted_skip(listed, ci=True)
+    assert listed.outcome == "skipped"
+    # the right test with another reason is not covered by the row
+    other = _skip_report("tests/filters/test_blocked_filter.py::test_a[1]", "no xxhash")
+    skips.fail_unlisted_skip(other, ci=True)
+    assert other.outcome == "failed"
+    xfail = _skip_report("tests/core/test_x.py::test_z", "", wasxfail="known")
+    skips.fail_unlisted_skip(xfail, ci=True)
+    assert xfail.outcome == "skipped"
+
+
+def test_every_listed_skip_says_why():
+    import skips
+
+    for pattern, text, why in skips.ALLOWED_SKIPS:
+        assert pattern.startswith("tests/") and "::" in pattern or pattern.endswith(".py"), pattern
+        assert text and len(why) > 20, (pattern, text, why)

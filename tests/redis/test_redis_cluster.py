@@ -1,4 +1,4 @@
-"""Both Redis filters on a real Redis Cluster (issue 14, the Cluster half), blocking and
+"""Both Redis filters on a real Redis Cluster, blocking and
 asyncio: a test that takes ``flavor`` runs once with RedisFilter / RedisBloomFilter and once
 with AsyncRedisFilter / AsyncRedisBloomFilter (tests/support/flavors.py), with the same
 assertions, whole-filter calls (snapshot, load, card, info, dump...) included.  A blocking
@@ -232,7 +232,10 @@ def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server)
                     f.test(f"k{i}")
                     most = max(most, open_sockets_to(ports))
                 assert sum(t.connections for t in targets) >= 40  # every target was used
-                assert most <= 3, f"{most} connections open to the redirect targets"
+                # one call may meet several redirects (the first call's meta check and
+                # claim, then its batch, each sent to the next target), so a few are open
+                # at once; what must not happen is their piling up over the 80 calls
+                assert most <= 8, f"{most} connections open to the redirect targets"
         finally:
             for t in targets:
                 t.stop()

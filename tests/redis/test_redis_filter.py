@@ -1173,3 +1173,39 @@ def test_a_bitmap_of_0_1_is_read_with_its_own_walk(clean_redis, raw_redis):
     with RedisFilter.open(f"redis://{clean_redis.host}:{clean_redis.port}/0", "old") as h:
         assert (h.m, h.k, h.hash) == (m, k, "xxh3")
         assert h.test_many(["a", "b"]) == [True, True]
+
+
+def test_a_lost_filter_rebuilt_by_load_is_not_marked_whole_before_its_bits_are_in(
+        private_redis):
+    # The rebuild of a lost filter (guard.refill: keys aside, then one load()) claimed the
+    # key first, and the claim set the canary: between that round trip and the load's bits
+    # every other process found the filter whole and empty, and answered "absent" for
+    # every existing key (a false 404 under gunicorn right after Redis restarted empty).
+    # The canary must go in only after the last BITOP OR of the bits.  (The rebuild runs
+    # before any lookup of this process found the loss: a worker whose first request
+    # after the restart was another worker's rebuild.)
+    from ling_bloom.guard import refill
+
+    keys = [f"row{i}" for i in range(200)]
+    with rf(private_redis, "bf", 1000, 0.01) as f:
+        f.add_many(keys)
+        m = f.m
+        private_redis.restart()  # empty, on a new connection: the key is looked at again
+        with private_redis.client() as mon, private_redis.client() as other:
+            mon.sock.sendall(mon._encode(["MONITOR"]))
+            assert mon._read() == "OK"
+            refill(f, keys)
+            other.command("ECHO", "adv-end-of-load")
+            lines = []
+            while True:
+                line = mon._read()
+                if "adv-end-of-load" in line:
+                    break
+                lines.append(line)
+        canary = f'"SETBIT" "bf" "{8 * ((m + 7) // 8)}" "1"'
+        order = [("canary" if canary in ln else "bits") for ln in lines
+                 if canary in ln or '"BITOP"' in ln]
+        assert "bits" in order and "canary" in order, lines
+        assert order.index("canary") > max(i for i, w in enumerate(order) if w == "bits"), \
+            lines
+        assert all(f.test_many(keys))

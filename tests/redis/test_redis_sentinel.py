@@ -1,4 +1,4 @@
-"""Both Redis filters behind Redis Sentinel (issue 14, the Sentinel half), blocking and
+"""Both Redis filters behind Redis Sentinel, blocking and
 asyncio: a test that takes ``flavor`` runs once with RedisFilter / RedisBloomFilter and once
 with AsyncRedisFilter / AsyncRedisBloomFilter (tests/support/flavors.py), with the same
 assertions.

@@ -20,9 +20,7 @@ What the module (2.8) answers, where the tests depend on it:
 """
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -46,8 +44,6 @@ from key_names import (
     server_keys,
     sharded_names,
 )
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -872,26 +868,8 @@ def test_wire_card_falls_back_to_info_on_old_modules():
             assert f.card() == 7
 
 
-def test_reply_shapes_in_c():
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc or not shutil.which("pkg-config"):
-        pytest.skip("no C compiler or pkg-config")
-    import tempfile
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "hiredis", "openssl"],
-                           capture_output=True, text=True)
-    if flags.returncode != 0:
-        pytest.skip("hiredis or OpenSSL development files are missing")
-    with tempfile.TemporaryDirectory() as d:
-        exe = os.path.join(d, "shapes")
-        client = os.path.join(ROOT, "csrc", "redis")
-        build = subprocess.run(
-            [cc, "-std=gnu11", "-I", client, "-o", exe,
-             os.path.join(ROOT, "tests", "c", "test_redisbloom_shapes.c"),
-             os.path.join(client, "redisbloom_proto.c"),
-             *flags.stdout.split(), "-lm"], capture_output=True, text=True)
-        assert build.returncode == 0, build.stderr
-        run = subprocess.run([exe], capture_output=True, text=True)
-        assert run.returncode == 0, run.stdout + run.stderr
+# The reply shapes of RedisBloom's commands, in C: tests/c/test_redisbloom_shapes.c, built
+# and run by `make test-c` (and by `make sanitize`, under ASan/UBSan).
 
 
 # -------------------------------------------------------------- faults

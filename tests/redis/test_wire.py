@@ -1,4 +1,4 @@
-"""The wire against a misbehaving server (issue 10, "The wire"): a late reply, replies that
+"""The wire against a misbehaving server: a late reply, replies that
 do not match what was sent, a reply header that announces more than any command can answer,
 a BF.SCANDUMP that never ends, and what Python code can override in load().
 

@@ -46,11 +46,7 @@ def _stop_all() -> None:
             pass
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that was free a moment ago (bind port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+from redis_server import free_port  # noqa: E402  (this worker's own ports: xdist-safe)
 
 
 def _wait_port(port: int, proc: Optional[subprocess.Popen] = None, timeout: float = 20.0) -> None:

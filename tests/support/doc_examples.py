@@ -42,7 +42,8 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P
                     re.S | re.M)
 KINDS = {"python", "console", "bash", "text"}
 OPTIONAL = {"flask": "flask", "starlette": "asgi", "prometheus_client": "prometheus",
-            "django": "django", "httpx2": "asgi", "fastapi": "test", "redis": "redis"}
+            "django": "django", "httpx2": "asgi", "fastapi": "test", "redis": "redis",
+            "numpy": "columns", "pyarrow": "columns", "pandas": "columns", "polars": "columns"}
 
 
 @dataclass

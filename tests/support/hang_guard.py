@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, Callable
 
 HUNG = 120.0  # seconds; a call that takes longer fails the test instead of hanging the suite
@@ -44,3 +45,42 @@ async def bounded(coro, limit: float = HUNG) -> Any:
         task.cancel()
         raise AssertionError(f"hung: no answer within {limit:.0f} s")
     return task.result()
+
+
+def wait_until(cond: Callable[[], Any], what: str, limit: float = HUNG, every: float = 0.005) -> Any:
+    """Poll cond() until it is true (returned); an AssertionError naming what was awaited if
+    it is not within limit.  A wait on a condition, in place of a sleep that hopes for it."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"hung: waited {limit:.0f} s for {what}")
+        time.sleep(every)
+
+
+async def until(cond: Callable[[], Any], what: str, limit: float = HUNG, every: float = 0.005) -> Any:
+    """wait_until for a coroutine: the event loop runs between two polls."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"hung: waited {limit:.0f} s for {what}")
+        await asyncio.sleep(every)
+
+
+class FakeClock:
+    """A clock that moves only when told (advance): for code that takes a clock, where the
+    passing of time is what a test is about."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -19,8 +19,8 @@ refuses a module file without the execute bit, and the wheel installs it without
 redisbloom_module() copies it once per process into a temporary directory, executable.
 LING_BLOOM_REDISBLOOM_MODULE names another module file instead.
 
-Rules kept here: the server listens only on 127.0.0.1, on a port found free by binding
-port 0 (never a fixed or shared port), without persistence (--save '' --appendonly no, in
+Rules kept here: the server listens only on 127.0.0.1, on a free port of this process's
+own range (free_port(): safe under pytest-xdist, never a fixed or shared port), without persistence (--save '' --appendonly no, in
 its own temporary directory), and is stopped afterwards -- by stop(), by the context
 manager, at interpreter exit, and by the kernel if the test process dies (PDEATHSIG).
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -44,11 +45,60 @@ HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now (bind port 0)."""
+# Ports for servers the tests start.  Not port 0's pick: that comes from the kernel's
+# ephemeral range, which every outgoing connection also draws from, and two pytest-xdist
+# workers (or two test sessions on one machine) asking at the same moment could be told the
+# same free port and start their servers on it in turn.  Instead each process hands out the
+# ports of its own slice of PORT_BASE..PORT_BASE+PORT_SLICES*PORT_SLICE (below the
+# ephemeral range, /proc/sys/net/ipv4/ip_local_port_range): worker gwN takes slice N (so
+# the workers of one session never meet), walking from a random start (so that two
+# sessions rarely do), each port checked free by binding it.  A server that still lost its
+# port to someone else is caught by RedisServer's readiness check (it must answer on its
+# own unix socket, or with its own process id) and started again on the next port.
+PORT_BASE = 20000
+PORT_SLICE = 1000
+PORT_SLICES = 12
+_port_lock = threading.Lock()
+_port_next: Optional[int] = None
+
+
+def worker_index() -> Optional[int]:
+    """N for pytest-xdist's worker gwN (its processes inherit the variable), else None."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else None
+
+
+def _port_slice() -> Tuple[int, int]:
+    idx = worker_index()
+    if idx is None:
+        idx = random.randrange(PORT_SLICES)
+    lo = PORT_BASE + (idx % PORT_SLICES) * PORT_SLICE
+    return lo, lo + PORT_SLICE
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing is bound to right now, from this process's
+    slice (see above): never the same twice in a row, never another worker's."""
+    global _port_next
+    lo, hi = _port_slice()
+    with _port_lock:
+        if _port_next is None or not lo <= _port_next < hi:
+            _port_next = lo + random.randrange(PORT_SLICE)
+        for _ in range(PORT_SLICE):
+            port = _port_next
+            _port_next = lo + (port + 1 - lo) % PORT_SLICE
+            if _bindable(port):
+                return port
+    raise RuntimeError(f"no free port in {lo}..{hi - 1}")
 
 
 def redis_server_path() -> Optional[str]:
@@ -337,15 +387,58 @@ class RedisServer:
         _live.add(self)
 
     def _wait_ready(self) -> bool:
-        """Until it answers PING (True), or it exited / start_timeout passed (False)."""
+        """Until it answers (True), or it exited / start_timeout passed (False).  The
+        answer must be this server's own: another server that took the port first (a
+        parallel worker, another session) answers PING as well, while ours fails to bind
+        and exits a moment later.  With a unix socket (in this server's own directory,
+        made after the TCP port is bound) that is the one asked; otherwise the server's
+        INFO must give this process's id."""
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 return False
-            if self.ping():
+            if self._answers_as_itself():
                 return True
             time.sleep(0.01)
         return False
+
+    def _own_unix_path(self) -> Optional[str]:
+        """The unix socket the server listens on: ours, or one extra_args give instead."""
+        path = self.unix_path
+        args = self.extra_args
+        for i, a in enumerate(args[:-1]):
+            if a == "--unixsocket":
+                path = args[i + 1]
+        return path
+
+    def _answers_as_itself(self) -> bool:
+        unix_path = self._own_unix_path()
+        try:
+            if unix_path:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(1)
+                s.connect(unix_path)
+            else:
+                s = socket.create_connection((self.host, self.port), timeout=1)
+            with s:
+                f = s.makefile("rb")
+                s.sendall(b"INFO server\r\n")
+                head = f.readline()
+                if head.startswith(b"-NOAUTH"):  # --requirepass: PING-level check only
+                    return unix_path is not None or self.ping()
+                if not head.startswith(b"$"):
+                    return False
+                body = f.read(int(head[1:]) + 2).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return False
+        if unix_path:
+            return True
+        pid = next((line.split(":", 1)[1].strip() for line in body.splitlines()
+                    if line.startswith("process_id:")), "")
+        return self.proc is not None and pid == str(self.proc.pid)
+
+    def _choose_ports(self) -> None:
+        self.port = free_port()
 
     def start(self) -> "RedisServer":
         """Start on a fresh free port (a few tries: another process may take the port
@@ -354,7 +447,7 @@ class RedisServer:
             return self
         last = ""
         for _ in range(5):
-            self.port = free_port()
+            self._choose_ports()
             self._spawn()
             if self._wait_ready():
                 return self
@@ -432,6 +525,21 @@ class RedisServer:
 
     def client(self, db: int = 0) -> RawRedis:
         return RawRedis(self.port, self.host, db=db, unix_path=self.unix_path if self.tls else None)
+
+    def unread_input(self) -> int:
+        """Bytes that clients sent to this server's TCP port and it has not read yet (the
+        receive queues of its connections, /proc/net/tcp): above 0 on a paused server once
+        a request has reached it -- what a test waits for before it asserts that the call
+        is still waiting, instead of sleeping."""
+        total = 0
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                local, state, queues = cols[1], cols[3], cols[4]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == self.port:
+                    total += int(queues.split(":")[1], 16)
+        return total
 
     def flushall(self) -> None:
         with self.client() as c:
@@ -529,6 +637,10 @@ class ClusterNode(RedisServer):
         super().__init__(**kwargs)
         self.node_timeout_ms = node_timeout_ms
         self.bus_port = 0
+
+    def _choose_ports(self) -> None:  # each try of start() on fresh ports; restart() keeps them
+        super()._choose_ports()
+        self.bus_port = free_port()
 
     def _argv(self) -> List[str]:
         if not self.bus_port:

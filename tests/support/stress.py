@@ -2,7 +2,8 @@
 
     python tests/support/stress.py KIND SECONDS [URL]
 
-KIND is memory, counting, scalable, redis or redisbloom (URL: the server of the last two).
+KIND is blocked, memory, counting, scalable (in memory), redis, redis-blocked (RedisFilter,
+layout="blocked") or redisbloom (URL: the server of the last three).
 For SECONDS, threads share the filters of that type the way a busy, forking web server
 does:
 
@@ -41,12 +42,15 @@ import ling_bloom as lb
 
 WATCHDOG = 90        # seconds past the run's length: then it hung
 CHILD_TIMEOUT = 30   # seconds a forked child may take
-REDIS_KINDS = ("redis", "redisbloom")
+REDIS_KINDS = ("redis", "redis-blocked", "redisbloom")
+# the kinds whose filters have union/intersection, in memory
+SET_KINDS = ("memory", "blocked")
 
 
 class Run:
     def __init__(self, kind: str, seconds: float, url: str | None) -> None:
         self.kind = kind
+        self.layout = "blocked" if kind == "redis-blocked" else None  # RedisFilter's layout=
         self.url = url
         self.deadline = time.monotonic() + seconds
         self.counts = {"operations": 0, "keys": 0, "forks": 0, "closes": 0,
@@ -67,13 +71,15 @@ class Run:
         k = self.kind
         if k == "memory":
             return lb.MemoryFilter(4_000_000, 0.01)
+        if k == "blocked":
+            return lb.BlockedFilter(4_000_000, 0.01)
         if k == "counting":
             return lb.CountingFilter(4_000_000, 0.01)
         if k == "scalable":
             return lb.ScalableFilter(1000, 0.01)
-        if k == "redis":
+        if k in ("redis", "redis-blocked"):
             return lb.RedisFilter(self.key_name("stable"), 1_000_000, 0.01, url=self.url,
-                                  chunk_size=300)
+                                  chunk_size=300, layout=self.layout)
         return lb.RedisBloomFilter(self.key_name("stable"), 1_000_000, 0.01, url=self.url,
                                    chunk_size=300)
 
@@ -81,14 +87,16 @@ class Run:
         k = self.kind
         if k == "memory":
             return lb.MemoryFilter(m=self.stable.m, k=self.stable.k)
+        if k == "blocked":
+            return lb.BlockedFilter(m=self.stable.m, k=self.stable.k)
         if k == "counting":
             return lb.CountingFilter(m=self.stable.m, k=self.stable.k)
         if k == "scalable":
             # grows by many small stages: the stage array moves often
             return lb.ScalableFilter(1, 0.01, growth_ratio=1.1)
-        if k == "redis":
+        if k in ("redis", "redis-blocked"):
             return lb.RedisFilter(self.key_name("churn"), 20_000, 0.01, url=self.url,
-                                  chunk_size=200)
+                                  chunk_size=200, layout=self.layout)
         # a small non-scaling filter: adds soon raise FilterFullError
         return lb.RedisBloomFilter(self.key_name("churn"), 500, 0.01, non_scaling=True,
                                    url=self.url, chunk_size=200)
@@ -168,7 +176,7 @@ class Run:
         f = self.stable
         while self.running():
             keys = self.sample()
-            if self.kind == "redis":
+            if self.kind in ("redis", "redis-blocked"):
                 c = f.snapshot()
             elif self.kind == "redisbloom":
                 f.card()
@@ -183,7 +191,7 @@ class Run:
             if c2 != c or not (c2 == c):
                 self.problem("a copy differs from its own bytes")
             _ = c == f  # f changes meanwhile: any answer, but an answer
-            if self.kind == "memory":
+            if self.kind in SET_KINDS:
                 c |= f
                 u = c.union(f)
                 i = c & f
@@ -236,18 +244,18 @@ class Run:
             else:
                 b.approximate_count()
         elif choice == 5:
-            if k == "redis":
+            if k in ("redis", "redis-blocked"):
                 b.snapshot().close()
             elif k != "redisbloom":
                 c = b.copy()
                 _ = c == b
                 c.close()
         elif choice == 6:
-            if k == "memory":
+            if k in SET_KINDS:
                 b |= self.stable
                 b.union(self.stable).close()
                 (b & self.stable).close()
-            if k in ("memory", "counting", "scalable"):
+            if k in ("memory", "blocked", "counting", "scalable"):
                 _ = b == self.stable
                 _ = self.stable == b
         else:
