@@ -55,7 +55,8 @@ def test_no_folder_of_tests_passes_for_a_module():
 
     tests = Path(__file__).resolve().parents[1]
     assert all(Path(p or ".").resolve() != tests for p in sys.path)
-    for folder in sorted(p.name for p in tests.iterdir() if p.is_dir() and p.name.isidentifier()):
+    for folder in sorted(p.name for p in tests.iterdir()
+                         if p.is_dir() and p.name.isidentifier() and not p.name.startswith("__")):
         spec = importlib.util.find_spec(folder)
         places = [] if spec is None else [*(spec.submodule_search_locations or []), spec.origin]
         assert not any(p and Path(p).resolve().is_relative_to(tests) for p in places), (
