@@ -544,7 +544,25 @@ static void build_type(lb_redisbloom *bf, lb_redis_batch *b)
 
 /* ---------------------------------------------------------------- reset */
 
-static void build_reserve(lb_redisbloom *bf);
+/* BF.RESERVE key rate capacity (NONSCALING | EXPANSION n), appended to the
+ * filter's batch. */
+static void add_reserve(lb_redisbloom *bf)
+{
+    lb_redis_batch *b = &bf->batch;
+    char num[24];
+    lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
+    lb_redis_batch_arg(b, "BF.RESERVE", 10);
+    lb_bf_arg_key(bf);
+    lb_redis_batch_arg_str(b, bf->rate);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
+    lb_redis_batch_arg_str(b, num);
+    if (bf->opt.non_scaling) {
+        lb_redis_batch_arg(b, "NONSCALING", 10);
+    } else {
+        lb_redis_batch_arg(b, "EXPANSION", 9);
+        lb_redis_batch_arg_u64(b, bf->opt.expansion);
+    }
+}
 
 /* DEL key; a filter that guards its loss is made again at once, in the same
  * round trip (BF.RESERVE): the others never find it missing. */
@@ -557,30 +575,13 @@ static void build_reset(lb_redisbloom *bf)
 {
     lb_redis_batch *b = &bf->batch;
     lb_redis_batch_clear(b);
-    if (reset_reserves(bf)) {
-        build_reserve(bf); /* clears the batch */
-        lb_redis_batch_clear(b);
-    }
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
     lb_redis_batch_cmd(b, 2);
     lb_redis_batch_arg(b, "DEL", 3);
     lb_bf_arg_key(bf);
-    if (reset_reserves(bf)) {
-        char num[24];
-        lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
-        lb_redis_batch_arg(b, "BF.RESERVE", 10);
-        lb_bf_arg_key(bf);
-        lb_redis_batch_arg_str(b, bf->rate);
-        snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
-        lb_redis_batch_arg_str(b, num);
-        if (bf->opt.non_scaling) {
-            lb_redis_batch_arg(b, "NONSCALING", 10);
-        } else {
-            lb_redis_batch_arg(b, "EXPANSION", 9);
-            lb_redis_batch_arg_u64(b, bf->opt.expansion);
-        }
-    }
+    if (reset_reserves(bf))
+        add_reserve(bf);
 }
 
 static lb_redis_status reset_replies(lb_redisbloom *bf, lb_reply **rs)
@@ -629,22 +630,10 @@ enum { RS_CHECK = 0, RS_CHECKING, RS_RESERVE, RS_RESERVING, RS_OVER };
 static void build_reserve(lb_redisbloom *bf)
 {
     lb_redis_batch *b = &bf->batch;
-    char num[24];
     lb_redis_batch_clear(b);
     lb_redis_batch_expect_elements(b, 0);
     lb_redis_batch_expect_bytes(b, 0);
-    lb_redis_batch_cmd(b, 4 + (bf->opt.non_scaling ? 1 : 2));
-    lb_redis_batch_arg(b, "BF.RESERVE", 10);
-    lb_bf_arg_key(bf);
-    lb_redis_batch_arg_str(b, bf->rate);
-    snprintf(num, sizeof num, "%llu", (unsigned long long)bf->opt.capacity);
-    lb_redis_batch_arg_str(b, num);
-    if (bf->opt.non_scaling) {
-        lb_redis_batch_arg(b, "NONSCALING", 10);
-    } else {
-        lb_redis_batch_arg(b, "EXPANSION", 9);
-        lb_redis_batch_arg_u64(b, bf->opt.expansion);
-    }
+    add_reserve(bf);
     if (bf->opt.ttl_ms > 0)
         lb_bf_add_pexpire(bf, bf->key, bf->keylen, bf->opt.ttl_ms);
 }
