@@ -783,6 +783,30 @@ def test_from_redis_takes_a_redis_py_cluster_client(flavor, cluster):
 
 
 @pytest.mark.valkey
+def test_from_redis_takes_a_valkey_py_cluster_client(flavor, cluster):
+    pytest.importorskip("valkey")
+    from valkey.cluster import ValkeyCluster
+
+    vc = ValkeyCluster(host=HOST, port=cluster.nodes[0].port, socket_timeout=5)
+    try:
+        tag = tag_on(cluster, primaries(cluster)[1], "vp")
+        with flavor.RedisFilter.from_redis(vc, f"{tag}:bits", 1000, 0.01) as f:
+            f.update(["a", "b"])
+            assert f.test_many(["a", "b", "zz"])[:2] == [True, True]
+        with flavor.RedisBloomFilter.from_redis(vc, f"{tag}:bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True
+        # valkey-py reads what the filters wrote, through its own slot map
+        assert vc.exists(f"{tag}:bits") == 1
+        assert vc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
+        ro = ValkeyCluster(host=HOST, port=cluster.nodes[0].port, read_from_replicas=True)
+        from ling_bloom._redis_client import connection_kwargs
+        assert connection_kwargs(ro)["url"].endswith("?read_from_replicas=true")
+        ro.close()
+    finally:
+        vc.close()
+
+
+@pytest.mark.valkey
 def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
     # approximate_count, snapshot, load and bits_set: in the async flavour the async
     # filter's whole-filter calls.

@@ -5,6 +5,7 @@ silent, wrong key type, closed filter, fork, threads, huge and empty batches, ba
 options."""
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -1104,10 +1105,45 @@ def test_from_redis(clean_redis, raw_redis):
         assert "x" in h
     with RedisFilter.from_redis(client, "bf", 1000, 0.01, db=0) as h:  # keywords win
         assert "x" not in h
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="redis-py or valkey-py client"):
         RedisFilter.from_redis(object(), "bf", 100)
     client.close()
     unix.close()
+
+
+@pytest.mark.valkey
+def test_from_redis_takes_a_valkey_py_client(clean_redis, raw_redis):
+    """valkey-py (the Valkey project's fork of redis-py) clients hand over their settings as
+    redis-py's do: host, port, db, timeout, a unix socket, a valkey:// URL, and asyncio's."""
+    valkey = pytest.importorskip("valkey")
+    import valkey.asyncio
+
+    client = valkey.Valkey(host=clean_redis.host, port=clean_redis.port, db=4, socket_timeout=3)
+    with RedisFilter.from_redis(client, "bf", 1000, 0.01) as f:
+        assert f.add("x") is True
+    assert client.exists("bf") == 1 and raw_redis.command("EXISTS", "bf") == 0
+    assert client.getbit("bf", lb.indices("x", f.m, f.k)[0]) == 1
+    by_url = valkey.Valkey.from_url(f"valkey://{clean_redis.host}:{clean_redis.port}/4")
+    with RedisFilter.from_redis(by_url, "bf") as g:
+        assert (g.m, g.k) == (f.m, f.k) and "x" in g  # adopted from the meta key
+    unix = valkey.Valkey(unix_socket_path=clean_redis.unix_path, db=4)
+    with RedisFilter.from_redis(unix, "bf", 1000, 0.01) as h:
+        assert "x" in h
+
+    async def main():
+        aclient = valkey.asyncio.Valkey(host=clean_redis.host, port=clean_redis.port, db=4)
+        try:
+            async with lb.AsyncRedisFilter.from_redis(aclient, "bf", 1000, 0.01) as a:
+                assert await a.test_many(["x", "never added"]) == [True, False]
+                await a.add("y")
+            assert await aclient.exists("bf") == 1
+        finally:
+            await aclient.aclose()
+
+    asyncio.run(main())
+    assert raw_redis.command("EXISTS", "bf") == 0  # all of it in db 4
+    for c in (client, by_url, unix):
+        c.close()
 
 
 def test_from_redis_takes_the_timeout(silent_listener):

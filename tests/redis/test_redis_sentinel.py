@@ -236,6 +236,24 @@ def test_from_redis_takes_a_redis_py_sentinel_client(flavor, sentinels):
     client.close()
 
 
+@pytest.mark.valkey
+def test_from_redis_takes_a_valkey_py_sentinel_client(flavor, sentinels):
+    pytest.importorskip("valkey")
+    from valkey.sentinel import Sentinel
+
+    s = Sentinel([(HOST, sentinels.sentinel.port)], socket_timeout=5)
+    client = s.master_for(SERVICE, socket_timeout=5)
+    with flavor.RedisFilter.from_redis(client, "sent:vp", 1000, 0.01) as f:
+        f.update(["a", "b"])
+        assert f.test_many(["a", "b"]) == [True, True]
+    with flavor.RedisBloomFilter.from_redis(client, "sent:vpbf", 1000, 0.01) as bf:
+        assert bf.add("a")
+    assert client.exists("sent:vp") == 1 and client.execute_command("BF.EXISTS", "sent:vpbf", "a")
+    with pytest.raises(ValueError, match="master_for"):
+        flavor.RedisFilter.from_redis(s.slave_for(SERVICE), "sent:vp", 1000, 0.01)
+    client.close()
+
+
 @pytest.mark.slow
 @pytest.mark.valkey
 def test_failover_moves_the_filter_to_the_new_primary(flavor, sentinels):

@@ -266,6 +266,25 @@ def test_from_redis_copies_tls_settings(tls_server, certs):
     client.close()
 
 
+def test_from_redis_copies_a_valkey_py_clients_tls_settings(tls_server, certs):
+    valkey = pytest.importorskip("valkey")
+    srv = tls_server(auth_clients=True)
+    client = valkey.Valkey(host="127.0.0.1", port=srv.port, ssl=True, ssl_ca_certs=certs["ca"],
+                           ssl_certfile=certs["client"], ssl_keyfile=certs["client_key"])
+    assert client.ping()  # the settings are real for valkey-py too
+    with RedisFilter.from_redis(client, "tls:fv", 1000) as f:
+        f.add("a")
+        assert f.test("a")
+    assert client.exists("tls:fv") == 1
+    # from a valkeys:// URL, and the verification it asks for is kept
+    bad = valkey.Valkey.from_url(f"valkeys://127.0.0.1:{srv.port}")  # no CA: not trusted
+    with pytest.raises(lb.RedisConnectionError, match="certificate verify failed"):
+        with RedisFilter.from_redis(bad, "tls:fv", 1000) as f:
+            f.add("a")
+    client.close()
+
+
+
 def test_handshake_with_a_silent_server_times_out(silent_listener):
     # accepts, never answers the ClientHello: the connect timeout bounds the handshake
     url = f"rediss://127.0.0.1:{silent_listener.port}"
