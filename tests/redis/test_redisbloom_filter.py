@@ -20,7 +20,6 @@ What the module (2.8) answers, where the tests depend on it:
 """
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
@@ -31,7 +30,6 @@ import ling_bloom as lb
 from ling_bloom.redisbloom import RedisBloomInfo, chunks_from_bytes, chunks_to_bytes
 
 from bf_server import (
-    PlainRedis,
     ScriptedServer,
     SilentListener,
     free_port,
@@ -525,23 +523,22 @@ def test_every_byte_of_a_key_round_trips(flavor, target, db9, k, shards):
             assert server_keys(db9) == want and "item:7" in f
 
 
-def test_module_missing():
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed")
-    with PlainRedis() as plain:
-        with lb.RedisBloomFilter("k", url=plain.url) as f:
-            for call in (lambda: f.add("a"), lambda: f.add_many(["a"]), lambda: f.test("a"),
-                         lambda: f.test_many(["a", "b"]), f.info, f.card, f.dump, f.reserve):
-                with pytest.raises(lb.ModuleMissingError) as ei:
-                    call()
-                assert isinstance(ei.value, lb.NotSupportedError)
-                assert isinstance(ei.value, lb.RedisResponseError)
-                assert "unknown command" in ei.value.reply.lower()
-                assert "RedisBloom" in str(ei.value)
-            assert f.is_reserved is False
-        with lb.RedisBloomFilter("k", url=plain.url, no_create=True) as g:
-            with pytest.raises(lb.ModuleMissingError):
-                g.add("a")
+@pytest.mark.valkey
+def test_module_missing(redis_server_factory):
+    plain = redis_server_factory()  # no module loaded: redis-server, or valkey-server
+    with lb.RedisBloomFilter("k", url=plain.url) as f:
+        for call in (lambda: f.add("a"), lambda: f.add_many(["a"]), lambda: f.test("a"),
+                     lambda: f.test_many(["a", "b"]), f.info, f.card, f.dump, f.reserve):
+            with pytest.raises(lb.ModuleMissingError) as ei:
+                call()
+            assert isinstance(ei.value, lb.NotSupportedError)
+            assert isinstance(ei.value, lb.RedisResponseError)
+            assert "unknown command" in ei.value.reply.lower()
+            assert "RedisBloom" in str(ei.value)
+        assert f.is_reserved is False
+    with lb.RedisBloomFilter("k", url=plain.url, no_create=True) as g:
+        with pytest.raises(lb.ModuleMissingError):
+            g.add("a")
 
 
 # -------------------------------------------------------- dump / restore
