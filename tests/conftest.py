@@ -18,7 +18,8 @@
                     8.1: support/redis_server.py); clean_redis, raw_redis, private_redis,
                     redis_server_factory, bf_server, bf_server_factory and cluster start
                     that server.  A test marked ``valkey`` runs once on each
-                    (ids [redis], [valkey]); every other test on the default server:
+                    (ids [redis], [valkey]; a slow one with flavor: its async flavour on
+                    redis only); every other test on the default server:
                     redis, or valkey with LING_BLOOM_TEST_SERVER=valkey (redis_server and
                     redis_cluster then are Valkey's too)
 
@@ -76,6 +77,10 @@ def pytest_collection_modifyitems(config, items):
     implies ``redis``.  ``cluster`` and ``slow`` are set by the tests themselves."""
     import doc_examples
 
+    twice = [item for item in items if _valkey_twice_over(item)]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [item for item in items if not _valkey_twice_over(item)]
     for item in items:
         try:
             folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
@@ -109,6 +114,16 @@ def pytest_generate_tests(metafunc):
             f"{metafunc.definition.nodeid} is marked valkey but none of its fixtures starts "
             "a server by server_kind (conftest.py's list)")
     metafunc.parametrize("server_kind", ["redis", "valkey"], indirect=True)
+
+
+def _valkey_twice_over(item) -> bool:
+    """A slow test marked valkey in its async flavour on Valkey: not collected.  The asyncio
+    filters run the same C step machines as the blocking ones, which the blocking flavour
+    runs on Valkey; the slow ones (failovers) would add their seconds twice to make test."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (params.get("server_kind") == "valkey" and params.get("flavor") == "async"
+            and item.get_closest_marker("slow") is not None
+            and item.get_closest_marker("valkey") is not None)
 
 
 def pytest_configure(config):
