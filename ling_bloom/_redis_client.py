@@ -1,5 +1,9 @@
 """Connection settings of a redis-py client, for RedisFilter.from_redis(client, key).
 
+A valkey-py client (``valkey.Valkey``, ``valkey.asyncio.Valkey``, ``valkey.cluster.ValkeyCluster``,
+a ``valkey.sentinel.Sentinel`` ``master_for`` client) is read the same way: valkey-py is
+redis-py's fork and keeps its connection pools, settings and cluster node manager.
+
 Only the client's settings are read; ling_bloom opens its own connection (hiredis), so it
 needs redis-py for nothing else.  TLS clients (SSLConnection) hand over their ssl_* settings.
 A ``redis.cluster.RedisCluster`` hands over its nodes as a redis+cluster:// URL (the nodes it
@@ -97,8 +101,8 @@ def _sentinel_kwargs(pool: Any, settings: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def connection_kwargs(client: Any) -> Dict[str, Any]:
-    """RedisFilter keywords from a redis.Redis (or anything with a connection_pool), or a
-    redis.cluster.RedisCluster."""
+    """RedisFilter keywords from a redis.Redis or valkey.Valkey (or anything with a
+    connection_pool), or a redis.cluster.RedisCluster or valkey.cluster.ValkeyCluster."""
     manager = getattr(client, "nodes_manager", None)
     if manager is not None and callable(getattr(client, "get_nodes", None)):
         return _cluster_kwargs(client, manager)
@@ -106,7 +110,8 @@ def connection_kwargs(client: Any) -> Dict[str, Any]:
     settings = getattr(pool, "connection_kwargs", None)
     if not isinstance(settings, dict):
         raise TypeError(
-            f"expected a redis-py client with a connection_pool, not {type(client).__name__}"
+            "expected a redis-py or valkey-py client with a connection_pool, not "
+            f"{type(client).__name__}"
         )
     if getattr(pool, "service_name", None) is not None and hasattr(pool, "is_master"):
         return _sentinel_kwargs(pool, settings)

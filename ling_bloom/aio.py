@@ -330,7 +330,8 @@ class _AsyncRedis:
     def from_redis(cls: Type[_A], client: Any, key: Any, *args: Any, **kwargs: Any) -> _A:
         """The connection settings of a redis-py client (``redis.asyncio.Redis``,
         ``redis.asyncio.cluster.RedisCluster``, a Sentinel ``master_for`` client, or their
-        blocking twins); its own connections are not used."""
+        blocking twins) or of their valkey-py twins (``valkey.asyncio.Valkey``, ...); its
+        own connections are not used."""
         return cls(key, *args, **{**connection_kwargs(client), **kwargs})
 
     # -- the facts of the filter (no round trip)

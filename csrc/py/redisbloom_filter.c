@@ -587,7 +587,7 @@ static PyObject *rbf_from_url(PyObject *cls, PyObject *args, PyObject *kwargs)
                              "RedisBloomFilter");
 }
 
-/* from_redis(client, key, ...): the connection settings of a redis-py client. */
+/* from_redis(client, key, ...): the connection settings of a redis-py or valkey-py client. */
 static PyObject *rbf_from_redis(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
     return lb_redis_from_redis(cls, args, kwargs, 0,
@@ -729,7 +729,8 @@ static PyMethodDef rbf_methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "from_redis(client, key, capacity=1000, error_rate=0.001, **options) -> "
      "RedisBloomFilter\n\nThe connection settings of a "
-     "redis-py client (its own connections are not used, and close() leaves it open)."},
+     "redis-py or valkey-py client (its own connections are not used, and close() leaves "
+     "it open)."},
     {NULL, NULL, 0, NULL},
 };
 

