@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 HOST = "127.0.0.1"
 
@@ -190,6 +190,18 @@ def server_version(server: str = "redis") -> str:
 def in_ci() -> bool:
     """CI=true: a missing redis-server is a failure, not a skip (`make test` installs it)."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+# What `make sanitize` puts in the environment for the extension under test: the
+# sanitizer runtime preloaded into Python, its options, libc malloc for Python.
+_SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC")
+
+
+def server_env() -> Dict[str, str]:
+    """The environment a server starts with: this process's, less what `make sanitize`
+    sets for the extension (a server is not the code under test: valkey-server with the
+    ASan runtime preloaded spun at full CPU at start-up and missed its deadline)."""
+    return {k: v for k, v in os.environ.items() if k not in _SANITIZER_ENV}
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -474,7 +486,7 @@ class RedisServer:
             preexec = _die_with_parent
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=preexec, close_fds=True)
+                                     preexec_fn=preexec, close_fds=True, env=server_env())
         _live.add(self)
 
     def _wait_ready(self) -> bool:
