@@ -203,7 +203,11 @@ def _stub_docstrings():
     """{(class or None, name): docstring} of the classes and functions in _core.pyi."""
     import ast
 
-    tree = ast.parse((ROOT / "ling_bloom" / "_core.pyi").read_text(encoding="utf-8"))
+    import ling_bloom  # the stub beside the package imported (a wheel's copy of the
+                       # suite has no ling_bloom/ beside tests/)
+
+    stub = Path(ling_bloom.__file__).resolve().parent / "_core.pyi"
+    tree = ast.parse(stub.read_text(encoding="utf-8"))
     out = {}
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node):

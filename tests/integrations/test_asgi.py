@@ -260,7 +260,7 @@ def test_fastapi_app(db, filters):
 
 
 def test_fastapi_plain_route_keys_follow_the_declared_type(db, filters):
-    # Issue 16: with a plain {product_id} route, /products/007 was 404 where the app serves
+    # Before: with a plain {product_id} route, /products/007 was 404 where the app serves
     # product 7, and /products/abc 404 instead of FastAPI's 422.
     fastapi = require("fastapi", "asgi")
     app = fastapi.FastAPI()
@@ -295,7 +295,7 @@ def test_starlette_route_with_an_explicit_convert(db, filters):
 
 
 def test_a_file_filter_is_reloaded_by_a_running_asgi_app(db, tmp_path):
-    # Issue 16's "filters that stay current in every process", for ASGI: a FileFilter
+    # The "filters that stay current in every process", for ASGI: a FileFilter
     # serves unguarded until the warm-up's file exists, then follows each new file.
     from ling_bloom.warmup import FileFilter
 

@@ -100,7 +100,7 @@ def test_control_an_unguarded_url_does_query():
 
 
 def test_before_the_first_warm_up_urls_are_served_unguarded_and_it_is_logged(caplog):
-    # Issue 16: with no FILE yet every guarded URL answered 404, existing rows included.
+    # Before: with no FILE yet every guarded URL answered 404, existing rows included.
     bulk([1])
     with caplog.at_level("WARNING", logger="ling_bloom.warmup"):
         r, queries = get(Client(), "/products/1/")
@@ -127,7 +127,7 @@ def test_bad_unwarmed_setting_is_reported():
 
 
 def test_a_running_process_reloads_file_when_the_warm_up_replaces_it(tmp_path):
-    # Issue 16: a row created while the server ran stayed 404 after bloom_warmup
+    # Before: a row created while the server ran stayed 404 after bloom_warmup
     # --incremental saved it; only a restart helped.  Here the warm-up runs in another
     # process (as `manage.py bloom_warmup` would) while this one keeps serving.
     import subprocess
@@ -391,7 +391,7 @@ def test_check_warns_of_a_filter_whose_adds_other_workers_cannot_see(spec, warne
     ({"URL_NAME": "product-detail", "KWARG": "pk", "FILTER": "nope"}, "ling_bloom.E001"),
 ])
 def test_manage_py_check_reports_a_route_that_would_never_be_guarded(route, expected):
-    # Issue 16: a typo in KWARG or URL_NAME turned the guard off; `manage.py check` was silent.
+    # Before: a typo in KWARG or URL_NAME turned the guard off; `manage.py check` was silent.
     found = _check_ids(_conf(ROUTES=[route]))
     assert [i for i, _ in found] == [expected], found
     out = io.StringIO()
@@ -458,7 +458,7 @@ def test_check_warns_of_a_file_in_a_missing_directory(tmp_path):
 
 
 def test_a_deleted_row_is_not_counted_as_a_false_positive():
-    # Issue 16: 1 delete + 1 lookup gave not_found=1 and a false-positive rate of 0.5.
+    # Before: 1 delete + 1 lookup gave not_found=1 and a false-positive rate of 0.5.
     p = Product.objects.create(sku="gone-1", name="gone")
     call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())
     c = Client()
@@ -472,7 +472,7 @@ def test_a_deleted_row_is_not_counted_as_a_false_positive():
 
 
 def test_a_plain_str_route_keys_follow_the_model_field():
-    # Issue 16 (same thinking as FastAPI's): with <pk> (str converter) /plain/007/ must have
+    # (same thinking as FastAPI's) with <pk> (str converter) /plain/007/ must have
     # the key "7", as get_object_or_404(pk="007") finds product 7; "abc" is the view's to answer.
     bulk(range(1, 11))
     call_command("bloom_warmup", "products", "--no-progress", stdout=io.StringIO())

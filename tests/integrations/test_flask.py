@@ -211,7 +211,7 @@ def test_warmup_cli_errors(db):
 
 
 def test_decorator_on_a_view_without_the_parameter(db):
-    # Issue 16: this was a 500 at request time; now the decorator refuses it at set-up.
+    # Before: this was a 500 at request time; now the decorator refuses it at set-up.
     f = lb.MemoryFilter(100, 0.01)
     bloom = BloomGuard(filter=f, metrics=False)
     app = flask.Flask(__name__)
@@ -249,7 +249,7 @@ def test_a_misspelled_filter_name_is_a_set_up_error():
     ({"product": ("id", "products")}, "has no parameter 'id'"),
 ])
 def test_a_misconfigured_route_is_an_error_not_a_silent_unguarded_route(routes, match):
-    # Issue 16: a typo in LING_BLOOM_ROUTES turned the guard off without a word.
+    # Before: a typo in LING_BLOOM_ROUTES turned the guard off without a word.
     app = flask.Flask(__name__)
     app.config.update(TESTING=True, LING_BLOOM_ROUTES=routes)
     bloom = BloomGuard(app, filters={"products": lb.MemoryFilter(100, 0.01)}, metrics=False)
@@ -330,7 +330,7 @@ def product_ids():
 @pytest.mark.parametrize("mapped", [False, True])
 def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_path, monkeypatch, caplog,
                                                                       mapped):
-    # Issue 16: `flask bloom-warmup products` filled a filter in its own process, which then
+    # Before: `flask bloom-warmup products` filled a filter in its own process, which then
     # exited; the running server still rejected product 7.  With LING_BLOOM_FILES the
     # command saves the file and the running app reloads it.
     import importlib
@@ -382,7 +382,7 @@ def test_warm_up_of_an_in_memory_filter_without_a_file_warns(db):
 
 
 def test_a_plain_route_keys_follow_the_views_annotation(db):
-    # Issue 16 (Flask's side of the FastAPI finding): with <product_id> (string converter)
+    # (Flask's side of the FastAPI finding) with <product_id> (string converter)
     # and a view reading it as an int, /p/007 must have the key "7".
     app = flask.Flask(__name__)
     app.config["TESTING"] = True
@@ -405,7 +405,7 @@ def test_a_plain_route_keys_follow_the_views_annotation(db):
 
 
 def test_configured_routes_keys_follow_the_views_annotation(db):
-    # Issue 16: routes given in LING_BLOOM_ROUTES (not decorated) convert the key as the
+    # Before: routes given in LING_BLOOM_ROUTES (not decorated) convert the key as the
     # view's annotation does, as @bloom.guard does: /c/007 has the key "7".
     app = flask.Flask(__name__)
     app.config["TESTING"] = True

@@ -673,7 +673,7 @@ def test_prometheus_metrics(flt):
 
 
 def test_two_live_guards_may_not_share_a_name_in_one_registry(flt):
-    # Issue 16: two guards whose loaders were lambdas were both "<lambda>" and their
+    # Before: two guards whose loaders were lambdas were both "<lambda>" and their
     # series were silently summed.
     prometheus_client = pytest.importorskip("prometheus_client")
     reg = prometheus_client.CollectorRegistry()
@@ -814,7 +814,7 @@ def test_guard_over_a_shared_redis_filter(clean_redis):
 
 
 def test_a_deleted_key_is_not_an_observed_false_positive():
-    # Issue 16: deleting a row was counted as a false positive (not_found=1, rate 0.5).
+    # Before: deleting a row was counted as a false positive (not_found=1, rate 0.5).
     flt = lb.MemoryFilter(1000, 0.01)
     flt.update(["1", "2"])
     rows = {"1": "one", "2": "two"}

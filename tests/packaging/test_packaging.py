@@ -58,7 +58,7 @@ def test_imported_from_the_expected_place():
 
 
 def test_the_asgi_extra_installs_what_starlettes_testclient_imports():
-    # Issue 16: `pip install 'ling_bloom[asgi]'` then the README's ASGI example failed at
+    # Before: `pip install 'ling_bloom[asgi]'` then the README's ASGI example failed at
     # `from starlette.testclient import TestClient` (httpx missing; Starlette does not require it).
     reqs = metadata.requires("ling_bloom") or []
     asgi = [r for r in reqs if re.search(r"extra\s*==\s*['\"]asgi['\"]", r)]
