@@ -503,16 +503,27 @@ static lb_redis_status bloom_op(lb_redis *conn, lb_redisbloom *bf, const params 
     }
 }
 
-/* Each range of a slot map must be within the slots, with a port and a host. */
+/* Each node of a slot map has a host and a port; each range is within the
+ * slots, with nodes the map named (or none: -1). */
 static unsigned long ranges_seen;
-static int note_range(void *ctx, long lo, long hi, const char *host, int port, int replica)
+static int nodes_seen;
+static int note_node(void *ctx, const char *host, int port)
 {
     (void)ctx;
-    (void)replica;
-    CHECK(lo >= 0 && lo <= hi && hi < 16384 && port >= 1 && port <= 65535 && host);
+    CHECK(host && port >= 1 && port <= 65535);
+    return nodes_seen < LB_CLUSTER_MAP_MAX_NODES ? nodes_seen++ : -1;
+}
+
+static int note_range(void *ctx, long lo, long hi, int primary, int replica)
+{
+    (void)ctx;
+    CHECK(lo >= 0 && lo <= hi && hi < 16384);
+    CHECK(primary >= -1 && primary < nodes_seen && replica >= -1 && replica < nodes_seen);
     ranges_seen++;
     return 0;
 }
+
+static const lb_cluster_map_fns map_fns = {note_node, note_range};
 
 /* A raw batch with the default bounds or bounds from the header. */
 static lb_redis_status raw_op(lb_redis *conn, const params *p)
@@ -550,8 +561,10 @@ static lb_redis_status raw_op(lb_redis *conn, const params *p)
             /* The cluster's parsers take whatever a server answers: a slot map
              * (CLUSTER SHARDS or SLOTS), a redirect. */
             ranges_seen = 0;
-            (void)lb_cluster_parse_map(x, 1, "asked", (int)(p->flags & 16), note_range, NULL);
-            (void)lb_cluster_parse_map(x, 0, "asked", 0, note_range, NULL);
+            nodes_seen = 0;
+            (void)lb_cluster_parse_map(x, 1, "asked", (int)(p->flags & 16), &map_fns, NULL);
+            nodes_seen = 0;
+            (void)lb_cluster_parse_map(x, 0, "asked", 0, &map_fns, NULL);
             if (x->type == LB_REPLY_ERROR) {
                 long slot;
                 int port;
