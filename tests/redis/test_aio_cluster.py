@@ -360,39 +360,21 @@ def test_a_sharded_async_filter_answers_as_the_blocking_one(request, where, kind
 # ---- from_redis with redis.asyncio's cluster client ------------------------------------------
 
 
-def test_from_redis_takes_a_redis_asyncio_cluster_client(cluster):
-    """An async service hands over its redis.asyncio.cluster.RedisCluster: the filter takes
-    its nodes and settings (not its connections) and routes as with the URL."""
-    pytest.importorskip("redis")
-    from redis.asyncio.cluster import RedisCluster
+@pytest.mark.parametrize("module, name, primary, tag_name", [
+    ("redis.asyncio.cluster", "RedisCluster", 0, "rpa"),     # redis-py
+    ("valkey.asyncio.cluster", "ValkeyCluster", 1, "vpa"),   # valkey-py, as redis-py
+], ids=["redis-py", "valkey-py"])
+def test_from_redis_takes_an_asyncio_cluster_client(cluster, module, name, primary, tag_name):
+    """An async service hands over its asyncio cluster client (redis-py's RedisCluster or
+    valkey-py's ValkeyCluster): the filter takes its nodes and settings (not its
+    connections) and routes as with the URL."""
+    client_cls = getattr(pytest.importorskip(module), name)
 
     host, port = url(cluster).split("//", 1)[1].split(",")[0].split(":")
-    tag = tag_on(cluster, primaries(cluster)[0], "rpa")
+    tag = tag_on(cluster, primaries(cluster)[primary], tag_name)
 
     async def main():
-        client = RedisCluster(host=host, port=int(port), socket_timeout=10)
-        await client.initialize()
-        try:
-            async with AsyncRedisFilter.from_redis(client, f"{tag}:bits", 1000, 0.01) as f:
-                await bounded(f.update(["a", "b"]))
-                assert await bounded(f.test_many(["a", "b", "c"])) == [True, True, False]
-            assert await client.exists(f"{tag}:bits") == 1
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
-
-
-def test_from_redis_takes_a_valkey_asyncio_cluster_client(cluster):
-    """valkey-py's valkey.asyncio.cluster.ValkeyCluster, as redis-py's RedisCluster."""
-    pytest.importorskip("valkey")
-    from valkey.asyncio.cluster import ValkeyCluster
-
-    host, port = url(cluster).split("//", 1)[1].split(",")[0].split(":")
-    tag = tag_on(cluster, primaries(cluster)[1], "vpa")
-
-    async def main():
-        client = ValkeyCluster(host=host, port=int(port), socket_timeout=10)
+        client = client_cls(host=host, port=int(port), socket_timeout=10)
         await client.initialize()
         try:
             async with AsyncRedisFilter.from_redis(client, f"{tag}:bits", 1000, 0.01) as f:
