@@ -387,13 +387,24 @@ class FileFilter:
                     if self.reload_in_thread:
                         # an event loop's worker: the reload runs in a thread, lookups
                         # answer from the old filter meanwhile
-                        self._in_thread(self._reload, loading=True)
+                        self._in_thread(lambda: self._reload_past(reader, pos), loading=True)
                         return True
-                    self._reload()
-                    if self._reader is not reader:
+                    if self._reload_past(reader, pos):
                         return True
                 # Only now: a lookup in another thread saw "grew" till here.
                 reader.pos = pos
+
+    def _reload_past(self, reader: LogReader, pos: Any) -> bool:
+        """The reload a seal asks for; True when it put a new log in place.  Otherwise the
+        publish that sealed this log did not replace it (it failed): the reader reads on
+        past the seal, so that the seal asks for no other reload (in a worker that
+        reloads in a thread, each absent lookup would start one and pass meanwhile)."""
+        self._reload()
+        with self._lock:
+            if self._reader is not reader:
+                return True
+            reader.pos = pos
+            return False
 
     @property
     def filter(self) -> Any:

@@ -182,6 +182,42 @@ def test_a_seal_left_by_a_publish_that_failed_is_read_past(tmp_path, monkeypatch
     a.close(); b.close()
 
 
+def test_a_failed_publishs_seal_starts_one_reload_in_a_worker_that_reloads_in_a_thread(
+        tmp_path, monkeypatch):
+    """An event loop's worker reloads in a thread and lets lookups pass meanwhile: after a
+    publish that sealed the log and then failed, the reload finds the same log and reads on
+    past the seal; the seal never starts another reload (each absent lookup started one,
+    and passed while it ran)."""
+    import time
+
+    path = str(tmp_path / "f.bloom")
+    saved(path, "old")
+    a = FileFilter(path, check_every=3600)
+    a.reload_in_thread = True
+    b = FileFilter(path, check_every=3600)
+    assert a.test("old")
+    real_replace = os.replace
+
+    def failing(src, dst, *args, **kw):
+        if os.fspath(dst) == path and os.path.basename(src).startswith(".bloom-publish-"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_replace(src, dst, *args, **kw)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError):
+        publish(saved(tmp_path / "new", "new"), path)
+    monkeypatch.undo()
+    b.add("after")
+    deadline = time.monotonic() + 30
+    while not (a.test("after") and not a._loading and a.test("absent-first") is False):
+        assert time.monotonic() < deadline, "the reload never ended"
+        time.sleep(0.01)
+    reloads = a.reloads
+    assert [a.test(f"absent-{i}") for i in range(50)] == [False] * 50
+    assert a.reloads == reloads
+    a.close(); b.close()
+
+
 # ---- another user's files --------------------------------------------------------------------
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
