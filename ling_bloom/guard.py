@@ -1295,10 +1295,13 @@ def _aside(flt: Any) -> Any:
     shards): an empty in-memory filter of its geometry, to build the keys in aside and
     OR into the bitmap with one ``load()``, which also marks the filter whole again, so
     that no process ever finds it half filled.  None for any other filter."""
-    if type(flt).__name__ not in ("RedisFilter", "AsyncRedisFilter") or \
+    from ._core import BlockedFilter, MemoryFilter, RedisFilter
+    from .aio import AsyncRedisFilter
+
+    # isinstance, not the class's name: an application's subclass is rebuilt aside too
+    if not isinstance(flt, (RedisFilter, AsyncRedisFilter)) or \
             getattr(flt, "shards", 1) != 1 or not hasattr(flt, "load"):
         return None
-    from ._core import BlockedFilter, MemoryFilter
 
     if getattr(flt, "layout", "standard") == "blocked":
         return BlockedFilter(m=flt.m, k=flt.k)

@@ -1111,6 +1111,39 @@ def test_a_rebuilt_redis_filter_is_never_seen_half_filled_by_another_process(
     other.close()
 
 
+def test_a_subclass_of_redis_filter_is_also_rebuilt_aside_never_half_filled(
+        clean_redis, raw_redis):
+    # An application's own subclass of RedisFilter is rebuilt the same way: keys aside,
+    # one load(); a source failing mid-way leaves it lost, not half filled and answering
+    # "absent" for rows it holds.
+    class AppFilter(RedisFilter):
+        pass
+
+    f = AppFilter.from_url(clean_redis.url, "bf:aside-sub", 1000, 0.01)
+    f.update(["1", "2"])
+    raw_redis.command("FLUSHALL")
+    seen_midway = []
+
+    def rows():
+        for i in range(20):
+            if i == 10:
+                try:
+                    seen_midway.append(f.test("15"))
+                except lb.FilterLostError:
+                    seen_midway.append("lost")
+            yield str(i)
+        raise RuntimeError("source failed")
+
+    from ling_bloom.guard import refill
+
+    with pytest.raises(RuntimeError):
+        refill(f, rows(), batch_size=5)
+    assert seen_midway == ["lost"]
+    with pytest.raises(lb.FilterLostError):
+        f.test("1")
+    f.close()
+
+
 def test_an_async_redis_filter_is_rebuilt_whole_by_arefill(clean_redis, raw_redis):
     from ling_bloom.aio import AsyncRedisFilter
     from ling_bloom.guard import arefill
