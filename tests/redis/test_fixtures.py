@@ -280,3 +280,27 @@ def test_a_missing_valkey_server_skips_where_no_wheel_exists_and_fails_under_ci(
     reason = str(skipped.value)
     assert skips.allowed("tests/redis/test_redis_filter.py::test_batches[valkey]", reason)
     assert not skips.allowed("tests/redis/test_redis_filter.py::test_batches[redis]", reason)
+
+
+
+def test_the_plain_redis_server_starts_without_the_sanitizer_environment(monkeypatch):
+    # A server is not the code under test: like the fixtures' servers, the module-less
+    # one starts without what `make sanitize` sets for the extension (LD_PRELOAD and co).
+    # (The environment is read from the Popen call: redis-server writes its process
+    # title over its own /proc/PID/environ.)
+    import bf_server
+
+    monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=0")
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    envs = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        envs.append(kwargs.get("env"))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(bf_server.subprocess, "Popen", popen)
+    srv = bf_server.PlainRedis()
+    srv.stop()
+    env = envs[0] if envs[0] is not None else dict(os.environ)  # None: this process's
+    assert "ASAN_OPTIONS" not in env and "PYTHONMALLOC" not in env

@@ -46,7 +46,7 @@ def _stop_all() -> None:
             pass
 
 
-from redis_server import free_port  # noqa: E402  (this worker's own ports: xdist-safe)
+from redis_server import free_port, server_env  # noqa: E402  (this worker's own ports: xdist-safe)
 
 
 def _wait_port(port: int, proc: Optional[subprocess.Popen] = None, timeout: float = 20.0) -> None:
@@ -75,6 +75,7 @@ class PlainRedis(_Stoppable):
             [exe, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
              "--dir", self.dir, "--daemonize", "no", "--protected-mode", "no"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=server_env(),
         )
         _live.append(self)
         try:

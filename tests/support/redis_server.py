@@ -180,7 +180,7 @@ def server_version(server: str = "redis") -> str:
         if exe:
             try:
                 out = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                     timeout=30).stdout.strip()
+                                     timeout=30, env=server_env()).stdout.strip()
             except (OSError, subprocess.SubprocessError):
                 out = ""
         _versions[server] = out
@@ -833,7 +833,8 @@ class RedisClusterServers:
                 raise RedisServerNotInstalled("redis-cli is not installed (Debian: redis-tools)")
             argv = [cli, "--cluster", "create", *[f"{HOST}:{n.port}" for n in self.nodes],
                     "--cluster-replicas", str(self.replicas), "--cluster-yes"]
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                                 env=server_env())
             if out.returncode != 0 or "[OK] All 16384 slots covered" not in out.stdout:
                 raise RuntimeError(
                     f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
