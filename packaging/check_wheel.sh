@@ -96,5 +96,11 @@ else
 fi
 [ ! -e "$SUITE/ling_bloom" ]
 echo "== CPython $MINOR: pytest against the installed wheel (in $SUITE)"
+# On every core, as make test runs the suite (pytest-xdist, servers per worker), then the
+# tests marked serial alone (exit status 5: none selected).
+WORKERS="${PYTEST_WORKERS:-$(nproc 2>/dev/null || echo 0)}"
+MARKS="${WHEEL_PYTEST_MARKS:-not slow}"
 (cd "$SUITE" && LING_BLOOM_EXPECT_PREFIX="$VENV" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-   -m "${WHEEL_PYTEST_MARKS:-not slow}")
+   -n "$WORKERS" --dist loadgroup -m "($MARKS) and not serial")
+(cd "$SUITE" && LING_BLOOM_EXPECT_PREFIX="$VENV" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+   -m "($MARKS) and serial") || [ $? = 5 ]
