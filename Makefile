@@ -93,14 +93,21 @@ apt_install = @missing=""; \
 deps:
 	$(call apt_install,$(APT_PACKAGES))
 
+# The venv holds the package as an editable install of the source tree, with an extra's
+# requirements; the extension itself is left to `make build`, which compiles it once, in
+# place (LING_BLOOM_NO_EXTENSION=1: setup.py declares none for these installs, so none of
+# them compiles it again in a build directory of its own).
+EDITABLE := LING_BLOOM_NO_EXTENSION=1 $(VPY) -m pip install -q --disable-pip-version-check \
+            --no-build-isolation -e
+
 $(VENV)/.stamp-base: pyproject.toml setup.py | deps
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check 'setuptools>=77' wheel
-	$(VPY) -m pip install -q --disable-pip-version-check -e .
+	$(EDITABLE) .
 	touch $@
 
 $(VENV)/.stamp-%: pyproject.toml $(VENV)/.stamp-base
-	$(VPY) -m pip install -q --disable-pip-version-check -e '.[$*]'
+	$(EDITABLE) '.[$*]'
 	touch $@
 
 venv: $(VENV)/.stamp-base

@@ -19,6 +19,11 @@ not look in /usr/include, is asked about its own target):
                    raises an error saying why.
 
 LING_BLOOM_LIBS_REPORT=FILE writes what was chosen (one line a library) to FILE.
+
+The C files compile in parallel, one compiler process per core (LING_BLOOM_BUILD_JOBS=N
+sets how many).  LING_BLOOM_NO_EXTENSION=1 declares no extension at all: the Makefile's
+editable installs set it, since they only put the source tree on the venv's path and
+install the extras, and `make build` then compiles the extension once, in place.
 """
 import glob
 import os
@@ -99,10 +104,48 @@ def csrc_sources():
     return sources, headers, include_dirs
 
 
+def build_jobs():
+    """How many compiler processes at once: LING_BLOOM_BUILD_JOBS, else this process's cores."""
+    jobs = os.environ.get("LING_BLOOM_BUILD_JOBS", "")
+    if jobs.isdigit() and int(jobs) > 0:
+        return int(jobs)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def compile_in_parallel(compiler, jobs):
+    """Make compiler.compile() run its sources `jobs` at a time.  distutils compiles one
+    extension's sources one after another; each is a compiler process of its own, so
+    threads that wait on them are enough.  The first failure is raised, as before."""
+    if jobs <= 1:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                extra_preargs=None, extra_postargs=None, depends=None):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj):
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            for _ in pool.map(one, [o for o in objects if o in build]):
+                pass
+        return objects
+
+    compiler.compile = compile
+
+
 class build_ext(_build_ext):
     """Chooses each library's source (the module docstring) before compiling."""
 
     def build_extensions(self):
+        compile_in_parallel(self.compiler, build_jobs())
         for ext in self.extensions:
             self.configure_libraries(ext)
         super().build_extensions()
@@ -201,4 +244,5 @@ core = Extension(
        "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
 )
 
-setup(ext_modules=[core], cmdclass={"build_ext": build_ext})
+no_extension = os.environ.get("LING_BLOOM_NO_EXTENSION") == "1"
+setup(ext_modules=[] if no_extension else [core], cmdclass={"build_ext": build_ext})
