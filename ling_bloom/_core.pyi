@@ -126,7 +126,9 @@ class KeyNotOwnedError(RedisError, ValueError):
     key: Any
 
 class ModuleMissingError(RedisResponseError, NotSupportedError):
-    """The Redis server has no RedisBloom module (no BF.* commands)."""
+    """The Redis server has no RedisBloom module (no BF.* commands), or its BF.* commands
+    lack one the call needs (BF.SCANDUMP and BF.LOADCHUNK on valkey-bloom, say), an option
+    (BF.INSERT's NOCREATE) or a BF.INFO field; the message names it and the server."""
 
 class RedisProtocolError(RedisError):
     """Redis answered something that does not fit the command sent; the connection was
