@@ -18,7 +18,9 @@ not look in /usr/include, is asked about its own target):
                    and says that rediss:// is unavailable, and a rediss:// connection then
                    raises an error saying why.
 
-LING_BLOOM_LIBS_REPORT=FILE writes what was chosen (one line a library) to FILE.
+LING_BLOOM_LIBS_REPORT=FILE writes what was chosen (one line a library) to FILE, and the
+choice is compiled in (LB_BUILD_HIREDIS, LB_BUILD_XXHASH, LB_BUILD_OPENSSL: "system",
+"vendored", "static", "none"), for ling_bloom.build_info() to say.
 
 The C files compile in parallel, one compiler process per core (LING_BLOOM_BUILD_JOBS=N
 sets how many).  LING_BLOOM_NO_EXTENSION=1 declares no extension at all: the Makefile's
@@ -96,6 +98,11 @@ def compiles(compiler, source, include_dirs):
     return True
 
 
+def built_from(ext, name, how):
+    """Compile in where library name came from (build_info() reports it)."""
+    ext.define_macros.append((f"LB_BUILD_{name.upper()}", f'"{how}"'))
+
+
 def csrc_sources():
     """Every C file under csrc/ (sorted, so builds are reproducible) and its header dirs."""
     sources = sorted(glob.glob("csrc/**/*.c", recursive=True))
@@ -165,6 +172,7 @@ class build_ext(_build_ext):
                     ext.library_dirs += [f[2:] for f in libs if f.startswith("-L")]
                     ext.libraries += [f[2:] for f in libs if f.startswith("-l")]
                     report.append(f"{name}: system")
+                    built_from(ext, name, "system")
                     continue
             if all(os.path.exists(os.path.join(HERE, s)) for s in VENDORED_SOURCES[name]):
                 # Compiled apart, with their own flags: third-party code, without the
@@ -179,6 +187,7 @@ class build_ext(_build_ext):
                                     "-Wno-incompatible-pointer-types"])
                 ext.include_dirs += VENDORED_INCLUDES[name]
                 report.append(f"{name}: vendored ({VENDOR}/)")
+                built_from(ext, name, "vendored")
             else:
                 missing.append(f"{name}: no usable system headers (Debian: apt-get install "
                                f"{debian}) and no {VENDOR}/ sources (an sdist has them; in a "
@@ -214,6 +223,7 @@ class build_ext(_build_ext):
                 f.write("{ global: PyInit__core; local: *; };\n")
             ext.extra_link_args += ["-Wl,--version-script=" + script]
             ext.libraries += ["pthread", "dl"]
+            built_from(ext, "openssl", "static")
             return f"openssl: static from {prefix}"
         cflags, libs = pkg_config("--cflags", pc), pkg_config("--libs", pc)
         if cflags is None or libs is None:
@@ -223,8 +233,10 @@ class build_ext(_build_ext):
             ext.include_dirs += dirs
             ext.library_dirs += [f[2:] for f in libs if f.startswith("-L")]
             ext.libraries += [f[2:] for f in libs if f.startswith("-l")]
+            built_from(ext, "openssl", "system")
             return "openssl: system"
         ext.define_macros.append(("LB_NO_TLS", "1"))
+        built_from(ext, "openssl", "none")
         print("\n" + "*" * 78 + "\n" + NO_TLS_MESSAGE + "\n" + "*" * 78 + "\n", file=sys.stderr)
         return "openssl: none: " + NO_TLS_MESSAGE
 

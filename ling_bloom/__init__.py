@@ -56,6 +56,7 @@ from ._core import (
     RedisTimeoutError,
     ScalableFilter,
     WrongTypeError,
+    build_info,
     hash_pair,
     indices,
 )
@@ -261,6 +262,7 @@ __all__ = [
     "Remover",
     "ScalableFilter",
     "WrongTypeError",
+    "build_info",
     "estimate",
     "false_positive_rate",
     "ideal_false_positive_rate",

@@ -3,7 +3,8 @@ tests/test_typing.py checks that every public name of the built module is declar
 
 from types import TracebackType
 from typing import (Any, BinaryIO, ClassVar, Dict, Iterable, Iterator, List, NoReturn, Optional,
-                    Protocol, Sequence, SupportsIndex, Tuple, Type, TypeVar, Union, overload)
+                    Protocol, Sequence, SupportsIndex, Tuple, Type, TypedDict, TypeVar, Union,
+                    overload)
 import os
 
 from typing_extensions import Buffer, Self
@@ -125,7 +126,9 @@ class KeyNotOwnedError(RedisError, ValueError):
     key: Any
 
 class ModuleMissingError(RedisResponseError, NotSupportedError):
-    """The Redis server has no RedisBloom module (no BF.* commands)."""
+    """The Redis server has no RedisBloom module (no BF.* commands), or its BF.* commands
+    lack one the call needs (BF.SCANDUMP and BF.LOADCHUNK on valkey-bloom, say), an option
+    (BF.INSERT's NOCREATE) or a BF.INFO field; the message names it and the server."""
 
 class RedisProtocolError(RedisError):
     """Redis answered something that does not fit the command sent; the connection was
@@ -161,6 +164,49 @@ def geometry(n: int, p: float, hash: Optional[str] = ...) -> Tuple[int, int]:
 
 def indices(key: Key, m: int, k: int, hash: Optional[str] = ...) -> List[int]:
     """The k bit indices of key in a filter of m bits."""
+
+class _BuildInfo(TypedDict):
+    """What ``build_info()`` returns (every key is always there)."""
+
+    hiredis: str
+    """hiredis's version, from the headers compiled against ("0.14.1"; hiredis has no
+    run-time version call)."""
+    hiredis_source: str
+    """"system" (the system's library, linked) or "vendored" (the pinned sources, compiled
+    in: the wheels and the sdist)."""
+    xxhash: str
+    """xxHash's version at run time (XXH_versionNumber: the library loaded)."""
+    xxhash_headers: str
+    """xxHash's version in the headers compiled against."""
+    xxhash_source: str
+    """"system" or "vendored", as hiredis_source."""
+    openssl: Optional[str]
+    """The OpenSSL library loaded at run time (OpenSSL_version(OPENSSL_VERSION)); None
+    without TLS."""
+    openssl_headers: Optional[str]
+    """OPENSSL_VERSION_TEXT of the headers compiled against; None without TLS."""
+    openssl_source: str
+    """"static" (linked into the extension, its symbols private: the wheels), "system" (the
+    system's libssl, loaded at run time) or "none" (built without TLS)."""
+    tls: bool
+    """rediss:// is available."""
+    avx2: bool
+    """BlockedFilter's AVX2 code is compiled in (x86-64); the CPU decides whether it runs."""
+    simd: str
+    """The BlockedFilter implementation this process runs: "avx2" or "portable"."""
+    compiler: str
+    """The C compiler that built the extension ("GCC 12.2.0", "clang 16.0.6 ...")."""
+    python: str
+    """The CPython version whose headers the extension was built with."""
+    free_threaded: bool
+    """Built for a free-threaded CPython (Py_GIL_DISABLED)."""
+
+def build_info() -> _BuildInfo:
+    """What this build of the extension was made with: the versions of the C libraries it
+    uses (hiredis, xxHash, OpenSSL: compiled in or the system's, and OpenSSL as loaded at
+    run time), TLS, the AVX2 code, the compiler, and the Python it was built for.  A plain
+    dict, for a user or a scanner to read: ``python -c "import ling_bloom;
+    print(ling_bloom.build_info())"``."""
 
 def hash_pair(key: Key, hash: Optional[str] = ...) -> Tuple[int, int]:
     """The two 64-bit hashes double hashing starts from; hash="xxh3-block" gives

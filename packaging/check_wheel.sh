@@ -82,6 +82,7 @@ for line in out.splitlines():
 print("   ldd _core:", "; ".join(l.strip().split(" (")[0] for l in out.splitlines()))
 assert not bad, "libraries from outside glibc:\n" + "\n".join(bad)
 print(f"   imported {here} (version {ling_bloom.__version__}); nothing from outside but glibc")
+print("   build_info:", ling_bloom.build_info())
 PYEOF
 
 # 5. the suite against the installed wheel, from a copy without the source package.

@@ -87,7 +87,10 @@ static const struct {
      "The Redis key (.key) holds data this library did not write (no meta key "
      "beside it); RedisFilter(..., adopt=True) takes a bitmap over on purpose."},
     {offsetof(lb_state, ModuleMissingError), "ModuleMissingError", OWN(RedisResponseError),
-     OWN(NotSupportedError), "The Redis server has no RedisBloom module (no BF.* commands)."},
+     OWN(NotSupportedError),
+     "The Redis server has no RedisBloom module (no BF.* commands), or its BF.* commands "
+     "lack one the call needs, an option or a BF.INFO field; the message names it and the "
+     "server."},
     {offsetof(lb_state, RedisProtocolError), "RedisProtocolError", OWN(RedisError), NO_EXC,
      "Redis answered something that does not fit the command sent (type, length or "
      "value); the connection was dropped."},

@@ -1,13 +1,22 @@
 /* functions.c: the functions of ling_bloom._core: estimate, geometry, indices,
- * hash_pair, key_bytes, _key, peek_header and _saved_length (lb_module_functions, the module's
- * method table). */
+ * hash_pair, key_bytes, _key, peek_header, _saved_length and build_info
+ * (lb_module_functions, the module's method table). */
 #include "functions.h"
 
 #include "args.h"
+#include "blocked.h"
 #include "errors.h"
 #include "format.h"
 #include "keys.h"
 #include "params.h"
+
+/* build_info's sources: the libraries' own version macros and calls. */
+#include <hiredis/hiredis.h>
+#include <xxhash.h>
+#ifndef LB_NO_TLS
+#include <openssl/crypto.h>
+#include <openssl/opensslv.h>
+#endif
 
 /* The (m, k) of estimate() and geometry(), or their error. */
 static PyObject *sizing_result(lb_state *st, lb_status s, uint64_t m, uint64_t k,
@@ -254,6 +263,116 @@ static PyObject *peek_header(PyObject *module, PyObject *arg)
     return r;
 }
 
+/* ---- build_info ---------------------------------------------------------- */
+
+/* Where setup.py took each library from (its -D macros); "unknown" in a build
+ * that did not go through setup.py. */
+#ifndef LB_BUILD_HIREDIS
+#define LB_BUILD_HIREDIS "unknown"
+#endif
+#ifndef LB_BUILD_XXHASH
+#define LB_BUILD_XXHASH "unknown"
+#endif
+#ifndef LB_BUILD_OPENSSL
+#define LB_BUILD_OPENSSL "unknown"
+#endif
+
+#define LB_STR_(x) #x
+#define LB_STR(x) LB_STR_(x)
+
+/* The condition under which blocked.c compiles its AVX2 probes (LB_HAVE_AVX2_CODE
+ * there): x86-64 with GCC or clang. */
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define LB_BUILT_AVX2 1
+#else
+#define LB_BUILT_AVX2 0
+#endif
+
+#if defined(__clang__)
+#define LB_COMPILER "clang " __clang_version__
+#elif defined(__GNUC__)
+#define LB_COMPILER "GCC " __VERSION__
+#else
+#define LB_COMPILER "unknown"
+#endif
+
+#ifdef Py_GIL_DISABLED
+#define LB_FREE_THREADED 1
+#else
+#define LB_FREE_THREADED 0
+#endif
+
+/* "major.minor.release" of an XXH_VERSION_NUMBER-style number (major*10000 +
+ * minor*100 + release). */
+static PyObject *xxh_version_text(unsigned v)
+{
+    return PyUnicode_FromFormat("%u.%u.%u", v / 10000, (v / 100) % 100, v % 100);
+}
+
+static int set_item(PyObject *d, const char *name, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The OpenSSL library loaded at run time, and the headers compiled against:
+ * None without TLS. */
+static PyObject *openssl_runtime(void)
+{
+#ifndef LB_NO_TLS
+    return PyUnicode_FromString(OpenSSL_version(OPENSSL_VERSION));
+#else
+    return Py_NewRef(Py_None);
+#endif
+}
+
+static PyObject *openssl_headers(void)
+{
+#ifndef LB_NO_TLS
+    return PyUnicode_FromString(OPENSSL_VERSION_TEXT);
+#else
+    return Py_NewRef(Py_None);
+#endif
+}
+
+#ifndef LB_NO_TLS
+#define LB_BUILT_TLS 1
+#else
+#define LB_BUILT_TLS 0
+#endif
+
+static PyObject *build_info(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    if (set_item(d, "hiredis",
+                 PyUnicode_FromString(LB_STR(HIREDIS_MAJOR) "." LB_STR(HIREDIS_MINOR) "." LB_STR(
+                     HIREDIS_PATCH))) < 0 ||
+        set_item(d, "hiredis_source", PyUnicode_FromString(LB_BUILD_HIREDIS)) < 0 ||
+        set_item(d, "xxhash", xxh_version_text(XXH_versionNumber())) < 0 ||
+        set_item(d, "xxhash_headers", xxh_version_text(XXH_VERSION_NUMBER)) < 0 ||
+        set_item(d, "xxhash_source", PyUnicode_FromString(LB_BUILD_XXHASH)) < 0 ||
+        set_item(d, "openssl", openssl_runtime()) < 0 ||
+        set_item(d, "openssl_headers", openssl_headers()) < 0 ||
+        set_item(d, "openssl_source", PyUnicode_FromString(LB_BUILD_OPENSSL)) < 0 ||
+        set_item(d, "tls", PyBool_FromLong(LB_BUILT_TLS)) < 0 ||
+        set_item(d, "avx2", PyBool_FromLong(LB_BUILT_AVX2)) < 0 ||
+        set_item(d, "simd", PyUnicode_FromString(lb_blocked_impl_name())) < 0 ||
+        set_item(d, "compiler", PyUnicode_FromString(LB_COMPILER)) < 0 ||
+        set_item(d, "python", PyUnicode_FromString(PY_VERSION)) < 0 ||
+        set_item(d, "free_threaded", PyBool_FromLong(LB_FREE_THREADED)) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 PyMethodDef lb_module_functions[] = {
     {"_set_hooks", (PyCFunction)(void (*)(void))lb_set_hooks, METH_VARARGS | METH_KEYWORDS,
      "_set_hooks(**hooks) -> None\n\nThe package's callables the binding uses (atomic_write, "
@@ -293,5 +412,13 @@ PyMethodDef lb_module_functions[] = {
      "_key(key) -> str | bytes\n\nkey as the filters read it: a str as an exact str, an int "
      "or int-like as its decimal text (a str), a buffer as bytes; bad keys raise as in "
      "key_bytes."},
+    {"build_info", build_info, METH_NOARGS,
+     "build_info() -> dict\n\nWhat this build of the extension was made with: hiredis (the "
+     "version of its headers; hiredis_source: \"system\" or \"vendored\"), xxhash (the "
+     "library's version at run time; xxhash_headers: its headers'), openssl (the OpenSSL "
+     "library loaded at run time; openssl_headers: the headers compiled against; both None "
+     "without TLS; openssl_source: \"static\", \"system\" or \"none\"), tls, avx2 (the AVX2 "
+     "code of BlockedFilter compiled in), simd (the implementation this CPU runs), compiler, "
+     "python (the CPython whose headers it was built with) and free_threaded."},
     {NULL, NULL, 0, NULL},
 };

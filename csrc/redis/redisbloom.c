@@ -86,6 +86,92 @@ int lb_bf_module_missing(const char *s)
            lb_ci_contains(s, "bf.");
 }
 
+void lb_bf_note_reply(lb_redisbloom *bf, const lb_reply *x)
+{
+    if (x && !(x->type == LB_REPLY_ERROR && x->str && lb_bf_module_missing(x->str)))
+        bf->module_seen = 1;
+}
+
+/* The server the filter talks to, for messages: host:port, the unix socket,
+ * the Sentinel service or the cluster's seed nodes. */
+static const char *server_name(const lb_redisbloom *bf, char *buf, size_t cap)
+{
+    const lb_redis_config *c = lb_redis_get_config(bf->conn);
+    if (!c)
+        snprintf(buf, cap, "the Redis server");
+    else if (c->unix_path)
+        snprintf(buf, cap, "the Redis server at unix:%.200s", c->unix_path);
+    else if (c->cluster_nodes)
+        snprintf(buf, cap, "the Redis Cluster at %.200s", c->cluster_nodes);
+    else if (c->sentinel_service)
+        snprintf(buf, cap, "the Redis primary of Sentinel service '%.100s'", c->sentinel_service);
+    else
+        snprintf(buf, cap, "the Redis server at %.200s:%d", c->host ? c->host : "localhost",
+                 c->port ? c->port : 6379);
+    return buf;
+}
+
+/* What needs a BF.* command, for the message of a server without it. */
+static const char *needed_by(const char *cmd)
+{
+    size_t n = strlen(cmd);
+    if (lb_ci_equal(cmd, n, "BF.INSERT"))
+        return "every add needs it";
+    if (lb_ci_equal(cmd, n, "BF.EXISTS") || lb_ci_equal(cmd, n, "BF.MEXISTS"))
+        return "every test needs it";
+    if (lb_ci_equal(cmd, n, "BF.INFO"))
+        return "info(), dump() and the check before the first write need it";
+    if (lb_ci_equal(cmd, n, "BF.RESERVE"))
+        return "reserve() and reset() need it";
+    if (lb_ci_equal(cmd, n, "BF.SCANDUMP"))
+        return "dump() needs it (valkey-bloom, for one, has no BF.SCANDUMP nor BF.LOADCHUNK)";
+    if (lb_ci_equal(cmd, n, "BF.LOADCHUNK"))
+        return "restore() needs it (valkey-bloom, for one, has no BF.SCANDUMP nor BF.LOADCHUNK)";
+    return "this call needs it";
+}
+
+/* NOMODULE: cmd answered "unknown command" (text t).  The message names the
+ * command, the server, and what needs the command; a server whose other BF.*
+ * commands answered has a module that is not RedisBloom 2.x (or Redis 8). */
+static lb_redis_status missing_command(lb_redisbloom *bf, const char *cmd, const char *t)
+{
+    char sb[260];
+    server_name(bf, sb, sizeof sb);
+    if (bf->module_seen)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
+                                  "%s has BF.* commands but no %s, which RedisBloom 2.x and "
+                                  "Redis 8 have: %s (%s answered: %s)",
+                                  sb, cmd, needed_by(cmd), cmd, t);
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
+                              "%s has no RedisBloom module, or a BF.* module without %s: %s "
+                              "(%s answered: %s)",
+                              sb, cmd, needed_by(cmd), cmd, t);
+}
+
+/* A BF.INSERT ... NOCREATE refused as a syntax the server does not know (an
+ * implementation of BF.INSERT without the NOCREATE option). */
+static int rejects_nocreate(const char *t)
+{
+    return lb_ci_contains(t, "nocreate") || lb_ci_contains(t, "unknown argument") ||
+           lb_ci_contains(t, "syntax error") || lb_ci_contains(t, "unknown option") ||
+           lb_ci_contains(t, "unrecognized") || lb_ci_contains(t, "invalid argument");
+}
+
+lb_redis_status lb_bf_info_unreadable(lb_redisbloom *bf, const char *what, const char *field)
+{
+    char sb[260];
+    server_name(bf, sb, sizeof sb);
+    if (!field)
+        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
+                                  "BF.INFO of %s answered none of the fields RedisBloomFilter "
+                                  "reads (" LB_BF_INFO_FIELDS "): its BF.* module names them "
+                                  "otherwise than RedisBloom 2.x; %s needs them",
+                                  sb, what);
+    return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
+                              "BF.INFO of %s does not report '%s', which %s needs", sb, field,
+                              what);
+}
+
 /* An error reply with no text ("" or "ERR "): what fakeredis answers when a
  * non-scaling filter is full. */
 static int blank_error(const char *t)
@@ -115,9 +201,7 @@ lb_redis_status lb_bf_fail_reply(lb_redisbloom *bf, const lb_reply *x, const cha
     if (lb_ci_prefix(t, "WRONGTYPE") || lb_ci_prefix(t, "ERR WRONGTYPE")) /* the latter: fakeredis */
         return lb_bf_wrongtype(bf, t);
     if (lb_bf_module_missing(t))
-        return lb_redis_set_error(bf->conn, LB_REDIS_ERR_NOMODULE,
-                                  "the Redis server has no RedisBloom module (%s answered: %s)",
-                                  cmd, t);
+        return missing_command(bf, cmd, t);
     if (adds && bf->nocreate_sent && bf->seen && lb_ci_contains(t, "not found"))
         return lost(bf, 1);
     if (adds && bf->opt.no_create && lb_ci_contains(t, "not found"))
@@ -125,6 +209,17 @@ lb_redis_status lb_bf_fail_reply(lb_redisbloom *bf, const lb_reply *x, const cha
                                   "no RedisBloom filter at key '%s', and no_create forbids "
                                   "creating one (%s answered: %s)",
                                   lb_redis_show(bf->key, bf->keylen, kb, sizeof kb), cmd, t);
+    if (adds && bf->nocreate_sent && rejects_nocreate(t)) {
+        char sb[260];
+        return lb_redis_set_error(
+            bf->conn, LB_REDIS_ERR_NOMODULE,
+            "the BF.INSERT of %s does not take NOCREATE, which RedisBloom 2.x's does (%s "
+            "answered: %s): %s", server_name(bf, sb, sizeof sb), cmd, t,
+            bf->opt.no_create ? "no_create=True needs it"
+                              : "a filter without a ttl sends it once it has seen its key, so "
+                                "that a lost filter is never made again empty by a write (a "
+                                "filter with a ttl does not)");
+    }
     if (adds && (lb_ci_contains(t, "filter is full") || blank_error(t)))
         return lb_redis_set_error(bf->conn, LB_REDIS_ERR_FULL,
                                   "the non-scaling RedisBloom filter at key '%s' is full (%s)",
@@ -278,6 +373,7 @@ static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *e
     const lb_reply *x = rs[0];
     lb_redis_show(bf->key, bf->keylen, kb, sizeof kb);
     lb_maxmemory_note_policy(bf->conn, rs[1], bf->opt.ttl_ms > 0);
+    lb_bf_note_reply(bf, x);
     if (x->type == LB_REPLY_ERROR) {
         if (!(x->str && lb_ci_contains(x->str, "not found")))
             return lb_bf_fail_reply(bf, x, "BF.INFO", 0);
@@ -291,15 +387,23 @@ static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *e
         return st;
     }
     lb_bf_info info;
-    if (lb_bf_parse_info(x, &info) < 0)
+    int parsed = lb_bf_parse_info(x, &info);
+    if (parsed == -2)
+        return lb_bf_info_unreadable(bf, "the check before the first write", NULL);
+    if (parsed < 0)
         return lb_bf_bad_reply(bf, "BF.INFO");
     /* BF.INFO reports the capacity summed over the sub-filters (each one
      * expansion times the one before) and nil expansion when non-scaling;
-     * not the error rate, which therefore is not compared. */
-    int same = 1;
+     * not the error rate (RedisBloom; valkey-bloom does), which therefore is
+     * not compared.  A field the server does not report at all is not
+     * compared either (a missing "Expansion rate": the capacity is compared
+     * as if the expansion were ours). */
+    int same = 1, expansion_known = (info.present & LB_BF_INFO_EXPANSION) != 0;
     if (bf->opt.non_scaling)
-        same = info.expansion < 0 && (info.capacity < 0 || (uint64_t)info.capacity == bf->opt.capacity);
-    else if (info.expansion < 0 || (uint64_t)info.expansion != bf->opt.expansion)
+        same = (!expansion_known || info.expansion < 0) &&
+               (info.capacity < 0 || (uint64_t)info.capacity == bf->opt.capacity);
+    else if (expansion_known &&
+             (info.expansion < 0 || (uint64_t)info.expansion != bf->opt.expansion))
         same = 0;
     else if (info.capacity >= 0) {
         long long nf = info.filters > 0 ? info.filters : 1;
@@ -310,7 +414,10 @@ static lb_redis_status existing_replies(lb_redisbloom *bf, lb_reply **rs, int *e
     }
     if (!same) {
         char theirs[96], ours[96];
-        if (info.expansion < 0)
+        if (!expansion_known)
+            snprintf(theirs, sizeof theirs, "capacity %lld over %lld sub-filter(s)",
+                     info.capacity, info.filters);
+        else if (info.expansion < 0)
             snprintf(theirs, sizeof theirs, "non-scaling, capacity %lld", info.capacity);
         else
             snprintf(theirs, sizeof theirs, "expansion %lld, capacity %lld over %lld sub-filter(s)",
@@ -396,6 +503,7 @@ static lb_redis_status read_answers(lb_redisbloom *bf, const lb_reply *x, size_t
     const char *cmd = adds ? "BF.INSERT" : (n == 1 ? "BF.EXISTS" : "BF.MEXISTS");
     *ok_count = 0;
     *any_true = 0;
+    lb_bf_note_reply(bf, x);
     if (x->type == LB_REPLY_ERROR)
         return lb_bf_fail_reply(bf, x, cmd, adds);
     if (n == 1 && !adds) {
@@ -669,6 +777,7 @@ static lb_redis_status reserve_done(lb_op *op, lb_redis_status st, lb_reply **rs
     }
     o->stage = RS_OVER;
     const lb_reply *x = rs[0];
+    lb_bf_note_reply(bf, x);
     if (lb_reply_fits(x, &lb_bf_want_ok))
         made = 1;
     else if (x->type == LB_REPLY_ERROR) {

@@ -7,8 +7,13 @@
  *     v2.4) or booleans (RESP3 with v2.6+); both are read.  A reply of the
  *     wrong length is a protocol error, never padded with false.
  *   - BF.INFO is read by field NAME, from a flat array of name/value pairs
- *     (RESP2) or a map (RESP3); unknown fields are ignored, missing or nil
- *     fields (Expansion rate on a non-scaling filter) are reported absent.
+ *     (RESP2) or a map (RESP3); unknown fields are ignored (valkey-bloom adds
+ *     some), missing or nil fields (Expansion rate on a non-scaling filter) are
+ *     reported absent, and a field the server does not report at all is not
+ *     compared by the check below.  A reply with none of the fields read is
+ *     LB_REDIS_ERR_NOMODULE (a module that names them otherwise), as is a
+ *     card() without BF.CARD whose BF.INFO has no item count, and a dump()
+ *     whose BF.INFO has neither Capacity nor Size (no bound for its walk).
  *
  Writes: every add, one key or many, is
  *     BF.INSERT key CAPACITY c ERROR e EXPANSION x ITEMS k...   (scaling)
@@ -61,7 +66,12 @@
  *                            lb_bf_last_new how many of those were new.
  *   LB_REDIS_ERR_MISMATCH    the filter at key has other parameters.
  *   LB_REDIS_ERR_TOOLARGE    a new filter would not fit under maxmemory.
- *   LB_REDIS_ERR_NOMODULE    "unknown command 'BF.…'": no RedisBloom module.
+ *   LB_REDIS_ERR_NOMODULE    "unknown command 'BF.…'": no RedisBloom module, or
+ *                            a BF.* implementation without that command
+ *                            (valkey-bloom: BF.SCANDUMP, BF.LOADCHUNK); a
+ *                            BF.INSERT that refuses NOCREATE; a BF.INFO
+ *                            without what the call reads (above).  The
+ *                            message names the command and the server.
  *   LB_REDIS_ERR_WRONGTYPE   the key holds another type; the message names it.
  *   LB_REDIS_ERR_NOTFOUND    info/dump of a key that does not exist; an add
  *                            with no_create to a key that does not exist.

@@ -24,6 +24,7 @@ static lb_redis_status typed_reply(lb_redisbloom *bf, lb_reply **rs, const char 
     char kb[160];
     if (rs[1]->type == LB_REPLY_ERROR && rs[1]->str && lb_bf_module_missing(rs[1]->str))
         return lb_bf_fail_reply(bf, rs[1], cmd, 0);
+    lb_bf_note_reply(bf, rs[1]);
     const lb_reply *t = rs[0];
     if ((t->type == LB_REPLY_STATUS || t->type == LB_REPLY_STRING) && t->str &&
         lb_ci_equal(t->str, t->len, "none")) {
@@ -58,8 +59,9 @@ static const lb_redis_batch *info_request(lb_redisbloom *bf, int *flags)
     return b;
 }
 
+/* what: the call that asked (for the message of an INFO it cannot read). */
 static lb_redis_status info_reply(lb_redisbloom *bf, lb_redis_status st, lb_reply **rs,
-                                  lb_bf_info *out)
+                                  lb_bf_info *out, const char *what)
 {
     if (st != LB_REDIS_OK)
         return st;
@@ -67,7 +69,10 @@ static lb_redis_status info_reply(lb_redisbloom *bf, lb_redis_status st, lb_repl
     if (st != LB_REDIS_OK)
         return st;
     /* a filter holds at least one sub-filter of capacity >= 1 */
-    if (lb_bf_parse_info(rs[1], out) < 0 || out->capacity == 0 || out->filters == 0)
+    int parsed = lb_bf_parse_info(rs[1], out);
+    if (parsed == -2)
+        return lb_bf_info_unreadable(bf, what, NULL);
+    if (parsed < 0 || out->capacity == 0 || out->filters == 0)
         return lb_bf_bad_reply(bf, "BF.INFO");
     return LB_REDIS_OK;
 }
@@ -83,7 +88,7 @@ static lb_redis_status info_next(lb_op *op, const lb_redis_batch **req, int *fla
 static lb_redis_status info_done(lb_op *op, lb_redis_status st, lb_reply **rs)
 {
     bf_op *o = (bf_op *)op;
-    return info_reply(o->bf, st, rs, o->info);
+    return info_reply(o->bf, st, rs, o->info, "info()");
 }
 
 static const lb_op_vt info_vt = {info_next, info_done};
@@ -130,9 +135,12 @@ static lb_redis_status card_done(lb_op *op, lb_redis_status st, lb_reply **rs)
     if (o->stage == CD_INFOING) {
         lb_bf_info info;
         o->stage = CD_OVER;
-        st = info_reply(bf, st, rs, &info);
+        st = info_reply(bf, st, rs, &info, "card() on a server without BF.CARD");
         if (st == LB_REDIS_ERR_NOTFOUND)
             return LB_REDIS_OK;
+        if (st == LB_REDIS_OK && !(info.present & LB_BF_INFO_ITEMS))
+            return lb_bf_info_unreadable(bf, "card() on a server without BF.CARD",
+                                         "Number of items inserted");
         if (st == LB_REDIS_OK && info.items < 0)
             return lb_bf_bad_reply(bf, "BF.INFO");
         if (st == LB_REDIS_OK)
@@ -143,6 +151,7 @@ static lb_redis_status card_done(lb_op *op, lb_redis_status st, lb_reply **rs)
         return st;
     const lb_reply *x = rs[0];
     o->stage = CD_OVER;
+    lb_bf_note_reply(bf, x);
     if (x->type == LB_REPLY_ERROR && x->str && lb_bf_module_missing(x->str)) {
         o->stage = CD_INFO; /* the same count from BF.INFO */
         return LB_REDIS_OK;
@@ -391,7 +400,9 @@ static lb_redis_status dump_done(lb_op *op, lb_redis_status st, lb_reply **rs)
     lb_bf_dump *d = o->dump;
     if (o->stage == DS_INFOING) {
         lb_bf_info info;
-        st = info_reply(o->bf, st, rs, &info);
+        st = info_reply(o->bf, st, rs, &info, "dump() (the bound of its walk)");
+        if (st == LB_REDIS_OK && !(info.present & (LB_BF_INFO_CAPACITY | LB_BF_INFO_SIZE)))
+            st = lb_bf_info_unreadable(o->bf, "dump() (the bound of its walk)", "Capacity");
         if (st == LB_REDIS_OK) {
             dump_bounds(&info, d);
             d->started = 1;

@@ -61,7 +61,8 @@ struct lb_redisbloom {
     unsigned long type_conn;
     int seen;                    /* this client saw the filter there (or made it): see lost */
     int nocreate_sent;           /* the last BF.INSERT said NOCREATE */
-    int exists_sent;             /* the last test asked TYPE key too */     /* ... when the key's type was last confirmed */
+    int exists_sent;             /* the last test asked TYPE key too */
+    int module_seen;             /* a BF.* command answered (not "unknown command") */
     long long full_processed;    /* FULL: keys of the call processed before the rejected one */
     long long last_new;          /* keys the last add reported new */
     unsigned long seq;
@@ -82,6 +83,12 @@ lb_redis_status lb_bf_expect_reply(lb_redisbloom *bf, const lb_reply *x, const l
 lb_redis_status lb_bf_check_type_reply(lb_redisbloom *bf, const lb_reply *x, const char *why);
 void lb_bf_keep_text(lb_redisbloom *bf, const char *s, size_t n);
 int lb_bf_module_missing(const char *s);
+/* A reply x to a BF.* command: unless it is "unknown command", the server has
+ * BF.* commands (module_seen). */
+void lb_bf_note_reply(lb_redisbloom *bf, const lb_reply *x);
+/* NOMODULE for BF.INFO answers this filter cannot read (lb_bf_parse_info's -2),
+ * or that lack what `what` needs (`field`). */
+lb_redis_status lb_bf_info_unreadable(lb_redisbloom *bf, const char *what, const char *field);
 void lb_bf_clear_call(lb_redisbloom *bf);
 void lb_bf_arg_key(lb_redisbloom *bf);
 void lb_bf_add_pexpire(lb_redisbloom *bf, const char *key, size_t keylen, int64_t ms);

@@ -76,6 +76,7 @@ int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out)
                             &out->expansion};
     for (int i = 0; i < 5; i++)
         *fields[i] = -1;
+    out->present = 0;
     if (!x || (x->type != LB_REPLY_ARRAY && x->type != LB_REPLY_MAP) || x->len % 2 != 0)
         return -1;
     int known = 0;
@@ -90,11 +91,12 @@ int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out)
             if (v == -2)
                 return -1;
             *fields[f] = v;
+            out->present |= 1u << f;
             known++;
         }
-        /* unknown fields: ignored (newer module versions add some) */
+        /* unknown fields: ignored (newer module versions and valkey-bloom add some) */
     }
-    return known > 0 ? 0 : -1;
+    return known > 0 ? 0 : -2;
 }
 
 

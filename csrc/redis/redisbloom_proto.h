@@ -34,14 +34,26 @@ void lb_bf_options_init(lb_bf_options *o);
 uint64_t lb_bf_bytes_needed(const lb_bf_options *o);
 
 /* BF.INFO, by field name; -1 = the server did not report that field (or
- * reported nil: expansion of a non-scaling filter). */
+ * reported nil: expansion of a non-scaling filter).  present says which
+ * fields the reply had (nil included): RedisBloom 2.x and valkey-bloom send
+ * all five (valkey-bloom more besides); another BF.* implementation may not. */
 typedef struct {
     long long capacity;  /* "Capacity" */
     long long size;      /* "Size" (bytes, on the module) */
     long long filters;   /* "Number of filters" */
     long long items;     /* "Number of items inserted" */
     long long expansion; /* "Expansion rate" */
+    unsigned present;    /* LB_BF_INFO_* bits */
 } lb_bf_info;
+
+#define LB_BF_INFO_CAPACITY 1u
+#define LB_BF_INFO_SIZE 2u
+#define LB_BF_INFO_FILTERS 4u
+#define LB_BF_INFO_ITEMS 8u
+#define LB_BF_INFO_EXPANSION 16u
+/* The field names, for messages. */
+#define LB_BF_INFO_FIELDS                                                                     \
+    "Capacity, Size, Number of filters, Number of items inserted, Expansion rate"
 
 /* RESP3 types as hiredis >= 1.0 numbers them; lb_reply carries them when the
  * connection layer parses RESP3 (the integer field holds a boolean's value). */
@@ -52,7 +64,9 @@ typedef struct {
 
 /* An integer 0/1 or a boolean: 0 or 1; -1 for any other shape. */
 int lb_bf_reply_bool(const lb_reply *x);
-/* Parse BF.INFO's reply (flat pairs or map).  0, or -1 for another shape. */
+/* Parse BF.INFO's reply (flat pairs or map).  0; -1 for another shape (or a
+ * value of a known field that is not a number); -2 for name/value pairs none of
+ * which is a field above (a BF.* implementation that names them otherwise). */
 int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out);
 
 /* Case-insensitive text tests of server messages: s contains needle; s

@@ -81,7 +81,7 @@ int main(void)
     map.len = (size_t)k;
     CHECK(lb_bf_parse_info(&map, &info) == 0);
     CHECK(info.capacity == 1000 && info.size == 2080 && info.filters == 1 && info.items == 3);
-    CHECK(info.expansion == -1);
+    CHECK(info.expansion == -1 && (info.present & LB_BF_INFO_EXPANSION)); /* nil: reported */
 
     /* names in another case; a field missing: reported absent */
     lb_reply lc = mk(LB_REPLY_STRING, 0, "capacity");
@@ -91,6 +91,7 @@ int main(void)
     one.len = 2;
     CHECK(lb_bf_parse_info(&one, &info) == 0);
     CHECK(info.capacity == 1000 && info.size == -1 && info.items == -1 && info.expansion == -1);
+    CHECK(info.present == LB_BF_INFO_CAPACITY);
 
     /* shapes that are not an INFO */
     lb_reply odd = arr;
@@ -101,7 +102,7 @@ int main(void)
     lb_reply *el4[2] = {&n[5], &v[5]};
     unknown_only.element = el4;
     unknown_only.len = 2;
-    CHECK(lb_bf_parse_info(&unknown_only, &info) == -1);
+    CHECK(lb_bf_parse_info(&unknown_only, &info) == -2 && info.present == 0);
     lb_reply *el5[2] = {&n[0], &s1};
     lb_reply strval = mk(LB_REPLY_ARRAY, 0, NULL);
     strval.element = el5;
