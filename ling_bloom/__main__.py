@@ -198,23 +198,29 @@ def _inspect_redis(url: str, key: str) -> int:
         except lb.FilterNotFoundError:
             print(missing, file=sys.stderr)
             return EXIT_FAILURE
-        except lb.ModuleMissingError:
-            # No BF.* here: the key is missing, or holds something else (not a filter).
+        except lb.ModuleMissingError as e:
+            # No BF.* here, or not the command or BF.INFO field this needs: the key is
+            # missing, or holds something else, or the server's BF.* is not RedisBloom's.
             if not bf._exists():
                 print(missing, file=sys.stderr)
             else:
-                print(f"error: the key {key!r} on {url} holds no RedisFilter, and the server "
-                      f"has no RedisBloom module (no BF.* commands) to read it as a "
-                      f"RedisBloom filter", file=sys.stderr)
+                print(f"error: the key {key!r} on {url} holds no RedisFilter, and it cannot "
+                      f"be read as a RedisBloom filter: {e}", file=sys.stderr)
             return EXIT_FAILURE
         print(f"{key} at {url}: RedisBloomFilter (the RedisBloom module's BF.*)")
         expansion = ("non-scaling" if info.expansion is None
                      else f"expansion {info.expansion}")
-        print(f"  capacity={info.capacity:,} in {info.filters} sub-filter(s), {expansion}, "
-              f"{_human_bytes(info.size or 0)}")
-        print(f"  {info.items:,} items added (BF.CARD)")
+        print(f"  capacity={_count_text(info.capacity)} in {_count_text(info.filters)} "
+              f"sub-filter(s), {expansion}, "
+              f"{'size not reported' if info.size is None else _human_bytes(info.size)}")
+        print(f"  {_count_text(info.items)} items added (BF.CARD)")
         print(f"  ttl: {_ttl_text(bf.remaining_ttl())}")
     return EXIT_OK
+
+
+def _count_text(n: Optional[int]) -> str:
+    """A count of BF.INFO's, or what a server that does not report it gets."""
+    return "unknown" if n is None else f"{n:,}"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

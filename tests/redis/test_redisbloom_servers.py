@@ -186,3 +186,38 @@ def test_the_async_filter_says_the_same(flavor):
             with pytest.raises(lb.ModuleMissingError) as ei:
                 f.add_many(["a", "b"])
             assert_missing(ei, "BF.INFO", s)
+
+
+def _info_without_counts(f: FakeBloom) -> list:
+    """BF.INFO with Capacity and Expansion rate only: no size, filters nor item count."""
+    return [("+", "Capacity"), f.capacity_total(), ("+", "Expansion rate"), f.expansion or None]
+
+
+def test_cli_inspect_says_unknown_for_counts_the_server_does_not_report(capsys):
+    from ling_bloom.__main__ import main
+
+    with FakeBFServer(missing=("BF.CARD",), info=_info_without_counts) as s:
+        with lb.RedisBloomFilter("k", capacity=100, url=s.url) as f:
+            f.update(["a", "b"])
+        capsys.readouterr()
+        assert main(["inspect", s.url, "k"]) == 0
+        out = capsys.readouterr().out
+        assert "capacity=100 in unknown sub-filter(s)" in out, out
+        assert "size not reported" in out and "unknown items added" in out, out
+
+
+def test_cli_inspect_gives_the_reason_a_bf_server_cannot_read_the_key(capsys):
+    from ling_bloom.__main__ import main
+
+    def no_known_field(f: FakeBloom) -> list:
+        return [("+", "Volume"), 7]
+
+    with FakeBFServer(info=no_known_field) as s:
+        with lb.RedisBloomFilter("k", capacity=100, url=s.url) as f:
+            f.add("a")
+        capsys.readouterr()
+        assert main(["inspect", s.url, "k"]) == 1
+        err = capsys.readouterr().err
+        # the server's BF.* is there: the message says what it lacks, not "no RedisBloom module"
+        assert "no RedisBloom module" not in err, err
+        assert "BF.INFO" in err, err

@@ -310,7 +310,12 @@ class FakeBFServer(ScriptedServer):
                 "BF.MEXISTS": self._mexists, "BF.RESERVE": self._reserve, "BF.CARD": self._card,
                 "BF.SCANDUMP": self._scandump, "BF.LOADCHUNK": self._loadchunk,
                 "TYPE": self._type, "DEL": self._del, "INFO": self._server_info,
-                "PEXPIRE": lambda a: 1, "RENAME": self._rename}
+                "PEXPIRE": lambda a: 1, "RENAME": self._rename,
+                "EXISTS": lambda a: sum(k in self.filters or k in self.others for k in a[1:]),
+                # GET/GETRANGE of a key that holds no string (RedisFilter.open's look for
+                # its meta key, as `ling_bloom inspect` makes it): nil, an empty string
+                "GET": lambda a: None, "GETRANGE": lambda a: b"",
+                "PTTL": lambda a: -1 if a[1] in self.filters or a[1] in self.others else -2}
         missing = {m.upper() for m in missing}
         super().__init__({k: self._locked(v) for k, v in cmds.items() if k not in missing})
 
