@@ -26,7 +26,7 @@ from ._breaker import (
     _unfinished,
     _take_pending,
 )
-from ._cache import Cache, _NoCache, is_null
+from ._cache import _NoCache, is_null
 from ._core import FilterLostError, GeometryMismatchError
 from ._keys import as_key
 from ._keys import key_text as _text

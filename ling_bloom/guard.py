@@ -79,7 +79,6 @@ import functools
 import inspect
 import threading
 import uuid
-import time
 from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
 
 # The guard's parts, a module each; their public names are imported from here.
@@ -89,7 +88,6 @@ from ._breaker import _queue_add, _take_pending
 from ._cache import (LOADING_TTL, NULL, Cache, MemoryCache, RedisCache, _Flight, _Loading,
                      is_loading, is_null)
 from ._cache import _Null  # noqa: F401  (the marker's class, where its pickles name it)
-from ._core import FilterLostError, GeometryMismatchError
 from ._guard_base import _GuardBase, _Steps, log  # noqa: F401  (log: the guard's logger)
 from ._keys import Key, as_key  # noqa: F401  (Key: the type of a converted key)
 from ._metrics import GuardStats
