@@ -222,6 +222,127 @@ size_t lb_column_fill(lb_column *c, size_t n, lb_key *keys, size_t *idx, char *d
 
 typedef enum { CHECK_OK, CHECK_NULL, CHECK_EMPTY, CHECK_BAD } check_result;
 
+static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where,
+                              int allow_empty);
+
+/* An element that is null: CHECK_NULL (at i) unless skip_nulls lets it be. */
+static inline check_result null_at(size_t i, int skip_nulls, int *nulls, size_t *where)
+{
+    if (!skip_nulls) {
+        *where = i;
+        return CHECK_NULL;
+    }
+    *nulls = 1;
+    return CHECK_OK;
+}
+
+/* A dictionary-encoded segment: its values (whose empty or null ones matter
+ * only where an index picks them), then every index. */
+static check_result check_dict(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where)
+{
+    const lb_col_seg *d = seg->dict;
+    int dnulls = 0;
+    size_t dwhere = 0;
+    if (check_seg(d, 1, &dnulls, &dwhere, 1) != CHECK_OK) {
+        *where = 0;
+        return CHECK_BAD;
+    }
+    for (size_t i = 0; i < seg->len; i++) {
+        if (is_valid(seg, i)) {
+            int64_t k = load_index(seg, i);
+            if (k < 0 || (uint64_t)k >= d->len) {
+                *where = i;
+                return CHECK_BAD;
+            }
+            if (d->kind != LB_SEG_NULL && is_valid(d, (size_t)k)) {
+                lb_key key = {"", 0};
+                char digits[LB_COLUMN_DIGITS];
+                value_key(d, (size_t)k, &key, digits);
+                if (key.len == 0) {
+                    *where = i;
+                    return CHECK_EMPTY;
+                }
+                continue;
+            }
+        }
+        if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+            return CHECK_NULL;
+    }
+    return CHECK_OK;
+}
+
+/* string / binary: offsets start at 0 or more and never go down; a valid
+ * element is not empty; the bytes are there when a key has any. */
+static check_result check_offsets(const lb_col_seg *seg, int skip_nulls, int *nulls,
+                                  size_t *where, int allow_empty)
+{
+    int wide = seg->kind == LB_SEG_OFF64;
+    int64_t prev = wide ? load_i64(seg->offsets) : load_i32(seg->offsets);
+    if (prev < 0) {
+        *where = 0;
+        return CHECK_BAD;
+    }
+    for (size_t i = 0; i < seg->len; i++) {
+        int64_t next = wide ? load_i64(seg->offsets + 8 * (i + 1))
+                            : load_i32(seg->offsets + 4 * (i + 1));
+        if (next < prev) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        if (!is_valid(seg, i)) {
+            if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+                return CHECK_NULL;
+        }
+        else if (next == prev) {
+            if (!allow_empty) {
+                *where = i;
+                return CHECK_EMPTY;
+            }
+        }
+        else if (!seg->data) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        prev = next;
+    }
+    return CHECK_OK;
+}
+
+/* string_view / binary_view: a valid view is not empty, and a long one's
+ * bytes lie inside the data buffer it names. */
+static check_result check_views(const lb_col_seg *seg, int skip_nulls, int *nulls,
+                                size_t *where, int allow_empty)
+{
+    for (size_t i = 0; i < seg->len; i++) {
+        if (!is_valid(seg, i)) {
+            if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+                return CHECK_NULL;
+            continue;
+        }
+        const char *v = seg->values + 16 * i;
+        int32_t len = load_i32(v);
+        if (len == 0) {
+            if (allow_empty)
+                continue;
+            *where = i;
+            return CHECK_EMPTY;
+        }
+        if (len < 0) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        if (len > 12) {
+            int32_t b = load_i32(v + 8), off = load_i32(v + 12);
+            if (b < 0 || (size_t)b >= seg->nbufs || off < 0 || !seg->bufs[b] ||
+                seg->sizes[b] < 0 || (int64_t)off + len > seg->sizes[b]) {
+                *where = i;
+                return CHECK_BAD;
+            }
+        }
+    }
+    return CHECK_OK;
+}
+
 /* The first problem of seg (its element in *where), CHECK_OK, or CHECK_OK
  * with *nulls set when skip_nulls lets its nulls be.  allow_empty: a
  * dictionary's values, whose empty ones matter only where an index picks
@@ -229,130 +350,24 @@ typedef enum { CHECK_OK, CHECK_NULL, CHECK_EMPTY, CHECK_BAD } check_result;
 static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where,
                               int allow_empty)
 {
-    size_t n = seg->len;
-    if (seg->kind == LB_SEG_DICT) {
-        const lb_col_seg *d = seg->dict;
-        int dnulls = 0;
-        size_t dwhere = 0;
-        if (check_seg(d, 1, &dnulls, &dwhere, 1) != CHECK_OK) {
-            *where = 0;
-            return CHECK_BAD;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (is_valid(seg, i)) {
-                int64_t k = load_index(seg, i);
-                if (k < 0 || (uint64_t)k >= d->len) {
-                    *where = i;
-                    return CHECK_BAD;
-                }
-                if (d->kind != LB_SEG_NULL && is_valid(d, (size_t)k)) {
-                    lb_key key = {"", 0};
-                    char digits[LB_COLUMN_DIGITS];
-                    value_key(d, (size_t)k, &key, digits);
-                    if (key.len == 0) {
-                        *where = i;
-                        return CHECK_EMPTY;
-                    }
-                    continue;
-                }
-            }
-            if (!skip_nulls) {
-                *where = i;
-                return CHECK_NULL;
-            }
-            *nulls = 1;
-        }
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_NULL) {
-        if (n && !skip_nulls) {
-            *where = 0;
-            return CHECK_NULL;
-        }
-        *nulls |= n != 0;
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_OFF32 || seg->kind == LB_SEG_OFF64) {
-        /* Offsets start at 0 or more and never go down; a valid element is
-         * not empty; the bytes are there when a key has any. */
-        int wide = seg->kind == LB_SEG_OFF64;
-        int64_t prev = wide ? load_i64(seg->offsets) : load_i32(seg->offsets);
-        if (prev < 0) {
-            *where = 0;
-            return CHECK_BAD;
-        }
-        for (size_t i = 0; i < n; i++) {
-            int64_t next = wide ? load_i64(seg->offsets + 8 * (i + 1))
-                                : load_i32(seg->offsets + 4 * (i + 1));
-            if (next < prev) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-            }
-            else if (next == prev) {
-                if (!allow_empty) {
-                    *where = i;
-                    return CHECK_EMPTY;
-                }
-            }
-            else if (!seg->data) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            prev = next;
-        }
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_VIEW) {
-        for (size_t i = 0; i < n; i++) {
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-                continue;
-            }
-            const char *v = seg->values + 16 * i;
-            int32_t len = load_i32(v);
-            if (len == 0) {
-                if (allow_empty)
-                    continue;
-                *where = i;
-                return CHECK_EMPTY;
-            }
-            if (len < 0) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            if (len > 12) {
-                int32_t b = load_i32(v + 8), off = load_i32(v + 12);
-                if (b < 0 || (size_t)b >= seg->nbufs || off < 0 || !seg->bufs[b] ||
-                    seg->sizes[b] < 0 || (int64_t)off + len > seg->sizes[b]) {
-                    *where = i;
-                    return CHECK_BAD;
-                }
-            }
-        }
-        return CHECK_OK;
+    switch (seg->kind) {
+    case LB_SEG_DICT:
+        return check_dict(seg, skip_nulls, nulls, where);
+    case LB_SEG_NULL:
+        return seg->len ? null_at(0, skip_nulls, nulls, where) : CHECK_OK;
+    case LB_SEG_OFF32:
+    case LB_SEG_OFF64:
+        return check_offsets(seg, skip_nulls, nulls, where, allow_empty);
+    case LB_SEG_VIEW:
+        return check_views(seg, skip_nulls, nulls, where, allow_empty);
+    default:
+        break;
     }
     /* integers: never empty; only nulls to look for */
     if (seg->validity)
-        for (size_t i = 0; i < n; i++)
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-                break;
-            }
+        for (size_t i = 0; i < seg->len; i++)
+            if (!is_valid(seg, i))
+                return null_at(i, skip_nulls, nulls, where);
     return CHECK_OK;
 }
 
