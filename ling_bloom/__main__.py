@@ -477,15 +477,7 @@ class _RecordP(argparse.Action):
         namespace.p_given = True
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m ling_bloom",
-        description="Bloom filters with a C core: demo, capacity planning, false-positive-rate "
-                    "experiments, saved filters.",
-        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage, 3 (test) a key is absent.  "
-               "'python -m ling_bloom COMMAND --help' for a command's options.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+def _add_demo_command(sub: Any) -> None:
     d = sub.add_parser("demo", help="show the filters at work (start here)",
                        description="Each filter at work, its measured false-positive rate "
                                    "beside the one it promises.")
@@ -495,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target rate (default 0.01)")
     d.set_defaults(func=cmd_demo)
 
+
+def _add_estimate_command(sub: Any) -> None:
     e = sub.add_parser("estimate", help="m, k and memory for N keys at rate P",
                        description="the ling-base Go library's Estimate: m = ceil(n*-ln p / ln^2 2), "
                                    "k = max(1, ceil(ln 2 * m / n)), and the memory it takes.  "
@@ -507,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="false-positive rate, in (0, 1)")
     e.set_defaults(func=cmd_estimate)
 
+
+def _add_fpr_command(sub: Any) -> None:
     f = sub.add_parser(
         "fpr", help="measure a filter's false-positive rate as it fills",
         description="Fill a filter in steps with keys of one shape and test keys that were "
@@ -558,6 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalable filter's growth")
     f.set_defaults(func=cmd_fpr, p_given=False)
 
+
+def _add_inspect_command(sub: Any) -> None:
     i = sub.add_parser("inspect", help="what a saved filter (or a Redis filter) holds",
                        description="Type, geometry, fill and current rate of a filter saved "
                                    "with save(), or of the filter at KEY on a Redis server "
@@ -571,6 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("key", metavar="KEY", nargs="?", help="with a URL: the filter's key")
     i.set_defaults(func=cmd_inspect)
 
+
+def _add_build_command(sub: Any) -> None:
     b = sub.add_parser(
         "build", help="build a filter from a file of keys and save it",
         description="Read KEYS (one key a line, as bytes without the line ending; empty "
@@ -592,6 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hashing scheme (default xxh3-mix; not with --type blocked)")
     b.set_defaults(func=cmd_build)
 
+
+def _add_test_command(sub: Any) -> None:
     t = sub.add_parser(
         "test", help="test keys against a saved filter",
         description="Test each KEY (or, without any, each line of stdin) against the filter "
@@ -603,6 +605,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("key", metavar="KEY", nargs="*", help="keys to test (default: stdin's lines)")
     t.add_argument("-q", "--quiet", action="store_true", help="print nothing: the exit status")
     t.set_defaults(func=cmd_test)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m ling_bloom",
+        description="Bloom filters with a C core: demo, capacity planning, false-positive-rate "
+                    "experiments, saved filters.",
+        epilog="exit codes: 0 ok, 1 the command failed, 2 bad usage, 3 (test) a key is absent.  "
+               "'python -m ling_bloom COMMAND --help' for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_demo_command(sub)
+    _add_estimate_command(sub)
+    _add_fpr_command(sub)
+    _add_inspect_command(sub)
+    _add_build_command(sub)
+    _add_test_command(sub)
     return parser
 
 

@@ -20,7 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterable, NamedTuple, Optional
 
 if TYPE_CHECKING:
-    from .guard import _GuardBase
+    from ._guard_base import _GuardBase
 
 __all__ = ["GuardStats"]
 

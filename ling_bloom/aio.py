@@ -191,7 +191,7 @@ class _Broken(Exception):
     """A connection that broke in the middle of a round trip (reported to C as IO)."""
 
 
-# The outcomes of a step, as csrc/py/redis_common.c's _wire_connected / _wire_sent take them.
+# The outcomes of a step, as csrc/py/redis_wire.c's _wire_connected / _wire_sent take them.
 _OK, _REFUSED, _TIMEOUT, _BROKEN, _FEED_FAILED = 0, 1, 2, 3, 4
 _CONNECT, _SEND, _PAUSE = 1, 2, 3
 

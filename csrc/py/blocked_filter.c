@@ -23,25 +23,6 @@ typedef struct {
 /* What the hash property says: XXH3-64 of the key, the split-block walk. */
 #define BLOCKED_HASH_NAME "xxh3-block"
 
-static const lb_fixed_impl BlockedFilter_impl;
-
-static lb_status BlockedFilter_init(lb_fixed_filter *f, uint64_t m)
-{
-    BlockedFilter *self = (BlockedFilter *)f;
-    f->cells_used = &self->bits.bits_set;
-    return lb_blocked_init(&self->bits, m, f->args.k);
-}
-
-static void BlockedFilter_release(lb_base *b)
-{
-    lb_blocked_free(&((BlockedFilter *)b)->bits);
-}
-
-static BlockedFilter *BlockedFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
-{
-    return (BlockedFilter *)lb_fixed_new(type, a, &BlockedFilter_impl);
-}
-
 /* ---- construction ------------------------------------------------------- */
 
 static int BlockedFilter_geometry_error(lb_state *st, lb_status s, uint64_t m, uint64_t k)
@@ -126,137 +107,97 @@ static int BlockedFilter_parse_args(lb_state *st, PyObject *args, PyObject *kwar
     return 0;
 }
 
-static PyObject *BlockedFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+/* ---- the storage operations (lb_fixed_impl) --------------------------------- */
+
+static lb_status BlockedFilter_init(lb_fixed_filter *f, uint64_t m)
 {
-    lb_state *st = lb_state_from_type(type);
-    lb_fixed_args a;
-    if (!st || BlockedFilter_parse_args(st, args, kwargs, &a) < 0)
-        return NULL;
-    return (PyObject *)BlockedFilter_new_from(type, &a);
+    BlockedFilter *self = (BlockedFilter *)f;
+    f->cells_used = &self->bits.bits_set;
+    return lb_blocked_init(&self->bits, m, f->args.k);
 }
 
-/* ---- single keys ------------------------------------------------------- */
-
-/* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *BlockedFilter_add_full(BlockedFilter *f, PyObject *key)
+static void BlockedFilter_release(lb_base *b)
 {
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
-        return NULL;
-    int r = lb_blocked_add_key(&f->bits, k.data, k.len);
-    lb_key_leave(&f->f.base, &hold);
-    return Py_NewRef(r ? Py_True : Py_False);
+    lb_blocked_free(&((BlockedFilter *)b)->bits);
 }
 
-static LB_NOINLINE int BlockedFilter_contains_full(BlockedFilter *f, PyObject *key)
+static uint8_t *BlockedFilter_cells(const lb_fixed_filter *f)
 {
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
-        return -1;
-    int r = lb_blocked_test_key(&f->bits, k.data, k.len);
-    lb_key_leave(&f->f.base, &hold);
-    return r;
+    return (uint8_t *)((const BlockedFilter *)f)->bits.words;
 }
 
-static PyObject *BlockedFilter_add(PyObject *self, PyObject *key)
+static int BlockedFilter_add_key(lb_fixed_filter *f, const void *key, size_t len)
 {
-    BlockedFilter *f = AS_BLOCKED(self);
-    const void *data;
-    size_t len;
-    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len)))
-        return Py_NewRef(lb_blocked_add_key(&f->bits, data, len) ? Py_True : Py_False);
-    return BlockedFilter_add_full(f, key);
+    return lb_blocked_add_key(&AS_BLOCKED(f)->bits, key, len);
 }
 
-static int BlockedFilter_contains(PyObject *self, PyObject *key)
+static int BlockedFilter_test_key(const lb_fixed_filter *f, const void *key, size_t len)
 {
-    BlockedFilter *f = AS_BLOCKED(self);
-    const void *data;
-    size_t len;
-    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
-        return lb_blocked_test_key(&f->bits, data, len);
-    return BlockedFilter_contains_full(f, key);
+    return lb_blocked_test_key(&((const BlockedFilter *)f)->bits, key, len);
 }
 
-static PyObject *BlockedFilter_test(PyObject *self, PyObject *key)
+static void BlockedFilter_add_hashed(lb_fixed_filter *f, const lb_hash_pair *pairs, size_t n,
+                                     uint8_t *out)
 {
-    int r = BlockedFilter_contains(self, key);
-    if (r < 0)
-        return NULL;
-    return Py_NewRef(r ? Py_True : Py_False);
+    lb_blocked_add_hashed(&AS_BLOCKED(f)->bits, pairs, n, out);
 }
 
-/* ---- batches ------------------------------------------------------------ */
-
-static lb_status BlockedFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                          uint8_t *out, size_t *done)
+static void BlockedFilter_test_hashed(const lb_fixed_filter *f, const lb_hash_pair *pairs,
+                                      size_t n, uint8_t *out)
 {
-    lb_blocked_add_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
-    *done = n;
-    return LB_OK;
+    lb_blocked_test_hashed(&((const BlockedFilter *)f)->bits, pairs, n, out);
 }
 
-static lb_status BlockedFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                           uint8_t *out, size_t *done)
+static void BlockedFilter_clear(lb_fixed_filter *f)
 {
-    lb_blocked_test_hashed(&((BlockedFilter *)b)->bits, pairs, n, out);
-    *done = n;
-    return LB_OK;
+    lb_blocked_clear(&AS_BLOCKED(f)->bits);
+}
+
+static void BlockedFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+{
+    if (is_union)
+        lb_blocked_or(&AS_BLOCKED(dst)->bits, &((const BlockedFilter *)src)->bits);
+    else
+        lb_blocked_and(&AS_BLOCKED(dst)->bits, &((const BlockedFilter *)src)->bits);
+}
+
+/* The saved payload is the words in little-endian order (lb_blocked_bytes). */
+static const uint8_t *BlockedFilter_export(const lb_fixed_filter *f, uint8_t **to_free)
+{
+    return lb_blocked_bytes(&((const BlockedFilter *)f)->bits, to_free);
+}
+
+static void BlockedFilter_import(lb_fixed_filter *f, const uint8_t *payload, size_t len)
+{
+    (void)len; /* lb_fixed_read checked it: the m / 8 bytes of the filter's blocks */
+    lb_blocked_import(&AS_BLOCKED(f)->bits, payload);
 }
 
 /* The batches hash keys with lb_hash_blocked (args.scheme is LB_HASH_XXH3_MIX,
  * which a saved BlockedFilter records; the key hash is the layout's own). */
-static lb_hash_scheme BlockedFilter_key_scheme(lb_base *b)
-{
-    (void)b;
-    return LB_HASH_BLOCKED;
-}
-
-static const lb_batch_ops BlockedFilter_batch = {
-    .add_hashed = BlockedFilter_add_hashed,
-    .test_hashed = BlockedFilter_test_hashed,
-    .key_scheme = BlockedFilter_key_scheme,
-};
-static lb_fixed_filter *BlockedFilter_impl_copy(lb_fixed_filter *src);
-static void BlockedFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_impl BlockedFilter_impl = {
+const lb_fixed_impl lb_blocked_impl = {
     .name = "BlockedFilter",
     .cells = "bits",
     .cells_per_byte = 8,
+    .saved_kind = LB_KIND_BLOCKED,
+    .type_slot = offsetof(lb_state, BlockedFilter),
+    .parse_args = BlockedFilter_parse_args,
     .init = BlockedFilter_init,
     .release = BlockedFilter_release,
-    .batch = &BlockedFilter_batch,
-    .recount = NULL,
-    .type_slot = offsetof(lb_state, BlockedFilter),
-    .copy = BlockedFilter_impl_copy,
+    .cells_of = BlockedFilter_cells,
+    .add_key = BlockedFilter_add_key,
+    .test_key = BlockedFilter_test_key,
+    .key_scheme = LB_HASH_BLOCKED,
+    .add_hashed = BlockedFilter_add_hashed,
+    .test_hashed = BlockedFilter_test_hashed,
+    .clear = BlockedFilter_clear,
     .merge = BlockedFilter_merge,
+    .export = BlockedFilter_export,
+    .import = BlockedFilter_import,
+    .alloc_slack = 64, /* the words start on a cache line of their allocation */
 };
 
-/* ---- whole filter ------------------------------------------------------- */
-
-static PyObject *BlockedFilter_reset(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    if (lb_enter(&AS_BLOCKED(self)->f.base) < 0)
-        return NULL;
-    lb_blocked_clear(&AS_BLOCKED(self)->bits);
-    lb_leave(&AS_BLOCKED(self)->f.base);
-    Py_RETURN_NONE;
-}
-
-static PyObject *BlockedFilter_bits_set(PyObject *self, void *unused)
-{
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->bits.bits_set);
-}
-
-static PyObject *BlockedFilter_nbytes(PyObject *self, void *unused)
-{
-    (void)unused;
-    return PyLong_FromUnsignedLongLong(AS_BLOCKED(self)->f.args.m / 8);
-}
+/* ---- what only a blocked filter has ------------------------------------------ */
 
 static PyObject *BlockedFilter_hash(PyObject *self, void *unused)
 {
@@ -274,92 +215,6 @@ static PyObject *BlockedFilter_current_error_rate(PyObject *self, PyObject *unus
     double r = lb_blocked_current_fpr(&f->bits);
     lb_leave(&f->f.base);
     return PyFloat_FromDouble(r);
-}
-
-static BlockedFilter *BlockedFilter_copy_of(BlockedFilter *src)
-{
-    BlockedFilter *dst = BlockedFilter_new_from(Py_TYPE(src), &src->f.args);
-    if (!dst)
-        return NULL;
-    memcpy(dst->bits.words, src->bits.words, (size_t)src->bits.nblocks * 64);
-    dst->bits.bits_set = src->bits.bits_set;
-    return dst;
-}
-
-static lb_fixed_filter *BlockedFilter_impl_copy(lb_fixed_filter *src)
-{
-    return (lb_fixed_filter *)BlockedFilter_copy_of((BlockedFilter *)src);
-}
-
-static void BlockedFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
-{
-    if (is_union)
-        lb_blocked_or(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
-    else
-        lb_blocked_and(&((BlockedFilter *)dst)->bits, &((const BlockedFilter *)src)->bits);
-}
-
-static PyObject *BlockedFilter_richcompare(PyObject *self, PyObject *other, int op)
-{
-    lb_state *st = AS_BLOCKED(self)->f.base.st;
-    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->BlockedFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    /* As MemoryFilter: a filter equals itself without its storage; a closed
-     * filter against another raises ClosedError. */
-    if (self == other)
-        return PyBool_FromLong(op == Py_EQ);
-    BlockedFilter *a = AS_BLOCKED(self), *b = AS_BLOCKED(other);
-    if (lb_enter2(&a->f.base, &b->f.base) < 0)
-        return NULL;
-    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
-             a->bits.bits_set == b->bits.bits_set &&
-             memcmp(a->bits.words, b->bits.words, (size_t)a->bits.nblocks * 64) == 0;
-    lb_fixed_leave2(self, other);
-    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
-}
-
-/* ---- bytes -------------------------------------------------------------- */
-
-static PyObject *BlockedFilter_to_bytes(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    BlockedFilter *f = AS_BLOCKED(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    uint8_t *tmp = NULL;
-    const uint8_t *payload = lb_blocked_bytes(&f->bits, &tmp);
-    PyObject *r = payload ? lb_fixed_to_bytes(&f->f, LB_KIND_BLOCKED, payload,
-                                              (size_t)f->bits.nblocks * 64)
-                          : PyErr_NoMemory();
-    free(tmp);
-    lb_leave(&f->f.base);
-    return r;
-}
-
-static PyObject *BlockedFilter_from_bytes(PyObject *cls, PyObject *data)
-{
-    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
-    if (!st)
-        return NULL;
-    Py_buffer view;
-    lb_fixed_args a;
-    const uint8_t *payload;
-    size_t len;
-    if (lb_fixed_read(st, data, &view, LB_KIND_BLOCKED, "BlockedFilter", &a, &payload, &len) < 0)
-        return NULL;
-    BlockedFilter *f = BlockedFilter_new_from((PyTypeObject *)cls, &a);
-    if (f)
-        lb_blocked_import(&f->bits, payload);
-    PyBuffer_Release(&view);
-    return (PyObject *)f;
-}
-
-static PyObject *BlockedFilter_sizeof(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    BlockedFilter *f = AS_BLOCKED(self);
-    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (f->bits.raw ? (size_t)f->bits.nblocks * 64 + 64 : 0));
 }
 
 static PyObject *BlockedFilter_repr(PyObject *self)
@@ -445,12 +300,12 @@ static PyObject *BlockedFilter_simd(PyObject *cls, PyObject *const *args, Py_ssi
 }
 
 static PyMethodDef BlockedFilter_methods[] = {
-    {"add", BlockedFilter_add, METH_O,
+    {"add", lb_fixed_add, METH_O,
      "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", BlockedFilter_test, METH_O,
+    {"test", lb_fixed_test, METH_O,
      "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", BlockedFilter_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", lb_fixed_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -466,10 +321,10 @@ static PyMethodDef BlockedFilter_methods[] = {
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> BlockedFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", BlockedFilter_to_bytes, METH_NOARGS,
+    {"to_bytes", lb_fixed_to_bytes_method, METH_NOARGS,
      "to_bytes() -> bytes\n\nThe filter in the saved "
      "format (versioned header, checksum)."},
-    {"from_bytes", BlockedFilter_from_bytes, METH_O | METH_CLASS,
+    {"from_bytes", lb_fixed_from_bytes, METH_O | METH_CLASS,
      "from_bytes(data) -> BlockedFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
@@ -491,7 +346,7 @@ static PyMethodDef BlockedFilter_methods[] = {
      "(for tests and benchmarks)."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", BlockedFilter_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", lb_fixed_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -503,8 +358,8 @@ static PyGetSetDef BlockedFilter_getset[] = {
      NULL},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", BlockedFilter_nbytes, NULL, "bytes of bits: m / 8", NULL},
-    {"bits_set", BlockedFilter_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", lb_fixed_get_nbytes, NULL, "bytes of bits: m / 8", NULL},
+    {"bits_set", lb_fixed_get_cells_used, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -520,16 +375,16 @@ static PyType_Slot BlockedFilter_slots[] = {
                 "A split-block Bloom filter: each key sets k bits in one 64-byte block "
                 "(one cache line), k/8 in each of its eight 64-bit lanes.  Sized for its "
                 "own, higher, rate at equal memory: the error_rate holds at capacity."},
-    {Py_tp_new, BlockedFilter_new},
+    {Py_tp_new, lb_fixed_tp_new},
     {Py_tp_dealloc, lb_fixed_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, BlockedFilter_methods},
     {Py_tp_getset, BlockedFilter_getset},
     {Py_tp_members, BlockedFilter_members},
     {Py_tp_repr, BlockedFilter_repr},
-    {Py_tp_richcompare, BlockedFilter_richcompare},
+    {Py_tp_richcompare, lb_fixed_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, BlockedFilter_contains},
+    {Py_sq_contains, lb_fixed_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},

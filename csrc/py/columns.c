@@ -1,5 +1,8 @@
-/* columns.c: columns of keys read in place, and BoolArray (see columns.h). */
+/* columns.c: columns of keys read in place (see columns.h): the keys of their
+ * elements, the check of every element, and opening (a buffer of integers, an
+ * array-like; Arrow arrays and streams are columns_arrow.c's). */
 #include "columns.h"
+#include "columns_parts.h"
 
 #include <string.h>
 
@@ -219,6 +222,127 @@ size_t lb_column_fill(lb_column *c, size_t n, lb_key *keys, size_t *idx, char *d
 
 typedef enum { CHECK_OK, CHECK_NULL, CHECK_EMPTY, CHECK_BAD } check_result;
 
+static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where,
+                              int allow_empty);
+
+/* An element that is null: CHECK_NULL (at i) unless skip_nulls lets it be. */
+static inline check_result null_at(size_t i, int skip_nulls, int *nulls, size_t *where)
+{
+    if (!skip_nulls) {
+        *where = i;
+        return CHECK_NULL;
+    }
+    *nulls = 1;
+    return CHECK_OK;
+}
+
+/* A dictionary-encoded segment: its values (whose empty or null ones matter
+ * only where an index picks them), then every index. */
+static check_result check_dict(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where)
+{
+    const lb_col_seg *d = seg->dict;
+    int dnulls = 0;
+    size_t dwhere = 0;
+    if (check_seg(d, 1, &dnulls, &dwhere, 1) != CHECK_OK) {
+        *where = 0;
+        return CHECK_BAD;
+    }
+    for (size_t i = 0; i < seg->len; i++) {
+        if (is_valid(seg, i)) {
+            int64_t k = load_index(seg, i);
+            if (k < 0 || (uint64_t)k >= d->len) {
+                *where = i;
+                return CHECK_BAD;
+            }
+            if (d->kind != LB_SEG_NULL && is_valid(d, (size_t)k)) {
+                lb_key key = {"", 0};
+                char digits[LB_COLUMN_DIGITS];
+                value_key(d, (size_t)k, &key, digits);
+                if (key.len == 0) {
+                    *where = i;
+                    return CHECK_EMPTY;
+                }
+                continue;
+            }
+        }
+        if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+            return CHECK_NULL;
+    }
+    return CHECK_OK;
+}
+
+/* string / binary: offsets start at 0 or more and never go down; a valid
+ * element is not empty; the bytes are there when a key has any. */
+static check_result check_offsets(const lb_col_seg *seg, int skip_nulls, int *nulls,
+                                  size_t *where, int allow_empty)
+{
+    int wide = seg->kind == LB_SEG_OFF64;
+    int64_t prev = wide ? load_i64(seg->offsets) : load_i32(seg->offsets);
+    if (prev < 0) {
+        *where = 0;
+        return CHECK_BAD;
+    }
+    for (size_t i = 0; i < seg->len; i++) {
+        int64_t next = wide ? load_i64(seg->offsets + 8 * (i + 1))
+                            : load_i32(seg->offsets + 4 * (i + 1));
+        if (next < prev) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        if (!is_valid(seg, i)) {
+            if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+                return CHECK_NULL;
+        }
+        else if (next == prev) {
+            if (!allow_empty) {
+                *where = i;
+                return CHECK_EMPTY;
+            }
+        }
+        else if (!seg->data) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        prev = next;
+    }
+    return CHECK_OK;
+}
+
+/* string_view / binary_view: a valid view is not empty, and a long one's
+ * bytes lie inside the data buffer it names. */
+static check_result check_views(const lb_col_seg *seg, int skip_nulls, int *nulls,
+                                size_t *where, int allow_empty)
+{
+    for (size_t i = 0; i < seg->len; i++) {
+        if (!is_valid(seg, i)) {
+            if (null_at(i, skip_nulls, nulls, where) != CHECK_OK)
+                return CHECK_NULL;
+            continue;
+        }
+        const char *v = seg->values + 16 * i;
+        int32_t len = load_i32(v);
+        if (len == 0) {
+            if (allow_empty)
+                continue;
+            *where = i;
+            return CHECK_EMPTY;
+        }
+        if (len < 0) {
+            *where = i;
+            return CHECK_BAD;
+        }
+        if (len > 12) {
+            int32_t b = load_i32(v + 8), off = load_i32(v + 12);
+            if (b < 0 || (size_t)b >= seg->nbufs || off < 0 || !seg->bufs[b] ||
+                seg->sizes[b] < 0 || (int64_t)off + len > seg->sizes[b]) {
+                *where = i;
+                return CHECK_BAD;
+            }
+        }
+    }
+    return CHECK_OK;
+}
+
 /* The first problem of seg (its element in *where), CHECK_OK, or CHECK_OK
  * with *nulls set when skip_nulls lets its nulls be.  allow_empty: a
  * dictionary's values, whose empty ones matter only where an index picks
@@ -226,130 +350,24 @@ typedef enum { CHECK_OK, CHECK_NULL, CHECK_EMPTY, CHECK_BAD } check_result;
 static check_result check_seg(const lb_col_seg *seg, int skip_nulls, int *nulls, size_t *where,
                               int allow_empty)
 {
-    size_t n = seg->len;
-    if (seg->kind == LB_SEG_DICT) {
-        const lb_col_seg *d = seg->dict;
-        int dnulls = 0;
-        size_t dwhere = 0;
-        if (check_seg(d, 1, &dnulls, &dwhere, 1) != CHECK_OK) {
-            *where = 0;
-            return CHECK_BAD;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (is_valid(seg, i)) {
-                int64_t k = load_index(seg, i);
-                if (k < 0 || (uint64_t)k >= d->len) {
-                    *where = i;
-                    return CHECK_BAD;
-                }
-                if (d->kind != LB_SEG_NULL && is_valid(d, (size_t)k)) {
-                    lb_key key = {"", 0};
-                    char digits[LB_COLUMN_DIGITS];
-                    value_key(d, (size_t)k, &key, digits);
-                    if (key.len == 0) {
-                        *where = i;
-                        return CHECK_EMPTY;
-                    }
-                    continue;
-                }
-            }
-            if (!skip_nulls) {
-                *where = i;
-                return CHECK_NULL;
-            }
-            *nulls = 1;
-        }
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_NULL) {
-        if (n && !skip_nulls) {
-            *where = 0;
-            return CHECK_NULL;
-        }
-        *nulls |= n != 0;
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_OFF32 || seg->kind == LB_SEG_OFF64) {
-        /* Offsets start at 0 or more and never go down; a valid element is
-         * not empty; the bytes are there when a key has any. */
-        int wide = seg->kind == LB_SEG_OFF64;
-        int64_t prev = wide ? load_i64(seg->offsets) : load_i32(seg->offsets);
-        if (prev < 0) {
-            *where = 0;
-            return CHECK_BAD;
-        }
-        for (size_t i = 0; i < n; i++) {
-            int64_t next = wide ? load_i64(seg->offsets + 8 * (i + 1))
-                                : load_i32(seg->offsets + 4 * (i + 1));
-            if (next < prev) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-            }
-            else if (next == prev) {
-                if (!allow_empty) {
-                    *where = i;
-                    return CHECK_EMPTY;
-                }
-            }
-            else if (!seg->data) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            prev = next;
-        }
-        return CHECK_OK;
-    }
-    if (seg->kind == LB_SEG_VIEW) {
-        for (size_t i = 0; i < n; i++) {
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-                continue;
-            }
-            const char *v = seg->values + 16 * i;
-            int32_t len = load_i32(v);
-            if (len == 0) {
-                if (allow_empty)
-                    continue;
-                *where = i;
-                return CHECK_EMPTY;
-            }
-            if (len < 0) {
-                *where = i;
-                return CHECK_BAD;
-            }
-            if (len > 12) {
-                int32_t b = load_i32(v + 8), off = load_i32(v + 12);
-                if (b < 0 || (size_t)b >= seg->nbufs || off < 0 || !seg->bufs[b] ||
-                    seg->sizes[b] < 0 || (int64_t)off + len > seg->sizes[b]) {
-                    *where = i;
-                    return CHECK_BAD;
-                }
-            }
-        }
-        return CHECK_OK;
+    switch (seg->kind) {
+    case LB_SEG_DICT:
+        return check_dict(seg, skip_nulls, nulls, where);
+    case LB_SEG_NULL:
+        return seg->len ? null_at(0, skip_nulls, nulls, where) : CHECK_OK;
+    case LB_SEG_OFF32:
+    case LB_SEG_OFF64:
+        return check_offsets(seg, skip_nulls, nulls, where, allow_empty);
+    case LB_SEG_VIEW:
+        return check_views(seg, skip_nulls, nulls, where, allow_empty);
+    default:
+        break;
     }
     /* integers: never empty; only nulls to look for */
     if (seg->validity)
-        for (size_t i = 0; i < n; i++)
-            if (!is_valid(seg, i)) {
-                if (!skip_nulls) {
-                    *where = i;
-                    return CHECK_NULL;
-                }
-                *nulls = 1;
-                break;
-            }
+        for (size_t i = 0; i < seg->len; i++)
+            if (!is_valid(seg, i))
+                return null_at(i, skip_nulls, nulls, where);
     return CHECK_OK;
 }
 
@@ -390,9 +408,10 @@ static int column_check(lb_state *st, lb_column *c)
     }
 }
 
-/* ---- opening ---- */
+/* ---- opening: a buffer of integers (numpy), an array-like; Arrow is
+ * columns_arrow.c's ---- */
 
-static lb_col_seg *add_seg(lb_column *c)
+lb_col_seg *lb_column_add_seg(lb_column *c)
 {
     if (c->nsegs == c->segcap) {
         size_t cap = c->segcap ? 2 * c->segcap : 4;
@@ -495,7 +514,7 @@ static int open_buffer(lb_column *c, PyObject *obj)
         PyErr_Format(PyExc_TypeError, "integers of %zd bytes are not keys", size);
         return -1;
     }
-    lb_col_seg *seg = add_seg(c);
+    lb_col_seg *seg = lb_column_add_seg(c);
     if (!seg)
         return -1;
     seg->kind = LB_SEG_INT;
@@ -507,292 +526,6 @@ static int open_buffer(lb_column *c, PyObject *obj)
     seg->swap = swap && size > 1;
     c->len = seg->len;
     return 1;
-}
-
-/* Take array's struct (moved: the producer's copy is marked released, so its
- * capsule lets it be). */
-static struct ArrowArray *keep_array(lb_column *c, struct ArrowArray *array)
-{
-    if (c->narrays == c->arraycap) {
-        size_t cap = c->arraycap ? 2 * c->arraycap : 4;
-        struct ArrowArray *a = PyMem_Realloc(c->arrays, cap * sizeof *a);
-        if (!a) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        c->arrays = a;
-        c->arraycap = cap;
-    }
-    struct ArrowArray *kept = &c->arrays[c->narrays++];
-    *kept = *array;
-    array->release = NULL;
-    return kept;
-}
-
-static int malformed(const char *what)
-{
-    PyErr_Format(PyExc_ValueError, "malformed Arrow array: %s", what);
-    return -1;
-}
-
-/* seg for the array a of format f (one of the value formats check_schema
- * lets through): 0, or -1 with ValueError. */
-static int fill_seg(const char *f, const struct ArrowArray *a, lb_col_seg *seg)
-{
-    memset(seg, 0, sizeof *seg);
-    if (a->length < 0 || a->offset < 0 || a->offset > INT64_MAX / 16 - a->length ||
-        a->n_buffers < 0 || (a->n_buffers && !a->buffers))
-        return malformed("a negative or too large length or offset");
-    seg->len = (size_t)a->length;
-    size_t off = (size_t)a->offset;
-    if (strcmp(f, "n") == 0) {
-        seg->kind = LB_SEG_NULL;
-        return 0;
-    }
-    seg->kind = LB_SEG_INT;
-    if (a->length == 0)
-        return 0; /* nothing to read: its buffers may be missing */
-    if (a->n_buffers < 2)
-        return malformed("too few buffers");
-    seg->validity = a->null_count == 0 ? NULL : a->buffers[0];
-    seg->vbit = off;
-    if (!a->buffers[1])
-        return malformed("no values buffer");
-    if (f[0] == 'v') {
-        seg->kind = LB_SEG_VIEW;
-        if (a->n_buffers < 3)
-            return malformed("a view array without its buffer sizes");
-        seg->values = (const char *)a->buffers[1] + 16 * off;
-        seg->nbufs = (size_t)(a->n_buffers - 3);
-        seg->bufs = (const char *const *)(a->buffers + 2);
-        seg->sizes = a->buffers[a->n_buffers - 1];
-        if (seg->nbufs && !seg->sizes)
-            return malformed("a view array without its buffer sizes");
-    }
-    else if (strchr("uUzZ", f[0])) {
-        int wide = f[0] == 'U' || f[0] == 'Z';
-        if (a->n_buffers < 3)
-            return malformed("too few buffers");
-        seg->kind = wide ? LB_SEG_OFF64 : LB_SEG_OFF32;
-        seg->offsets = (const char *)a->buffers[1] + (wide ? 8 : 4) * off;
-        seg->data = a->buffers[2];
-    }
-    else {
-        static const char codes[] = "cCsSiIlL";
-        const char *p = strchr(codes, f[0]);
-        if (!p || f[1] != '\0')
-            return malformed("an unexpected format");
-        seg->itemsize = 1 << ((p - codes) / 2);
-        seg->is_signed = ((p - codes) % 2) == 0;
-        seg->stride = seg->itemsize;
-        seg->values = (const char *)a->buffers[1] + (size_t)seg->itemsize * off;
-    }
-    return 0;
-}
-
-/* The dictionary of a (the values its indices pick), kept in c. */
-static const lb_col_seg *add_dict(lb_column *c, const struct ArrowArray *a)
-{
-    if (!a->dictionary) {
-        malformed("a dictionary-encoded array without its dictionary");
-        return NULL;
-    }
-    if (c->ndicts == c->dictcap) {
-        size_t cap = c->dictcap ? 2 * c->dictcap : 4;
-        lb_col_seg **d = PyMem_Realloc(c->dicts, cap * sizeof *d);
-        if (!d) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        c->dicts = d;
-        c->dictcap = cap;
-    }
-    lb_col_seg *d = PyMem_Malloc(sizeof *d);
-    if (!d) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    c->dicts[c->ndicts++] = d;
-    if (fill_seg(c->schema.dictionary->format, a->dictionary, d) < 0)
-        return NULL;
-    return d;
-}
-
-/* The segment of one Arrow array (moved into c) of the column's schema. */
-static int add_arrow_array(lb_column *c, struct ArrowArray *in)
-{
-    struct ArrowArray *a = keep_array(c, in);
-    if (!a)
-        return -1;
-    lb_col_seg seg;
-    if (fill_seg(c->schema.format, a, &seg) < 0)
-        return -1;
-    if (seg.len == 0)
-        return 0;
-    if (seg.len > (size_t)PY_SSIZE_T_MAX - c->len)
-        return malformed("too long");
-    if (c->schema.dictionary) {
-        seg.dict = add_dict(c, a);
-        if (!seg.dict)
-            return -1;
-        seg.kind = LB_SEG_DICT;
-    }
-    lb_col_seg *s = add_seg(c);
-    if (!s)
-        return -1;
-    *s = seg;
-    c->len += seg.len;
-    return 0;
-}
-
-static const char *const value_formats[] = {"u", "U", "z", "Z", "vu", "vz", "n",
-                                            "c", "C", "s", "S", "i",  "I",  "l", "L"};
-
-static int is_value_format(const char *f)
-{
-    for (size_t i = 0; i < sizeof value_formats / sizeof *value_formats; i++)
-        if (strcmp(f, value_formats[i]) == 0)
-            return 1;
-    return 0;
-}
-
-/* Is the schema's type one a column of keys can have?  0, or -1 with
- * TypeError. */
-static int check_schema(const struct ArrowSchema *s)
-{
-    const char *f = s->format;
-    if (!f)
-        return malformed("a schema without a format");
-    if (s->dictionary) {
-        const struct ArrowSchema *d = s->dictionary;
-        if (!d->format)
-            return malformed("a dictionary schema without a format");
-        if (f[0] && f[1] == '\0' && strchr("cCsSiIlL", f[0]) && is_value_format(d->format) &&
-            !d->dictionary)
-            return 0;
-        PyErr_Format(PyExc_TypeError,
-                     "a column of keys holds ints, strings or bytes, not dictionary-encoded "
-                     "values of Arrow format '%.40s'",
-                     d->format);
-        return -1;
-    }
-    if (is_value_format(f))
-        return 0;
-    const char *what = "that Arrow type";
-    if (strcmp(f, "b") == 0)
-        what = "booleans";
-    else if (strcmp(f, "e") == 0 || strcmp(f, "f") == 0 || strcmp(f, "g") == 0)
-        what = "floats";
-    else if (f[0] == '+')
-        what = "nested values (a table, struct or list: pass one column)";
-    PyErr_Format(PyExc_TypeError,
-                 "a column of keys holds ints, strings or bytes, not %s (Arrow format '%.40s')",
-                 what, f);
-    return -1;
-}
-
-static int take_schema(lb_column *c, struct ArrowSchema *s)
-{
-    c->schema = *s;
-    s->release = NULL;
-    if (!c->schema.release)
-        return malformed("a released schema");
-    return check_schema(&c->schema);
-}
-
-/* The exporter's call failed: -2 (the iterable path decides) when it could
- * not make Arrow of the object (a library missing, as pandas without
- * pyarrow; values Arrow has no type for, as a pandas column of mixed
- * objects), else -1. */
-static int export_failed(void)
-{
-    if (PyErr_ExceptionMatches(PyExc_ImportError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
-        PyErr_ExceptionMatches(PyExc_ValueError) ||
-        PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
-        PyErr_Clear();
-        return -2;
-    }
-    return -1;
-}
-
-static int open_arrow_array(lb_column *c, PyObject *obj)
-{
-    PyObject *pair = PyObject_CallMethod(obj, "__arrow_c_array__", NULL);
-    if (!pair)
-        return export_failed();
-    int r = -1;
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-        PyErr_SetString(PyExc_TypeError, "__arrow_c_array__ must return a tuple of 2 capsules");
-        goto done;
-    }
-    struct ArrowSchema *schema = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 0), "arrow_schema");
-    if (!schema)
-        goto done;
-    struct ArrowArray *array = PyCapsule_GetPointer(PyTuple_GET_ITEM(pair, 1), "arrow_array");
-    if (!array)
-        goto done;
-    if (!array->release) {
-        malformed("a released array");
-        goto done;
-    }
-    if (take_schema(c, schema) < 0)
-        goto done;
-    r = add_arrow_array(c, array);
-done:
-    Py_DECREF(pair);
-    return r;
-}
-
-static int stream_error(struct ArrowArrayStream *s, int code)
-{
-    const char *msg = s->get_last_error ? s->get_last_error(s) : NULL;
-    PyErr_Format(PyExc_ValueError, "reading the Arrow stream failed (error %d): %s", code,
-                 msg ? msg : "no message");
-    return -1;
-}
-
-static int open_arrow_stream(lb_column *c, PyObject *obj)
-{
-    PyObject *cap = PyObject_CallMethod(obj, "__arrow_c_stream__", NULL);
-    if (!cap)
-        return export_failed();
-    struct ArrowArrayStream *in = PyCapsule_GetPointer(cap, "arrow_array_stream");
-    if (!in) {
-        Py_DECREF(cap);
-        return -1;
-    }
-    struct ArrowArrayStream s = *in;
-    in->release = NULL;
-    Py_DECREF(cap);
-    if (!s.release)
-        return malformed("a released stream");
-    int r = -1;
-    struct ArrowSchema schema;
-    schema.release = NULL;
-    int code = s.get_schema(&s, &schema);
-    if (code != 0) {
-        stream_error(&s, code);
-        goto done;
-    }
-    if (take_schema(c, &schema) < 0)
-        goto done;
-    for (;;) {
-        struct ArrowArray a;
-        a.release = NULL;
-        code = s.get_next(&s, &a);
-        if (code != 0) {
-            stream_error(&s, code);
-            goto done;
-        }
-        if (!a.release)
-            break; /* the end */
-        if (add_arrow_array(c, &a) < 0)
-            goto done;
-    }
-    r = 0;
-done:
-    s.release(&s);
-    return r;
 }
 
 /* Does obj's type define name? */
@@ -810,7 +543,7 @@ static int open_array_like(lb_column *c, PyObject *obj)
 {
     PyObject *arr = PyObject_CallMethod(obj, "__array__", NULL);
     if (!arr)
-        return export_failed() == -2 ? 0 : -1;
+        return lb_column_export_failed() == -2 ? 0 : -1;
     int r = PyObject_CheckBuffer(arr) ? open_buffer(c, arr) : 0;
     if (r == 0 && PySequence_Check(arr)) {
         c->objects = arr; /* an array of objects (strings, ...): iterated, answered as a column */
@@ -832,7 +565,7 @@ int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c)
     int r = 0;
     int has_array = type_has(obj, "__arrow_c_array__");
     if (has_array || type_has(obj, "__arrow_c_stream__")) {
-        r = has_array ? open_arrow_array(c, obj) : open_arrow_stream(c, obj);
+        r = has_array ? lb_column_open_arrow_array(c, obj) : lb_column_open_arrow_stream(c, obj);
         if (r == -2) {
             /* No Arrow of it (a pandas column of mixed objects): its numpy
              * array, if it has one, else the object, is iterated. */
@@ -852,187 +585,5 @@ int lb_column_open(lb_state *st, PyObject *obj, int skip_nulls, lb_column *c)
         r = -1;
     if (r != 1 && r != 2)
         lb_column_close(c);
-    return r;
-}
-
-/* ---- BoolArray ---- */
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t n;
-    Py_ssize_t stride; /* 1: the strides of its buffer */
-    uint8_t *data;
-} lb_bool_array;
-
-static PyObject *bool_array_alloc(PyTypeObject *tp, size_t n, uint8_t **data)
-{
-    if (n > (size_t)PY_SSIZE_T_MAX) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    lb_bool_array *a = (lb_bool_array *)tp->tp_alloc(tp, 0);
-    if (!a)
-        return NULL;
-    a->n = (Py_ssize_t)n;
-    a->stride = 1;
-    a->data = PyMem_RawCalloc(n ? n : 1, 1);
-    if (!a->data) {
-        Py_DECREF(a);
-        return PyErr_NoMemory();
-    }
-    *data = a->data;
-    return (PyObject *)a;
-}
-
-PyObject *lb_bool_array_new(lb_state *st, size_t n, uint8_t **data)
-{
-    return bool_array_alloc(st->BoolArray, n, data);
-}
-
-static void bool_array_dealloc(PyObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    PyMem_RawFree(((lb_bool_array *)self)->data);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-static int bool_array_getbuffer(PyObject *self, Py_buffer *view, int flags)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    view->obj = Py_NewRef(self);
-    view->buf = a->data;
-    view->len = a->n;
-    view->readonly = 0;
-    view->itemsize = 1;
-    view->format = (flags & PyBUF_FORMAT) ? "?" : NULL;
-    view->ndim = 1;
-    view->shape = (flags & PyBUF_ND) ? &a->n : NULL;
-    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? &a->stride : NULL;
-    view->suboffsets = NULL;
-    view->internal = NULL;
-    return 0;
-}
-
-static void bool_array_releasebuffer(PyObject *self, Py_buffer *view)
-{
-}
-
-static Py_ssize_t bool_array_len(PyObject *self)
-{
-    return ((lb_bool_array *)self)->n;
-}
-
-static PyObject *bool_array_item(PyObject *self, Py_ssize_t i)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    if (i < 0 || i >= a->n) {
-        PyErr_SetString(PyExc_IndexError, "BoolArray index out of range");
-        return NULL;
-    }
-    return PyBool_FromLong(a->data[i] != 0);
-}
-
-static PyObject *bool_array_invert(PyObject *self)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    uint8_t *data = NULL;
-    PyObject *r = bool_array_alloc(Py_TYPE(self), (size_t)a->n, &data);
-    if (!r)
-        return NULL;
-    for (Py_ssize_t i = 0; i < a->n; i++)
-        data[i] = a->data[i] == 0;
-    return r;
-}
-
-static PyObject *bool_array_count(PyObject *self, PyObject *unused)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    Py_ssize_t k = 0;
-    for (Py_ssize_t i = 0; i < a->n; i++)
-        k += a->data[i] != 0;
-    return PyLong_FromSsize_t(k);
-}
-
-static PyObject *bool_array_tolist(PyObject *self, PyObject *unused)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    PyObject *list = PyList_New(a->n);
-    if (!list)
-        return NULL;
-    for (Py_ssize_t i = 0; i < a->n; i++)
-        PyList_SET_ITEM(list, i, Py_NewRef(a->data[i] ? Py_True : Py_False));
-    return list;
-}
-
-static PyObject *bool_array_repr(PyObject *self)
-{
-    lb_bool_array *a = (lb_bool_array *)self;
-    PyObject *count = bool_array_count(self, NULL);
-    if (!count)
-        return NULL;
-    PyObject *r = PyUnicode_FromFormat("<BoolArray of %zd answers, %S true>", a->n, count);
-    Py_DECREF(count);
-    return r;
-}
-
-static PyMethodDef bool_array_methods[] = {
-    {"count", bool_array_count, METH_NOARGS, "count() -> int\n\nHow many answers are True."},
-    {"tolist", bool_array_tolist, METH_NOARGS, "tolist() -> list[bool]"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyType_Slot bool_array_slots[] = {
-    {Py_tp_doc, "The answers of a batch on a column (add_many, test_many): one byte per key, "
-                "True or False.\n\nIt exports the buffer protocol as format '?', so "
-                "numpy.asarray(answers) is a boolean array over the same memory (no copy); "
-                "len(), indexing, iteration and ~ (the negation, a new BoolArray) work "
-                "without numpy."},
-    {Py_tp_dealloc, bool_array_dealloc},
-    {Py_tp_methods, bool_array_methods},
-    {Py_tp_repr, bool_array_repr},
-    {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_length, bool_array_len},
-    {Py_sq_item, bool_array_item},
-    {Py_nb_invert, bool_array_invert},
-    {Py_bf_getbuffer, bool_array_getbuffer},
-    {Py_bf_releasebuffer, bool_array_releasebuffer},
-    {0, NULL},
-};
-
-static PyType_Spec bool_array_spec = {
-    .name = "ling_bloom.BoolArray",
-    .basicsize = sizeof(lb_bool_array),
-    .flags = Py_TPFLAGS_DEFAULT,
-    .slots = bool_array_slots,
-};
-
-PyTypeObject *lb_bool_array_type(PyObject *module)
-{
-    return (PyTypeObject *)PyType_FromModuleAndSpec(module, &bool_array_spec, NULL);
-}
-
-/* numpy, imported the first time a column's answers are made; 1 once it
- * could not be (then every answer is a BoolArray, and no import is tried
- * again). */
-static int numpy_missing;
-
-PyObject *lb_bool_array_result(PyObject *arr)
-{
-    if (!arr || numpy_missing)
-        return arr;
-    PyObject *np = PyImport_ImportModule("numpy");
-    if (!np) {
-        if (!PyErr_ExceptionMatches(PyExc_ImportError)) {
-            Py_DECREF(arr);
-            return NULL;
-        }
-        PyErr_Clear();
-        numpy_missing = 1;
-        return arr;
-    }
-    PyObject *r = PyObject_CallMethod(np, "frombuffer", "Os", arr, "?");
-    Py_DECREF(np);
-    Py_DECREF(arr);
     return r;
 }

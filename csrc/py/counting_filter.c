@@ -19,7 +19,7 @@ typedef struct {
 
 #define AS_COUNTING(o) ((CountingFilter *)(o))
 
-static const lb_fixed_impl CountingFilter_impl;
+/* ---- the storage operations (lb_fixed_impl) --------------------------------- */
 
 static lb_status CountingFilter_init(lb_fixed_filter *f, uint64_t m)
 {
@@ -33,54 +33,76 @@ static void CountingFilter_release(lb_base *b)
     lb_counters_free(&((CountingFilter *)b)->c);
 }
 
-static PyObject *CountingFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static uint8_t *CountingFilter_cells(const lb_fixed_filter *f)
 {
-    return lb_fixed_type_new(type, args, kwargs, &CountingFilter_impl);
+    return ((const CountingFilter *)f)->c.data;
 }
 
-/* Convert the key, enter the filter and hash: 0 (the caller leaves), or -1
- * with an exception. */
-static int CountingFilter_prepare(CountingFilter *f, PyObject *key, lb_hash_pair *h, int read_only)
+static int CountingFilter_add_key(lb_fixed_filter *f, const void *key, size_t len)
 {
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_enter(&f->f.base, key, &k, &hold, read_only) < 0)
-        return -1;
-    *h = lb_hash(f->f.geo.scheme, k.data, k.len);
-    lb_key_release(&hold);
-    return 0;
+    return lb_counters_add(&AS_COUNTING(f)->c, &f->geo, lb_hash(f->geo.scheme, key, len));
 }
 
-static PyObject *CountingFilter_add(PyObject *self, PyObject *key)
+static int CountingFilter_test_key(const lb_fixed_filter *f, const void *key, size_t len)
 {
-    lb_hash_pair h;
-    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
-        return NULL;
-    int r = lb_counters_add(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
-    lb_leave(&AS_COUNTING(self)->f.base);
-    return PyBool_FromLong(r);
+    return lb_counters_test(&((const CountingFilter *)f)->c, &f->geo,
+                            lb_hash(f->geo.scheme, key, len));
 }
 
-static int CountingFilter_contains(PyObject *self, PyObject *key)
+static void CountingFilter_add_hashed(lb_fixed_filter *f, const lb_hash_pair *pairs, size_t n,
+                                      uint8_t *out)
 {
-    lb_hash_pair h;
-    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 1) < 0)
-        return -1;
-    int r = lb_counters_test(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
-    lb_leave(&AS_COUNTING(self)->f.base);
-    return r;
+    lb_counters_add_hashed(&AS_COUNTING(f)->c, &f->geo, pairs, n, out);
 }
 
-static PyObject *CountingFilter_test(PyObject *self, PyObject *key)
+static void CountingFilter_test_hashed(const lb_fixed_filter *f, const lb_hash_pair *pairs,
+                                       size_t n, uint8_t *out)
 {
-    int r = CountingFilter_contains(self, key);
-    return r < 0 ? NULL : PyBool_FromLong(r);
+    lb_counters_test_hashed(&((const CountingFilter *)f)->c, &f->geo, pairs, n, out);
 }
+
+static void CountingFilter_clear(lb_fixed_filter *f)
+{
+    lb_counters_clear(&AS_COUNTING(f)->c);
+}
+
+/* Union: the saturating sum of the counters; intersection: their minimum. */
+static void CountingFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
+{
+    lb_counters_merge(&AS_COUNTING(dst)->c, &((const CountingFilter *)src)->c, is_union);
+}
+
+static void CountingFilter_import(lb_fixed_filter *f, const uint8_t *payload, size_t len)
+{
+    memcpy(AS_COUNTING(f)->c.data, payload, len);
+    lb_counters_recount(&AS_COUNTING(f)->c);
+}
+
+const lb_fixed_impl lb_counting_impl = {
+    .name = "CountingFilter",
+    .cells = "counters",
+    .cells_per_byte = 2,
+    .saved_kind = LB_KIND_COUNTING,
+    .type_slot = offsetof(lb_state, CountingFilter),
+    .init = CountingFilter_init,
+    .release = CountingFilter_release,
+    .cells_of = CountingFilter_cells,
+    .add_key = CountingFilter_add_key,
+    .test_key = CountingFilter_test_key,
+    .key_scheme = LB_FIXED_OWN_SCHEME,
+    .add_hashed = CountingFilter_add_hashed,
+    .test_hashed = CountingFilter_test_hashed,
+    .clear = CountingFilter_clear,
+    .merge = CountingFilter_merge,
+    .import = CountingFilter_import,
+};
+
+/* ---- removing and counting: what only a counting filter has ------------------- */
 
 static PyObject *CountingFilter_discard(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
+    if (lb_fixed_enter_hashed(&AS_COUNTING(self)->f, key, 0, &h) < 0)
         return NULL;
     int r = lb_counters_remove(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
     lb_leave(&AS_COUNTING(self)->f.base);
@@ -89,151 +111,26 @@ static PyObject *CountingFilter_discard(PyObject *self, PyObject *key)
 
 static PyObject *CountingFilter_remove(PyObject *self, PyObject *key)
 {
-    lb_hash_pair h;
-    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 0) < 0)
-        return NULL;
-    int r = lb_counters_remove(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
-    lb_leave(&AS_COUNTING(self)->f.base);
-    if (!r) {
+    PyObject *r = CountingFilter_discard(self, key);
+    if (r == Py_False) {
+        Py_DECREF(r);
         PyErr_SetObject(PyExc_KeyError, key);
         return NULL;
     }
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
     Py_RETURN_NONE;
 }
 
 static PyObject *CountingFilter_count(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
-    if (CountingFilter_prepare(AS_COUNTING(self), key, &h, 1) < 0)
+    if (lb_fixed_enter_hashed(&AS_COUNTING(self)->f, key, 1, &h) < 0)
         return NULL;
     unsigned long n = lb_counters_count(&AS_COUNTING(self)->c, &AS_COUNTING(self)->f.geo, h);
     lb_leave(&AS_COUNTING(self)->f.base);
     return PyLong_FromUnsignedLong(n);
-}
-
-static lb_status CountingFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                           uint8_t *out, size_t *done)
-{
-    CountingFilter *f = (CountingFilter *)b;
-    lb_counters_add_hashed(&f->c, &f->f.geo, pairs, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static lb_status CountingFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                            uint8_t *out, size_t *done)
-{
-    CountingFilter *f = (CountingFilter *)b;
-    lb_counters_test_hashed(&f->c, &f->f.geo, pairs, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static const lb_batch_ops CountingFilter_batch = {
-    .add_hashed = CountingFilter_add_hashed,
-    .test_hashed = CountingFilter_test_hashed,
-    .key_scheme = lb_fixed_key_scheme,
-};
-static lb_fixed_filter *CountingFilter_impl_copy(lb_fixed_filter *f);
-static void CountingFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_impl CountingFilter_impl = {
-    .name = "CountingFilter",
-    .cells = "counters",
-    .cells_per_byte = 2,
-    .init = CountingFilter_init,
-    .release = CountingFilter_release,
-    .batch = &CountingFilter_batch,
-    .recount = NULL,
-    .type_slot = offsetof(lb_state, CountingFilter),
-    .copy = CountingFilter_impl_copy,
-    .merge = CountingFilter_merge,
-};
-
-static PyObject *CountingFilter_reset(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    if (lb_enter(&AS_COUNTING(self)->f.base) < 0)
-        return NULL;
-    lb_counters_clear(&AS_COUNTING(self)->c);
-    lb_leave(&AS_COUNTING(self)->f.base);
-    Py_RETURN_NONE;
-}
-
-static PyObject *CountingFilter_nbytes(PyObject *self, void *unused)
-{
-    (void)unused;
-    return PyLong_FromUnsignedLongLong((AS_COUNTING(self)->c.m + 1) / 2);
-}
-
-static lb_fixed_filter *CountingFilter_impl_copy(lb_fixed_filter *f)
-{
-    CountingFilter *src = (CountingFilter *)f;
-    CountingFilter *dst = (CountingFilter *)
-        lb_fixed_new(Py_TYPE(src), &src->f.args, &CountingFilter_impl);
-    if (dst) {
-        memcpy(dst->c.data, src->c.data, (size_t)src->c.nbytes);
-        dst->c.nonzero = src->c.nonzero;
-    }
-    return (lb_fixed_filter *)dst;
-}
-
-/* Union: the saturating sum of the counters; intersection: their minimum. */
-static void CountingFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
-{
-    lb_counters_merge(&((CountingFilter *)dst)->c, &((const CountingFilter *)src)->c, is_union);
-}
-
-static PyObject *CountingFilter_richcompare(PyObject *self, PyObject *other, int op)
-{
-    lb_state *st = AS_COUNTING(self)->f.base.st;
-    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->CountingFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    /* A filter is itself, open or closed: identity answers without the storage.
-     * A closed filter against another one raises ClosedError (lb_enter2). */
-    if (self == other)
-        return PyBool_FromLong(op == Py_EQ);
-    CountingFilter *a = AS_COUNTING(self), *b = AS_COUNTING(other);
-    if (lb_enter2(&a->f.base, &b->f.base) < 0)
-        return NULL;
-    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
-             a->f.args.scheme == b->f.args.scheme &&
-             memcmp(a->c.data, b->c.data, (size_t)a->c.nbytes) == 0;
-    lb_leave(&a->f.base);
-    lb_leave(&b->f.base);
-    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
-}
-
-static PyObject *CountingFilter_to_bytes(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    CountingFilter *f = AS_COUNTING(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_COUNTING, f->c.data, (size_t)f->c.nbytes);
-    lb_leave(&f->f.base);
-    return r;
-}
-
-static PyObject *CountingFilter_from_bytes(PyObject *cls, PyObject *data)
-{
-    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
-    if (!st)
-        return NULL;
-    Py_buffer view;
-    lb_fixed_args a;
-    const uint8_t *payload;
-    size_t len;
-    if (lb_fixed_read(st, data, &view, LB_KIND_COUNTING, "CountingFilter", &a, &payload, &len) <
-        0)
-        return NULL;
-    CountingFilter *f = (CountingFilter *)
-        lb_fixed_new((PyTypeObject *)cls, &a, &CountingFilter_impl);
-    if (f) {
-        memcpy(f->c.data, payload, len);
-        lb_counters_recount(&f->c);
-    }
-    PyBuffer_Release(&view);
-    return (PyObject *)f;
 }
 
 static PyObject *CountingFilter_repr(PyObject *self)
@@ -245,9 +142,9 @@ static PyObject *CountingFilter_repr(PyObject *self)
 }
 
 static PyMethodDef CountingFilter_methods[] = {
-    {"add", CountingFilter_add, METH_O,
+    {"add", lb_fixed_add, METH_O,
      "add(key) -> bool\n\nAdd key (its counters go up); True when it was not present."},
-    {"test", CountingFilter_test, METH_O, "test(key) -> bool"},
+    {"test", lb_fixed_test, METH_O, "test(key) -> bool"},
     {"remove", CountingFilter_remove, METH_O,
      "remove(key)\n\nRemove one occurrence of key; KeyError when it tests absent (nothing "
      "changes).  Counters at 15 are never decremented.  Remove only keys you added: removing "
@@ -257,7 +154,7 @@ static PyMethodDef CountingFilter_methods[] = {
     {"count", CountingFilter_count, METH_O,
      "count(key) -> int\n\nThe smallest of key's counters (0..15)."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", CountingFilter_reset, METH_NOARGS, "reset()"},
+    {"reset", lb_fixed_reset, METH_NOARGS, "reset()"},
     {"close", lb_fixed_close, METH_NOARGS, "close()"},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -276,8 +173,8 @@ static PyMethodDef CountingFilter_methods[] = {
      "the others present."},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> CountingFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", CountingFilter_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
-    {"from_bytes", CountingFilter_from_bytes, METH_O | METH_CLASS,
+    {"to_bytes", lb_fixed_to_bytes_method, METH_NOARGS, "to_bytes() -> bytes"},
+    {"from_bytes", lb_fixed_from_bytes, METH_O | METH_CLASS,
      "from_bytes(data) -> CountingFilter"},
     {"save", lb_save, METH_O,
      "save(path)\n\nWrite to_bytes() to path atomically (temporary file, fsync, rename), "
@@ -285,6 +182,7 @@ static PyMethodDef CountingFilter_methods[] = {
     {"load", lb_load, METH_O | METH_CLASS, "load(path) -> CountingFilter"},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
+    {"__sizeof__", lb_fixed_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -294,7 +192,7 @@ static PyGetSetDef CountingFilter_getset[] = {
     {"hash", lb_fixed_get_hash, NULL, "hashing scheme", LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", CountingFilter_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
+    {"nbytes", lb_fixed_get_nbytes, NULL, "bytes of counters: ceil(m / 2)", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -309,16 +207,16 @@ static PyType_Slot CountingFilter_slots[] = {
                 "CountingFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter of m 4-bit saturating counters (two per byte) that can remove "
                 "keys."},
-    {Py_tp_new, CountingFilter_new},
+    {Py_tp_new, lb_fixed_tp_new},
     {Py_tp_dealloc, lb_fixed_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, CountingFilter_methods},
     {Py_tp_getset, CountingFilter_getset},
     {Py_tp_members, CountingFilter_members},
     {Py_tp_repr, CountingFilter_repr},
-    {Py_tp_richcompare, CountingFilter_richcompare},
+    {Py_tp_richcompare, lb_fixed_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, CountingFilter_contains},
+    {Py_sq_contains, lb_fixed_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},

@@ -2,9 +2,11 @@
 #include "fixed.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "errors.h"
+#include "keys.h"
 #include "params.h"
 #include "saveload.h"
 
@@ -12,9 +14,22 @@
 
 #define LB_ARGS_AT(self, offset) ((const lb_fixed_args *)((const char *)(self) + (size_t)(offset)))
 
-lb_hash_scheme lb_fixed_key_scheme(lb_base *b)
+/* The type an impl is for. */
+static PyTypeObject *impl_type(lb_state *st, const lb_fixed_impl *impl)
 {
-    return ((lb_fixed_filter *)b)->geo.scheme;
+    return *(PyTypeObject **)((char *)st + impl->type_slot);
+}
+
+const lb_fixed_impl *lb_fixed_impl_of(lb_state *st, PyTypeObject *type)
+{
+    static const lb_fixed_impl *const impls[] = {&lb_memory_impl, &lb_blocked_impl,
+                                                 &lb_counting_impl};
+    for (size_t i = 0; i < sizeof(impls) / sizeof(impls[0]); i++) {
+        PyTypeObject *t = impl_type(st, impls[i]);
+        if (t && PyType_IsSubtype(type, t))
+            return impls[i];
+    }
+    return NULL;
 }
 
 lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
@@ -32,7 +47,7 @@ lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
     /* The storage never moves while the filter is open: tests may run
      * during another thread's batch. */
     f->base.reads_during_batch = 1;
-    f->base.batch = impl->batch;
+    f->base.batch = &lb_fixed_batch;
     f->args = *a;
     lb_geometry_init(&f->geo, a->m, a->k, a->scheme);
     lb_status s = impl->init(f, a->m);
@@ -50,12 +65,17 @@ lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
     return f;
 }
 
-PyObject *lb_fixed_type_new(PyTypeObject *type, PyObject *args, PyObject *kwargs,
-                            const lb_fixed_impl *impl)
+PyObject *lb_fixed_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     lb_state *st = lb_state_from_type(type);
+    if (!st)
+        return NULL;
+    const lb_fixed_impl *impl = lb_fixed_impl_of(st, type);
+    if (!impl)
+        return PyErr_Format(PyExc_TypeError, "%s is not a fixed filter type", type->tp_name);
     lb_fixed_args a;
-    if (!st || lb_parse_fixed_args(st, args, kwargs, impl->name, &a) < 0)
+    if ((impl->parse_args ? impl->parse_args(st, args, kwargs, &a)
+                          : lb_parse_fixed_args(st, args, kwargs, impl->name, &a)) < 0)
         return NULL;
     return (PyObject *)lb_fixed_new(type, &a, impl);
 }
@@ -83,6 +103,217 @@ PyObject *lb_fixed_close(PyObject *self, PyObject *unused)
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     return lb_close_with(&f->base, f->impl->release);
+}
+
+/* ---- single keys ----------------------------------------------------------- */
+
+/* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
+static LB_NOINLINE PyObject *fixed_add_full(lb_fixed_filter *f, PyObject *key)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (f->base.read_only)
+        return lb_read_only_error(&f->base), NULL;
+    if (lb_key_enter(&f->base, key, &k, &hold, 0) < 0)
+        return NULL;
+    int r = f->impl->add_key(f, k.data, k.len);
+    lb_key_leave(&f->base, &hold);
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+static LB_NOINLINE int fixed_contains_full(lb_fixed_filter *f, PyObject *key)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (lb_key_enter(&f->base, key, &k, &hold, 1) < 0)
+        return -1;
+    int r = f->impl->test_key(f, k.data, k.len);
+    lb_key_leave(&f->base, &hold);
+    return r;
+}
+
+PyObject *lb_fixed_add(PyObject *self, PyObject *key)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->base, key, 1, &data, &len)))
+        return Py_NewRef(f->impl->add_key(f, data, len) ? Py_True : Py_False);
+    return fixed_add_full(f, key);
+}
+
+int lb_fixed_contains(PyObject *self, PyObject *key)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    const void *data;
+    size_t len;
+    if (LB_LIKELY(lb_key_fast(&f->base, key, 0, &data, &len)))
+        return f->impl->test_key(f, data, len);
+    return fixed_contains_full(f, key);
+}
+
+PyObject *lb_fixed_test(PyObject *self, PyObject *key)
+{
+    int r = lb_fixed_contains(self, key);
+    if (r < 0)
+        return NULL;
+    return Py_NewRef(r ? Py_True : Py_False);
+}
+
+int lb_fixed_enter_hashed(lb_fixed_filter *f, PyObject *key, int read_only, lb_hash_pair *h)
+{
+    lb_key k;
+    lb_key_hold hold;
+    if (!read_only && f->base.read_only)
+        return lb_read_only_error(&f->base), -1;
+    if (lb_key_enter(&f->base, key, &k, &hold, read_only) < 0)
+        return -1;
+    *h = lb_hash(f->geo.scheme, k.data, k.len);
+    lb_key_release(&hold);
+    return 0;
+}
+
+/* ---- batches ---------------------------------------------------------------- */
+
+static lb_status fixed_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n, uint8_t *out,
+                                  size_t *done)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)b;
+    f->impl->add_hashed(f, pairs, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static lb_status fixed_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
+                                   uint8_t *out, size_t *done)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)b;
+    f->impl->test_hashed(f, pairs, n, out);
+    *done = n;
+    return LB_OK;
+}
+
+static lb_hash_scheme fixed_key_scheme(lb_base *b)
+{
+    lb_fixed_filter *f = (lb_fixed_filter *)b;
+    return f->impl->key_scheme == LB_FIXED_OWN_SCHEME ? f->geo.scheme
+                                                      : (lb_hash_scheme)f->impl->key_scheme;
+}
+
+const lb_batch_ops lb_fixed_batch = {
+    .add_hashed = fixed_add_hashed,
+    .test_hashed = fixed_test_hashed,
+    .key_scheme = fixed_key_scheme,
+};
+
+/* ---- the whole storage ------------------------------------------------------ */
+
+static void fixed_recount(lb_fixed_filter *f)
+{
+    if (f->impl->recount)
+        f->impl->recount(f);
+}
+
+PyObject *lb_fixed_reset(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (f->base.read_only)
+        return lb_read_only_error(&f->base), NULL;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    f->impl->clear(f);
+    lb_leave(&f->base);
+    Py_RETURN_NONE;
+}
+
+PyObject *lb_fixed_get_nbytes(PyObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(lb_fixed_nbytes((lb_fixed_filter *)self));
+}
+
+PyObject *lb_fixed_get_cells_used(PyObject *self, void *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    fixed_recount(f);
+    return PyLong_FromUnsignedLongLong(*f->cells_used);
+}
+
+PyObject *lb_fixed_sizeof(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    /* A mapped filter's cells are the file's pages, not this object's memory. */
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    int held = f->impl->cells_of(f) && !f->impl->recount;
+    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
+                             (held ? lb_fixed_nbytes(f) + f->impl->alloc_slack : 0));
+}
+
+PyObject *lb_fixed_richcompare(PyObject *self, PyObject *other, int op)
+{
+    lb_fixed_filter *a = (lb_fixed_filter *)self;
+    if ((op != Py_EQ && op != Py_NE) ||
+        !PyObject_TypeCheck(other, impl_type(a->base.st, a->impl)))
+        Py_RETURN_NOTIMPLEMENTED;
+    /* A filter is itself, open or closed: identity answers without the storage.
+     * A closed filter against another one raises ClosedError (lb_enter2). */
+    if (self == other)
+        return PyBool_FromLong(op == Py_EQ);
+    lb_fixed_filter *b = (lb_fixed_filter *)other;
+    if (lb_enter2(&a->base, &b->base) < 0)
+        return NULL;
+    fixed_recount(a);
+    fixed_recount(b);
+    int eq = a->args.m == b->args.m && a->args.k == b->args.k &&
+             a->args.scheme == b->args.scheme && *a->cells_used == *b->cells_used &&
+             memcmp(a->impl->cells_of(a), b->impl->cells_of(b), lb_fixed_nbytes(a)) == 0;
+    lb_fixed_leave2(self, other);
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+PyObject *lb_fixed_to_bytes_method(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    lb_fixed_filter *f = (lb_fixed_filter *)self;
+    if (lb_enter(&f->base) < 0)
+        return NULL;
+    uint8_t *tmp = NULL;
+    const uint8_t *payload = f->impl->export ? f->impl->export(f, &tmp) : f->impl->cells_of(f);
+    PyObject *r = payload ? lb_fixed_to_bytes(f, f->impl->saved_kind, payload, lb_fixed_nbytes(f))
+                          : PyErr_NoMemory();
+    free(tmp);
+    lb_leave(&f->base);
+    return r;
+}
+
+PyObject *lb_fixed_from_bytes(PyObject *cls, PyObject *data)
+{
+    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
+    if (!st)
+        return NULL;
+    const lb_fixed_impl *impl = lb_fixed_impl_of(st, (PyTypeObject *)cls);
+    if (!impl)
+        return PyErr_Format(PyExc_TypeError, "%s is not a fixed filter type",
+                            ((PyTypeObject *)cls)->tp_name);
+    Py_buffer view;
+    lb_fixed_args a;
+    const uint8_t *payload;
+    size_t len;
+    if (lb_fixed_read(st, data, &view, impl->saved_kind, impl->name, &a, &payload, &len) < 0)
+        return NULL;
+    lb_fixed_filter *f = lb_fixed_new((PyTypeObject *)cls, &a, impl);
+    if (f && len >= LB_NOGIL_BYTES) {
+        /* the new filter is no other thread's yet, and the view holds the payload */
+        Py_BEGIN_ALLOW_THREADS
+        impl->import(f, payload, len);
+        Py_END_ALLOW_THREADS
+    } else if (f) {
+        impl->import(f, payload, len);
+    }
+    PyBuffer_Release(&view);
+    return (PyObject *)f;
 }
 
 /* ---- geometry and statistics ------------------------------------------------ */
@@ -124,8 +355,7 @@ PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
-    if (f->impl->recount)
-        f->impl->recount(f);
+    fixed_recount(f);
     double n = lb_estimate_count(f->args.m, f->args.k, *f->cells_used);
     lb_leave(&f->base);
     if (!isfinite(n)) /* every cell in use: no upper bound; say m */
@@ -139,8 +369,7 @@ static double fixed_fill(lb_fixed_filter *f)
 {
     if (lb_enter(&f->base) < 0)
         return -1;
-    if (f->impl->recount)
-        f->impl->recount(f);
+    fixed_recount(f);
     double fill = (double)*f->cells_used / (double)f->args.m;
     lb_leave(&f->base);
     return fill;
@@ -247,10 +476,19 @@ void lb_fixed_leave2(PyObject *a, PyObject *b)
 
 /* ---- copy, union, intersection ----------------------------------------------- */
 
-/* The type an impl is for (both sides of a union must be of it). */
-static PyTypeObject *impl_type(lb_state *st, const lb_fixed_impl *impl)
+lb_fixed_filter *lb_fixed_copy_of(lb_fixed_filter *src)
 {
-    return *(PyTypeObject **)((char *)st + impl->type_slot);
+    const lb_fixed_impl *impl = src->impl->copy_impl ? src->impl->copy_impl : src->impl;
+    lb_fixed_filter *dst = lb_fixed_new(Py_TYPE(src), &src->args, impl);
+    if (!dst)
+        return NULL;
+    memcpy(impl->cells_of(dst), src->impl->cells_of(src), lb_fixed_nbytes(src));
+    /* A mapped source's count may be behind the other processes' adds: count
+     * the copy's cells (with the source's recount, which reads the same layout). */
+    *dst->cells_used = *src->cells_used;
+    if (src->impl->recount)
+        src->impl->recount(dst);
+    return dst;
 }
 
 PyObject *lb_fixed_copy(PyObject *self, PyObject *unused)
@@ -259,7 +497,7 @@ PyObject *lb_fixed_copy(PyObject *self, PyObject *unused)
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     if (lb_enter(&f->base) < 0)
         return NULL;
-    PyObject *r = (PyObject *)f->impl->copy(f);
+    PyObject *r = (PyObject *)lb_fixed_copy_of(f);
     lb_leave(&f->base);
     return r;
 }
@@ -275,7 +513,7 @@ static PyObject *fixed_combine(PyObject *self, PyObject *other, int is_union, in
     if (in_place)
         Py_INCREF(r);
     else
-        r = f->impl->copy(f);
+        r = lb_fixed_copy_of(f);
     if (r)
         f->impl->merge(r, (lb_fixed_filter *)other, is_union);
     lb_fixed_leave2(self, other);
@@ -301,8 +539,7 @@ static PyObject *fixed_binary(PyObject *a, PyObject *b, int is_union, int in_pla
         PyErr_Clear();
         Py_RETURN_NOTIMPLEMENTED;
     }
-    if (!PyObject_TypeCheck(a, st->MemoryFilter) && !PyObject_TypeCheck(a, st->CountingFilter) &&
-        !PyObject_TypeCheck(a, st->BlockedFilter))
+    if (!lb_fixed_impl_of(st, Py_TYPE(a)))
         Py_RETURN_NOTIMPLEMENTED;
     if (!PyObject_TypeCheck(b, impl_type(st, ((lb_fixed_filter *)a)->impl)))
         Py_RETURN_NOTIMPLEMENTED;

@@ -26,8 +26,6 @@ typedef struct {
 
 #define AS_MEMORY(o) ((MemoryFilter *)(o))
 
-static const lb_fixed_impl MemoryFilter_impl;
-
 static lb_status MemoryFilter_init(lb_fixed_filter *f, uint64_t m)
 {
     MemoryFilter *self = (MemoryFilter *)f;
@@ -66,238 +64,80 @@ static void MemoryFilter_recount(lb_fixed_filter *f)
         self->bits.bits_set = lb_bits_popcount(&self->bits);
 }
 
-static MemoryFilter *MemoryFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
+/* ---- the storage operations (lb_fixed_impl) --------------------------------- */
+
+static uint8_t *MemoryFilter_cells(const lb_fixed_filter *f)
 {
-    return (MemoryFilter *)lb_fixed_new(type, a, &MemoryFilter_impl);
+    return ((const MemoryFilter *)f)->bits.data;
 }
 
-static PyObject *MemoryFilter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static int MemoryFilter_add_key(lb_fixed_filter *f, const void *key, size_t len)
 {
-    return lb_fixed_type_new(type, args, kwargs, &MemoryFilter_impl);
+    return lb_bits_add(&AS_MEMORY(f)->bits, &f->geo, lb_hash(f->geo.scheme, key, len));
 }
 
-/* ---- single keys ------------------------------------------------------- */
-
-/* Any key, any state of the filter: the path lb_key_fast sends elsewhere. */
-static LB_NOINLINE PyObject *MemoryFilter_add_full(MemoryFilter *f, PyObject *key)
+static int MemoryFilter_test_key(const lb_fixed_filter *f, const void *key, size_t len)
 {
-    lb_key k;
-    lb_key_hold hold;
-    if (f->f.base.read_only)
-        return lb_read_only_error(&f->f.base), NULL;
-    if (lb_key_enter(&f->f.base, key, &k, &hold, 0) < 0)
-        return NULL;
-    int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
-    lb_key_leave(&f->f.base, &hold);
-    return Py_NewRef(r ? Py_True : Py_False);
+    return lb_bits_test(&((const MemoryFilter *)f)->bits, &f->geo,
+                        lb_hash(f->geo.scheme, key, len));
 }
 
-static LB_NOINLINE int MemoryFilter_contains_full(MemoryFilter *f, PyObject *key)
+static void MemoryFilter_add_hashed(lb_fixed_filter *f, const lb_hash_pair *pairs, size_t n,
+                                    uint8_t *out)
 {
-    lb_key k;
-    lb_key_hold hold;
-    if (lb_key_enter(&f->f.base, key, &k, &hold, 1) < 0)
-        return -1;
-    int r = lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, k.data, k.len));
-    lb_key_leave(&f->f.base, &hold);
-    return r;
+    lb_bits_add_hashed(&AS_MEMORY(f)->bits, &f->geo, pairs, n, out);
 }
 
-static PyObject *MemoryFilter_add(PyObject *self, PyObject *key)
+static void MemoryFilter_test_hashed(const lb_fixed_filter *f, const lb_hash_pair *pairs,
+                                     size_t n, uint8_t *out)
 {
-    MemoryFilter *f = AS_MEMORY(self);
-    const void *data;
-    size_t len;
-    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 1, &data, &len))) {
-        int r = lb_bits_add(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
-        return Py_NewRef(r ? Py_True : Py_False);
-    }
-    return MemoryFilter_add_full(f, key);
+    lb_bits_test_hashed(&((const MemoryFilter *)f)->bits, &f->geo, pairs, n, out);
 }
 
-static int MemoryFilter_contains(PyObject *self, PyObject *key)
+static void MemoryFilter_clear(lb_fixed_filter *f)
 {
-    MemoryFilter *f = AS_MEMORY(self);
-    const void *data;
-    size_t len;
-    if (LB_LIKELY(lb_key_fast(&f->f.base, key, 0, &data, &len)))
-        return lb_bits_test(&f->bits, &f->f.geo, lb_hash(f->f.geo.scheme, data, len));
-    return MemoryFilter_contains_full(f, key);
-}
-
-static PyObject *MemoryFilter_test(PyObject *self, PyObject *key)
-{
-    int r = MemoryFilter_contains(self, key);
-    if (r < 0)
-        return NULL;
-    return Py_NewRef(r ? Py_True : Py_False);
-}
-
-/* ---- batches ------------------------------------------------------------ */
-
-static lb_status MemoryFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                         uint8_t *out, size_t *done)
-{
-    MemoryFilter *f = (MemoryFilter *)b;
-    lb_bits_add_hashed(&f->bits, &f->f.geo, pairs, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static lb_status MemoryFilter_test_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
-                                          uint8_t *out, size_t *done)
-{
-    MemoryFilter *f = (MemoryFilter *)b;
-    lb_bits_test_hashed(&f->bits, &f->f.geo, pairs, n, out);
-    *done = n;
-    return LB_OK;
-}
-
-static const lb_batch_ops MemoryFilter_batch = {
-    .add_hashed = MemoryFilter_add_hashed,
-    .test_hashed = MemoryFilter_test_hashed,
-    .key_scheme = lb_fixed_key_scheme,
-};
-static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src);
-static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union);
-static const lb_fixed_impl MemoryFilter_impl = {
-    .name = "MemoryFilter",
-    .cells = "bits",
-    .cells_per_byte = 8,
-    .init = MemoryFilter_init,
-    .release = MemoryFilter_release,
-    .batch = &MemoryFilter_batch,
-    .recount = NULL,
-    .type_slot = offsetof(lb_state, MemoryFilter),
-    .copy = MemoryFilter_impl_copy,
-    .merge = MemoryFilter_merge,
-};
-/* A mapped filter's union or copy is a filter in memory (MemoryFilter_copy_of). */
-static const lb_fixed_impl MemoryFilter_mapped_impl = {
-    .name = "MemoryFilter",
-    .cells = "bits",
-    .cells_per_byte = 8,
-    .init = MemoryFilter_init_mapped,
-    .release = MemoryFilter_release_mapped,
-    .batch = &MemoryFilter_batch,
-    .recount = MemoryFilter_recount,
-    .type_slot = offsetof(lb_state, MemoryFilter),
-    .copy = MemoryFilter_impl_copy,
-    .merge = MemoryFilter_merge,
-};
-
-/* ---- whole filter ------------------------------------------------------- */
-
-static PyObject *MemoryFilter_reset(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    if (AS_MEMORY(self)->f.base.read_only)
-        return lb_read_only_error(&AS_MEMORY(self)->f.base), NULL;
-    if (lb_enter(&AS_MEMORY(self)->f.base) < 0)
-        return NULL;
-    lb_bits_clear(&AS_MEMORY(self)->bits);
-    lb_leave(&AS_MEMORY(self)->f.base);
-    Py_RETURN_NONE;
-}
-
-static PyObject *MemoryFilter_bits_set(PyObject *self, void *unused)
-{
-    (void)unused;
-    if (AS_MEMORY(self)->path)
-        MemoryFilter_recount(&AS_MEMORY(self)->f);
-    return PyLong_FromUnsignedLongLong(AS_MEMORY(self)->bits.bits_set);
-}
-
-static PyObject *MemoryFilter_nbytes(PyObject *self, void *unused)
-{
-    (void)unused;
-    return PyLong_FromUnsignedLongLong((AS_MEMORY(self)->bits.m + 7) / 8);
-}
-
-static MemoryFilter *MemoryFilter_copy_of(MemoryFilter *src)
-{
-    MemoryFilter *dst = MemoryFilter_new_from(Py_TYPE(src), &src->f.args);
-    if (!dst)
-        return NULL;
-    memcpy(dst->bits.data, src->bits.data, (size_t)src->bits.nbytes);
-    /* A mapped source's count may be behind the other processes' adds. */
-    dst->bits.bits_set = src->path ? lb_bits_popcount(&dst->bits) : src->bits.bits_set;
-    return dst;
-}
-
-static lb_fixed_filter *MemoryFilter_impl_copy(lb_fixed_filter *src)
-{
-    return (lb_fixed_filter *)MemoryFilter_copy_of((MemoryFilter *)src);
+    lb_bits_clear(&AS_MEMORY(f)->bits);
 }
 
 static void MemoryFilter_merge(lb_fixed_filter *dst, const lb_fixed_filter *src, int is_union)
 {
     if (is_union)
-        lb_bits_or(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
+        lb_bits_or(&AS_MEMORY(dst)->bits, &((const MemoryFilter *)src)->bits);
     else
-        lb_bits_and(&((MemoryFilter *)dst)->bits, &((const MemoryFilter *)src)->bits);
+        lb_bits_and(&AS_MEMORY(dst)->bits, &((const MemoryFilter *)src)->bits);
 }
 
-static PyObject *MemoryFilter_richcompare(PyObject *self, PyObject *other, int op)
+static void MemoryFilter_import(lb_fixed_filter *f, const uint8_t *payload, size_t len)
 {
-    lb_state *st = AS_MEMORY(self)->f.base.st;
-    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->MemoryFilter))
-        Py_RETURN_NOTIMPLEMENTED;
-    /* A filter is itself, open or closed: identity answers without the storage.
-     * A closed filter against another one raises ClosedError (lb_enter2). */
-    if (self == other)
-        return PyBool_FromLong(op == Py_EQ);
-    MemoryFilter *a = AS_MEMORY(self), *b = AS_MEMORY(other);
-    if (lb_enter2(&a->f.base, &b->f.base) < 0)
-        return NULL;
-    if (a->path)
-        MemoryFilter_recount(&a->f);
-    if (b->path)
-        MemoryFilter_recount(&b->f);
-    int eq = a->f.args.m == b->f.args.m && a->f.args.k == b->f.args.k &&
-             a->f.args.scheme == b->f.args.scheme && a->bits.bits_set == b->bits.bits_set &&
-             memcmp(a->bits.data, b->bits.data, (size_t)a->bits.nbytes) == 0;
-    lb_fixed_leave2(self, other);
-    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+    memcpy(AS_MEMORY(f)->bits.data, payload, len);
+    AS_MEMORY(f)->bits.bits_set = lb_bits_popcount(&AS_MEMORY(f)->bits);
 }
 
-/* ---- bytes -------------------------------------------------------------- */
+#define MEMORY_IMPL_COMMON                                                                   \
+    .name = "MemoryFilter", .cells = "bits", .cells_per_byte = 8,                           \
+    .saved_kind = LB_KIND_MEMORY, .type_slot = offsetof(lb_state, MemoryFilter),            \
+    .cells_of = MemoryFilter_cells, .add_key = MemoryFilter_add_key,                        \
+    .test_key = MemoryFilter_test_key, .key_scheme = LB_FIXED_OWN_SCHEME,                   \
+    .add_hashed = MemoryFilter_add_hashed, .test_hashed = MemoryFilter_test_hashed,         \
+    .clear = MemoryFilter_clear, .merge = MemoryFilter_merge, .import = MemoryFilter_import
 
-static PyObject *MemoryFilter_to_bytes(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    MemoryFilter *f = AS_MEMORY(self);
-    if (lb_enter(&f->f.base) < 0)
-        return NULL;
-    PyObject *r = lb_fixed_to_bytes(&f->f, LB_KIND_MEMORY, f->bits.data, (size_t)f->bits.nbytes);
-    lb_leave(&f->f.base);
-    return r;
-}
+const lb_fixed_impl lb_memory_impl = {
+    MEMORY_IMPL_COMMON,
+    .init = MemoryFilter_init,
+    .release = MemoryFilter_release,
+};
+/* A mapped file: counted again when read; its copy or union is a filter in memory. */
+static const lb_fixed_impl MemoryFilter_mapped_impl = {
+    MEMORY_IMPL_COMMON,
+    .init = MemoryFilter_init_mapped,
+    .release = MemoryFilter_release_mapped,
+    .recount = MemoryFilter_recount,
+    .copy_impl = &lb_memory_impl,
+};
 
-static PyObject *MemoryFilter_from_bytes(PyObject *cls, PyObject *data)
+static MemoryFilter *MemoryFilter_new_from(PyTypeObject *type, const lb_fixed_args *a)
 {
-    lb_state *st = lb_state_from_type((PyTypeObject *)cls);
-    if (!st)
-        return NULL;
-    Py_buffer view;
-    lb_fixed_args a;
-    const uint8_t *payload;
-    size_t len;
-    if (lb_fixed_read(st, data, &view, LB_KIND_MEMORY, "MemoryFilter", &a, &payload, &len) < 0)
-        return NULL;
-    MemoryFilter *f = MemoryFilter_new_from((PyTypeObject *)cls, &a);
-    if (f && len >= LB_NOGIL_BYTES) {
-        /* the new filter is no other thread's yet, and the view holds the payload */
-        Py_BEGIN_ALLOW_THREADS
-        memcpy(f->bits.data, payload, len);
-        f->bits.bits_set = lb_bits_popcount(&f->bits);
-        Py_END_ALLOW_THREADS
-    } else if (f) {
-        memcpy(f->bits.data, payload, len);
-        f->bits.bits_set = lb_bits_popcount(&f->bits);
-    }
-    PyBuffer_Release(&view);
-    return (PyObject *)f;
+    return (MemoryFilter *)lb_fixed_new(type, a, &lb_memory_impl);
 }
 
 /* The raw bit array: ceil(m/8) bytes in Redis's SETBIT order. */
@@ -359,15 +199,6 @@ static PyObject *MemoryFilter_from_bitmap(PyObject *cls, PyObject *args, PyObjec
 done:
     PyBuffer_Release(&view);
     return result;
-}
-
-static PyObject *MemoryFilter_sizeof(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    /* A mapped filter's bits are the file's pages, not this object's memory. */
-    MemoryFilter *f = AS_MEMORY(self);
-    return PyLong_FromSize_t(Py_TYPE(self)->tp_basicsize +
-                             (f->bits.data && !f->path ? (size_t)f->bits.nbytes : 0));
 }
 
 static PyObject *MemoryFilter_repr(PyObject *self)
@@ -591,11 +422,11 @@ static PyObject *MemoryFilter_get_mode(PyObject *self, void *unused)
 }
 
 static PyMethodDef MemoryFilter_methods[] = {
-    {"add", MemoryFilter_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
-    {"test", MemoryFilter_test, METH_O,
+    {"add", lb_fixed_add, METH_O, "add(key) -> bool\n\nAdd key; True when it was not present."},
+    {"test", lb_fixed_test, METH_O,
      "test(key) -> bool\n\nFalse: never added. True: probably added."},
     LB_BATCH_METHOD_DEFS,
-    {"reset", MemoryFilter_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
+    {"reset", lb_fixed_reset, METH_NOARGS, "reset()\n\nRemove every key; keep the geometry."},
     {"close", lb_fixed_close, METH_NOARGS, "close()\n\nFree the bits; later calls raise ClosedError."},
     {"__enter__", lb_enter_method, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))lb_exit_method, METH_FASTCALL, NULL},
@@ -609,10 +440,10 @@ static PyMethodDef MemoryFilter_methods[] = {
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> MemoryFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> MemoryFilter"},
     {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
-    {"to_bytes", MemoryFilter_to_bytes, METH_NOARGS,
+    {"to_bytes", lb_fixed_to_bytes_method, METH_NOARGS,
      "to_bytes() -> bytes\n\nThe filter in the saved "
      "format (versioned header, checksum)."},
-    {"from_bytes", MemoryFilter_from_bytes, METH_O | METH_CLASS,
+    {"from_bytes", lb_fixed_from_bytes, METH_O | METH_CLASS,
      "from_bytes(data) -> MemoryFilter"},
     {"to_bitmap", MemoryFilter_to_bitmap, METH_NOARGS,
      "to_bitmap() -> bytes\n\nThe raw bits, bit i at byte i//8, bit 7 - i%8 (Redis's order)."},
@@ -636,7 +467,7 @@ static PyMethodDef MemoryFilter_methods[] = {
      "a filter in memory."},
     {"_repr_html_", lb_repr_html, METH_NOARGS, NULL},
     {"__reduce__", lb_reduce, METH_NOARGS, NULL},
-    {"__sizeof__", MemoryFilter_sizeof, METH_NOARGS, NULL},
+    {"__sizeof__", lb_fixed_sizeof, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -647,8 +478,8 @@ static PyGetSetDef MemoryFilter_getset[] = {
      LB_FIXED_ARGS},
     {"capacity", lb_fixed_get_capacity, NULL, "the capacity it was sized for, or None", LB_FIXED_ARGS},
     {"error_rate", lb_fixed_get_error_rate, NULL, "the rate it was sized for, or None", LB_FIXED_ARGS},
-    {"nbytes", MemoryFilter_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
-    {"bits_set", MemoryFilter_bits_set, NULL, "number of bits set", NULL},
+    {"nbytes", lb_fixed_get_nbytes, NULL, "bytes of bit array: ceil(m / 8)", NULL},
+    {"bits_set", lb_fixed_get_cells_used, NULL, "number of bits set", NULL},
     {"closed", lb_closed_get, NULL, "whether close() was called", NULL},
     {"path", MemoryFilter_get_path, NULL,
      "the mapped file (open()), or None for a filter in memory", NULL},
@@ -665,16 +496,16 @@ static PyType_Slot MemoryFilter_slots[] = {
     {Py_tp_doc, "MemoryFilter(capacity, error_rate=0.01, *, hash=\"xxh3-mix\")\n"
                 "MemoryFilter(*, m, k, hash=\"xxh3-mix\")\n\n"
                 "A Bloom filter in one bit array of m bits with k hash functions."},
-    {Py_tp_new, MemoryFilter_new},
+    {Py_tp_new, lb_fixed_tp_new},
     {Py_tp_dealloc, MemoryFilter_dealloc},
     {Py_tp_traverse, lb_fixed_traverse},
     {Py_tp_methods, MemoryFilter_methods},
     {Py_tp_getset, MemoryFilter_getset},
     {Py_tp_members, MemoryFilter_members},
     {Py_tp_repr, MemoryFilter_repr},
-    {Py_tp_richcompare, MemoryFilter_richcompare},
+    {Py_tp_richcompare, lb_fixed_richcompare},
     {Py_tp_hash, PyObject_HashNotImplemented},
-    {Py_sq_contains, MemoryFilter_contains},
+    {Py_sq_contains, lb_fixed_contains},
     {Py_sq_length, lb_len_approximate},
     {Py_nb_bool, lb_bool_true},
     {Py_nb_or, lb_fixed_nb_or},

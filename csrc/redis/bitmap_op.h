@@ -1,4 +1,5 @@
-/* bitmap_op.h: what bitmap.c and bitmap_bulk.c share (not an interface):
+/* bitmap_op.h: what bitmap.c and its parts (bitmap_guard.c, bitmap_keys.c,
+ * bitmap_bulk.c) share (not an interface):
  * the bitmap's state, and its operations as step machines (op.h): a guard
  * that checks (and claims) the meta key on every new connection before the
  * operation's own round trips, around a body of round trips that each
@@ -39,7 +40,7 @@ struct bm_op {
     lb_op op;
     lb_bitmap *bm;
     const bm_body *body;
-    int phase;            /* BM_* of bitmap.c */
+    int phase;            /* BM_* below */
     int guard;            /* the body needs the meta key checked on its connection */
     int force_look;       /* look even when checked (lb_bitmap_check_meta) */
     int rebuild;          /* reset, load: may bring a lost filter back (see the canary) */
@@ -106,6 +107,9 @@ struct lb_bitmap {
     bm_op op;                /* the operation in progress */
 };
 
+/* The phases of an operation's step machine (bitmap_guard.c). */
+enum { BM_IDLE = 0, BM_LOOK, BM_CLAIM_DUE, BM_CLAIM, BM_BODY, BM_OVER };
+
 /* Start op o of bm with body (guard: check the meta key first). */
 lb_op *lb_bitmap_op_start(lb_bitmap *bm, const bm_body *body, int guard);
 
@@ -117,6 +121,13 @@ int lb_bitmap_meta_ours(const lb_bitmap *bm, char *buf, size_t cap);
 /* The canary (bitmap.h): 1 when this filter has one; its part and bit offset. */
 int lb_bitmap_has_canary(const lb_bitmap *bm);
 uint64_t lb_bitmap_canary_offset(const lb_bitmap *bm);
+/* Append GETBIT <last part> <canary> to bm->batch as its command ncmd: the
+ * next command's number, or (size_t)-1 when out of memory. */
+size_t lb_bitmap_add_canary_get(lb_bitmap *bm, size_t ncmd);
+/* add / test (bitmap_keys.c): the check of the keys before anything is sent
+ * (LB_REDIS_ERR_ARG naming an empty one), and the operation's body. */
+lb_redis_status lb_bitmap_check_keys(lb_bitmap *bm, const lb_key *keys, size_t n);
+extern const bm_body lb_bitmap_keys_body;
 /* Append SETBIT <last part> <canary> 1 to b. */
 void lb_bitmap_add_canary_set(lb_bitmap *bm, lb_redis_batch *b);
 /* The error of a filter found gone (write: a write went in meanwhile). */

@@ -349,6 +349,30 @@ def test_len_is_the_estimated_count(cls):
         len(f)
 
 
+FIXED = [lb.MemoryFilter, lb.CountingFilter, lb.BlockedFilter]
+
+
+@pytest.mark.parametrize("cls", FIXED)
+def test_getsizeof_counts_the_storage_of_every_fixed_type(cls):
+    small, big = cls(m=512 * 8, k=8), cls(m=512 * 8 * 64, k=8)
+    assert sys.getsizeof(big) - sys.getsizeof(small) == big.nbytes - small.nbytes
+
+
+@pytest.mark.parametrize("cls", FIXED)
+def test_a_subclass_of_a_fixed_type_keeps_its_class_through_bytes_copy_and_union(cls):
+    sub = type("Sub" + cls.__name__, (cls,), {})
+    f = sub(m=512 * 8, k=8)
+    f.add("a")
+    for g in (sub.from_bytes(f.to_bytes()), f.copy(), f & f, f.intersection(f)):
+        assert type(g) is sub and "a" in g and g == f
+    for g in (f | f, f.union(f)):  # a counting filter's union sums: not equal to f
+        assert type(g) is sub and "a" in g
+    assert cls.from_bytes(f.to_bytes()) == f
+    other = lb.CountingFilter if cls is not lb.CountingFilter else lb.MemoryFilter
+    with pytest.raises(TypeError):
+        f.union(other(m=512 * 8, k=8))
+
+
 def test_len_of_the_redis_types(clean_redis, bf_server):
     with lb.RedisFilter("lenr", 10_000, 0.01, url=clean_redis.url) as f:
         assert len(f) == 0 and f

@@ -838,10 +838,8 @@ def test_a_deleted_key_is_not_an_observed_false_positive():
 
 
 def test_deleted_keys_expire(monkeypatch):
-    import ling_bloom.guard as guard_mod
-
     now = [100.0]
-    monkeypatch.setattr(guard_mod.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     flt = lb.MemoryFilter(1000, 0.01)
     g = Guard(flt, None, metrics=False, deleted_ttl=10)
     g.deleted("1")

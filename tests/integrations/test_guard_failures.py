@@ -585,7 +585,7 @@ def test_a_rebuild_that_fails_mid_way_never_turns_an_existing_row_away(policy, m
     Asked, it turned every one of them into a 404; the guard does not ask it until a
     rebuild of it is done, and the next rebuild (after the retry delay) is started by a
     lookup, since the filter itself raises nothing any more."""
-    import ling_bloom.guard as guard_module
+    import ling_bloom._breaker as breaker
 
     rows = [str(i) for i in range(40)]
     fail = [True]
@@ -596,7 +596,7 @@ def test_a_rebuild_that_fails_mid_way_never_turns_an_existing_row_away(policy, m
                 raise RuntimeError("the database connection dropped mid-way")
             yield k
 
-    monkeypatch.setattr(guard_module, "REBUILD_RETRY_SECONDS", 0.0)  # retried at once
+    monkeypatch.setattr(breaker, "REBUILD_RETRY_SECONDS", 0.0)  # retried at once
     g, f, loads = lost_guard(policy, rebuild=lambda flt: refill(flt, source(), batch_size=4),
                              keys=rows)
     g.loader = {k: f"row {k}" for k in rows}.get
