@@ -1,6 +1,6 @@
 /* wire.h: a client (client.h) whose connections are carried by a transport
- * outside C (the asyncio one of ling_bloom.aio): a session (session.h) and
- * the node client's rules (node.h), with no I/O.  Its exec refuses (it has
+ * outside C (the asyncio one of ling_bloom.aio): the connection machine
+ * (conn.h) that the node client (node.h) drives too, with no I/O.  Its exec refuses (it has
  * no socket of its own); instead a round trip is a step machine the
  * transport drives, the same round trip a node client's exec makes:
  *
@@ -17,16 +17,14 @@
  *     }
  *     st = lb_wire_exec_end(r, &replies)      as lb_redis_exec's result
  *
- * The machine does what lb_node_exec does: a new connection's AUTH/SELECT;
- * through the sentinels when the config names a service (each sentinel asked
- * on a one-off connection, step.probe = 1: the transport closes it when
- * lb_wire_is_open(r, 1) says so), ROLE checked, a few tries 200 ms apart
- * during a failover; WAIT after writes (wait_replicas); an idempotent batch
- * sent once more when a kept connection turns out dead before any reply byte
- * (stale), or a demoted primary refuses it (-READONLY); a connection found
- * out of step (input nobody asked for: lb_wire_out_of_step) never used again.
- * A failure of a round trip drops the connection (lb_wire_is_open is then 0:
- * the transport closes its socket); an error reply does not.
+ * The rules are conn.h's, the ones lb_node_exec follows: the handshake, the
+ * sentinels (each asked on a one-off connection, step.probe = 1: the
+ * transport closes it when lb_wire_is_open(r, 1) says so), ROLE, WAIT, the
+ * resends after a stale connection or a demoted primary, a connection found
+ * out of step (lb_wire_out_of_step) never used again.  A failure of a round
+ * trip drops the connection (lb_wire_is_open is then 0: the transport closes
+ * its socket); an error reply does not.  A CONNECT failure reported without
+ * a text reads "cannot connect".
  *
  * lb_redis_is_connected tells whether the transport's connection is open
  * (and was opened in this process); lb_redis_connect_count counts the
@@ -35,6 +33,7 @@
 #define LB_REDIS_WIRE_H
 
 #include "client.h"
+#include "conn.h"
 
 /* A wire client with from's settings, its counts going on from from's (so
  * that what was checked on from's connections counts as not checked here).
@@ -46,17 +45,14 @@ lb_redis *lb_wire_new_cfg(const lb_redis_config *cfg);
 /* 1 when r is a wire client. */
 int lb_wire_is(const lb_redis *r);
 
-/* What the transport does next. */
-enum { LB_WIRE_OVER = 0, LB_WIRE_CONNECT, LB_WIRE_SEND, LB_WIRE_PAUSE };
-
-typedef struct {
-    int what;                    /* LB_WIRE_* */
-    int probe;                   /* 1: on the one-off connection to a sentinel */
-    int node;                    /* the caller's number for r (op.c: a cluster's node) */
-    const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
-    const lb_redis_batch *req;   /* SEND: the bytes to write */
-    int pause_ms;                /* PAUSE */
-} lb_wire_step;
+/* What the transport does next: the steps of the connection machine (conn.h). */
+enum {
+    LB_WIRE_OVER = LB_CONN_OVER,
+    LB_WIRE_CONNECT = LB_CONN_CONNECT,
+    LB_WIRE_SEND = LB_CONN_SEND,
+    LB_WIRE_PAUSE = LB_CONN_PAUSE
+};
+typedef lb_conn_step lb_wire_step;
 
 lb_redis_status lb_wire_exec_begin(lb_redis *r, const lb_redis_batch *b, int flags);
 /* 1 with *s the next step; 0 when the round trip is over. */
