@@ -4,8 +4,9 @@
  * refused commands) and pauses (the backoff of a retry), and takes each hop's
  * result back; it never does I/O nor sleeps.  cluster_exec below is its
  * blocking driver (lb_node_exec on the node's socket, nanosleep);
- * ling_bloom.aio's transport drives the same machine through op.c, on wire
- * clients (lb_cluster_use_wire). */
+ * the client interface's steps (lb_redis_step_*, which ling_bloom.aio's
+ * transport carries through op.c) drive the same machine on wire clients
+ * (lb_cluster_use_wire). */
 #define _POSIX_C_SOURCE 200809L
 #include "cluster.h"
 
@@ -131,6 +132,9 @@ struct lb_cluster {
     size_t cursor;           /* R_REFUSED: where to look for the next target */
     lb_redis_batch sb;       /* the sub-batch handed out */
     size_t idx[64], cnt;     /* its commands' indexes in b */
+    /* The route as steps (a transport outside C): the hop in progress. */
+    lb_redis *st_node;       /* its node's client, NULL: none */
+    int st_node_id;
 };
 
 static int64_t now_ms(void)
@@ -1389,6 +1393,94 @@ static lb_redis_status drive(lb_redis *r, lb_reply ***replies)
     return lb_cluster_route_end(r, replies);
 }
 
+/* ------------------------------------- the route as steps, for asyncio */
+
+/* The route's hops carried by a transport outside C: each hop is a round
+ * trip of its node's client as steps (a wire client), a pause a step of its
+ * own. */
+static lb_redis_status cluster_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
+{
+    CLUSTER(r)->st_node = NULL;
+    return lb_cluster_route_begin(r, b, flags); /* a failure ends the route at once */
+}
+
+static int cluster_step_next(lb_redis *r, lb_redis_step *s)
+{
+    lb_cluster *c = CLUSTER(r);
+    for (;;) {
+        if (c->st_node) {
+            if (lb_redis_step_next(c->st_node, s)) {
+                s->node = c->st_node_id;
+                return 1;
+            }
+            lb_reply **rs = NULL;
+            lb_redis_status st = lb_redis_step_end(c->st_node, &rs);
+            c->st_node = NULL;
+            lb_cluster_route_done(r, st, st == LB_REDIS_OK ? rs : NULL);
+            continue;
+        }
+        lb_cluster_hop h;
+        if (!lb_cluster_route_next(r, &h))
+            return 0;
+        if (!h.b) {
+            memset(s, 0, sizeof *s);
+            s->what = LB_STEP_PAUSE;
+            s->pause_ms = h.pause_ms;
+            return 1;
+        }
+        lb_redis *n = lb_cluster_node_conn(r, h.node);
+        if (!n || !n->vt->step_begin) {
+            lb_redis_set_error(r, LB_REDIS_ERR_NOMEM, "out of memory for a cluster node");
+            lb_cluster_route_done(r, LB_REDIS_ERR_NOMEM, NULL);
+            continue;
+        }
+        lb_redis_step_begin(n, h.b, h.flags);
+        c->st_node = n;
+        c->st_node_id = h.node;
+    }
+}
+
+static void cluster_step_connected(lb_redis *r, lb_redis_status st, const char *text)
+{
+    if (CLUSTER(r)->st_node)
+        lb_redis_step_connected(CLUSTER(r)->st_node, st, text);
+}
+
+static lb_redis_status cluster_step_feed(lb_redis *r, const void *data, size_t len, int *complete)
+{
+    lb_redis *n = CLUSTER(r)->st_node;
+    if (!n) {
+        *complete = 0;
+        return lb_redis_set_error(r, LB_REDIS_ERR_PROTOCOL, "protocol error: a reply with no hop out");
+    }
+    lb_redis_status st = lb_redis_step_feed(n, data, len, complete);
+    if (st != LB_REDIS_OK)
+        lb_redis_take_error(r, n); /* the text for the exception raised now */
+    return st;
+}
+
+static void cluster_step_sent(lb_redis *r, lb_redis_status st, const char *text)
+{
+    if (CLUSTER(r)->st_node)
+        lb_redis_step_sent(CLUSTER(r)->st_node, st, text);
+}
+
+static lb_redis_status cluster_step_end(lb_redis *r, lb_reply ***replies)
+{
+    return lb_cluster_route_end(r, replies);
+}
+
+static int cluster_step_open(const lb_redis *r)
+{
+    const lb_cluster *c = CCLUSTER(r);
+    return c->st_node && lb_redis_step_open(c->st_node);
+}
+
+static lb_redis *cluster_step_client(lb_redis *r, int node)
+{
+    return node >= 0 ? lb_cluster_node_conn(r, node) : NULL;
+}
+
 /* A client whose nodes' connections an outside transport carries has no
  * socket of its own to drive the route on. */
 static lb_redis_status no_sockets(lb_cluster *c)
@@ -1451,4 +1543,12 @@ static const lb_redis_vt cluster_vt = {
     .new_like = cluster_new_like,
     .abandon = cluster_abandon,
     .free = cluster_free,
+    .step_begin = cluster_step_begin,
+    .step_next = cluster_step_next,
+    .step_connected = cluster_step_connected,
+    .step_feed = cluster_step_feed,
+    .step_sent = cluster_step_sent,
+    .step_end = cluster_step_end,
+    .step_open = cluster_step_open,
+    .step_client = cluster_step_client,
 };

@@ -103,34 +103,31 @@ lb_redis_status lb_conn_begin(lb_conn *c, const lb_redis_batch *b, int flags)
 }
 
 /* A SEND step of batch b on the open connection. */
-static int send_step(lb_conn *c, const lb_redis_batch *b, lb_conn_step *s)
+static int send_step(lb_conn *c, const lb_redis_batch *b, lb_redis_step *s)
 {
     lb_redis_status st = lb_session_begin(&c->s, b);
     if (st != LB_REDIS_OK) {
         drop(c);
         return over(c, st);
     }
-    s->what = LB_CONN_SEND;
+    s->what = LB_STEP_SEND;
     s->cfg = &c->cfg;
     s->req = b;
-    s->session = &c->s;
-    s->err = c->err;
     c->sending = 1;
     return 1;
 }
 
-static int connect_step(lb_conn *c, lb_conn_step *s)
+static int connect_step(lb_conn *c, lb_redis_step *s)
 {
     c->phase = X_CONNECT;
-    s->what = LB_CONN_CONNECT;
+    s->what = LB_STEP_CONNECT;
     s->cfg = &c->cfg;
-    s->err = c->err;
     return 1;
 }
 
 /* The one-off connection to a sentinel: its own round trip, the walk's
  * question.  1 with a step of it; -1 when it is over (answered). */
-static int probe_next(lb_conn *c, lb_conn_step *s)
+static int probe_next(lb_conn *c, lb_redis_step *s)
 {
     lb_conn *p = &c->probe->c;
     if (lb_conn_next(p, s)) {
@@ -146,10 +143,10 @@ static int probe_next(lb_conn *c, lb_conn_step *s)
 }
 
 /* A new connection is due: through the sentinels, or to the configured server. */
-static int start(lb_conn *c, lb_conn_step *s)
+static int start(lb_conn *c, lb_redis_step *s)
 {
     if (c->pause) {
-        s->what = LB_CONN_PAUSE;
+        s->what = LB_STEP_PAUSE;
         s->pause_ms = c->pause;
         c->pause = 0;
         return 1;
@@ -188,7 +185,7 @@ static int start(lb_conn *c, lb_conn_step *s)
 
 /* The walk over the sentinels: the next one to ask (-1: go on), or connect
  * to the primary found. */
-static int walk(lb_conn *c, lb_conn_step *s)
+static int walk(lb_conn *c, lb_redis_step *s)
 {
     const lb_redis_config *scfg;
     const lb_redis_batch *req;
@@ -218,7 +215,7 @@ static int walk(lb_conn *c, lb_conn_step *s)
     return connect_step(c, s);
 }
 
-int lb_conn_next(lb_conn *c, lb_conn_step *s)
+int lb_conn_next(lb_conn *c, lb_redis_step *s)
 {
     memset(s, 0, sizeof *s);
     for (;;) {
@@ -452,6 +449,16 @@ lb_redis_status lb_conn_opened(lb_conn *c)
     c->pid = getpid();
     c->connects++;
     return LB_REDIS_OK;
+}
+
+lb_session *lb_conn_session(lb_conn *c, int probe)
+{
+    return probe && c->probe ? &c->probe->c.s : &c->s;
+}
+
+lb_redis_error *lb_conn_error(lb_conn *c, int probe)
+{
+    return probe && c->probe ? &c->probe->err : c->err;
 }
 
 int lb_conn_is_open(const lb_conn *c, int probe)

@@ -1,27 +1,29 @@
 /* conn.h: one connection to one Redis server as a step machine, with no I/O:
  * every rule of a connection, written once, whichever transport carries the
  * bytes.  Two drivers: the node client's (node.c: the blocking transport,
- * transport.h, a short loop) and the wire client's (wire.c: a transport
- * outside C, ling_bloom.aio's asyncio one, through op.c).
+ * transport.h, a short loop) and the wire client's (wire.c: its steps are
+ * the client interface's, lb_redis_step_*, that a transport outside C
+ * carries: ling_bloom.aio's asyncio one, through op.c).  The steps are
+ * client.h's lb_redis_step.
  *
  *     lb_conn_begin(c, batch, flags)        as lb_redis_exec's arguments
  *                                           (batch NULL: only connect)
  *     while (lb_conn_next(c, &step)) {
- *         LB_CONN_CONNECT  connect to step.cfg (host and port or unix path,
+ *         LB_STEP_CONNECT  connect to step.cfg (host and port or unix path,
  *                          TLS as it says, within its connect timeout), then
  *                          lb_conn_connected(c, status, text)
- *         LB_CONN_SEND     send step.req on that connection and hand every
- *                          byte that arrives to step.session (lb_conn_feed, or
- *                          a transport that feeds the session itself) until
+ *         LB_STEP_SEND     send step.req on that connection and hand every
+ *                          byte that arrives to lb_conn_feed (or a transport
+ *                          feeds lb_conn_session itself) until
  *                          every reply is in (no byte for the operation
  *                          timeout: a timeout), then lb_conn_sent(c, status, text)
- *         LB_CONN_PAUSE    wait step.pause_ms
+ *         LB_STEP_PAUSE    wait step.pause_ms
  *         after each: close step's connection when lb_conn_is_open(c, step.probe) is 0
  *     }
  *     st = lb_conn_end(c, &replies)         as lb_redis_exec's result
  *
  * A text NULL with a failure says the error is on the connection's error
- * state already (step.err: a blocking transport writes it there).
+ * state already (lb_conn_error: a blocking transport writes it there).
  *
  * The rules: a new connection's AUTH/SELECT (session.h); through the
  * sentinels when the config names a service (sentinel.h: each sentinel asked
@@ -39,6 +41,7 @@
 
 #include <sys/types.h>
 
+#include "client.h"
 #include "config.h"
 #include "resp.h"
 #include "sentinel.h"
@@ -53,20 +56,6 @@
  * counted together). */
 #define LB_CONN_STALE_RESENDS 1
 #define LB_CONN_DEMOTED_RESENDS 2
-
-/* What the driver does next. */
-enum { LB_CONN_OVER = 0, LB_CONN_CONNECT, LB_CONN_SEND, LB_CONN_PAUSE };
-
-typedef struct {
-    int what;                    /* LB_CONN_* */
-    int probe;                   /* 1: on the one-off connection to a sentinel */
-    int node;                    /* the caller's number for the connection (op.c) */
-    const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
-    const lb_redis_batch *req;   /* SEND: the bytes to write */
-    int pause_ms;                /* PAUSE */
-    lb_session *session;         /* SEND: the session the reply bytes go to */
-    lb_redis_error *err;         /* CONNECT, SEND: the connection's error state */
-} lb_conn_step;
 
 typedef struct lb_conn_probe lb_conn_probe;
 
@@ -102,7 +91,12 @@ void lb_conn_fini(lb_conn *c);
  * A failure ends it at once (lb_conn_end gives the status too). */
 lb_redis_status lb_conn_begin(lb_conn *c, const lb_redis_batch *b, int flags);
 /* 1 with *s the next step; 0 when the round trip is over. */
-int lb_conn_next(lb_conn *c, lb_conn_step *s);
+int lb_conn_next(lb_conn *c, lb_redis_step *s);
+/* The session and the error state of the connection of a step (probe: the
+ * sentinel's): a blocking transport feeds that session and puts its
+ * failures there. */
+lb_session *lb_conn_session(lb_conn *c, int probe);
+lb_redis_error *lb_conn_error(lb_conn *c, int probe);
 void lb_conn_connected(lb_conn *c, lb_redis_status st, const char *text);
 /* Reply bytes of a SEND step: *complete = 1 once every reply is in.  A
  * failure means the stream is out of step: lb_conn_sent(c, st, NULL). */

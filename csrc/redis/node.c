@@ -102,18 +102,20 @@ static void sleep_ms(int ms)
 /* Run the connection machine's round trip on the sockets, sleeping its pauses. */
 static lb_redis_status drive(lb_node *n, lb_reply ***replies)
 {
-    lb_conn_step s;
+    lb_redis_step s;
     while (lb_conn_next(&n->c, &s)) {
         lb_transport *t = s.probe ? &n->pt : &n->t;
-        if (s.what == LB_CONN_PAUSE) {
+        if (s.what == LB_STEP_PAUSE) {
             sleep_ms(s.pause_ms);
-        } else if (s.what == LB_CONN_CONNECT) {
+        } else if (s.what == LB_STEP_CONNECT) {
+            lb_redis_error *e = lb_conn_error(&n->c, s.probe);
             lb_redis_status st = !t->rbuf && lb_transport_init(t) < 0
-                                     ? lb_error_set(s.err, LB_REDIS_ERR_NOMEM, "out of memory")
-                                     : lb_transport_connect(t, s.cfg, s.err);
+                                     ? lb_error_set(e, LB_REDIS_ERR_NOMEM, "out of memory")
+                                     : lb_transport_connect(t, s.cfg, e);
             lb_conn_connected(&n->c, st, NULL);
         } else {
-            lb_conn_sent(&n->c, lb_transport_roundtrip(t, s.session, s.req->buf, s.req->len), NULL);
+            lb_session *ses = lb_conn_session(&n->c, s.probe);
+            lb_conn_sent(&n->c, lb_transport_roundtrip(t, ses, s.req->buf, s.req->len), NULL);
         }
         if (!lb_conn_is_open(&n->c, s.probe))
             lb_transport_close(t);

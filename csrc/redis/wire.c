@@ -3,7 +3,6 @@
 #include "wire.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "conn.h"
 
@@ -11,6 +10,7 @@ typedef struct {
     lb_redis base;
     lb_conn c;
     unsigned long roundtrips0; /* round trips counted before (from) */
+    int probe;                 /* the last step was on the sentinel's connection */
 } lb_wire;
 
 static const lb_redis_vt wire_vt;
@@ -99,55 +99,53 @@ static unsigned long wire_roundtrip_count(const lb_redis *r)
 static const lb_redis_config *wire_config(const lb_redis *r) { return &WIRE(r)->c.cfg; }
 static void wire_abandon(lb_redis *r) { (void)r; /* no socket of its own */ }
 
-/* ----------------------------------------------------- the round trip */
+/* ------------------------------------------ the round trip, as steps */
+
+static lb_redis_status wire_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
+{
+    return lb_conn_begin(&WIRE(r)->c, b, flags);
+}
+
+static int wire_step_next(lb_redis *r, lb_redis_step *s)
+{
+    int more = lb_conn_next(&WIRE(r)->c, s);
+    WIRE(r)->probe = s->probe;
+    return more;
+}
+
+static void wire_step_connected(lb_redis *r, lb_redis_status st, const char *text)
+{
+    lb_conn_connected(&WIRE(r)->c, st, text || st == LB_REDIS_OK ? text : "cannot connect");
+}
+
+static lb_redis_status wire_step_feed(lb_redis *r, const void *data, size_t len, int *complete)
+{
+    return lb_conn_feed(&WIRE(r)->c, data, len, complete);
+}
+
+static void wire_step_sent(lb_redis *r, lb_redis_status st, const char *text)
+{
+    lb_conn_sent(&WIRE(r)->c, st, text);
+}
+
+static lb_redis_status wire_step_end(lb_redis *r, lb_reply ***replies)
+{
+    return lb_conn_end(&WIRE(r)->c, replies);
+}
+
+static int wire_step_open(const lb_redis *r)
+{
+    return lb_conn_is_open(&WIRE(r)->c, WIRE(r)->probe);
+}
+
+static lb_redis *wire_step_client(lb_redis *r, int node)
+{
+    return node == 0 ? r : NULL;
+}
 
 static lb_redis_status not_wire(lb_redis *r)
 {
     return lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a connection of an outside transport");
-}
-
-lb_redis_status lb_wire_exec_begin(lb_redis *r, const lb_redis_batch *b, int flags)
-{
-    if (!lb_wire_is(r))
-        return not_wire(r);
-    return lb_conn_begin(&WIRE(r)->c, b, flags);
-}
-
-int lb_wire_exec_next(lb_redis *r, lb_wire_step *s)
-{
-    if (!lb_wire_is(r)) {
-        memset(s, 0, sizeof *s);
-        return 0;
-    }
-    return lb_conn_next(&WIRE(r)->c, s);
-}
-
-void lb_wire_exec_connected(lb_redis *r, lb_redis_status st, const char *text)
-{
-    if (lb_wire_is(r))
-        lb_conn_connected(&WIRE(r)->c, st, text || st == LB_REDIS_OK ? text : "cannot connect");
-}
-
-lb_redis_status lb_wire_exec_feed(lb_redis *r, const void *data, size_t len, int *complete)
-{
-    *complete = 0;
-    if (!lb_wire_is(r))
-        return not_wire(r);
-    return lb_conn_feed(&WIRE(r)->c, data, len, complete);
-}
-
-void lb_wire_exec_sent(lb_redis *r, lb_redis_status st, const char *text)
-{
-    if (lb_wire_is(r))
-        lb_conn_sent(&WIRE(r)->c, st, text);
-}
-
-lb_redis_status lb_wire_exec_end(lb_redis *r, lb_reply ***replies)
-{
-    *replies = NULL;
-    if (!lb_wire_is(r))
-        return not_wire(r);
-    return lb_conn_end(&WIRE(r)->c, replies);
 }
 
 lb_redis_status lb_wire_opened(lb_redis *r)
@@ -186,4 +184,12 @@ static const lb_redis_vt wire_vt = {
     .new_like = wire_new_like,
     .abandon = wire_abandon,
     .free = wire_free,
+    .step_begin = wire_step_begin,
+    .step_next = wire_step_next,
+    .step_connected = wire_step_connected,
+    .step_feed = wire_step_feed,
+    .step_sent = wire_step_sent,
+    .step_end = wire_step_end,
+    .step_open = wire_step_open,
+    .step_client = wire_step_client,
 };

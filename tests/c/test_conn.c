@@ -28,7 +28,7 @@ static void conn_new(lb_conn *c, int sentinel)
 
 static void expect(lb_conn *c, int what, int probe)
 {
-    lb_conn_step s;
+    lb_redis_step s;
     int more = lb_conn_next(c, &s);
     CHECK_MSG(more && s.what == what && s.probe == probe, "step %d (probe %d), wanted %d (probe %d)",
               more ? s.what : -1, s.probe, what, probe);
@@ -37,7 +37,7 @@ static void expect(lb_conn *c, int what, int probe)
 /* A SEND step answered with reply (NULL: the connection broke, IO). */
 static void answer(lb_conn *c, int probe, const char *reply)
 {
-    expect(c, LB_CONN_SEND, probe);
+    expect(c, LB_STEP_SEND, probe);
     if (!reply) {
         lb_conn_sent(c, LB_REDIS_ERR_IO, "connection reset");
         return;
@@ -51,10 +51,10 @@ static void answer(lb_conn *c, int probe, const char *reply)
  * or not: connect_st). */
 static void sentinel_walk(lb_conn *c, lb_redis_status connect_st)
 {
-    expect(c, LB_CONN_CONNECT, 1);
+    expect(c, LB_STEP_CONNECT, 1);
     lb_conn_connected(c, LB_REDIS_OK, NULL);
     answer(c, 1, "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6390\r\n");
-    expect(c, LB_CONN_CONNECT, 0);
+    expect(c, LB_STEP_CONNECT, 0);
     CHECK(!lb_conn_is_open(c, 1)); /* the sentinel's connection: asked once, closed */
     CHECK(c->cfg.port == 6390);
     lb_conn_connected(c, connect_st, connect_st == LB_REDIS_OK ? NULL : "connection refused");
@@ -62,7 +62,7 @@ static void sentinel_walk(lb_conn *c, lb_redis_status connect_st)
 
 static void end_with(lb_conn *c, lb_redis_status want, const char *text)
 {
-    lb_conn_step s;
+    lb_redis_step s;
     CHECK(!lb_conn_next(c, &s));
     lb_reply **rs;
     lb_redis_status st = lb_conn_end(c, &rs);
@@ -87,8 +87,8 @@ static void test_sentinel_tries(void)
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_IDEMPOTENT) == LB_REDIS_OK);
     for (int i = 0; i < 5; i++) {
         if (i) {
-            lb_conn_step s;
-            CHECK(lb_conn_next(&c, &s) && s.what == LB_CONN_PAUSE && s.pause_ms == 200);
+            lb_redis_step s;
+            CHECK(lb_conn_next(&c, &s) && s.what == LB_STEP_PAUSE && s.pause_ms == 200);
         }
         sentinel_walk(&c, LB_REDIS_ERR_CONNECT); /* a failover: the primary named is gone */
     }
@@ -107,7 +107,7 @@ static void test_role_not_master(void)
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_IDEMPOTENT) == LB_REDIS_OK);
     for (int i = 0; i < 5; i++) {
         if (i)
-            expect(&c, LB_CONN_PAUSE, 0);
+            expect(&c, LB_STEP_PAUSE, 0);
         sentinel_walk(&c, LB_REDIS_OK);
         answer(&c, 0, "*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6391\r\n$9\r\nconnected\r\n:1\r\n");
         CHECK(!lb_conn_is_open(&c, 0));
@@ -130,7 +130,7 @@ static void test_stale_resend(void)
     ping(&b);
     conn_new(&c, 0);
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_IDEMPOTENT) == LB_REDIS_OK);
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, "+PONG\r\n");
     end_with(&c, LB_REDIS_OK, NULL);
@@ -138,7 +138,7 @@ static void test_stale_resend(void)
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_IDEMPOTENT) == LB_REDIS_OK);
     answer(&c, 0, NULL);
     CHECK(!lb_conn_is_open(&c, 0));
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, "+PONG\r\n");
     end_with(&c, LB_REDIS_OK, NULL);
@@ -146,14 +146,14 @@ static void test_stale_resend(void)
     /* dead again on the new one too: not a third time */
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_IDEMPOTENT) == LB_REDIS_OK);
     answer(&c, 0, NULL);
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, NULL);
     end_with(&c, LB_REDIS_ERR_IO, "connection reset");
     CHECK(!err.stale); /* a fresh connection's failure is not a stale one */
     /* not idempotent: no resend, the caller is told it was stale */
     CHECK(lb_conn_begin(&c, &b, 0) == LB_REDIS_OK);
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, "+PONG\r\n");
     end_with(&c, LB_REDIS_OK, NULL);
@@ -202,7 +202,7 @@ static void test_out_of_step(void)
     ping(&b);
     conn_new(&c, 0);
     CHECK(lb_conn_begin(&c, NULL, 0) == LB_REDIS_OK); /* only connect */
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     end_with(&c, LB_REDIS_OK, NULL);
     CHECK(lb_conn_is_open(&c, 0));
@@ -213,13 +213,13 @@ static void test_out_of_step(void)
     CHECK(err.stale);
     /* any other batch goes out on a new connection */
     CHECK(lb_conn_begin(&c, &b, LB_REDIS_KEPT_CONN) == LB_REDIS_OK);
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, "+PONG\r\n");
     end_with(&c, LB_REDIS_OK, NULL);
     lb_conn_out_of_step(&c);
     CHECK(lb_conn_begin(&c, &b, 0) == LB_REDIS_OK);
-    expect(&c, LB_CONN_CONNECT, 0);
+    expect(&c, LB_STEP_CONNECT, 0);
     lb_conn_connected(&c, LB_REDIS_OK, NULL);
     answer(&c, 0, "+PONG\r\n");
     end_with(&c, LB_REDIS_OK, NULL);
