@@ -99,6 +99,16 @@ static void sleep_ms(int ms)
     nanosleep(&pause, NULL);
 }
 
+/* Close each socket whose connection the machine dropped (the sentinel's
+ * once it answered, too). */
+static void sync_sockets(lb_node *n)
+{
+    if (!lb_conn_is_open(&n->c, 0))
+        lb_transport_close(&n->t);
+    if (!lb_conn_is_open(&n->c, 1))
+        lb_transport_close(&n->pt);
+}
+
 /* Run the connection machine's round trip on the sockets, sleeping its pauses. */
 static lb_redis_status drive(lb_node *n, lb_reply ***replies)
 {
@@ -117,11 +127,9 @@ static lb_redis_status drive(lb_node *n, lb_reply ***replies)
             lb_session *ses = lb_conn_session(&n->c, s.probe);
             lb_conn_sent(&n->c, lb_transport_roundtrip(t, ses, s.req->buf, s.req->len), NULL);
         }
-        if (!lb_conn_is_open(&n->c, s.probe))
-            lb_transport_close(t);
+        sync_sockets(n);
     }
-    if (!lb_conn_is_open(&n->c, 0))
-        lb_transport_close(&n->t);
+    sync_sockets(n);
     return lb_conn_end(&n->c, replies);
 }
 
