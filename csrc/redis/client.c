@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 void lb_redis_free(lb_redis *r)
 {
@@ -58,6 +59,63 @@ lb_redis_status lb_redis_take_error(lb_redis *r, const lb_redis *from)
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies)
 {
     return r->vt->exec(r, b, flags, replies);
+}
+
+/* ------------------------------------------------- the round trip as steps */
+
+static lb_redis_status no_steps(lb_redis *r)
+{
+    return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
+                              "the connection is not carried by an outside transport");
+}
+
+lb_redis_status lb_redis_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
+{
+    return r->vt->step_begin ? r->vt->step_begin(r, b, flags) : no_steps(r);
+}
+
+int lb_redis_step_next(lb_redis *r, lb_redis_step *s)
+{
+    if (r->vt->step_next)
+        return r->vt->step_next(r, s);
+    memset(s, 0, sizeof *s);
+    return 0;
+}
+
+void lb_redis_step_connected(lb_redis *r, lb_redis_status st, const char *text)
+{
+    if (r->vt->step_connected)
+        r->vt->step_connected(r, st, text);
+}
+
+lb_redis_status lb_redis_step_feed(lb_redis *r, const void *data, size_t len, int *complete)
+{
+    *complete = 0;
+    return r->vt->step_feed ? r->vt->step_feed(r, data, len, complete) : no_steps(r);
+}
+
+void lb_redis_step_sent(lb_redis *r, lb_redis_status st, const char *text)
+{
+    if (r->vt->step_sent)
+        r->vt->step_sent(r, st, text);
+}
+
+lb_redis_status lb_redis_step_end(lb_redis *r, lb_reply ***replies)
+{
+    if (r->vt->step_end)
+        return r->vt->step_end(r, replies);
+    *replies = NULL;
+    return no_steps(r);
+}
+
+int lb_redis_step_open(const lb_redis *r)
+{
+    return r->vt->step_open && r->vt->step_open(r);
+}
+
+lb_redis *lb_redis_step_client(lb_redis *r, int node)
+{
+    return r->vt->step_client ? r->vt->step_client(r, node) : NULL;
 }
 
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,

@@ -26,6 +26,20 @@
 
 typedef struct lb_redis lb_redis;
 
+/* A round trip as a step machine, for a client whose connections a transport
+ * outside C carries (ling_bloom.aio's asyncio; wire.h, and a Redis Cluster
+ * whose nodes are wire clients): what that transport does next. */
+enum { LB_STEP_OVER = 0, LB_STEP_CONNECT, LB_STEP_SEND, LB_STEP_PAUSE };
+
+typedef struct {
+    int what;                    /* LB_STEP_* */
+    int probe;                   /* 1: on the node's one-off connection to a sentinel */
+    int node;                    /* the connection's node (a cluster's index; 0 for one server) */
+    const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
+    const lb_redis_batch *req;   /* SEND: the bytes to write */
+    int pause_ms;                /* PAUSE */
+} lb_redis_step;
+
 /* What each implementation supplies. */
 typedef struct {
     lb_redis_status (*exec)(lb_redis *r, const lb_redis_batch *b, int flags, lb_reply ***replies);
@@ -39,6 +53,16 @@ typedef struct {
     lb_redis *(*new_like)(const lb_redis *r);
     void (*abandon)(lb_redis *r);
     void (*free)(lb_redis *r);
+    /* The round trip as steps (lb_redis_step_* below); NULL for a client with
+     * sockets of its own. */
+    lb_redis_status (*step_begin)(lb_redis *r, const lb_redis_batch *b, int flags);
+    int (*step_next)(lb_redis *r, lb_redis_step *s);
+    void (*step_connected)(lb_redis *r, lb_redis_status st, const char *text);
+    lb_redis_status (*step_feed)(lb_redis *r, const void *data, size_t len, int *complete);
+    void (*step_sent)(lb_redis *r, lb_redis_status st, const char *text);
+    lb_redis_status (*step_end)(lb_redis *r, lb_reply ***replies);
+    int (*step_open)(const lb_redis *r);
+    lb_redis *(*step_client)(lb_redis *r, int node);
 } lb_redis_vt;
 
 /* The part every implementation starts with. */
@@ -132,6 +156,39 @@ unsigned long lb_redis_roundtrip_count(const lb_redis *r);
  * until the next call on r. */
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
                               lb_reply ***replies);
+
+/* The round trip of lb_redis_exec as a step machine that a transport outside
+ * C drives (a client whose connections it carries: wire.h, or a cluster
+ * client after lb_cluster_use_wire; any other client refuses, ARG):
+ *
+ *     lb_redis_step_begin(r, batch, flags)      as lb_redis_exec's arguments
+ *     while (lb_redis_step_next(r, &step)) {
+ *         LB_STEP_CONNECT  connect to step.cfg (host and port or unix path, TLS
+ *                          as it says, within its connect timeout), then
+ *                          lb_redis_step_connected(r, status, text)
+ *         LB_STEP_SEND     send step.req on that connection, hand every byte
+ *                          that arrives to lb_redis_step_feed until it says
+ *                          complete (no byte for the operation timeout: a
+ *                          timeout), then lb_redis_step_sent(r, status, text)
+ *         LB_STEP_PAUSE    wait step.pause_ms
+ *         after CONNECT and SEND: close that connection (step.node, step.probe)
+ *         when lb_redis_step_open(r) is 0
+ *     }
+ *     st = lb_redis_step_end(r, &replies)       as lb_redis_exec's result
+ *
+ * Outcomes: CONNECT, TIMEOUT (connect); OK, IO, TIMEOUT (send) with the
+ * text; a failed feed (the stream is out of step) is reported as its own
+ * status with text NULL.  lb_redis_step_client(r, node) is the client whose
+ * connection node is (for wire.h's lb_wire_closed and lb_wire_out_of_step),
+ * NULL when there is none. */
+lb_redis_status lb_redis_step_begin(lb_redis *r, const lb_redis_batch *b, int flags);
+int lb_redis_step_next(lb_redis *r, lb_redis_step *s);
+void lb_redis_step_connected(lb_redis *r, lb_redis_status st, const char *text);
+lb_redis_status lb_redis_step_feed(lb_redis *r, const void *data, size_t len, int *complete);
+void lb_redis_step_sent(lb_redis *r, lb_redis_status st, const char *text);
+lb_redis_status lb_redis_step_end(lb_redis *r, lb_reply ***replies);
+int lb_redis_step_open(const lb_redis *r);
+lb_redis *lb_redis_step_client(lb_redis *r, int node);
 
 /* Convenience for one command (tests, handshakes): builds a batch and runs
  * it; *reply valid until the next call. */

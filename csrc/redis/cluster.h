@@ -44,9 +44,11 @@
  * READONLY, CLUSTER SHARDS/SLOTS, a sub-batch of redirected commands with
  * ASKING); a pause is a hop with no batch: wait that long, then ask for the
  * next.  Two drivers carry the hops: this client's exec (lb_node_exec on the
- * node's socket, nanosleep for a pause), and ling_bloom.aio's transport
- * through op.c (the nodes' clients are wire clients then, lb_cluster_use_wire;
- * a pause is an asyncio sleep):
+ * node's socket, nanosleep for a pause), and the client interface's steps
+ * (client.h's lb_redis_step_*, which ling_bloom.aio's transport carries
+ * through op.c): each hop is then its node's round trip as steps (the nodes'
+ * clients are wire clients, lb_cluster_use_wire), a pause a step of its own,
+ * an asyncio sleep:
  *
  *     st = lb_cluster_route_begin(r, b, flags);
  *     while (lb_cluster_route_next(r, &hop)) {

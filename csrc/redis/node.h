@@ -1,9 +1,10 @@
-/* node.h: the client of one Redis server (client.h's interface): a session
- * (session.h) over the blocking transport (transport.h), connected lazily,
- * again after a fork, and through the sentinels (sentinel.h) when the config
- * names a service.  Its exec pipelines a batch in one round trip, adds WAIT
- * after writes (wait_replicas), drops a connection found out of step, and
- * sends an idempotent batch once more when a kept connection turns out dead.
+/* node.h: the client of one Redis server (client.h's interface): the
+ * connection machine (conn.h: its rules) driven over the blocking transport
+ * (transport.h), connected lazily, again after a fork, and through the
+ * sentinels (sentinel.h) when the config names a service.  Its exec pipelines
+ * a batch in one round trip, adds WAIT after writes (wait_replicas), drops a
+ * connection found out of step (input pending before a batch), and sends an
+ * idempotent batch once more when a kept connection turns out dead.
  *
  * Fork: the node remembers the pid that opened its socket.  When it is used
  * in another process (a forked child), the inherited socket is closed

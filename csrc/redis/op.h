@@ -6,11 +6,10 @@
  * lb_redis_exec (a node's socket or a cluster's nodes, the GIL released);
  * the binding's asyncio transport carries the same machine with
  * lb_op_wire_step and the calls after it: each request of the operation goes
- * to the client's round trip as a step machine too, a wire client's
- * (wire.h: connect, handshake, sentinels, WAIT, retries) or, for a Redis
- * Cluster whose nodes are wire clients, the cluster's route (cluster.h:
- * slots, MOVED, ASK, back-off, map reads) over its nodes' round trips.  So
- * every rule is written once, whichever transport carries the bytes.
+ * to the client's round trip as steps (client.h's lb_redis_step_*: a wire
+ * client's connection machine, conn.h, or a Redis Cluster's route over its
+ * nodes' machines, cluster.h).  So every rule is written once, whichever
+ * transport carries the bytes, and this file asks no client what it is.
  *
  *     for (;;) {
  *         next(op, &req, &flags);          req NULL: the operation is over
@@ -21,7 +20,7 @@
 #define LB_REDIS_OP_H
 
 #include "client.h"
-#include "wire.h"
+#include "wire.h" /* lb_wire_step: the binding's name for the steps */
 
 typedef struct lb_op lb_op;
 
@@ -37,13 +36,12 @@ typedef struct {
 
 struct lb_op {
     const lb_op_vt *vt;
-    lb_redis *conn;     /* the client: errors, connection facts, the blocking driver's I/O */
-    int w_phase;        /* lb_op_wire_*: where the operation is (0 before the first step) */
-    lb_redis *w_node;   /* ... the wire client of the round trip in progress */
-    int w_node_id;      /* ... its number (a cluster's node index; 0 for one server) */
-    int w_probe;        /* ... the step was on its sentinel probe */
-    lb_redis_status w_st; /* ... the outcome, once over */
+    lb_redis *conn;     /* the client: errors, connection facts, its round trips */
+    int state;          /* lb_op_wire_*: 0 before the first step, LB_OP_RT, LB_OP_OVER */
+    lb_redis_status st; /* the outcome, once over */
 };
+
+enum { LB_OP_RT = 1, LB_OP_OVER };
 
 /* Run op to its end on op->conn, blocking. */
 lb_redis_status lb_op_run(lb_op *op);
@@ -70,7 +68,8 @@ int lb_op_wire_step_open(const lb_op *op);
 
 /* The wire client of node (a cluster's node index, 0 for one server) of a
  * client carried outside C; NULL when there is none (yet).  For the
- * transport's lb_wire_is_open, lb_wire_closed, lb_wire_out_of_step. */
+ * transport's lb_wire_is_open, lb_wire_closed, lb_wire_out_of_step.
+ * (lb_redis_step_client.) */
 lb_redis *lb_op_wire_client(lb_redis *conn, int node);
 
 /* PTTL key: *ms is the milliseconds left, -1 when the key has no expiry, -2

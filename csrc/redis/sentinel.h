@@ -1,5 +1,5 @@
 /* sentinel.h: finding the primary of a Sentinel-managed service, as a
- * resolver the node client calls (node.c), with no I/O of its own.
+ * resolver the connection machine calls (conn.c), with no I/O of its own.
  *
  * A node client whose config names a sentinel_service (redis+sentinel://
  * URLs) asks the sentinels, in the order given, for the address of the
@@ -8,7 +8,7 @@
  * makes it ask again (a failover in progress), a few times.  Every new
  * connection asks anew, so after a failover the next connection goes to the
  * new primary; a demoted primary's -READONLY reply drops the connection
- * (node.c).
+ * (conn.c).
  *
  * The walk over the sentinels is a step machine the caller drives:
  *

@@ -468,7 +468,7 @@ static lb_redis_status ensure_record(lb_sharded *sh)
     lb_redis *c = sh->conn[0];
     if (sh->record_ok && sh->record_conn == lb_redis_connect_count(c) && lb_redis_is_connected(c))
         return LB_REDIS_OK;
-    record_op o = {{NULL, c, 0, NULL, 0, 0, LB_REDIS_OK}, sh, sh->record, sh->recordlen, {0}, 0, NULL, NULL, 0};
+    record_op o = {{NULL, c, 0, LB_REDIS_OK}, sh, sh->record, sh->recordlen, {0}, 0, NULL, NULL, 0};
     return run_record(&o);
 }
 
@@ -789,7 +789,7 @@ size_t lb_sharded_wire_stage(lb_sharded *sh, lb_op **ops, uint32_t *shard_of)
               lb_redis_is_connected(c))) {
             record_op *o = sh->w_record;
             lb_redis_batch_free(&o->b);
-            record_op fresh = {{&record_vt, c, 0, NULL, 0, 0, LB_REDIS_OK}, sh, sh->record,
+            record_op fresh = {{&record_vt, c, 0, LB_REDIS_OK}, sh, sh->record,
                                sh->recordlen, {0}, 0, NULL, NULL, 0};
             *o = fresh;
             lb_redis_batch_init(&o->b);

@@ -484,6 +484,46 @@ static void test_wire_exec_refused(void)
     lb_redis_free(r);
 }
 
+/* The round trip as steps is the client interface's (lb_redis_step_*): a
+ * cluster client whose nodes are wire clients hands out its route's hops as
+ * its nodes' steps, a wire client its own, a node client (its own sockets)
+ * refuses. */
+static void test_steps_by_interface(void)
+{
+    lb_redis *r = cluster(1, 0, 0);
+    lb_redis_batch b;
+    get_a(&b);
+    lb_redis_step s;
+    CHECK(lb_redis_step_begin(r, &b, 0) == LB_REDIS_OK);
+    CHECK(lb_redis_step_next(r, &s) && s.what == LB_STEP_CONNECT && s.node == 0 &&
+          s.cfg->port == 7000); /* the map, from the first node named */
+    CHECK(lb_redis_step_client(r, 0) == lb_cluster_node_conn(r, 0));
+    CHECK(!lb_redis_step_open(r));
+    lb_redis_step_connected(r, LB_REDIS_ERR_CONNECT, "connection refused");
+    CHECK(lb_redis_step_next(r, &s) && s.what == LB_STEP_CONNECT && s.node == 1 &&
+          s.cfg->port == 7001);
+    lb_redis_step_connected(r, LB_REDIS_OK, NULL);
+    CHECK(lb_redis_step_open(r));
+    CHECK(lb_redis_step_next(r, &s) && s.what == LB_STEP_SEND && s.node == 1);
+
+    lb_redis *w = lb_wire_new_cfg(lb_redis_get_config(lb_cluster_node_conn(r, 0)));
+    CHECK(w && lb_redis_step_begin(w, &b, 0) == LB_REDIS_OK);
+    CHECK(lb_redis_step_next(w, &s) && s.what == LB_STEP_CONNECT && s.node == 0 && !s.probe);
+    CHECK(lb_redis_step_client(w, 0) == w && lb_redis_step_client(w, 1) == NULL);
+    lb_redis_free(w);
+    lb_redis_free(r);
+
+    r = cluster(0, 0, 0);
+    lb_redis *n = lb_cluster_node_conn(r, 0);
+    lb_reply **rs = (lb_reply **)&b;
+    CHECK(n && lb_redis_step_begin(n, &b, 0) == LB_REDIS_ERR_ARG &&
+          strstr(lb_redis_errstr(n), "not carried by an outside transport"));
+    CHECK(!lb_redis_step_next(n, &s) && lb_redis_step_end(n, &rs) == LB_REDIS_ERR_ARG && !rs);
+    CHECK(lb_redis_step_client(n, 0) == NULL);
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+}
+
 /* ------------------------------------------------- big maps, dropped nodes */
 
 /* A reply of any size, built in a growing buffer. */
@@ -791,6 +831,7 @@ static const t_case cases[] = {
     {"route_budget", test_budget},
     {"route_replica", test_replica},
     {"route_wire_exec_refused", test_wire_exec_refused},
+    {"route_steps_by_interface", test_steps_by_interface},
     {"route_big_map", test_big_map},
     {"route_dropped_nodes", test_dropped_nodes},
     {"route_incomplete_map", test_incomplete_map},

@@ -496,3 +496,22 @@ def test_a_filter_the_primary_lost_says_so(flavor, sentinels):
             flt.add("x")
         flt.reset()
         assert flt.test_many(keys) == [False] * len(keys)
+
+
+def _asking_sentinel(sentinel) -> int:
+    """Connections to the sentinel whose last command asked for the primary (the test's
+    own connection's last command is CLIENT LIST)."""
+    with sentinel.client() as c:
+        listing = c.command("CLIENT", "LIST").decode()
+    return sum("cmd=sentinel" in line for line in listing.splitlines())
+
+
+@pytest.mark.valkey
+def test_the_connection_that_asked_a_sentinel_is_closed_once_answered(flavor, sentinels):
+    url = sentinels.url + "?socket_timeout=5"
+    with flavor.RedisFilter.from_url(url, "sent:asked", 1000, 0.01) as f:
+        assert f.add("a") is True
+        # connected to the primary, done with the sentinel: its connection is gone
+        wait_for("no connection left open to the sentinel",
+                 lambda: _asking_sentinel(sentinels.sentinel) == 0, 10)
+        assert "a" in f
