@@ -499,11 +499,12 @@ def test_a_filter_the_primary_lost_says_so(flavor, sentinels):
 
 
 def _asking_sentinel(sentinel) -> int:
-    """Connections to the sentinel whose last command asked for the primary (the test's
-    own connection's last command is CLIENT LIST)."""
+    """Connections to the sentinel whose last command asked for the primary's address
+    (the test's own connection's last command is CLIENT LIST; the other sentinels' links
+    show other SENTINEL subcommands, is-master-down-by-addr after a failover)."""
     with sentinel.client() as c:
         listing = c.command("CLIENT", "LIST").decode()
-    return sum("cmd=sentinel" in line for line in listing.splitlines())
+    return sum("get-master-addr-by-name" in line for line in listing.splitlines())
 
 
 @pytest.mark.valkey
