@@ -75,8 +75,12 @@ struct lb_redisbloom {
 /* Start the operation of vt on bf (the state cleared). */
 bf_op *lb_bf_op_start(lb_redisbloom *bf, const lb_op_vt *vt);
 
-/* Reply helpers of both files. */
+/* Reply helpers (redisbloom_reply.c, but lb_bf_check_type_reply). */
 lb_redis_status lb_bf_bad_reply(lb_redisbloom *bf, const char *what);
+/* LB_REDIS_ERR_LOST: the filter is gone from the server; write: the write that
+ * found it so was refused (NOCREATE). */
+lb_redis_status lb_bf_lost(lb_redisbloom *bf, int write);
+lb_redis_status lb_bf_wrongtype(lb_redisbloom *bf, const char *text);
 lb_redis_status lb_bf_fail_reply(lb_redisbloom *bf, const lb_reply *x, const char *cmd, int adds);
 lb_redis_status lb_bf_expect_reply(lb_redisbloom *bf, const lb_reply *x, const lb_reply_want *w,
                                    const char *what);
