@@ -50,38 +50,6 @@ void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out
         *out = lb_hash_ling_base(key, len);
 }
 
-/* Each scheme's loop over a chunk of keys. */
-#define HASH_LOOP(PAIR)                                \
-    for (size_t j = 0; j < n; j++)                     \
-        out[j] = PAIR(keys[j].data, keys[j].len);
-
-static inline lb_hash_pair pair_xxh3(const void *key, size_t len)
-{
-    XXH128_hash_t h = XXH3_128bits(key, len);
-    lb_hash_pair p = {h.low64, h.high64 | 1};
-    return p;
-}
-
-static inline lb_hash_pair pair_blocked(const void *key, size_t len)
-{
-    return lb_blocked_pair(XXH3_64bits(key, len));
-}
-
-void lb_hash_keys(lb_hash_scheme s, const lb_key *keys, size_t n, lb_hash_pair *out)
-{
-    switch (s) {
-    case LB_HASH_BLOCKED:
-        HASH_LOOP(pair_blocked)
-        break;
-    case LB_HASH_LING_BASE:
-        HASH_LOOP(lb_hash_ling_base)
-        break;
-    default: /* xxh3-mix and xxh3: the same pair */
-        HASH_LOOP(pair_xxh3)
-        break;
-    }
-}
-
 lb_hash_pair lb_hash_blocked(const void *key, size_t len)
 {
     return lb_blocked_pair(XXH3_64bits(key, len));

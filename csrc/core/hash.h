@@ -83,11 +83,6 @@ static inline lb_hash_pair lb_hash(lb_hash_scheme s, const void *key, size_t len
  * LB_HASH_BLOCKED too. */
 void lb_hash_to(lb_hash_scheme s, const void *key, size_t len, lb_hash_pair *out);
 
-/* lb_hash_to over n keys: out[j] the pair of keys[j].  One call per run of a
- * batch's keys, the scheme chosen once and XXH3 inlined into each scheme's
- * loop: no call and no scheme branch per key.  Takes LB_HASH_BLOCKED too. */
-void lb_hash_keys(lb_hash_scheme s, const lb_key *keys, size_t n, lb_hash_pair *out);
-
 /* One xor-shift-multiply round: a bijection of 64-bit words that is not
  * linear in x (the xor folds the high half into the low half, the multiply by
  * an odd constant spreads the low half into the high bits that the multiply-

@@ -79,8 +79,8 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
 /* The batch of a type with add_hashed / test_hashed (lb_batch_ops), on a list,
  * a tuple or any other iterable (copied into a list once).  In chunks
  * (self->chunk, at most LB_CHUNK): each chunk's keys read and hashed with the
- * GIL held, a few dozen at a time into a chunk-sized buffer (lb_hash_keys, one
- * call per run, no scheme branch per key), then probed with the GIL released
+ * GIL held into a chunk-sized buffer (each key as it is read, the scheme's hash
+ * inlined: hash_inline.h, no scheme branch per key), then probed with the GIL released
  * for LB_GIL_FREE_MIN keys or more and the filter claimed as lb_run_batch
  * does.  An add first checks every key, so that a bad key raises before
  * anything changes; that check reads every key object anyway, and keeps the
