@@ -91,8 +91,9 @@ PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chu
  * of the keys.  A test changes nothing: its bad key raises from its chunk.  A
  * chunk that fails (a ScalableFilter that cannot grow) keeps what the chunks
  * before it did and raises.  A list that another thread changes between chunks
- * gives the keys each chunk finds; shortened, the batch is the keys it still
- * had (and add_many's and test_many's answers those). */
+ * gives the keys each chunk finds (a bad key put there raises from its chunk,
+ * after the chunks before it); shortened, the batch is the keys it still had
+ * (and add_many's and test_many's answers those). */
 PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls, int add,
                               lb_result_kind kind);
 
