@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hugealloc.h"
+
 /* How many keys ahead a batch hashes and prefetches.  Eight keys of k <= 16
  * lines keep the memory system busy without overflowing its fill buffers. */
 #ifndef LB_AHEAD
@@ -16,15 +18,19 @@ lb_status lb_bits_init(lb_bits *b, uint64_t m)
     b->nbytes = (m + 7) / 8;
     b->bits_set = 0;
     b->shared = 0;
+    b->raw = NULL;
+    b->raw_len = 0;
     if (b->nbytes > SIZE_MAX)
         return LB_ERR_NOMEM;
-    b->data = calloc((size_t)b->nbytes ? (size_t)b->nbytes : 1, 1);
+    b->data = lb_huge_zalloc((size_t)b->nbytes, &b->raw, &b->raw_len);
     return b->data ? LB_OK : LB_ERR_NOMEM;
 }
 
 void lb_bits_free(lb_bits *b)
 {
-    free(b->data);
+    lb_huge_free(b->raw, b->raw_len);
+    b->raw = NULL;
+    b->raw_len = 0;
     b->data = NULL;
 }
 

@@ -18,9 +18,12 @@ typedef struct {
                           shared array counts with lb_bits_popcount) */
     int shared;        /* the bytes are mapped by other processes too: bits are set
                           with atomic OR, so concurrent adds never lose a bit */
+    void *raw;         /* what lb_bits_init allocated (data is inside it), for lb_bits_free */
+    size_t raw_len;    /* its length when it was mapped (huge pages); 0: calloc'd */
 } lb_bits;
 
-/* Allocates ceil(m/8) zeroed bytes; m must have passed lb_check_geometry. */
+/* Allocates ceil(m/8) zeroed bytes (from 4 MiB on, on transparent huge pages:
+ * hugealloc.h); m must have passed lb_check_geometry. */
 lb_status lb_bits_init(lb_bits *b, uint64_t m);
 void lb_bits_free(lb_bits *b);
 void lb_bits_clear(lb_bits *b);

@@ -4,20 +4,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hugealloc.h"
+
 lb_status lb_counters_init(lb_counters *c, uint64_t m)
 {
     c->m = m;
     c->nbytes = (m + 1) / 2;
     c->nonzero = 0;
+    c->raw = NULL;
+    c->raw_len = 0;
     if (c->nbytes > SIZE_MAX)
         return LB_ERR_NOMEM;
-    c->data = calloc((size_t)c->nbytes ? (size_t)c->nbytes : 1, 1);
+    c->data = lb_huge_zalloc((size_t)c->nbytes, &c->raw, &c->raw_len);
     return c->data ? LB_OK : LB_ERR_NOMEM;
 }
 
 void lb_counters_free(lb_counters *c)
 {
-    free(c->data);
+    lb_huge_free(c->raw, c->raw_len);
+    c->raw = NULL;
+    c->raw_len = 0;
     c->data = NULL;
 }
 
@@ -113,19 +119,57 @@ unsigned lb_counters_count(const lb_counters *c, const lb_geometry *g, lb_hash_p
     return least;
 }
 
+/* How many keys ahead a batch derives the indices and prefetches the lines of
+ * (as bitarray.c's batches: eight keys of up to 16 lines keep the memory system
+ * busy without overflowing its fill buffers).  A ring holds the indices of the
+ * next keys, each derived once. */
+#ifndef LB_COUNTERS_AHEAD
+#define LB_COUNTERS_AHEAD 8
+#endif
+
+static inline __attribute__((always_inline)) void counters_ahead(const lb_counters *c,
+                                                                 const lb_geometry *g,
+                                                                 lb_hash_pair h, int write,
+                                                                 uint64_t *idx)
+{
+    lb_indices(g, h, idx);
+    for (uint32_t i = 0; i < g->k; i++) {
+        if (write)
+            LB_PREFETCH_W(c->data + (idx[i] >> 1));
+        else
+            LB_PREFETCH_R(c->data + (idx[i] >> 1));
+    }
+}
+
+#define COUNTERS_BATCH(C, G, PAIRS, N, WRITE, BODY)                                       \
+    do {                                                                                 \
+        uint64_t ring_[LB_COUNTERS_AHEAD][LB_MAX_K];                                     \
+        size_t ahead_ = (N) < LB_COUNTERS_AHEAD ? (N) : LB_COUNTERS_AHEAD;               \
+        for (size_t j_ = 0; j_ < ahead_; j_++)                                           \
+            counters_ahead((C), (G), (PAIRS)[j_], (WRITE), ring_[j_]);                   \
+        for (size_t j_ = 0; j_ < (N); j_++) {                                            \
+            uint64_t *const idx = ring_[j_ % LB_COUNTERS_AHEAD];                         \
+            const size_t key_no = j_;                                                    \
+            BODY                                                                         \
+            if (j_ + LB_COUNTERS_AHEAD < (N))                                            \
+                counters_ahead((C), (G), (PAIRS)[j_ + LB_COUNTERS_AHEAD], (WRITE), idx); \
+        }                                                                                \
+    } while (0)
+
 void lb_counters_add_hashed(lb_counters *c, const lb_geometry *g, const lb_hash_pair *pairs,
                             size_t n, uint8_t *out)
 {
-    for (size_t j = 0; j < n; j++) {
-        int r = lb_counters_add(c, g, pairs[j]);
+    const uint32_t k = g->k;
+    COUNTERS_BATCH(c, g, pairs, n, 1, {
+        int r = add_indices(c, idx, k);
         if (out)
-            out[j] = (uint8_t)r;
-    }
+            out[key_no] = (uint8_t)r;
+    });
 }
 
 void lb_counters_test_hashed(const lb_counters *c, const lb_geometry *g,
                              const lb_hash_pair *pairs, size_t n, uint8_t *out)
 {
-    for (size_t j = 0; j < n; j++)
-        out[j] = (uint8_t)lb_counters_test(c, g, pairs[j]);
+    const uint32_t k = g->k;
+    COUNTERS_BATCH(c, g, pairs, n, 0, { out[key_no] = (uint8_t)test_indices(c, idx, k); });
 }

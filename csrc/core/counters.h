@@ -18,8 +18,11 @@ typedef struct {
     uint64_t m;      /* cells */
     uint64_t nbytes; /* ceil(m / 2) */
     uint64_t nonzero; /* cells above zero, kept up to date */
+    void *raw;        /* what lb_counters_init allocated (data is inside it) */
+    size_t raw_len;   /* its length when it was mapped (huge pages); 0: calloc'd */
 } lb_counters;
 
+/* ceil(m/2) zeroed bytes (from 4 MiB on, on transparent huge pages: hugealloc.h). */
 lb_status lb_counters_init(lb_counters *c, uint64_t m);
 void lb_counters_free(lb_counters *c);
 void lb_counters_clear(lb_counters *c);

@@ -13,8 +13,8 @@
  *
  * A type whose batches need only each key's hash pair gives add_hashed,
  * test_hashed and key_scheme (the scheme the pairs are hashed with): the batch
- * driver then reads and hashes every key in one pass and hands the chunks
- * pairs (lb_run_hashed_batch); add and test are then not used by the batch
+ * driver then reads and hashes the keys chunk by chunk and hands each chunk's
+ * pairs to them (lb_run_hashed_batch); add and test are then not used by the batch
  * methods.  They return LB_OK or a status as add and test do, *done telling
  * how many pairs they handled. */
 typedef struct lb_batch_ops_s {
@@ -76,14 +76,24 @@ typedef enum {
 PyObject *lb_run_batch(lb_base *self, PyObject *iterable, int skip_nulls, lb_chunk_fn run,
                        lb_result_kind kind, lb_gil_mode gil, size_t chunk);
 
-/* The batch of a type with add_hashed / test_hashed (lb_batch_ops): every key is
- * checked, converted and hashed (with its key_scheme) in one pass with the
- * GIL held, into one array of pairs; a bad key raises before anything
- * changes (a chunk that fails, as a ScalableFilter that cannot grow, keeps
- * what the chunks before it did and raises).  Then the pairs go to the type in chunks (self->chunk, at most
- * LB_CHUNK), with the GIL released for LB_GIL_FREE_MIN keys or more and the
- * filter claimed as lb_run_batch does.  No key object is used after the
- * first pass. */
+/* The batch of a type with add_hashed / test_hashed (lb_batch_ops), on a list,
+ * a tuple or any other iterable (copied into a list once).  In chunks
+ * (self->chunk, at most LB_CHUNK): each chunk's keys read and hashed with the
+ * GIL held into a chunk-sized buffer (each key as it is read, the scheme's hash
+ * inlined: hash_inline.h, no scheme branch per key), then probed with the GIL released
+ * for LB_GIL_FREE_MIN keys or more and the filter claimed as lb_run_batch
+ * does.  An add first checks every key, so that a bad key raises before
+ * anything changes; that check reads every key object anyway, and keeps the
+ * hash pairs of the first LB_PREHASH keys (16 MiB at most), the later keys
+ * being read again by their chunks.  A key whose conversion may run Python
+ * code or answer otherwise the next time (a buffer, an int-like, an int past
+ * 64 bits) is frozen by the check into the bytes of its key, in a private copy
+ * of the keys.  A test changes nothing: its bad key raises from its chunk.  A
+ * chunk that fails (a ScalableFilter that cannot grow) keeps what the chunks
+ * before it did and raises.  A list that another thread changes between chunks
+ * gives the keys each chunk finds (a bad key put there raises from its chunk,
+ * after the chunks before it); shortened, the batch is the keys it still had
+ * (and add_many's and test_many's answers those). */
 PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls, int add,
                               lb_result_kind kind);
 

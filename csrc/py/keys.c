@@ -72,6 +72,33 @@ static int int_key(PyObject *obj, lb_key *key, lb_key_hold *hold)
     return 0;
 }
 
+int lb_key_small_int(PyObject *obj, char *digits, lb_key *key)
+{
+    char *end = digits + LB_KEY_DIGITS;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (!overflow) {
+        if (v == -1 && PyErr_Occurred()) { /* not expected of an int */
+            PyErr_Clear();
+            return 0;
+        }
+        uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        key->data = format_decimal(end, mag, v < 0);
+        key->len = (size_t)(end - (const char *)key->data);
+        return 1;
+    }
+    if (overflow < 0)
+        return 0;
+    unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    key->data = format_decimal(end, (uint64_t)u, 0);
+    key->len = (size_t)(end - (const char *)key->data);
+    return 1;
+}
+
 /* A number that is not a key (float, complex, numpy's floating, complex and bool
  * scalars, Decimal, Fraction ...): the TypeError of any other type. */
 static int not_a_key(PyObject *obj)

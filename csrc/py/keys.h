@@ -46,6 +46,13 @@ typedef struct {
 int lb_key_get_other(lb_state *st, PyObject *obj, lb_key *key, lb_key_hold *hold);
 int lb_key_empty(lb_state *st);
 
+/* An int (PyLong_Check, not a bool: the caller's to check) of at most 64 bits
+ * (signed, or unsigned up to 2**64 - 1): its decimal text written into the
+ * LB_KEY_DIGITS bytes of digits, *key set to it, 1.  0 for a larger int
+ * (nothing set: lb_key_get_other gives its key).  Runs no Python code and
+ * leaves no exception. */
+int lb_key_small_int(PyObject *obj, char *digits, lb_key *key);
+
 /* The keys used in place, with nothing held: 1 and the bytes of an exact str
  * (compact ASCII) or exact bytes (maybe empty), 0 for anything else. */
 static inline int lb_key_direct(PyObject *obj, const void **data, size_t *len)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 
 import pytest
 
@@ -234,3 +235,29 @@ def test_subclass():
     assert f.test_many(["a", "b"]) == [False, False]
     assert type(f.copy()) is Mine
     assert type(pickle.loads(pickle.dumps(f))) is Mine
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="huge pages: Linux only")
+def test_counters_of_several_mib_ask_for_huge_pages_and_work_the_same():
+    # As MemoryFilter's bits: from 4 MiB on, a mapping with huge pages asked for (the "hg"
+    # flag in /proc/self/smaps); before, calloc'd (no such mapping).  The batch's prefetch
+    # ahead gives the counters of single calls.
+    def huge_page_areas():
+        with open("/proc/self/smaps") as f:
+            return sum(1 for line in f if line.startswith("VmFlags:") and " hg" in line)
+
+    before = huge_page_areas()
+    f, single = CountingFilter(2_000_000, 0.01), CountingFilter(2_000_000, 0.01)
+    assert f.nbytes >= 4 << 20
+    assert huge_page_areas() == before + 2
+    ks = keys(20_000) + keys(5_000)  # counters of 5,000 keys raised twice
+    assert f.add_many(ks) == [single.add(k) for k in ks]
+    assert f.to_bytes() == single.to_bytes()
+    assert all(f.test_many(ks)) and f.count("k:1") >= 2
+    f.close()
+    single.close()
+    del f, single
+    import gc
+
+    gc.collect()
+    assert huge_page_areas() == before
