@@ -376,7 +376,11 @@ def test_aclose_on_one_loop_ends_the_calls_waiting_on_another(redis_server_facto
         await until(lambda: srv.unread_input() > 0, "the request at the paused server")
         tasks = [asyncio.ensure_future(f.test(f"q{i}")) for i in range(5)]
         tasks.append(asyncio.ensure_future(f.add_many(["x", "y"])))
-        await asyncio.sleep(0)
+        # waiting for the connection: the 5 tests queued as one batch, and that batch and
+        # add_many each waiting for the connection
+        pool = f._pools[asyncio.get_running_loop()]
+        await until(lambda: len(pool.queued[aio._TEST]) == 5 and len(pool.waiters) == 2,
+                    "the calls waiting for the connection")
         waiting.set()
         try:
             out["waiting"] = await bounded(asyncio.gather(*tasks, return_exceptions=True))
