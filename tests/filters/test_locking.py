@@ -239,7 +239,7 @@ def test_forked_child_of_a_waiting_thread_runs_batches():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             for _ in range(100):
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # pacing: a fork at another moment of the batches
                 pid = os.fork()
                 if pid == 0:
                     try:
@@ -331,7 +331,7 @@ def test_forked_child_never_frees_what_a_parent_thread_was_using(clean_redis):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             for i in range(150):
-                time.sleep(0.001)
+                time.sleep(0.001)  # pacing: a fork at another moment of the round trips
                 pid = os.fork()
                 if pid == 0:
                     code = 2
