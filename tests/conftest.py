@@ -49,6 +49,7 @@ import skips  # noqa: E402
 from redis_server import (  # noqa: E402
     RawRedis,
     RedisClusterServers,
+    RedisReplyError,
     RedisServer,
     SERVERS,
     RedisServerNotInstalled,
@@ -343,8 +344,7 @@ def valkey_kind_cluster(redisbloom_module: str):
 @pytest.fixture(scope="session")
 def redis_cluster(request):
     """One cluster of DEFAULT_SERVER for the session (six servers take a few seconds to
-    set up).  A test may kill, pause or demote nodes: the others ask who serves what
-    (cluster_tools)."""
+    set up).  A test takes it through ``cluster``, which restores what the test changed."""
     return request.getfixturevalue(f"{DEFAULT_SERVER}_kind_cluster")
 
 
@@ -353,7 +353,9 @@ def cluster(request, server_kind: str):
     """The session's cluster with no key left by an earlier test (so that a test run
     once per flavour starts from the same state each time).  A cluster an earlier test
     left unsettled (that test has failed already) is created again, with a warning, so
-    that the failure stays that test's own."""
+    that the failure stays that test's own.  A test may kill, pause or demote nodes and
+    move slots: afterwards the cluster is brought back to the slot map and roles it had
+    before the test, and checked (every node agrees on them)."""
     redis_cluster = request.getfixturevalue(f"{server_kind}_kind_cluster")
     try:
         redis_cluster.wait_ok()
@@ -364,7 +366,16 @@ def cluster(request, server_kind: str):
         if node.role() == "master":
             with node.client() as c:
                 c.command("FLUSHALL")
-    return redis_cluster
+    found = redis_cluster.topology()
+    yield redis_cluster
+    # A test that killed, paused or demoted a node, or moved a slot, leaves the cluster as
+    # it found it: restored here (the same slot map and roles on every node), and checked;
+    # if it cannot be, the cluster is created again and the test fails with why.
+    try:
+        redis_cluster.restore(found)
+    except (RuntimeError, OSError, RedisReplyError) as e:
+        redis_cluster.rebuild()
+        raise AssertionError(f"the test left the session's cluster changed: {e}") from None
 
 
 # ---- one test body for the blocking and the async Redis filters ---------------------------

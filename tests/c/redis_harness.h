@@ -166,6 +166,75 @@ static int t_ping(int port)
     return ok;
 }
 
+/* Poll cond (an expression) every millisecond until it holds or `limit` seconds
+ * have passed; ok is set to whether it held.  A wait on a condition in place of a
+ * sleep that hopes for it; the limit only tells a hang from an answer. */
+#define T_WAIT_UNTIL(ok, cond, limit)                                                 \
+    do {                                                                              \
+        double t_end_ = t_now() + (limit);                                            \
+        while (!((ok) = !!(cond)) && t_now() < t_end_)                                \
+            usleep(1000);                                                             \
+    } while (0)
+
+/* A field of the server's INFO (e.g. "blocked_clients"), asked on a raw socket;
+ * -1 when the server does not answer within 200 ms or has no such field. */
+__attribute__((unused)) static long t_info_field(int port, const char *section,
+                                                 const char *field)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    struct timeval tv = {0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    long value = -1;
+    char req[64], buf[8192], key[64];
+    int rn = snprintf(req, sizeof req, "INFO %s\r\n", section);
+    snprintf(key, sizeof key, "\n%s:", field);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, req, (size_t)rn) == rn) {
+        size_t got = 0;
+        ssize_t n;
+        while (got < sizeof buf - 1 && (n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) {
+            got += (size_t)n;
+            buf[got] = 0;
+            const char *at = strstr(buf, key);
+            if (at && strchr(at + strlen(key), '\r')) {
+                value = strtol(at + strlen(key), NULL, 10);
+                break;
+            }
+        }
+    }
+    close(fd);
+    return value;
+}
+
+/* Bytes that clients sent to 127.0.0.1:port and the server has not read yet (the
+ * receive queues of its established connections, /proc/net/tcp): above 0 once a
+ * request waits at a server that is stopped or busy in a script. */
+__attribute__((unused)) static long t_unread_input(int port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long total = 0;
+    if (!fgets(line, sizeof line, f)) { /* the header */
+        fclose(f);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        unsigned local_port, state;
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %lx:%lx", &local_port, &state, &tx, &rx) == 4 &&
+            local_port == (unsigned)port && state == 1)
+            total += (long)rx;
+    }
+    fclose(f);
+    return total;
+}
+
 /* Start redis-server on s->port (0: pick a free one) with no persistence,
  * bound to 127.0.0.1, plus a unix socket in a private temp dir. */
 static void t_server_start(t_server *s, const char *const *extra)
@@ -233,7 +302,7 @@ static void t_server_start(t_server *s, const char *const *extra)
                 pid = 0;
                 break;
             }
-            usleep(10000);
+            usleep(10000); /* a poll, up to 5 s */
         }
         if (pid) {
             kill(pid, SIGKILL);
@@ -242,7 +311,7 @@ static void t_server_start(t_server *s, const char *const *extra)
         }
         if (s->port && attempt >= 2) /* fixed port (restart) keeps failing */
             break;
-        usleep(100000);
+        usleep(100000); /* between two of the 5 tries (a port taken meanwhile) */
     }
     fprintf(stderr, "cannot start redis-server (see %s/redis.log)\n", s->dir);
     exit(2);

@@ -289,8 +289,9 @@ static void test_bm_ttl(void)
     /* it really expires */
     lb_bitmap_set_ttl(bm, 150);
     CHECK(lb_bitmap_add(bm, ks.keys, 1, NULL) == LB_REDIS_OK);
-    usleep(400000);
-    CHECK(cmd_int(r, "EXISTS t:ttl {t:ttl}:meta") == 0);
+    int gone;
+    T_WAIT_UNTIL(gone, cmd_int(r, "EXISTS t:ttl {t:ttl}:meta") == 0, 30.0);
+    CHECK(gone);
     /* reset re-creates the meta with the TTL */
     lb_bitmap_set_ttl(bm, 30000);
     CHECK(lb_bitmap_reset(bm) == LB_REDIS_OK);
@@ -703,13 +704,19 @@ static void test_bm_faults(void)
         lb_redis_command_argv(blocker, 3, ev, NULL, 0, NULL); /* never returns */
         _exit(0);
     }
+    /* the script runs once the server answers no PING */
+    int busy;
+    T_WAIT_UNTIL(busy, !t_ping(s2.port), 30.0);
+    CHECK(busy);
+    /* the killer: once our batch's request waits unread at the busy server */
     pid_t killer = fork();
     if (killer == 0) {
-        usleep(500000);
+        int waiting;
+        T_WAIT_UNTIL(waiting, t_unread_input(s2.port) > 0, 10.0);
+        (void)waiting; /* killed either way: the batch must not hang */
         kill(s2.pid, SIGKILL);
         _exit(0);
     }
-    usleep(200000);
     lb_redis_set_timeout(r, 5000);
     double t0 = t_now();
     lb_redis_status st = lb_bitmap_add(bm, ks.keys, 100, res);

@@ -215,10 +215,13 @@ static void test_killed_mid_batch(void)
     lb_redis *r = conn_port(s2.port, 5000);
     CHECK(cmd(r, NULL, "SET t:a 0") == LB_REDIS_OK);
 
-    /* the batch blocks in BLPOP; a helper process kills the server meanwhile */
+    /* the batch blocks in BLPOP; a helper process kills the server meanwhile, once
+     * the server counts the batch's client as blocked */
     pid_t killer = fork();
     if (killer == 0) {
-        usleep(300000);
+        int blocked;
+        T_WAIT_UNTIL(blocked, t_info_field(s2.port, "clients", "blocked_clients") == 1, 10.0);
+        (void)blocked; /* killed either way: the batch must not hang */
         kill(s2.pid, SIGKILL);
         _exit(0);
     }

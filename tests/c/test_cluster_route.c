@@ -409,6 +409,8 @@ static void test_budget(void)
     put("-TRYAGAIN x\r\n");
     answer(r, 1);
     expect_pause(r, 1); /* the backoff, cut to the budget left */
+    /* the pause is the driver's to take: 3 ms pass, the 1 ms budget is spent (the
+     * route reads the monotonic clock; passing time is what this case is about) */
     struct timespec t = {0, 3000000L};
     nanosleep(&t, NULL);
     expect_map(r, 7000, 7001, 0);

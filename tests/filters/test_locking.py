@@ -18,6 +18,7 @@ import pytest
 import ling_bloom as lb
 
 from bf_server import ScriptedServer
+from hang_guard import waits_on_a_lock
 
 OK = b"+OK\r\n"
 FULL = b"*1\r\n-ERR non scaling filter is full\r\n"  # BF.INSERT of one key, not taken
@@ -102,7 +103,7 @@ def test_error_text_belongs_to_its_call(rounds):
                 t, box = in_thread(lambda: f.add("slow"))
                 assert first.arrived.wait(20)
                 u, ubox = in_thread(lambda: f.add("fast"))
-                time.sleep(0.1)  # the second call waits for the first
+                wait_for(lambda: waits_on_a_lock(u), "the second call to wait for the first")
                 first.go.set()
                 t.join(20)
                 u.join(20)
@@ -149,7 +150,7 @@ def test_redis_filter_error_text_belongs_to_its_batch():
                 t, box = in_thread(lambda: f.add_many(["a", "b"]))
                 assert first.arrived.wait(20), s.names()
                 u, ubox = in_thread(lambda: f.add_many(["c", "d"]))
-                time.sleep(0.1)
+                wait_for(lambda: waits_on_a_lock(u), "the second batch to wait for the first")
                 first.go.set()
                 t.join(20)
                 u.join(20)
@@ -166,8 +167,8 @@ def test_close_while_a_batch_runs_frees_after_it():
     f = lb.MemoryFilter(1_000_000, 0.01)
     keys = [f"k{i}" for i in range(400_000)]
     t, box = in_thread(lambda: f.update(keys))
-    time.sleep(0.005)
-    f.close()
+    wait_for(lambda: "k0" in f, "the batch to have added its first keys")  # a read may run
+    f.close()                                                            # during a batch
     t.join(60)
     assert not t.is_alive()
     assert "error" not in box or isinstance(box["error"], lb.ClosedError), box
@@ -238,7 +239,7 @@ def test_forked_child_of_a_waiting_thread_runs_batches():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             for _ in range(100):
-                time.sleep(0.0005)
+                time.sleep(0.0005)  # pacing: a fork at another moment of the batches
                 pid = os.fork()
                 if pid == 0:
                     try:
@@ -330,7 +331,7 @@ def test_forked_child_never_frees_what_a_parent_thread_was_using(clean_redis):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             for i in range(150):
-                time.sleep(0.001)
+                time.sleep(0.001)  # pacing: a fork at another moment of the round trips
                 pid = os.fork()
                 if pid == 0:
                     code = 2

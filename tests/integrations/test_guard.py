@@ -33,6 +33,8 @@ from ling_bloom.guard import (
     is_null,
 )
 
+from hang_guard import until
+
 
 # ----------------------------------------------------------------- test doubles
 
@@ -458,8 +460,7 @@ def test_async_guard_single_flight_and_null_caching(flt):
 
         g = AsyncGuard(flt, MemoryCache(), loader, metrics=False)
         tasks = [asyncio.ensure_future(g.get("1")) for _ in range(10)]
-        while g.waiting("1") < 9:
-            await asyncio.sleep(0)
+        await until(lambda: g.waiting("1") >= 9, "9 calls waiting for the first")
         release.set()
         results = await asyncio.gather(*tasks)
         assert results == [{"id": "1"}] * 10
@@ -527,11 +528,9 @@ def test_async_guard_leader_cancelled_waiters_load_again(flt):
 
         g = AsyncGuard(flt, None, loader, metrics=False)
         leader = asyncio.ensure_future(g.get("1"))
-        while not calls:
-            await asyncio.sleep(0)
+        await until(lambda: calls, "the leader's load to start")
         waiter = asyncio.ensure_future(g.get("1"))
-        while g.waiting("1") < 1:
-            await asyncio.sleep(0)
+        await until(lambda: g.waiting("1") >= 1, "a call waiting for the leader")
         leader.cancel()
         assert await waiter == "value"
         with pytest.raises(asyncio.CancelledError):
@@ -554,8 +553,7 @@ def test_async_loader_errors_reach_every_waiter(flt):
 
         g = AsyncGuard(flt, None, loader, metrics=False)
         tasks = [asyncio.ensure_future(g.get("1")) for _ in range(5)]
-        while g.waiting("1") < 4:
-            await asyncio.sleep(0)
+        await until(lambda: g.waiting("1") >= 4, "4 calls waiting for the first")
         release.set()
         out = await asyncio.gather(*tasks, return_exceptions=True)
         assert all(isinstance(e, KeyError) for e in out)

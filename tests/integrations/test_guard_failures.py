@@ -736,13 +736,6 @@ def test_async_guard_late_answers_of_a_lost_filter_are_no_new_loss_and_lose_no_a
             await self._gate()
             return self.inner.add(key)
 
-    async def until(condition):
-        for _ in range(10_000):
-            if condition():
-                return
-            await asyncio.sleep(0)
-        raise AssertionError("timed out")
-
     async def main():
         rebuilds = []
 
@@ -758,9 +751,9 @@ def test_async_guard_late_answers_of_a_lost_filter_are_no_new_loss_and_lose_no_a
                        null_ttl=0)
         f.lose()
         late = [asyncio.ensure_future(g.acheck("1")), asyncio.ensure_future(g.add("7"))]
-        await until(lambda: f.held == 2)
+        await until(lambda: f.held == 2, "both late calls held")
         assert await g.acheck("2") is True          # the loss: the rebuild task starts
-        await until(lambda: g.stats().rebuilds == 1)
+        await until(lambda: g.stats().rebuilds == 1, "the rebuild to end")
         f.release.set()
         await asyncio.gather(*late)
         st = g.stats()
@@ -885,19 +878,13 @@ def test_async_guard_a_lost_filter_passes_and_is_rebuilt_on_the_loop():
                        name="async-lost", rebuild=rebuild, null_ttl=0)
         f.lose()
         assert await g.get("1") == "one"
-        for _ in range(100):
-            if started:
-                break
-            await asyncio.sleep(0.01)
-        assert started and g.stats().rebuilding
+        await until(lambda: started, "the rebuild to start")
+        assert g.stats().rebuilding
         asked = f.tests
         assert await g.acheck("absent") is True and f.tests == asked
         await g.add("5")                         # kept for after the rebuild
         release.set()
-        for _ in range(500):
-            if g.stats().rebuilds:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: g.stats().rebuilds, "the rebuild to end")
         st = g.stats()
         assert st.rebuilds == 1 and not st.filter_lost and f.resets == 1
         assert await g.acheck("5") and await g.acheck("1")
@@ -1018,10 +1005,7 @@ def test_async_guard_with_a_plain_rebuild_runs_it_in_a_thread():
         g = AsyncGuard(f, None, ROWS.get, metrics=False, name="async-plain", rebuild=rebuild)
         f.lose()
         assert await g.acheck("1") is True
-        for _ in range(500):
-            if g.stats().rebuilds:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: g.stats().rebuilds, "the rebuild in its thread to end")
         assert g.stats().rebuilds == 1 and threads[0] is not threading.current_thread()
         assert await g.acheck("absent") is False
 

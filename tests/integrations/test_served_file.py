@@ -470,7 +470,7 @@ class Slow:
         else:
             lb.MemoryFilter(10_000, 0.001).save(target)
         print("saving", flush=True)
-        time.sleep(120)
+        time.sleep(120)  # never ends on its own: the test kills the process mid-save
 
 publish(Slow(), sys.argv[1])
 '''

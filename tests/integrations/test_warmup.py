@@ -6,7 +6,6 @@ import io
 import sqlite3
 import threading
 
-import time
 
 import pytest
 
@@ -523,6 +522,7 @@ def test_processes_adding_while_warm_ups_publish_lose_nothing(tmp_path, mapped):
     import subprocess
     import sys
 
+    from hang_guard import wait_until
     from ling_bloom.warmup import FileFilter, begin, publish
 
     path, db = str(tmp_path / "f.bloom"), tmp_path / "rows.txt"
@@ -539,8 +539,11 @@ def test_processes_adding_while_warm_ups_publish_lose_nothing(tmp_path, mapped):
     while any(p.poll() is None for p in procs):
         since = begin(path)                           # the warm-up starts ...
         snapshot = lb.MemoryFilter(100_000, 0.001)
-        snapshot.update(k for k in db.read_text().split("\n") if k)   # ... reads the rows
-        time.sleep(0.02)                              # rows created now are not in it
+        rows = db.read_text()
+        snapshot.update(k for k in rows.split("\n") if k)   # ... reads the rows
+        # a row created now is not in it: one is, before the publish (unless all ended)
+        wait_until(lambda: db.stat().st_size > len(rows.encode())
+                   or all(p.poll() is not None for p in procs), "a row after the snapshot")
         returned = [k for k in done.read_text().split("\n") if k]
         publish(snapshot, path, since)
         publishes += 1

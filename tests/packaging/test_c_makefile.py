@@ -62,3 +62,20 @@ def test_the_sdist_and_git_leave_out_exactly_the_c_test_programs():
                open(os.path.join(root, ".gitignore"), encoding="utf-8")
                if line.strip().lstrip("/").startswith("tests/c/test_")}
     assert ignored == programs
+
+
+def test_make_test_builds_and_runs_every_c_test_program_once():
+    """`make -C tests/c test` (a dry run: nothing is built or run) compiles each
+    tests/c/test_*.c into its program once and runs each program once."""
+    if not shutil.which("make") or not shutil.which("pkg-config"):
+        pytest.skip("make and pkg-config are needed")
+    out = subprocess.run(["make", "-B", "-n", "-C", C_DIR, "test"],
+                         capture_output=True, text=True, check=True).stdout
+    sources = sorted(f[:-2] for f in os.listdir(C_DIR)
+                     if f.startswith("test_") and f.endswith(".c"))
+    built = sorted(m.group(1) for m in re.finditer(r"-o (test_\w+) ", out))
+    assert built == sources, out
+    loop = [ln for ln in out.splitlines() if ln.startswith("for p in ")]
+    assert len(loop) == 1, out
+    ran = loop[0].split(" in ", 1)[1].split(";", 1)[0].split()
+    assert sorted(ran) == sources, loop[0]

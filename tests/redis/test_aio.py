@@ -373,10 +373,14 @@ def test_aclose_on_one_loop_ends_the_calls_waiting_on_another(redis_server_facto
         await f.add("a")
         srv.pause()                              # the next round trip stays in flight
         in_flight = asyncio.ensure_future(f.test("a"))
-        await asyncio.sleep(0)
+        await until(lambda: srv.unread_input() > 0, "the request at the paused server")
         tasks = [asyncio.ensure_future(f.test(f"q{i}")) for i in range(5)]
         tasks.append(asyncio.ensure_future(f.add_many(["x", "y"])))
-        await asyncio.sleep(0)
+        # waiting for the connection: the 5 tests queued as one batch, and that batch and
+        # add_many each waiting for the connection
+        pool = f._pools[asyncio.get_running_loop()]
+        await until(lambda: len(pool.queued[aio._TEST]) == 5 and len(pool.waiters) == 2,
+                    "the calls waiting for the connection")
         waiting.set()
         try:
             out["waiting"] = await bounded(asyncio.gather(*tasks, return_exceptions=True))
@@ -489,7 +493,8 @@ def test_a_timeout_drops_the_connection_and_the_next_call_is_answered(redis_serv
                     await f.test("absent")
             finally:
                 srv.resume()
-            await asyncio.sleep(0.2)
+            # the late reply is sent (to a connection that is gone)
+            await until(lambda: srv.unread_input() == 0, "the server to read the request")
             assert await f.test("absent") is False
             assert await f.test("present") is True
 
@@ -526,8 +531,10 @@ def test_late_reply_is_not_taken_as_the_next_answer(clean_redis):
         async def main():
             async with af(srv, key="late", max_connections=1) as f:
                 await f.add("x")
-                srv.send_to(0, array(*[integer(0)] * f.k))  # one BITFIELD answer too many
-                await asyncio.sleep(0.1)
+                late = array(*[integer(0)] * f.k)         # one BITFIELD answer too many
+                srv.send_to(0, late)
+                # the loop's reader takes it in while the connection is idle
+                await until(lambda: srv.read_by_client(0), "the client to read the late answer")
                 assert await f.test("x") is True  # not the late answer
                 assert srv.connections == 2
                 assert srv.names(1)[:4] == ["EXISTS", "GETRANGE", "TYPE", "INFO"]  # checks first
@@ -802,10 +809,9 @@ def test_a_whole_filter_call_leaves_the_loop_free(redis_server_factory):
             srv.pause()
             try:
                 call = asyncio.ensure_future(f.bits_set())
-                ticks = 0
-                while ticks < 20:                   # the loop runs while the call waits
-                    await asyncio.sleep(0.01)
-                    ticks += 1
+                # the loop runs (until() polls on it) while the call's request waits at
+                # the paused server
+                await until(lambda: srv.unread_input() > 0, "the request at the server")
                 assert not call.done()
             finally:
                 srv.resume()
@@ -815,7 +821,7 @@ def test_a_whole_filter_call_leaves_the_loop_free(redis_server_factory):
             srv.pause()
             try:
                 call = asyncio.ensure_future(f.bits_set())
-                await asyncio.sleep(0.05)
+                await until(lambda: srv.unread_input() > 0, "the request at the server")
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await call

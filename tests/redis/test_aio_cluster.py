@@ -38,7 +38,7 @@ async def until(what: str, cond, limit: float = 30.0) -> None:
     end = loop.time() + limit
     while not await off_loop(cond):
         assert loop.time() < end, f"never: {what}"
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a poll with a deadline
 
 
 # ---- a cancellation storm: tasks cancelled at random points of their add_many ----------------
@@ -85,7 +85,7 @@ def test_a_cancellation_storm_mid_batch_loses_no_completed_add(cluster, kind):
                     return
                 if rng.choice(pending).cancel():
                     cancelled += 1
-                await asyncio.sleep(rng.uniform(0, 0.005))
+                await asyncio.sleep(rng.uniform(0, 0.005))  # pacing: cancels at random moments
 
         for r in range(rounds):
             batches = [[f"r{r}:t{i}:{j}" for j in range(size)] for i in range(tasks_per_round)]

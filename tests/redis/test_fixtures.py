@@ -154,6 +154,42 @@ def test_an_unsettled_cluster_says_why_and_is_created_again():
         cl.stop()
 
 
+def test_a_cluster_whose_topology_a_test_changed_is_restored():
+    """What the `cluster` fixture does after each test: a cluster (here one of this test's
+    own) with a slot moved to another primary, a primary demoted by a failover and a node
+    killed is brought back to the slot map and roles it had, on every node."""
+    from cluster_tools import key_slot, tag_on
+    from redis_server import RedisClusterServers, RedisServerNotInstalled
+
+    try:
+        cl = RedisClusterServers(3, 1).start()
+    except RedisServerNotInstalled as e:
+        pytest.skip(str(e))
+    try:
+        found = cl.topology()
+        primaries = [n for n in cl.nodes if n.role() == "master"]
+        a, b, c = primaries
+        key = f"{tag_on(cl, a, 'moved')}:x"     # a key in a slot of a's, moved with it
+        slot = key_slot(key.encode())
+        with a.client() as conn:
+            conn.command("SET", key, "1")
+        cl.begin_migration(slot, a, b)
+        cl.move_keys(slot, a, b)
+        cl.end_migration(slot, b)
+        cl.failover_to(cl.replica_of(c))
+        changed = cl.topology()
+        assert changed[0] != found[0] and changed[1] != found[1]
+        cl.replica_of(b).kill()
+        cl.restore(found)
+        assert cl.topology() == found
+        assert all(n.running for n in cl.nodes)
+        assert [n.role() for n in primaries] == ["master"] * 3
+        with a.client() as conn:
+            assert conn.command("GET", key) == b"1"   # the key came back with its slot
+    finally:
+        cl.stop()
+
+
 # ---- ports under pytest-xdist: each worker its own, and a server must be its own -----------
 
 

@@ -6,7 +6,7 @@ filter of the same key (``flavor.twin``) reads what the other client wrote; the 
 forked child stay blocking tests.  tests/redis/test_aio_cluster.py has what only asyncio has.
 
 The cluster is the session's (the `cluster` fixture of tests/conftest.py, flushed before
-each test): 3 primaries with one replica each, every node on free ports of 127.0.0.1 with
+each test, and brought back after it to the slot map and roles it had): 3 primaries with one replica each, every node on free ports of 127.0.0.1 with
 the RedisBloom module loaded, created by ``redis-cli --cluster create``
 (tests/support/redis_server.py, RedisClusterServers).  A node timeout of 1 s makes a killed
 primary's replica take over within a few seconds.
@@ -449,19 +449,23 @@ def test_adds_go_on_while_a_slot_migrates_key_by_key(flavor, cluster):
     bf.add("first")
     w = Writer(f, bf, 50)
     acked, errors = w.acked, w.errors
+
+    def more_adds(what):
+        """Until the writer has had 2 more batches acknowledged (or has failed): adds in
+        each step of the migration."""
+        n = len(acked)
+        wait_until(lambda: len(acked) >= n + 2 or errors, timeout=60)
+        assert len(acked) >= n + 2, f"no add {what}: {errors[:3]}"
+
     try:
-        time.sleep(0.1)
+        more_adds("before the migration")
         cluster.begin_migration(slot, src, dst)
         for name in sorted(n.decode() for n in flavor.twin(f).key_names()) + [f"{tag}:bf"]:
-            time.sleep(0.05)
+            more_adds(f"before {name} moved")
             cluster.move_keys(slot, src, dst, [name.encode()])
-        time.sleep(0.05)
+        more_adds("with every key moved, the slot still migrating")
         cluster.end_migration(slot, dst)
-        n = len(acked)
-        deadline = time.monotonic() + 20
-        while len(acked) < n + 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        more_adds("after the migration")
     finally:
         w.stop()
     assert not errors, errors[:3]
@@ -547,8 +551,8 @@ def test_a_primary_killed_mid_batch(flavor, cluster):
     w = Writer(f, bf, 200)
     acked, errors = w.acked, w.errors
     try:
-        while len(acked) < 5:
-            time.sleep(0.01)
+        assert wait_until(lambda: len(acked) >= 5 or errors, timeout=60) and len(acked) >= 5, \
+            f"no 5 batches before the kill: {errors[:3]}"
         victim.kill()
         # each step has its own minute: on a loaded machine a promotion, or the old
         # primary's return as a replica and its full sync, can take a while
@@ -582,23 +586,6 @@ def test_a_primary_killed_mid_batch(flavor, cluster):
     bf.close()
 
 
-def failover_to(cluster, replica) -> None:
-    """CLUSTER FAILOVER on replica: it becomes the primary, its primary its replica.  A
-    manual failover that does not complete in time is dropped by Redis without a word: it
-    is asked again (FORCE after two tries, which skips the handshake with the primary)."""
-    cluster.wait_ok()  # the replica in sync first: a manual failover waits for that
-    for attempt in range(4):
-        with replica.client() as c:
-            c.command("CLUSTER", "FAILOVER", *(["FORCE"] if attempt >= 2 else []))
-        deadline = time.monotonic() + 10
-        while replica.role() != "master" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if replica.role() == "master":
-            cluster.wait_ok()
-            return
-    raise AssertionError("the manual failover never happened")
-
-
 @pytest.mark.valkey
 def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, cluster):
     """After a manual failover the client's map still names the old primary, now a replica:
@@ -613,7 +600,7 @@ def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, clust
     bf = flavor.RedisBloomFilter.from_url(u, f"{tag}:bf", 1000, 0.01)
     try:
         assert f.add("a") is True and bf.add("a") is True      # the map: old is the primary
-        failover_to(cluster, new)
+        cluster.failover_to(new)
         assert f.add("b") is True and bf.add("b") is True      # redirected, WAITed there
         assert f.test_many(["a", "b"]) == [True, True]
         assert bf.test_many(["a", "b"]) == [True, True]
@@ -733,7 +720,7 @@ def test_wait_replicas_on_one_server(flavor, bf_server_factory):
             info = c.command("INFO", "replication")
         if b"state=online" in info and b"lag=0" in info:
             break
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, f"the replica never online: {info!r}"
         time.sleep(0.05)
     f.close()
     bf.close()

@@ -802,7 +802,8 @@ def test_killed_during_a_big_batch(private_redis):
     t.start()
     # wait until some chunks landed (bits beyond "warm"'s), then crash the server
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and watcher.command("BITCOUNT", "bf") < 10_000:
+    while watcher.command("BITCOUNT", "bf") < 10_000:
+        assert time.monotonic() < deadline, f"no chunk landed: {outcome}"
         time.sleep(0.001)
     watcher.close()
     private_redis.kill()

@@ -154,6 +154,14 @@ class SentinelSet:
                  self.describe)
         return old, new
 
+    def check_primary(self, primary) -> None:
+        """The set as a test found it: primary named by the sentinel and a master, the
+        other server its replica with the link up, and the sentinel sees that replica."""
+        other = self.b if primary is self.a else self.a
+        wait_for("the set as found", lambda: (
+            self.primary() is primary and role(primary) == "master" and role(other) == "slave"
+            and self._link_up(other) and self._sentinel_sees_replica()), 60, self.describe)
+
     def stop(self):
         for s in (self.sentinel, self.b, self.a):
             s.stop()
@@ -180,12 +188,18 @@ def valkey_sentinel_set(redisbloom_module):
 @pytest.fixture
 def sentinels(request, server_kind):
     """The module's set of server_kind, its primary flushed (a test runs once per flavour
-    on the same keys)."""
+    on the same keys).  A test that fails over leaves the set as it found it: the primary
+    of before made the primary again (SENTINEL FAILOVER), and checked (the sentinel names
+    it, it is a master, the other its replica in sync, seen by the sentinel)."""
     sentinel_set = request.getfixturevalue(f"{server_kind}_sentinel_set")
     wait_for("a primary", lambda: role(sentinel_set.primary()) == "master")
     with sentinel_set.primary().client() as c:
         c.command("FLUSHALL")
-    return sentinel_set
+    found = sentinel_set.primary()
+    yield sentinel_set
+    if sentinel_set.primary() is not found:
+        sentinel_set.failover()
+    sentinel_set.check_primary(found)
 
 
 def test_urls_are_checked(flavor):

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 
@@ -32,10 +31,10 @@ def rf(srv, key="bf", **kw):
 
 def send_late(srv, data, index=0):
     """A reply nobody asked for: written on client connection `index` by the test itself,
-    after the call it made returned (so it can only follow that call's replies), with a
-    moment for loopback to carry it."""
+    after the call it made returned (so it can only follow that call's replies), and
+    waited for until it is in the client's socket."""
     srv.send_to(index, data)
-    time.sleep(0.05)
+    assert wait_until(lambda: srv.unread_by_client(index) >= len(data)), "never delivered"
 
 
 @pytest.mark.parametrize("mode", ["setbit", "bitfield"])

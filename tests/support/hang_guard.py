@@ -84,3 +84,36 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+# futex(2)'s number, by machine: a thread blocked in a lock's acquire sits in it
+_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+
+
+def waits_on_a_lock(thread) -> bool:
+    """True while thread (a started threading.Thread) is blocked in a lock's acquire that
+    has no timeout, as /proc/self/task/TID/syscall tells it: futex(2) with a NULL timeout.
+    A thread waiting for the GIL waits with a timeout (the switch interval), and a running
+    or sleeping one is in another call, so this is the proof that another call really waits
+    for the lock a first one holds -- what a test checks before it lets the first one go,
+    instead of sleeping.  Elsewhere than Linux x86_64/aarch64: the thread is asleep in the
+    kernel (state S), a weaker proof."""
+    import platform
+
+    tid = thread.native_id
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return False  # the thread has ended
+    nr = _FUTEX.get(platform.machine().lower())
+    if nr is not None and fields and fields[0] not in ("running", "-1"):
+        # number, uaddr, op, val, timeout, ...: a wait (FUTEX_WAIT or FUTEX_WAIT_BITSET,
+        # private or not, any clock) whose timeout pointer is NULL
+        return (int(fields[0]) == nr and int(fields[2], 16) & 0x7f in (0, 9)
+                and int(fields[4], 16) == 0)
+    if nr is not None:
+        return False
+    with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"S"

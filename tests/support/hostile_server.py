@@ -14,6 +14,9 @@ server's own reply).  ``ctx`` is the client connection:
                              the server's late_sent counts those written)
     ctx.index                0 for the first client connection, 1 for the next, ...
     srv.send_to(i, data)     (from the test) write raw bytes to client connection i now
+    srv.unread_by_client(i)  bytes written to client connection i that the client has not
+                             read yet, srv.read_by_client(i): all of them delivered and read
+                             (what a test waits for after send_to)
     ctx.close()              drop the client connection
 
 Without an upstream port, ``script`` must answer every command itself.  ``connections``
@@ -167,6 +170,37 @@ class HostileServer:
         """Write raw bytes to client connection `index` now (from the test's thread: a reply
         nobody asked for, after the call that the test made returned)."""
         self._conns[index].send(data)
+
+    def _queues(self, index: int) -> Tuple[int, int]:
+        """(bytes the server's socket of client connection `index` has sent and the client's
+        kernel has not acknowledged yet, bytes in the client's socket the client has not
+        read yet), from /proc/net/tcp."""
+        client_port = self._conns[index].sock.getpeername()[1]
+        sent = unread = 0
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                local = int(cols[1].rsplit(":", 1)[1], 16)
+                remote = int(cols[2].rsplit(":", 1)[1], 16)
+                tx, rx = (int(q, 16) for q in cols[4].split(":"))
+                if (local, remote) == (self.port, client_port):
+                    sent = tx
+                elif (local, remote) == (client_port, self.port):
+                    unread = rx
+        return sent, unread
+
+    def unread_by_client(self, index: int) -> int:
+        """Bytes that reached client connection `index`'s socket and the client has not
+        read yet (its receive queue): a test that wrote a late reply to a client that reads
+        only when called waits for them to be there, instead of sleeping."""
+        return self._queues(index)[1]
+
+    def read_by_client(self, index: int) -> bool:
+        """Everything written to client connection `index` has reached the client and the
+        client has read it (an asyncio client's reader takes in what arrives while its
+        connection is idle)."""
+        return self._queues(index) == (0, 0)
 
     def names(self, index: Optional[int] = None) -> List[str]:
         return [a[0].decode().upper() for i, a in self.commands if index is None or i == index]

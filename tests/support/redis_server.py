@@ -779,6 +779,14 @@ class ClusterNode(RedisServer):
             return c.command("CLUSTER", "MYID").decode()
 
 
+def _owner_per_slot(ranges: list) -> List[int]:
+    """The port that serves each of the 16384 slots (0: none), from _slot_owners' ranges."""
+    owner = [0] * 16384
+    for lo, hi, port in ranges:
+        owner[lo:hi + 1] = [port] * (hi - lo + 1)
+    return owner
+
+
 class RedisClusterServers:
     """A real Redis Cluster on 127.0.0.1: `primaries` primaries with `replicas` replicas
     each, created with ``redis-cli --cluster create`` (which assigns the slots evenly and
@@ -895,16 +903,24 @@ class RedisClusterServers:
                 why.append(f"{n.port}: slot owners {m} != {live[0].port}'s {maps[0]}")
             if r != roles[0]:
                 why.append(f"{n.port}: roles {r} != {live[0].port}'s {roles[0]}")
-            if not self._synced(n):
-                why.append(f"{n.port}: a replica whose link to its primary is down")
+            if r == roles[0]:
+                want = dict(r).get(n.port, -1)
+                if not self._synced(n, want):
+                    why.append(f"{n.port}: not yet what CLUSTER NODES says, "
+                               + (f"a replica of {want} in sync" if want else "a primary"))
         return "; ".join(why)
 
     @staticmethod
-    def _synced(node: ClusterNode) -> bool:
-        """A primary, or a replica whose link to its primary is up."""
+    def _synced(node: ClusterNode, primary: int) -> bool:
+        """The node is, by its own INFO replication, what the cluster says: a primary
+        (primary 0), or a replica of primary's port whose link to it is up.  Just after a
+        failover a demoted primary may still say role:master a moment."""
         with node.client() as c:
             text = c.command("INFO", "replication").decode()
-        return "role:master" in text or "master_link_status:up" in text
+        if primary == 0:
+            return "role:master" in text
+        return ("role:slave" in text and f"master_port:{primary}\r\n" in text
+                and "master_link_status:up" in text)
 
     @staticmethod
     def _roles(node: ClusterNode, ports: set) -> list:
@@ -948,6 +964,80 @@ class RedisClusterServers:
             if role[0] == b"slave" and int(role[2]) == primary.port:
                 return n
         raise KeyError(primary.port)
+
+    # -- the topology: who serves which slots, who is whose replica
+    def topology(self) -> Tuple[list, list]:
+        """Once settled (wait_ok): the slot map, as (first slot, last slot, primary's port)
+        ranges, and the roles, a (port, its primary's port or 0) pair per node, on which
+        every live node agrees (wait_ok checks that they do)."""
+        self.wait_ok()
+        first = self.live()[0]
+        return self._slot_owners(first), self._roles(first, {n.port for n in self.nodes})
+
+    def failover_to(self, replica: ClusterNode) -> None:
+        """CLUSTER FAILOVER on replica: it becomes the primary, its primary its replica.  A
+        manual failover that does not complete in time is dropped by Redis without a word:
+        it is asked again (FORCE after two tries, which skips the handshake with the
+        primary).  Returns once the cluster has settled."""
+        self.wait_ok()  # the replica in sync first: a manual failover waits for that
+        for attempt in range(4):
+            with replica.client() as c:
+                c.command("CLUSTER", "FAILOVER", *(["FORCE"] if attempt >= 2 else []))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if self._settled_with_primary(replica):
+                    return
+                time.sleep(0.05)  # a poll with a deadline
+        raise RuntimeError(f"the manual failover to {replica.port} never happened\n"
+                           + self.describe())
+
+    def _settled_with_primary(self, node: ClusterNode) -> bool:
+        """Settled (as wait_ok), every node naming node a primary, and it says so itself."""
+        try:
+            live = self.live()
+            return (not self._unsettled()
+                    and dict(self._roles(live[0], {n.port for n in live})).get(node.port) == 0)
+        except (OSError, RedisReplyError):
+            return False
+
+    def restore(self, found: Tuple[list, list]) -> None:
+        """Bring the cluster back to ``found`` (an earlier topology()): a stopped node
+        started again, each primary of then made the primary again, each slot moved back
+        to its node of then; then checked.  RuntimeError when the cluster is not as found
+        (the caller creates it again)."""
+        for n in self.nodes:
+            if not n.running:
+                n.restart()
+        self.wait_ok()
+        slots, roles = found
+        by_port = {n.port: n for n in self.nodes}
+        for port, primary in roles:
+            if primary != 0:
+                continue
+            node = by_port[port]
+            # A primary that a failover took the slots from turns into its successor's
+            # replica a moment later (until then a primary of no slots): wait for that,
+            # then fail over back to it.  One that serves slots stays as it is.
+            deadline = time.monotonic() + 30
+            while not (node.role() == "slave"
+                       or any(p == port for _, _, p in self._slot_owners(node))):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{port} serves no slot and is no replica\n"
+                                       + self.describe())
+                time.sleep(0.05)  # a poll with a deadline
+            if node.role() == "slave":
+                self.failover_to(node)
+        want = _owner_per_slot(slots)
+        now = _owner_per_slot(self._slot_owners(self.live()[0]))
+        for slot in (s for s in range(16384) if want[s] != now[s]):
+            src, dst = by_port[now[slot]], by_port[want[slot]]
+            self.begin_migration(slot, src, dst)
+            self.move_keys(slot, src, dst)
+            self.end_migration(slot, dst)
+        got = self.topology()
+        if got != found:
+            raise RuntimeError(f"the cluster was not restored: {got} != {found}\n"
+                               + self.describe())
 
     # -- moving a slot, the way redis-cli --cluster reshard does, one step at a time
     def begin_migration(self, slot: int, src: ClusterNode, dst: ClusterNode) -> None:

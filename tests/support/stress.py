@@ -162,7 +162,7 @@ class Run:
                     if key not in f:
                         self.problem(f"false negative (in) in the stable filter: {key!r}")
             else:
-                time.sleep(0.001)
+                time.sleep(0.001)  # pacing: no key written yet, nothing to check
             repr(f)
             if self.kind == "scalable":
                 f.capacity, f.nbytes, f.num_sub_filters, f.stages()
@@ -181,7 +181,7 @@ class Run:
             elif self.kind == "redisbloom":
                 f.card()
                 self.counts["operations"] += 1
-                time.sleep(0.005)
+                time.sleep(0.005)  # pacing: a load generator, the reads are not its subject
                 continue
             else:
                 c = f.copy()
@@ -264,6 +264,7 @@ class Run:
 
     def closer(self) -> None:
         while self.running():
+            # pacing: a close at a random moment of the other threads' calls
             time.sleep(random.uniform(0.0005, 0.004))
             old = self.box[0]
             self.box[0] = self.make_churn()
@@ -281,6 +282,7 @@ class Run:
             # process is what this test is about.
             warnings.simplefilter("ignore", DeprecationWarning)
             while self.running():
+                # pacing: a fork at a random moment of the other threads' calls
                 time.sleep(random.uniform(0.01, 0.04))
                 before = self.sample(128)
                 pid = os.fork()
@@ -323,7 +325,7 @@ class Run:
                 os.waitpid(pid, 0)
                 self.problem(f"a forked child hung for {CHILD_TIMEOUT} s")
                 return
-            time.sleep(0.005)
+            time.sleep(0.005)  # a poll with a deadline (CHILD_TIMEOUT)
         if os.WIFSIGNALED(status):
             self.problem(f"a forked child died of signal {os.WTERMSIG(status)}")
         elif os.WEXITSTATUS(status) != 0:
