@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import select
 import ssl
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
@@ -93,6 +94,20 @@ def _ssl_context(cfg: Dict[str, Any]) -> ssl.SSLContext:
             raise RedisConnectionError(
                 f"cannot load the client certificate {cfg['ssl_certfile']}: {e}") from None
     return ctx
+
+
+def _input_waiting(transport: asyncio.BaseTransport) -> bool:
+    """Whether bytes wait in the connection's socket that the loop has not read yet (a poll
+    with no wait; False where the transport has no socket to ask)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        p = select.poll()
+        p.register(sock.fileno(), select.POLLIN)
+        return bool(p.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 class _Wire(asyncio.Protocol):
@@ -736,6 +751,18 @@ class _AsyncRedis:
         connection."""
         f = slot.f
         wire = slot.wires.get(key)
+        if wire is not None and wire.transport is not None and not wire.stray \
+                and _input_waiting(wire.transport):
+            # Bytes came on this idle connection that the loop has not read yet: a late
+            # reply (to a call that timed out or was cancelled), or TLS records.  Let the
+            # transport read them first (two turns of the loop: one polls, one reads), so
+            # that a reply is never taken as this request's answer: data_received marks
+            # the connection stray and C connects again, as the blocking client does
+            # with input pending.
+            for _ in range(2):
+                await asyncio.sleep(0)
+                if wire.stray:
+                    break
         if wire is None or wire.transport is None or wire.stray:
             return f._wire_sent(lane, _BROKEN,
                                 "the connection to Redis was lost before the request was sent")

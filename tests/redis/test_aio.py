@@ -10,7 +10,7 @@ import pytest
 
 import ling_bloom as lb
 import ling_bloom.aio as aio
-from hang_guard import bounded, until
+from hang_guard import bounded, until, wait_until
 from hostile_server import HostileServer, array, integer
 from key_names import ALL_BYTES, NUL_KEYS, bitmap_names, server_keys
 from ling_bloom import AsyncRedisFilter, RedisFilter
@@ -538,6 +538,25 @@ def test_late_reply_is_not_taken_as_the_next_answer(clean_redis):
                 assert await f.test("x") is True  # not the late answer
                 assert srv.connections == 2
                 assert srv.names(1)[:4] == ["EXISTS", "GETRANGE", "TYPE", "INFO"]  # checks first
+
+        run(main())
+
+
+def test_late_reply_still_in_the_socket_is_not_taken_as_the_next_answer(clean_redis):
+    # The same late answer, but the next call comes before the loop has read it: it waits
+    # in the socket's receive queue when the call is made (the loop is held: no await
+    # between its arrival and the call).  The call must not take it as its own answer.
+    with HostileServer(lambda c, args: None, upstream_port=clean_redis.port) as srv:
+
+        async def main():
+            async with af(srv, key="late", max_connections=1) as f:
+                await f.add("x")
+                srv.send_to(0, array(*[integer(0)] * f.k))  # one BITFIELD answer too many
+                wait_until(lambda: srv.unread_by_client(0) > 0,
+                           "the late answer in the client's socket")  # holds the loop: unread
+                assert await f.test("x") is True
+                assert await f.test_many(["x", "y"]) == [True, False]
+                assert srv.connections == 2
 
         run(main())
 
