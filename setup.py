@@ -55,7 +55,10 @@ LIBS = {
 # The vendored sources compiled in when the system lacks the library (the sdist has them).
 VENDORED_SOURCES = {
     "xxhash": ["vendor/xxhash/xxhash.c"],
-    "hiredis": ["vendor/hiredis/" + f for f in ("hiredis.c", "net.c", "read.c", "sds.c", "alloc.c")],
+    # hiredis 1.x's context points at its async reader and writer, so async.c (which
+    # includes dict.c) comes along though ling_bloom never calls it
+    "hiredis": ["vendor/hiredis/" + f for f in ("hiredis.c", "net.c", "read.c", "sds.c", "alloc.c",
+                                                  "sockcompat.c", "async.c")],
 }
 VENDORED_INCLUDES = {"xxhash": ["vendor/xxhash"], "hiredis": ["vendor"]}  # <hiredis/hiredis.h>
 
