@@ -179,10 +179,10 @@ class build_ext(_build_ext):
                     continue
             if all(os.path.exists(os.path.join(HERE, s)) for s in VENDORED_SOURCES[name]):
                 # Compiled apart, with their own flags: third-party code, without the
-                # project's warnings.  Debian's hiredis 0.14.1 declares createArray with an
-                # int in read.h and defines it with a size_t in hiredis.c, which clang 16 and
-                # GCC 14 refuse by default; ling_bloom gives the reader its own functions,
-                # so that default one is never called.
+                # project's warnings (hiredis 0.14.1, which an older vendor/ may hold,
+                # declares createArray with an int in read.h and defines it with a size_t in
+                # hiredis.c, which clang 16 and GCC 14 refuse by default; ling_bloom gives
+                # the reader its own functions, so that default one is never called).
                 ext.extra_objects += self.compiler.compile(
                     VENDORED_SOURCES[name], output_dir=self.build_temp,
                     include_dirs=VENDORED_INCLUDES[name],
