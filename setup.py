@@ -55,7 +55,10 @@ LIBS = {
 # The vendored sources compiled in when the system lacks the library (the sdist has them).
 VENDORED_SOURCES = {
     "xxhash": ["vendor/xxhash/xxhash.c"],
-    "hiredis": ["vendor/hiredis/" + f for f in ("hiredis.c", "net.c", "read.c", "sds.c", "alloc.c")],
+    # hiredis 1.x's context points at its async reader and writer, so async.c (which
+    # includes dict.c) comes along though ling_bloom never calls it
+    "hiredis": ["vendor/hiredis/" + f for f in ("hiredis.c", "net.c", "read.c", "sds.c", "alloc.c",
+                                                  "sockcompat.c", "async.c")],
 }
 VENDORED_INCLUDES = {"xxhash": ["vendor/xxhash"], "hiredis": ["vendor"]}  # <hiredis/hiredis.h>
 
@@ -176,10 +179,10 @@ class build_ext(_build_ext):
                     continue
             if all(os.path.exists(os.path.join(HERE, s)) for s in VENDORED_SOURCES[name]):
                 # Compiled apart, with their own flags: third-party code, without the
-                # project's warnings.  Debian's hiredis 0.14.1 declares createArray with an
-                # int in read.h and defines it with a size_t in hiredis.c, which clang 16 and
-                # GCC 14 refuse by default; ling_bloom gives the reader its own functions,
-                # so that default one is never called.
+                # project's warnings (hiredis 0.14.1, which an older vendor/ may hold,
+                # declares createArray with an int in read.h and defines it with a size_t in
+                # hiredis.c, which clang 16 and GCC 14 refuse by default; ling_bloom gives
+                # the reader its own functions, so that default one is never called).
                 ext.extra_objects += self.compiler.compile(
                     VENDORED_SOURCES[name], output_dir=self.build_temp,
                     include_dirs=VENDORED_INCLUDES[name],

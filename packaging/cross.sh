@@ -31,12 +31,12 @@ toolchain() {
   echo "$bin"
 }
 
-# OpenSSL's configuration for the wheel: static, PIC, no tests (only the libraries are built: make build_libs), no
+# OpenSSL's configuration for the wheel: static, PIC, no tests (only the libraries are built: make build_libs), no QUIC (a Redis connection is TLS over TCP), no
 # engines or loadable modules (nothing is loaded from the disk at run time but the CA
 # certificates), the assembly kept (AES-NI / ARMv8 crypto: constant time, and what
 # Debian's own build uses).  OPENSSLDIR /etc/ssl: where Debian, Ubuntu and Alpine keep
 # their CAs (SSL_CERT_FILE / SSL_CERT_DIR, read by OpenSSL itself, point elsewhere).
-OPENSSL_CONFIG="no-shared no-tests no-engine no-dso no-module no-legacy no-comp no-ui-console -fPIC --openssldir=/etc/ssl --libdir=lib"
+OPENSSL_CONFIG="no-shared no-tests no-engine no-dso no-module no-legacy no-comp no-ui-console no-quic -fPIC --openssldir=/etc/ssl --libdir=lib"
 
 # openssl_prefix ARCH: the install prefix (include/, lib/libssl.a, lib/libcrypto.a) of
 # OpenSSL for ARCH, built once per key.

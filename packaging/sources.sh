@@ -13,28 +13,30 @@ LOCK="$ROOT/packaging/sources.lock"
 lock_version() { awk -v n="$1" '$1 == n { print $2; exit }' "$LOCK"; }
 lock_dsc_sum() { awk -v n="$1" '$1 == n && $4 ~ /\.dsc$/ { print $3; exit }' "$LOCK"; }
 
-# A deb-src entry for bookworm (and its security suite), added once, as root, when apt has
-# none: `apt-get source` needs one, and Debian's images ship only the binary entries.
+# A deb-src entry for trixie (Debian 13, and its updates and security suites), added once,
+# as root, when apt cannot find the locked sources: `apt-get source` needs one, and
+# Debian's images ship only the binary entries.  Only sources come from it: this
+# machine's packages stay bookworm's (trixie's binaries need a newer glibc).
 ensure_deb_src() {
   if apt-get source --print-uris -qq "hiredis=$(lock_version hiredis)" >/dev/null 2>&1; then
     return 0
   fi
-  local f=/etc/apt/sources.list.d/ling-bloom-deb-src.sources
+  local f=/etc/apt/sources.list.d/ling-bloom-deb-src-trixie.sources
   if [ "$(id -u)" != 0 ]; then
-    echo "apt has no deb-src entry for bookworm: as root, write $f (see packaging/sources.sh) and apt-get update" >&2
+    echo "apt has no deb-src entry for trixie: as root, write $f (see packaging/sources.sh) and apt-get update" >&2
     return 1
   fi
-  echo "== adding $f (deb-src for bookworm, for apt-get source) and apt-get update"
+  echo "== adding $f (deb-src for trixie, for apt-get source) and apt-get update"
   cat > "$f" <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
+Suites: trixie trixie-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb-src
 URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
+Suites: trixie-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -76,10 +78,12 @@ vendor() {
   h="$(source_dir hiredis)"; x="$(source_dir xxhash)"
   rm -rf "$ROOT/vendor"; mkdir -p "$ROOT/vendor/hiredis" "$ROOT/vendor/xxhash"
   (cd "$h" && cp hiredis.c hiredis.h net.c net.h read.c read.h sds.c sds.h sdsalloc.h \
-     alloc.c alloc.h fmacros.h win32.h COPYING "$ROOT/vendor/hiredis/")
+     alloc.c alloc.h sockcompat.c sockcompat.h async.c async.h async_private.h dict.c dict.h \
+     fmacros.h win32.h COPYING \
+     "$ROOT/vendor/hiredis/")
   (cd "$x" && cp xxhash.c xxhash.h LICENSE "$ROOT/vendor/xxhash/")
   cat > "$ROOT/vendor/README.md" <<README
-The C sources of hiredis $(lock_version hiredis) and xxhash $(lock_version xxhash), as Debian 12
+The C sources of hiredis $(lock_version hiredis) and xxhash $(lock_version xxhash), as Debian 13
 packages them (source packages, Debian's patches applied), copied here by
 packaging/sources.sh from the sources that packaging/sources.lock pins by SHA-256.
 setup.py compiles them into the extension where the system has no libhiredis-dev or
