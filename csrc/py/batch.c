@@ -573,6 +573,67 @@ static Py_ssize_t chunk_gather(lb_state *st, lb_hash_scheme scheme, PyObject *se
     }
 }
 
+typedef lb_status (*hashed_run_fn)(lb_base *, const lb_hash_pair *, size_t, uint8_t *,
+                                   size_t *);
+
+/* An add's check of every key before anything changes: the pairs of the first
+ * LB_PREHASH keys made by the check itself (*pre, *npre), then the rest of
+ * *seq checked (and frozen where a key could change: keys_checked_hashed),
+ * *seq replaced by what was checked and *n by its length.  -1 with an error
+ * set. */
+static int prehash_and_check(lb_state *st, lb_hash_scheme scheme, PyObject **seq,
+                             Py_ssize_t *n, size_t chunk, lb_hash_pair **pre, Py_ssize_t *npre)
+{
+    Py_ssize_t want = (size_t)*n < LB_PREHASH ? *n : (Py_ssize_t)LB_PREHASH;
+    if (want && !(*pre = PyMem_RawMalloc((size_t)want * sizeof(lb_hash_pair)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    while (*npre < want) {
+        size_t len = (size_t)(want - *npre) < chunk ? (size_t)(want - *npre) : chunk;
+        Py_ssize_t got = chunk_gather(st, scheme, *seq, *npre, len, *pre + *npre);
+        if (got < 0)
+            return -1;
+        *npre += got;
+        if ((size_t)got < len) /* a key's Python code shortened the list */
+            break;
+    }
+    PyObject *checked = keys_checked_hashed(st, *seq, *npre);
+    Py_SETREF(*seq, checked);
+    if (!*seq)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(*seq);
+    if (*n < *npre)
+        *n = *npre;
+    return 0;
+}
+
+/* One chunk's pairs probed (added or tested) into outp, with the GIL released
+ * for LB_GIL_FREE_MIN keys or more.  -1 with the error raised. */
+static int probe_chunk(lb_base *self, hashed_run_fn run, const lb_hash_pair *pairs, size_t got,
+                       uint8_t *outp)
+{
+    size_t handled = 0;
+    lb_status status;
+    if (got >= LB_GIL_FREE_MIN) {
+        lb_busy_begin(self);
+        Py_BEGIN_ALLOW_THREADS
+        status = run(self, pairs, got, outp, &handled);
+        Py_END_ALLOW_THREADS
+        /* The error's details are in the object: read them while no other
+         * thread can change them. */
+        if (status != LB_OK)
+            raise_status(self, status);
+        lb_busy_end(self);
+    }
+    else {
+        status = run(self, pairs, got, outp, &handled);
+        if (status != LB_OK)
+            raise_status(self, status);
+    }
+    return status == LB_OK ? 0 : -1;
+}
+
 PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls, int add,
                               lb_result_kind kind)
 {
@@ -616,29 +677,8 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
      * the pairs kept: at most LB_PREHASH * 16 bytes), those of any key past
      * them by its chunk (an object read again, a chunk's pairs in cache). */
     Py_ssize_t npre = 0;
-    if (add) {
-        Py_ssize_t want = (size_t)n < LB_PREHASH ? n : (Py_ssize_t)LB_PREHASH;
-        if (want && !(pre = PyMem_RawMalloc((size_t)want * sizeof(lb_hash_pair)))) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        while (npre < want) {
-            size_t len = (size_t)(want - npre) < chunk ? (size_t)(want - npre) : chunk;
-            Py_ssize_t got = chunk_gather(st, scheme, seq, npre, len, pre + npre);
-            if (got < 0)
-                goto done;
-            npre += got;
-            if ((size_t)got < len) /* a key's Python code shortened the list */
-                break;
-        }
-        PyObject *checked = keys_checked_hashed(st, seq, npre);
-        Py_SETREF(seq, checked);
-        if (!seq)
-            goto done;
-        n = PySequence_Fast_GET_SIZE(seq);
-        if (n < npre)
-            n = npre;
-    }
+    if (add && prehash_and_check(st, scheme, &seq, &n, chunk, &pre, &npre) < 0)
+        goto done;
     if (lb_enter(self) < 0)
         goto done;
     entered = 1;
@@ -648,8 +688,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
             goto done;
     }
     uint8_t *outp = (kind == LB_RESULT_LIST || !add) ? w.out : NULL;
-    lb_status (*run)(lb_base *, const lb_hash_pair *, size_t, uint8_t *, size_t *) =
-        add ? ops->add_hashed : ops->test_hashed;
+    hashed_run_fn run = add ? ops->add_hashed : ops->test_hashed;
     Py_ssize_t start = 0;
     while (start < n) {
         /* The batch holds its claim from the first chunk to the last; each
@@ -678,26 +717,7 @@ PyObject *lb_run_hashed_batch(lb_base *self, PyObject *iterable, int skip_nulls,
                 break;
             pairs = w.pairs;
         }
-        /* Probed with the GIL released for LB_GIL_FREE_MIN keys or more. */
-        size_t handled = 0;
-        lb_status status;
-        if ((size_t)got >= LB_GIL_FREE_MIN) {
-            lb_busy_begin(self);
-            Py_BEGIN_ALLOW_THREADS
-            status = run(self, pairs, (size_t)got, outp, &handled);
-            Py_END_ALLOW_THREADS
-            /* The error's details are in the object: read them while no
-             * other thread can change them. */
-            if (status != LB_OK)
-                raise_status(self, status);
-            lb_busy_end(self);
-        }
-        else {
-            status = run(self, pairs, (size_t)got, outp, &handled);
-            if (status != LB_OK)
-                raise_status(self, status);
-        }
-        if (status != LB_OK) {
+        if (probe_chunk(self, run, pairs, (size_t)got, outp) < 0) {
             Py_CLEAR(result);
             goto done;
         }
