@@ -132,11 +132,6 @@ lb_redis_status lb_bitmap_set_layout(lb_bitmap *bm, lb_bitmap_layout layout)
     return LB_REDIS_OK;
 }
 
-lb_bitmap_layout lb_bitmap_layout_of(const lb_bitmap *bm)
-{
-    return bm->blocked ? LB_BITMAP_BLOCKED : LB_BITMAP_STANDARD;
-}
-
 uint64_t lb_bitmap_bytes(const lb_geometry *g)
 {
     /* every part but the last is full; each is a string of its bits / 8 */
@@ -151,7 +146,6 @@ void lb_bitmap_set_chunk_keys(lb_bitmap *bm, size_t n)
 void lb_bitmap_set_ttl(lb_bitmap *bm, int64_t ttl_ms) { bm->ttl_ms = ttl_ms > 0 ? ttl_ms : 0; }
 const lb_geometry *lb_bitmap_geometry(const lb_bitmap *bm) { return &bm->g; }
 uint64_t lb_bitmap_nparts(const lb_bitmap *bm) { return bm->nparts; }
-lb_redis *lb_bitmap_conn(const lb_bitmap *bm) { return bm->conn; }
 void lb_bitmap_set_conn(lb_bitmap *bm, lb_redis *conn)
 {
     bm->conn = conn; /* its connect counts go on from the old one's: nothing counts as checked */

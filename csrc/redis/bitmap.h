@@ -149,7 +149,6 @@ void lb_bitmap_set_adopt(lb_bitmap *bm, int adopt); /* see the meta key */
  * otherwise.  It sets the mode to BITFIELD and adopt off; later set_mode and
  * set_adopt calls are ignored while it is blocked. */
 lb_redis_status lb_bitmap_set_layout(lb_bitmap *bm, lb_bitmap_layout layout);
-lb_bitmap_layout lb_bitmap_layout_of(const lb_bitmap *bm);
 
 /* Bytes of server memory the bitmap of g takes when full: ceil(m / 8). */
 uint64_t lb_bitmap_bytes(const lb_geometry *g);
@@ -159,7 +158,6 @@ void lb_bitmap_set_ttl(lb_bitmap *bm, int64_t ttl_ms);          /* 0 -> none */
 /* Read-only facts. */
 const lb_geometry *lb_bitmap_geometry(const lb_bitmap *bm);
 uint64_t lb_bitmap_nparts(const lb_bitmap *bm);      /* ceil(m / 2^32) */
-lb_redis *lb_bitmap_conn(const lb_bitmap *bm);
 /* Use another client from now on (the binding's asyncio transport takes
  * over the connection; its connect count goes on from the old one's). */
 void lb_bitmap_set_conn(lb_bitmap *bm, lb_redis *conn);

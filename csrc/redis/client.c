@@ -37,7 +37,6 @@ unsigned long lb_redis_connect_count(const lb_redis *r) { return r->vt->connect_
 unsigned long lb_redis_roundtrip_count(const lb_redis *r) { return r->vt->roundtrip_count(r); }
 
 const char *lb_redis_errstr(const lb_redis *r) { return r->err.text; }
-lb_redis_status lb_redis_last_status(const lb_redis *r) { return r->err.status; }
 long lb_redis_err_index(const lb_redis *r) { return r->err.index; }
 int lb_redis_last_stale(const lb_redis *r) { return r->err.stale; }
 

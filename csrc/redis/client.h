@@ -103,8 +103,6 @@ const lb_redis_config *lb_redis_get_config(const lb_redis *r);
  * is the server's text (WRONGTYPE: followed by " (key 'name')" when the layer
  * above knows the key).  Valid until the next call on r. */
 const char *lb_redis_errstr(const lb_redis *r);
-/* The status of the last call. */
-lb_redis_status lb_redis_last_status(const lb_redis *r);
 /* For REPLY/WRONGTYPE: index in the batch of the first command whose reply
  * was an error, else -1. */
 long lb_redis_err_index(const lb_redis *r);

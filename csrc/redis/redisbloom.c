@@ -130,9 +130,6 @@ void lb_bf_set_chunk_keys(lb_redisbloom *bf, size_t n)
     bf->chunk_keys = n ? (n > 1000000 ? 1000000 : n) : LB_BF_DEFAULT_CHUNK_KEYS;
 }
 
-void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms) { bf->opt.ttl_ms = ttl_ms > 0 ? ttl_ms : 0; }
-const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf) { return &bf->opt; }
-lb_redis *lb_bf_conn(const lb_redisbloom *bf) { return bf->conn; }
 void lb_bf_set_conn(lb_redisbloom *bf, lb_redis *conn)
 {
     bf->conn = conn; /* its connect counts go on from the old one's: nothing counts as checked */

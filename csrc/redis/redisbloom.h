@@ -106,9 +106,6 @@ lb_redis_status lb_bf_new(lb_redis *conn, const void *key, size_t keylen,
 void lb_bf_free(lb_redisbloom *bf);
 
 void lb_bf_set_chunk_keys(lb_redisbloom *bf, size_t n); /* 0 -> default; at most 1000000 */
-void lb_bf_set_ttl(lb_redisbloom *bf, int64_t ttl_ms);   /* 0 -> none */
-const lb_bf_options *lb_bf_options_of(const lb_redisbloom *bf);
-lb_redis *lb_bf_conn(const lb_redisbloom *bf);
 /* Use another client from now on (the binding's asyncio transport takes
  * over the connection; its connect count goes on from the old one's). */
 void lb_bf_set_conn(lb_redisbloom *bf, lb_redis *conn);

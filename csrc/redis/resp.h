@@ -138,8 +138,6 @@ int lb_resp_reader_reset(lb_resp_reader *rd);
  * one block), and these bounds apply: max_elements (array elements per reply,
  * nested included), max_bytes (reply bytes in all, 0: none). */
 void lb_resp_reader_start(lb_resp_reader *rd, size_t max_elements, size_t max_bytes);
-/* Free the replies (the arena keeps one block). */
-void lb_resp_reader_release(lb_resp_reader *rd);
 /* Give received bytes to the parser.  OK; PROTOCOL when the round trip's byte
  * bound is passed (why says how much), NOMEM. */
 lb_redis_status lb_resp_reader_feed(lb_resp_reader *rd, const char *data, size_t len, char *why,

@@ -290,11 +290,6 @@ void lb_resp_reader_start(lb_resp_reader *r, size_t max_elements, size_t max_byt
     r->parse_err[0] = '\0';
 }
 
-void lb_resp_reader_release(lb_resp_reader *r)
-{
-    arena_reset(&r->arena);
-}
-
 lb_redis_status lb_resp_reader_feed(lb_resp_reader *r, const char *data, size_t len, char *why,
                                     size_t whylen)
 {

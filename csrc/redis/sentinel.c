@@ -5,11 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int lb_sentinel_parse_list(const char *s, size_t n, char **out, char *why, size_t whylen)
-{
-    return lb_redis_parse_host_list(s, n, LB_SENTINEL_DEFAULT_PORT, "sentinel", out, why, whylen);
-}
-
 int lb_sentinel_addr_reply(const lb_reply *x, char *host, size_t hostlen, int *port)
 {
     if (x && x->type == LB_REPLY_NIL)

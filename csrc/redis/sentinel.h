@@ -30,10 +30,6 @@
 
 #define LB_SENTINEL_PROBE_MS 5000
 
-/* Parse "host[:port],host[:port]..." (n bytes) into *out, normalised as
- * "host:port,..." (the port 26379 when left out).  0; -1 with a reason in why
- * (empty entry, bad port, brackets); -2 out of memory. */
-int lb_sentinel_parse_list(const char *s, size_t n, char **out, char *why, size_t whylen);
 
 /* The reply to SENTINEL get-master-addr-by-name: 1 with host and port, 0 for
  * nil (the sentinel does not know the service), -1 for anything else (not an

@@ -242,11 +242,6 @@ int lb_transport_is_open(const lb_transport *t)
     return t->ctx != NULL && t->pid == getpid();
 }
 
-int lb_transport_inherited(const lb_transport *t)
-{
-    return t->ctx != NULL && t->pid != getpid();
-}
-
 /* The socket, set up: non-blocking, keepalive, no SIGPIPE. */
 static lb_redis_status socket_setup(redisContext *c, const lb_redis_config *cfg, const char *w,
                                     lb_redis_error *e)

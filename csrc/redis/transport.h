@@ -47,8 +47,6 @@ void lb_transport_close(lb_transport *t);
 void lb_transport_abandon(lb_transport *t);
 /* 1 when a socket is open and belongs to this process. */
 int lb_transport_is_open(const lb_transport *t);
-/* 1 when the socket belongs to another process (inherited over fork). */
-int lb_transport_inherited(const lb_transport *t);
 
 /* One round trip of a session that has begun (lb_session_begin): send
  * buf[0..len) while reading, until the session has every reply.  Errors (IO,
