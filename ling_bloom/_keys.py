@@ -109,8 +109,19 @@ def route_key(value: Any) -> Key:
 
 
 def key_text(key: Key) -> str:
-    """A key of ``as_key`` as text: a ``str`` as it is, bytes decoded as UTF-8 (bytes that
-    are not UTF-8 as backslash escapes)."""
+    """A key of ``as_key`` as text, one text per filter key: a ``str`` as it is, bytes
+    decoded as UTF-8 (so ``b"abc"`` and ``"abc"``, one key to a filter, are one text), the
+    bytes that are not UTF-8 as ``\\xNN`` escapes.  A backslash of the key itself (of a
+    ``str`` too) is doubled, so an escape is never a key's own text: ``b"\\xff"`` (one byte) and the
+    four characters ``"\\xff"`` are two keys and two texts."""
     if isinstance(key, str):
-        return key
-    return bytes(key).decode("utf-8", "backslashreplace")
+        return key.replace("\\", "\\\\") if "\\" in key else key
+    raw = bytes(key)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # each byte that is not UTF-8 comes out as U+DC80..U+DCFF, written \xNN
+        return "".join("\\\\" if c == "\\" else
+                       f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c
+                       for c in raw.decode("utf-8", "surrogateescape"))
+    return text.replace("\\", "\\\\") if "\\" in text else text

@@ -312,6 +312,24 @@ def test_numpy_keys_in_the_guard_are_the_filters_keys():
     assert g.get(np.int64(43)) is None and g.stats().rejected == 1
 
 
+def test_two_keys_never_share_a_cache_entry_through_their_text():
+    # A filter key that is not UTF-8 (one byte 0xff) and the four characters "\\xff" are
+    # two keys; the cache held them as one text, so a lookup of one was answered with the
+    # other's cached row.  The same bytes given as str or bytes stay one key.
+    f = lb.MemoryFilter(1000, 0.01)
+    keys = [b"\xff", "\\xff", "a\\b", b"a\\\\b", b"\xffa\\"]
+    f.update(keys)
+    rows = {k: f"row of {k!r}" for k in keys}
+    cache, load = SpyCache(), Loader(rows)
+    g = Guard(f, cache, load, metrics=False)
+    for k in keys + keys:
+        assert g.get(k) == rows[k], k
+    assert len({g.cache_key(k) for k in keys}) == len(keys)
+    assert load.calls == keys  # each loaded once, then served from its own cache entry
+    assert g.cache_key(b"abc") == g.cache_key("abc") and g.cache_key("\u00e9") == \
+        g.cache_key("\u00e9".encode())
+
+
 def test_a_guard_passes_the_int_subclass_keys_its_filter_holds():
     # The filter keys Status.OK as 200: the guard must test the same key, not "Status.OK".
     f = lb.MemoryFilter(1000, 0.01)
