@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Generator, Optional, Tuple, Type, TypeVar
 
@@ -57,6 +59,19 @@ _bypassed: "contextvars.ContextVar[bool]" = contextvars.ContextVar("ling_bloom_b
 
 
 # -------------------------------------------------------------------- the guard
+
+
+# Every guard, for the child of a fork (_forked).
+_GUARDS: "weakref.WeakSet[_GuardBase]" = weakref.WeakSet()
+
+
+def _guards_forked() -> None:
+    for g in list(_GUARDS):
+        g._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_guards_forked)
 
 
 class _GuardBase:
@@ -124,6 +139,7 @@ class _GuardBase:
             raise TypeError("rebuild must be a function rebuild(filter) (or None)")
         self.rebuild = rebuild
         self._loss_lock = threading.Lock()
+        _GUARDS.add(self)
         self._lost = False
         self._rebuild_retry_at = -math.inf
         self._rebuild_tasks: set = set()
@@ -162,6 +178,14 @@ class _GuardBase:
     def cache_key(self, key: Any) -> str:
         """The cache's key for a lookup key (``key_prefix`` + the key as text)."""
         return self.key_prefix + _text(self.filter_key(key))
+
+    def _forked(self) -> None:
+        """In the child of a fork: locks that a thread of the parent may have held at the
+        fork are new (the child has only the forking thread, and a lock held by another
+        would stay held: the first lookup would hang), and so is the breaker's."""
+        self._stat_lock = threading.Lock()
+        self._loss_lock = threading.Lock()
+        self._breaker._lock = threading.Lock()
 
     # -- counters
     def _count(self, **deltas: int) -> None:

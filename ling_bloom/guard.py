@@ -163,6 +163,13 @@ class Guard(_GuardBase):
         self._flights: Dict[str, _Flight] = {}
         self._flights_lock = threading.Lock()
 
+    def _forked(self) -> None:
+        # the loader calls in flight at the fork run in the parent's threads: nobody in
+        # the child would end them, and a lookup of one of their keys would wait forever
+        super()._forked()
+        self._flights = {}
+        self._flights_lock = threading.Lock()
+
     def get(self, key: Any, default: Any = None, *, loader: Optional[Callable[..., Any]] = None) -> Any:
         """The value for key, or ``default`` when the filter rejects it or it is not
         found.  The loader is called with the key as given."""

@@ -13,6 +13,7 @@ import json
 import logging
 import pickle
 import sqlite3
+import os
 import threading
 import time
 import uuid
@@ -1022,3 +1023,50 @@ def test_an_async_guard_does_not_cache_an_answer_read_before_an_invalidation(flt
         return await g.get("1", loader=current)
 
     assert asyncio.run(main()) == {"id": 1}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_the_child_of_a_fork_serves_keys_whose_load_or_lock_the_parent_held():
+    # A process forked while another thread of it held a guard's lock, or ran a loader
+    # call other lookups of the key wait for, got that lock held and that call never
+    # ending: its first lookup of the key hung.  The child starts with its own.
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["slow", "other"])
+    entered, release = threading.Event(), threading.Event()
+
+    def loader(key):
+        if key == "slow" and not release.is_set() and os.getpid() == parent:
+            entered.set()
+            release.wait(30)
+        return f"row {key}"
+
+    parent = os.getpid()
+    g = Guard(f, MemoryCache(), loader, metrics=False)
+    t = threading.Thread(target=g.get, args=("slow",))
+    t.start()
+    assert entered.wait(10)            # the load of "slow" is in flight in this thread
+    g._stat_lock.acquire()             # and a thread holds the counters' lock (this one)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: every lookup must come back
+            code = 1
+            try:
+                ok = g.get("slow") == "row slow" and g.get("other") == "row other"
+                code = 0 if ok and g.stats().loads == 3 else 2
+            finally:
+                os._exit(code)
+    finally:
+        g._stat_lock.release()
+        release.set()
+        t.join(10)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child's lookups hung on what the parent held at the fork")
+        time.sleep(0.01)  # polls the child's exit, with the deadline above
+    assert os.waitstatus_to_exitcode(status) == 0
