@@ -49,6 +49,7 @@ import asyncio
 import functools
 import os
 import select
+import socket
 import ssl
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
@@ -108,6 +109,15 @@ def _input_waiting(transport: asyncio.BaseTransport) -> bool:
         return bool(p.poll(0))
     except (OSError, ValueError):
         return False
+
+
+def _reason(e: OSError) -> str:
+    """Why a connect failed, as the blocking client says it: the system's text for the
+    error number ("Connection refused"; asyncio's own text is "Connect call failed
+    (address)"), the resolver's for a name it could not resolve."""
+    if e.errno and e.errno > 0 and not isinstance(e, socket.gaierror):
+        return os.strerror(e.errno)
+    return e.strerror or str(e)
 
 
 class _Wire(asyncio.Protocol):
@@ -734,7 +744,7 @@ class _AsyncRedis:
         except OSError as e:
             wire.close()
             return f._wire_connected(lane, _REFUSED,
-                                     f"error connecting to Redis at {where}: {e.strerror or e}")
+                                     f"error connecting to Redis at {where}: {_reason(e)}")
         except BaseException:
             wire.close()
             raise
