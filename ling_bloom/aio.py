@@ -187,8 +187,10 @@ class _Wire(asyncio.Protocol):
         w = self.waiter
         if w is not None and not w.done():
             self.stray = True
-            why = f"lost: {exc}" if exc else f"closed by the server"
-            w.set_exception(_Broken(f"connection to Redis at {self.where} {why}"))
+            # the server's EOF: no text, C says it with the replies read (as the blocking
+            # transport does)
+            w.set_exception(_Broken(f"connection to Redis at {self.where} lost: {exc}"
+                                    if exc else None))
         else:
             self._idle_loss(False)
 
@@ -785,7 +787,7 @@ class _AsyncRedis:
                 wire.watch(timeout)
             outcome = await fut
         except _Broken as e:
-            return f._wire_sent(lane, _BROKEN, str(e))
+            return f._wire_sent(lane, _BROKEN, e.args[0])
         except BaseException:
             if not fut.done():
                 fut.cancel()

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "conn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -428,6 +429,23 @@ void lb_conn_sent(lb_conn *c, lb_redis_status st, const char *text)
     default:
         return;
     }
+}
+
+void lb_conn_sent_eof(lb_conn *c)
+{
+    if (c->phase == X_PROBE) {
+        lb_conn_sent_eof(&c->probe->c);
+        return;
+    }
+    if (!c->sending)
+        return;
+    char w[300];
+    where(c, w, sizeof w);
+    char text[400];
+    snprintf(text, sizeof text,
+             "connection to Redis at %s closed by the server (%zu of %zu replies read)", w,
+             c->s.got, c->s.n);
+    lb_conn_sent(c, LB_REDIS_ERR_IO, text);
 }
 
 lb_redis_status lb_conn_end(lb_conn *c, lb_reply ***replies)

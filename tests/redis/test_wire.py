@@ -8,6 +8,7 @@ words them).
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -498,3 +499,26 @@ def test_scandump_bounds_from_a_lying_info_stay_finite():
         finished, err = _run_bounded(f.dump)
         assert finished and err is None, repr(err)
         f.close()
+
+
+@pytest.mark.parametrize("when", ["handshake", "command"])
+def test_a_server_that_closes_mid_round_trip_is_named_alike_in_both_flavors(
+        clean_redis, flavor, when):
+    # The connection closed by the server before its replies: the blocking filter says how
+    # many of them it read; the asyncio filter said only "closed by the server".
+    def script(c, args):
+        name = args[0].upper()
+        if (when == "handshake" and name == b"AUTH") or \
+                (when == "command" and name in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO",
+                                                b"BITFIELD", b"SETBIT", b"GET", b"MGET")):
+            c.close()
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        url = srv.url.replace("redis://", "redis://:pw@") if when == "handshake" else srv.url
+        with flavor.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.test("a")
+    assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{srv.port} closed by the "
+                        r"server \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
