@@ -797,8 +797,7 @@ class _AsyncRedis:
             wire.unwatch()
         if outcome == _TIMEOUT and timeout is not None:
             wire.stray = True
-            return f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "
-                                                f"answer within {timeout * 1000:.0f} ms")
+            return f._wire_sent(lane, _TIMEOUT, None)  # worded by C, with the replies read
         return f._wire_sent(lane, outcome)
 
 

@@ -431,10 +431,10 @@ void lb_conn_sent(lb_conn *c, lb_redis_status st, const char *text)
     }
 }
 
-void lb_conn_sent_eof(lb_conn *c)
+void lb_conn_sent_worded(lb_conn *c, lb_redis_status st)
 {
     if (c->phase == X_PROBE) {
-        lb_conn_sent_eof(&c->probe->c);
+        lb_conn_sent_worded(&c->probe->c, st);
         return;
     }
     if (!c->sending)
@@ -442,10 +442,15 @@ void lb_conn_sent_eof(lb_conn *c)
     char w[300];
     where(c, w, sizeof w);
     char text[400];
-    snprintf(text, sizeof text,
-             "connection to Redis at %s closed by the server (%zu of %zu replies read)", w,
-             c->s.got, c->s.n);
-    lb_conn_sent(c, LB_REDIS_ERR_IO, text);
+    if (st == LB_REDIS_ERR_TIMEOUT)
+        snprintf(text, sizeof text,
+                 "timeout: Redis at %s did not answer within %d ms (%zu of %zu replies read)",
+                 w, c->cfg.timeout_ms, c->s.got, c->s.n);
+    else
+        snprintf(text, sizeof text,
+                 "connection to Redis at %s closed by the server (%zu of %zu replies read)", w,
+                 c->s.got, c->s.n);
+    lb_conn_sent(c, st, text);
 }
 
 lb_redis_status lb_conn_end(lb_conn *c, lb_reply ***replies)

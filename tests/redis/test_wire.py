@@ -522,3 +522,31 @@ def test_a_server_that_closes_mid_round_trip_is_named_alike_in_both_flavors(
                 f.test("a")
     assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{srv.port} closed by the "
                         r"server \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("when", ["handshake", "command"])
+def test_a_server_that_stops_answering_times_out_alike_in_both_flavors(
+        clean_redis, flavor, when):
+    # No byte for socket_timeout: the blocking filter says how many replies it read; the
+    # asyncio filter said only "did not answer within 300 ms".
+    answered = threading.Event()
+
+    def script(c, args):
+        name = args[0].upper()
+        if (when == "handshake" and name == b"AUTH") or \
+                (when == "command" and name in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO",
+                                                b"BITFIELD", b"SETBIT", b"GET", b"MGET")):
+            answered.wait(10)  # held until the test is over: the client times out
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        url = srv.url.replace("redis://", "redis://:pw@") if when == "handshake" else srv.url
+        try:
+            with flavor.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=0.3) as f:
+                with pytest.raises(lb.RedisTimeoutError) as e:
+                    f.test("a")
+        finally:
+            answered.set()
+    assert re.fullmatch(rf"timeout: Redis at 127\.0\.0\.1:{srv.port} did not answer within "
+                        r"300 ms \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
