@@ -550,3 +550,23 @@ def test_a_server_that_stops_answering_times_out_alike_in_both_flavors(
             answered.set()
     assert re.fullmatch(rf"timeout: Redis at 127\.0\.0\.1:{srv.port} did not answer within "
                         r"300 ms \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
+
+
+def test_a_bitmap_key_made_a_list_during_the_claim_is_the_key_named(clean_redis, flavor):
+    # Another client makes the bitmap key a list between the filter's look (TYPE: none) and
+    # its claim (SET meta NX, SETBIT of the canary on the bitmap, the meta read back): the
+    # SETBIT's WRONGTYPE named the meta key, which holds this filter's meta.
+    made = []
+
+    def script(c, args):
+        if args[0].upper() == b"SETBIT" and args[1] == b"bf" and not made:
+            made.append(1)
+            c.forward([b"LPUSH", b"bf", b"x"])
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        with flavor.RedisFilter.from_url(srv.url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.WrongTypeError) as e:
+                f.add("a")
+    assert made
+    assert e.value.key == "bf" and str(e.value).endswith("(key 'bf')"), str(e.value)
