@@ -120,6 +120,10 @@ def _reason(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+# The most bytes a new connection keeps from before its first request (a server's banner
+# or error); more, and the connection is out of step.
+_EARLY_MAX = 1 << 20
+
 class _Wire(asyncio.Protocol):
     """One asyncio connection.  Bytes that arrive go straight to the C reply reader of the
     round trip waiting for them (``feed``); bytes nobody waits for, or the server's EOF
@@ -134,6 +138,13 @@ class _Wire(asyncio.Protocol):
         self.timer: Optional[asyncio.TimerHandle] = None
         self.received = 0
         self.stray = False   # input nobody asked for, EOF or loss: never send on it again
+        self.kept = False    # open before the operation now running (from an earlier one)
+        # What came before the first request (a banner, or an error and the end, as a
+        # server at its maxclients writes): read by the first round trip as its replies,
+        # as the blocking client reads them
+        self.sent = False
+        self.early = bytearray()
+        self.early_end: Optional[Tuple[Optional[BaseException]]] = None
         self.pid = os.getpid()
         self.loop = asyncio.get_running_loop()
 
@@ -143,6 +154,10 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         w = self.waiter
         if w is None or w.done():
+            if not self.sent and not self.stray and self.early_end is None \
+                    and len(self.early) + len(data) <= _EARLY_MAX:
+                self.early += data
+                return
             self._idle_loss(True)
             return
         self.received += len(data)
@@ -185,6 +200,10 @@ class _Wire(asyncio.Protocol):
 
     def _lost(self, exc: Optional[BaseException]) -> None:
         w = self.waiter
+        if (w is None or w.done()) and not self.sent and not self.stray:
+            if self.early_end is None:
+                self.early_end = (exc,)  # after the early bytes, for the first round trip
+            return
         if w is not None and not w.done():
             self.stray = True
             # the server's EOF: no text, C says it with the replies read (as the blocking
@@ -200,6 +219,23 @@ class _Wire(asyncio.Protocol):
         self.stray = True
         if self.on_idle_loss is not None:
             self.on_idle_loss(stray)
+
+    def send(self, req: bytes) -> None:
+        """Write a request (the waiter set); the first one reads what came before it."""
+        assert self.transport is not None
+        self.transport.write(req)
+        if self.sent:
+            return
+        self.sent = True
+        if self.early:
+            data, self.early = bytes(self.early), bytearray()
+            self.data_received(data)
+        if self.early_end is not None:
+            w = self.waiter
+            if w is not None and not w.done():
+                self._lost(self.early_end[0])
+            else:  # every reply came before the end: never sent on again (C is told
+                self.stray = True  # when this round trip's step says so, or by sweep)
 
     def close(self) -> None:
         self.stray = True
@@ -671,6 +707,8 @@ class _AsyncRedis:
     async def _on(self, slot: _Slot, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         f = slot.f
         slot.sweep()
+        for w in slot.wires.values():
+            w.kept = True  # checked for unread input before its first send (_send)
         lanes = f._wire_begin(kind, keys)
         while lanes:
             if lanes == 1:
@@ -763,18 +801,23 @@ class _AsyncRedis:
         connection."""
         f = slot.f
         wire = slot.wires.get(key)
-        if wire is not None and wire.transport is not None and not wire.stray \
-                and _input_waiting(wire.transport):
-            # Bytes came on this idle connection that the loop has not read yet: a late
-            # reply (to a call that timed out or was cancelled), or TLS records.  Let the
-            # transport read them first (two turns of the loop: one polls, one reads), so
-            # that a reply is never taken as this request's answer: data_received marks
-            # the connection stray and C connects again, as the blocking client does
-            # with input pending.
-            for _ in range(2):
-                await asyncio.sleep(0)
-                if wire.stray:
-                    break
+        if wire is not None and wire.kept:
+            wire.kept = False
+            if wire.transport is not None and not wire.stray \
+                    and _input_waiting(wire.transport):
+                # Bytes came on this connection, kept idle since an earlier operation,
+                # that the loop has not read yet: a late reply (to a call that timed out
+                # or was cancelled), or TLS records.  Let the transport read them first
+                # (two turns of the loop: one polls, one reads), so that a reply is never
+                # taken as this request's answer: data_received marks the connection
+                # stray and C connects again, as the blocking client does with input
+                # pending on a kept connection.  A new connection is not checked (nor by
+                # the blocking client): what a server writes before any request (a
+                # banner) is read as the first reply, a protocol error.
+                for _ in range(2):
+                    await asyncio.sleep(0)
+                    if wire.stray:
+                        break
         if wire is None or wire.transport is None or wire.stray:
             return f._wire_sent(lane, _BROKEN,
                                 "the connection to Redis was lost before the request was sent")
@@ -782,7 +825,7 @@ class _AsyncRedis:
         wire.waiter, wire.received = fut, 0
         wire.feed = functools.partial(f._wire_feed, lane)
         try:
-            wire.transport.write(req)
+            wire.send(req)
             if timeout is not None:
                 wire.watch(timeout)
             outcome = await fut

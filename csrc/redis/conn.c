@@ -441,15 +441,15 @@ void lb_conn_sent_worded(lb_conn *c, lb_redis_status st)
         return;
     char w[300];
     where(c, w, sizeof w);
-    char text[400];
-    if (st == LB_REDIS_ERR_TIMEOUT)
+    char text[LB_ERRSTR_SIZE];
+    if (st == LB_REDIS_ERR_TIMEOUT) {
         snprintf(text, sizeof text,
                  "timeout: Redis at %s did not answer within %d ms (%zu of %zu replies read)",
                  w, c->cfg.timeout_ms, c->s.got, c->s.n);
-    else
-        snprintf(text, sizeof text,
-                 "connection to Redis at %s closed by the server (%zu of %zu replies read)", w,
-                 c->s.got, c->s.n);
+    } else {
+        lb_session_closed_error(&c->s, w); /* its text, as the blocking transport's */
+        snprintf(text, sizeof text, "%s", c->s.err->text);
+    }
     lb_conn_sent(c, st, text);
 }
 

@@ -570,3 +570,53 @@ def test_a_bitmap_key_made_a_list_during_the_claim_is_the_key_named(clean_redis,
                 f.add("a")
     assert made
     assert e.value.key == "bf" and str(e.value).endswith("(key 'bf')"), str(e.value)
+
+
+def test_a_server_that_refuses_a_new_client_says_why_in_both_flavors(flavor):
+    # A server with no room for another client writes its error on the new connection and
+    # closes it, before any request (Redis at its maxclients).  Both filters read the
+    # error as the first reply and say it with the close; the asyncio filter took it as
+    # input nobody asked for ("lost before the request was sent"), and neither said what
+    # the server answered.
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conns = []
+
+    def drain(c):  # what the client sends is read (a close with unread input resets)
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:  # closed by the test
+            pass
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            c.sendall(b"-ERR max number of clients reached\r\n")
+            c.shutdown(socket.SHUT_WR)  # the end, after the error
+            threading.Thread(target=drain, args=(c,), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with flavor.RedisFilter.from_url(f"redis://127.0.0.1:{port}", "bf", 1000, 0.01,
+                                         socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.add("a")
+    finally:
+        srv.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        srv.close()
+        for c in conns:
+            c.close()
+        t.join(5)
+    assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{port} closed by the server "
+                        r"\(1 of [1-9]\d* replies read; it answered: ERR max number of "
+                        r"clients reached\)", str(e.value)), str(e.value)
