@@ -761,21 +761,40 @@ class _AsyncRedis:
         where = _where_of(host, port, unix_path)
         loop = asyncio.get_running_loop()
         wire = _Wire(where)
+        handshake = False
         try:
             if unix_path:
                 coro = loop.create_unix_connection(lambda: wire, unix_path)
             else:
-                kw: Dict[str, Any] = {}
-                if tls:
-                    if self._ssl is None:
-                        self._ssl = _ssl_context(self._cfg)
-                    kw = {"ssl": self._ssl, "server_hostname": host}
-                    if timeout:
-                        kw["ssl_handshake_timeout"] = timeout
-                coro = loop.create_connection(lambda: wire, host, port, **kw)
+                coro = loop.create_connection(lambda: wire, host, port)
             await asyncio.wait_for(coro, timeout)
+            if tls:
+                # the TLS handshake, within a timeout of its own after the connect (as the
+                # blocking transport's), so that its timeout says what did not come
+                if self._ssl is None:
+                    self._ssl = _ssl_context(self._cfg)
+                handshake = True
+                assert wire.transport is not None
+                if not wire.transport.is_closing():
+                    wire.transport.pause_reading()  # until start_tls reads for TLS
+                if wire.early or wire.early_end is not None or wire.transport.is_closing():
+                    # the server wrote (or closed) before the client's hello: no TLS there
+                    wire.close()
+                    return f._wire_connected(
+                        lane, _REFUSED,
+                        f"TLS handshake with Redis at {where} failed: the server "
+                        f"{'wrote before' if wire.early else 'closed the connection at'} "
+                        f"the handshake (does the server speak TLS on this port?)")
+                wire.transport = await asyncio.wait_for(  # type: ignore[assignment]
+                    loop.start_tls(wire.transport, wire, self._ssl, server_hostname=host),
+                    timeout)
         except asyncio.TimeoutError:
             wire.close()
+            if handshake:
+                return f._wire_connected(
+                    lane, _TIMEOUT,
+                    f"timeout connecting to Redis at {where}: no TLS handshake within "
+                    f"{(timeout or 0) * 1000:.0f} ms (does the server speak TLS on this port?)")
             return f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
         except ssl.SSLError as e:
             wire.close()
