@@ -124,6 +124,23 @@ def _reason(e: OSError) -> str:
 # or error); more, and the connection is out of step.
 _EARLY_MAX = 1 << 20
 
+def _tls_reason(e: ssl.SSLError) -> str:
+    """Why a TLS handshake failed, as the blocking transport says it: "certificate verify
+    failed: <OpenSSL's reason>" for a certificate, else OpenSSL's text of the error
+    (without Python's "[SSL: CODE]" and "(_ssl.c:N)")."""
+    if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
+        return f"certificate verify failed: {e.verify_message}"
+    text = str(e.args[1]) if len(e.args) > 1 else str(e)
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    if text.endswith(")") and " (_ssl.c:" in text:
+        text = text.rsplit(" (_ssl.c:", 1)[0]
+    if any(m in text for m in ("wrong version number", "packet length too long",
+                               "record layer failure")):
+        text += " (the server does not speak TLS on this port?)"
+    return text
+
+
 class _Wire(asyncio.Protocol):
     """One asyncio connection.  Bytes that arrive go straight to the C reply reader of the
     round trip waiting for them (``feed``); bytes nobody waits for, or the server's EOF
@@ -782,9 +799,9 @@ class _AsyncRedis:
                     wire.close()
                     return f._wire_connected(
                         lane, _REFUSED,
-                        f"TLS handshake with Redis at {where} failed: the server "
-                        f"{'wrote before' if wire.early else 'closed the connection at'} "
-                        f"the handshake (does the server speak TLS on this port?)")
+                        f"error connecting to Redis at {where}: TLS handshake failed: the "
+                        f"server {'wrote before' if wire.early else 'closed the connection at'}"
+                        f" the handshake (does the server speak TLS on this port?)")
                 wire.transport = await asyncio.wait_for(  # type: ignore[assignment]
                     loop.start_tls(wire.transport, wire, self._ssl, server_hostname=host),
                     timeout)
@@ -798,8 +815,8 @@ class _AsyncRedis:
             return f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
         except ssl.SSLError as e:
             wire.close()
-            return f._wire_connected(lane, _REFUSED,
-                                     f"TLS handshake with Redis at {where} failed: {e}")
+            return f._wire_connected(lane, _REFUSED, f"error connecting to Redis at {where}: "
+                                                     f"TLS handshake failed: {_tls_reason(e)}")
         except OSError as e:
             wire.close()
             return f._wire_connected(lane, _REFUSED,
