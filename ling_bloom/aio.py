@@ -141,6 +141,16 @@ def _tls_reason(e: ssl.SSLError) -> str:
     return text
 
 
+def _loss_reason(exc: BaseException) -> str:
+    """Why a connection was lost, as the blocking transport says it ("Connection reset by
+    peer", not Python's "[Errno 104] Connection reset by peer")."""
+    if isinstance(exc, ssl.SSLError):
+        return _tls_reason(exc)
+    if isinstance(exc, OSError):
+        return _reason(exc)
+    return str(exc)
+
+
 class _Wire(asyncio.Protocol):
     """One asyncio connection.  Bytes that arrive go straight to the C reply reader of the
     round trip waiting for them (``feed``); bytes nobody waits for, or the server's EOF
@@ -225,8 +235,8 @@ class _Wire(asyncio.Protocol):
             self.stray = True
             # the server's EOF: no text, C says it with the replies read (as the blocking
             # transport does)
-            w.set_exception(_Broken(f"connection to Redis at {self.where} lost: {exc}"
-                                    if exc else None))
+            w.set_exception(_Broken(f"connection to Redis at {self.where} lost: "
+                                    f"{_loss_reason(exc)}" if exc else None))
         else:
             self._idle_loss(False)
 

@@ -620,3 +620,26 @@ def test_a_server_that_refuses_a_new_client_says_why_in_both_flavors(flavor):
     assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{port} closed by the server "
                         r"\(1 of [1-9]\d* replies read; it answered: ERR max number of "
                         r"clients reached\)", str(e.value)), str(e.value)
+
+
+def test_a_connection_reset_mid_round_trip_is_named_alike_in_both_flavors(clean_redis, flavor):
+    # The server resets the connection (RST) instead of answering: the blocking filter
+    # says the system's reason; the asyncio filter said Python's ("[Errno 104] ...").
+    import os
+    import socket
+    import struct
+
+    def script(c, args):
+        if args[0].upper() in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO", b"BITFIELD",
+                               b"SETBIT", b"GET", b"MGET"):
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            os.close(c.sock.detach())  # with a linger of 0: a reset (its reader fails)
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        with flavor.RedisFilter.from_url(srv.url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.test("a")
+    assert str(e.value) == (f"connection to Redis at 127.0.0.1:{srv.port} lost: Connection "
+                            f"reset by peer"), str(e.value)
