@@ -49,6 +49,7 @@ import asyncio
 import functools
 import os
 import select
+import socket
 import ssl
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
@@ -110,6 +111,46 @@ def _input_waiting(transport: asyncio.BaseTransport) -> bool:
         return False
 
 
+def _reason(e: OSError) -> str:
+    """Why a connect failed, as the blocking client says it: the system's text for the
+    error number ("Connection refused"; asyncio's own text is "Connect call failed
+    (address)"), the resolver's for a name it could not resolve."""
+    if e.errno and e.errno > 0 and not isinstance(e, socket.gaierror):
+        return os.strerror(e.errno)
+    return e.strerror or str(e)
+
+
+# The most bytes a new connection keeps from before its first request (a server's banner
+# or error); more, and the connection is out of step.
+_EARLY_MAX = 1 << 20
+
+def _tls_reason(e: ssl.SSLError) -> str:
+    """Why a TLS handshake failed, as the blocking transport says it: "certificate verify
+    failed: <OpenSSL's reason>" for a certificate, else OpenSSL's text of the error
+    (without Python's "[SSL: CODE]" and "(_ssl.c:N)")."""
+    if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
+        return f"certificate verify failed: {e.verify_message}"
+    text = str(e.args[1]) if len(e.args) > 1 else str(e)
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    if text.endswith(")") and " (_ssl.c:" in text:
+        text = text.rsplit(" (_ssl.c:", 1)[0]
+    if any(m in text for m in ("wrong version number", "packet length too long",
+                               "record layer failure")):
+        text += " (the server does not speak TLS on this port?)"
+    return text
+
+
+def _loss_reason(exc: BaseException) -> str:
+    """Why a connection was lost, as the blocking transport says it ("Connection reset by
+    peer", not Python's "[Errno 104] Connection reset by peer")."""
+    if isinstance(exc, ssl.SSLError):
+        return _tls_reason(exc)
+    if isinstance(exc, OSError):
+        return _reason(exc)
+    return str(exc)
+
+
 class _Wire(asyncio.Protocol):
     """One asyncio connection.  Bytes that arrive go straight to the C reply reader of the
     round trip waiting for them (``feed``); bytes nobody waits for, or the server's EOF
@@ -124,6 +165,13 @@ class _Wire(asyncio.Protocol):
         self.timer: Optional[asyncio.TimerHandle] = None
         self.received = 0
         self.stray = False   # input nobody asked for, EOF or loss: never send on it again
+        self.kept = False    # open before the operation now running (from an earlier one)
+        # What came before the first request (a banner, or an error and the end, as a
+        # server at its maxclients writes): read by the first round trip as its replies,
+        # as the blocking client reads them
+        self.sent = False
+        self.early = bytearray()
+        self.early_end: Optional[Tuple[Optional[BaseException]]] = None
         self.pid = os.getpid()
         self.loop = asyncio.get_running_loop()
 
@@ -133,6 +181,10 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         w = self.waiter
         if w is None or w.done():
+            if not self.sent and not self.stray and self.early_end is None \
+                    and len(self.early) + len(data) <= _EARLY_MAX:
+                self.early += data
+                return
             self._idle_loss(True)
             return
         self.received += len(data)
@@ -175,10 +227,16 @@ class _Wire(asyncio.Protocol):
 
     def _lost(self, exc: Optional[BaseException]) -> None:
         w = self.waiter
+        if (w is None or w.done()) and not self.sent and not self.stray:
+            if self.early_end is None:
+                self.early_end = (exc,)  # after the early bytes, for the first round trip
+            return
         if w is not None and not w.done():
             self.stray = True
-            why = f"lost: {exc}" if exc else f"closed by the server"
-            w.set_exception(_Broken(f"connection to Redis at {self.where} {why}"))
+            # the server's EOF: no text, C says it with the replies read (as the blocking
+            # transport does)
+            w.set_exception(_Broken(f"connection to Redis at {self.where} lost: "
+                                    f"{_loss_reason(exc)}" if exc else None))
         else:
             self._idle_loss(False)
 
@@ -188,6 +246,23 @@ class _Wire(asyncio.Protocol):
         self.stray = True
         if self.on_idle_loss is not None:
             self.on_idle_loss(stray)
+
+    def send(self, req: bytes) -> None:
+        """Write a request (the waiter set); the first one reads what came before it."""
+        assert self.transport is not None
+        self.transport.write(req)
+        if self.sent:
+            return
+        self.sent = True
+        if self.early:
+            data, self.early = bytes(self.early), bytearray()
+            self.data_received(data)
+        if self.early_end is not None:
+            w = self.waiter
+            if w is not None and not w.done():
+                self._lost(self.early_end[0])
+            else:  # every reply came before the end: never sent on again (C is told
+                self.stray = True  # when this round trip's step says so, or by sweep)
 
     def close(self) -> None:
         self.stray = True
@@ -659,6 +734,8 @@ class _AsyncRedis:
     async def _on(self, slot: _Slot, kind: int, keys: Optional[Sequence[Any]]) -> List[bool]:
         f = slot.f
         slot.sweep()
+        for w in slot.wires.values():
+            w.kept = True  # checked for unread input before its first send (_send)
         lanes = f._wire_begin(kind, keys)
         while lanes:
             if lanes == 1:
@@ -711,30 +788,49 @@ class _AsyncRedis:
         where = _where_of(host, port, unix_path)
         loop = asyncio.get_running_loop()
         wire = _Wire(where)
+        handshake = False
         try:
             if unix_path:
                 coro = loop.create_unix_connection(lambda: wire, unix_path)
             else:
-                kw: Dict[str, Any] = {}
-                if tls:
-                    if self._ssl is None:
-                        self._ssl = _ssl_context(self._cfg)
-                    kw = {"ssl": self._ssl, "server_hostname": host}
-                    if timeout:
-                        kw["ssl_handshake_timeout"] = timeout
-                coro = loop.create_connection(lambda: wire, host, port, **kw)
+                coro = loop.create_connection(lambda: wire, host, port)
             await asyncio.wait_for(coro, timeout)
+            if tls:
+                # the TLS handshake, within a timeout of its own after the connect (as the
+                # blocking transport's), so that its timeout says what did not come
+                if self._ssl is None:
+                    self._ssl = _ssl_context(self._cfg)
+                handshake = True
+                assert wire.transport is not None
+                if not wire.transport.is_closing():
+                    wire.transport.pause_reading()  # until start_tls reads for TLS
+                if wire.early or wire.early_end is not None or wire.transport.is_closing():
+                    # the server wrote (or closed) before the client's hello: no TLS there
+                    wire.close()
+                    return f._wire_connected(
+                        lane, _REFUSED,
+                        f"error connecting to Redis at {where}: TLS handshake failed: the "
+                        f"server {'wrote before' if wire.early else 'closed the connection at'}"
+                        f" the handshake (does the server speak TLS on this port?)")
+                wire.transport = await asyncio.wait_for(  # type: ignore[assignment]
+                    loop.start_tls(wire.transport, wire, self._ssl, server_hostname=host),
+                    timeout)
         except asyncio.TimeoutError:
             wire.close()
+            if handshake:
+                return f._wire_connected(
+                    lane, _TIMEOUT,
+                    f"timeout connecting to Redis at {where}: no TLS handshake within "
+                    f"{(timeout or 0) * 1000:.0f} ms (does the server speak TLS on this port?)")
             return f._wire_connected(lane, _TIMEOUT, f"timeout connecting to Redis at {where}")
         except ssl.SSLError as e:
             wire.close()
-            return f._wire_connected(lane, _REFUSED,
-                                     f"TLS handshake with Redis at {where} failed: {e}")
+            return f._wire_connected(lane, _REFUSED, f"error connecting to Redis at {where}: "
+                                                     f"TLS handshake failed: {_tls_reason(e)}")
         except OSError as e:
             wire.close()
             return f._wire_connected(lane, _REFUSED,
-                                     f"error connecting to Redis at {where}: {e.strerror or e}")
+                                     f"error connecting to Redis at {where}: {_reason(e)}")
         except BaseException:
             wire.close()
             raise
@@ -751,18 +847,23 @@ class _AsyncRedis:
         connection."""
         f = slot.f
         wire = slot.wires.get(key)
-        if wire is not None and wire.transport is not None and not wire.stray \
-                and _input_waiting(wire.transport):
-            # Bytes came on this idle connection that the loop has not read yet: a late
-            # reply (to a call that timed out or was cancelled), or TLS records.  Let the
-            # transport read them first (two turns of the loop: one polls, one reads), so
-            # that a reply is never taken as this request's answer: data_received marks
-            # the connection stray and C connects again, as the blocking client does
-            # with input pending.
-            for _ in range(2):
-                await asyncio.sleep(0)
-                if wire.stray:
-                    break
+        if wire is not None and wire.kept:
+            wire.kept = False
+            if wire.transport is not None and not wire.stray \
+                    and _input_waiting(wire.transport):
+                # Bytes came on this connection, kept idle since an earlier operation,
+                # that the loop has not read yet: a late reply (to a call that timed out
+                # or was cancelled), or TLS records.  Let the transport read them first
+                # (two turns of the loop: one polls, one reads), so that a reply is never
+                # taken as this request's answer: data_received marks the connection
+                # stray and C connects again, as the blocking client does with input
+                # pending on a kept connection.  A new connection is not checked (nor by
+                # the blocking client): what a server writes before any request (a
+                # banner) is read as the first reply, a protocol error.
+                for _ in range(2):
+                    await asyncio.sleep(0)
+                    if wire.stray:
+                        break
         if wire is None or wire.transport is None or wire.stray:
             return f._wire_sent(lane, _BROKEN,
                                 "the connection to Redis was lost before the request was sent")
@@ -770,12 +871,12 @@ class _AsyncRedis:
         wire.waiter, wire.received = fut, 0
         wire.feed = functools.partial(f._wire_feed, lane)
         try:
-            wire.transport.write(req)
+            wire.send(req)
             if timeout is not None:
                 wire.watch(timeout)
             outcome = await fut
         except _Broken as e:
-            return f._wire_sent(lane, _BROKEN, str(e))
+            return f._wire_sent(lane, _BROKEN, e.args[0])
         except BaseException:
             if not fut.done():
                 fut.cancel()
@@ -785,8 +886,7 @@ class _AsyncRedis:
             wire.unwatch()
         if outcome == _TIMEOUT and timeout is not None:
             wire.stray = True
-            return f._wire_sent(lane, _TIMEOUT, f"timeout: Redis at {wire.where} did not "
-                                                f"answer within {timeout * 1000:.0f} ms")
+            return f._wire_sent(lane, _TIMEOUT, None)  # worded by C, with the replies read
         return f._wire_sent(lane, outcome)
 
 

@@ -320,7 +320,7 @@ static PyMethodDef BlockedFilter_methods[] = {
     {"union", lb_fixed_union, METH_O, "union(other) -> BlockedFilter (also a | b)"},
     {"intersection", lb_fixed_intersection, METH_O, "intersection(other) -> BlockedFilter (also a & b)"},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> BlockedFilter"},
-    {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
+    {"__copy__", lb_dunder_copy, METH_NOARGS, NULL},
     {"to_bytes", lb_fixed_to_bytes_method, METH_NOARGS,
      "to_bytes() -> bytes\n\nThe filter in the saved "
      "format (versioned header, checksum)."},

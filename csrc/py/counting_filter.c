@@ -172,7 +172,7 @@ static PyMethodDef CountingFilter_methods[] = {
      "pair of counters: every key of both tests present, and removing one of them keeps "
      "the others present."},
     {"copy", lb_fixed_copy, METH_NOARGS, "copy() -> CountingFilter"},
-    {"__copy__", lb_fixed_copy, METH_NOARGS, NULL},
+    {"__copy__", lb_dunder_copy, METH_NOARGS, NULL},
     {"to_bytes", lb_fixed_to_bytes_method, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", lb_fixed_from_bytes, METH_O | METH_CLASS,
      "from_bytes(data) -> CountingFilter"},

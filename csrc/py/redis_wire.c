@@ -349,7 +349,8 @@ PyObject *lb_wire_method_feed(PyObject *self, PyObject *args)
 
 /* _wire_sent(lane, outcome, text) -> whether the connection stays open (False:
  * the transport closes it): a SEND step's outcome (0 every reply in, 2 timed
- * out, 3 the connection broke, 4 the feed failed). */
+ * out, 3 the connection broke, 4 the feed failed; text None for a timeout or a
+ * connection the server closed: the connection machine words them). */
 PyObject *lb_wire_method_sent(PyObject *self, PyObject *args)
 {
     lb_redis_filter *f = LB_REDIS_FILTER(self);

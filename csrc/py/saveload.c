@@ -94,7 +94,57 @@ PyObject *lb_reduce(PyObject *self, PyObject *unused)
         Py_DECREF(data);
         return NULL;
     }
+    /* A subclass instance's own attributes go with it, as the state (pickle and
+     * copy put them back in its __dict__). */
+    PyObject *dict = NULL;
+    if (Py_TYPE(self)->tp_dictoffset != 0 || (Py_TYPE(self)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        dict = PyObject_GetAttrString(self, "__dict__");
+        if (!dict) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                Py_DECREF(ctor);
+                Py_DECREF(data);
+                return NULL;
+            }
+            PyErr_Clear(); /* __slots__: no attributes of its own */
+        }
+    }
+    if (dict && PyDict_Check(dict) && PyDict_GET_SIZE(dict) > 0)
+        return Py_BuildValue("(N(N)N)", ctor, data, dict);
+    Py_XDECREF(dict);
     return Py_BuildValue("(N(N))", ctor, data);
+}
+
+PyObject *lb_dunder_copy(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *r = PyObject_CallMethod(self, "copy", NULL);
+    if (!r || !(Py_TYPE(self)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return r;
+    /* a subclass instance's own attributes: the copy gets them (a shallow copy
+     * of its __dict__, as copy.copy gives any Python object) */
+    PyObject *dict = PyObject_GetAttrString(self, "__dict__");
+    if (!dict) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        PyErr_Clear(); /* __slots__ */
+        return r;
+    }
+    int err = 0;
+    if (PyDict_Check(dict) && PyDict_GET_SIZE(dict) > 0) {
+        PyObject *to = PyObject_GetAttrString(r, "__dict__");
+        err = !to || !PyDict_Check(to) || PyDict_Update(to, dict) < 0;
+        if (to && !PyDict_Check(to))
+            PyErr_SetString(PyExc_TypeError, "__dict__ of the copy is not a dict");
+        Py_XDECREF(to);
+    }
+    Py_DECREF(dict);
+    if (err) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
 }
 
 PyObject *lb_repr_html(PyObject *self, PyObject *unused)

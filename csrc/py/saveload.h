@@ -22,8 +22,11 @@ int lb_read_saved(lb_state *st, PyObject *data, Py_buffer *view, lb_format_heade
 PyObject *lb_save(PyObject *self, PyObject *path);
 PyObject *lb_load(PyObject *cls, PyObject *path);
 
-/* __reduce__ for pickle: (type(self).from_bytes, (self.to_bytes(),)). */
+/* __reduce__ for pickle: (type(self).from_bytes, (self.to_bytes(),)), and a
+ * subclass instance's own attributes (its __dict__) as the state. */
 PyObject *lb_reduce(PyObject *self, PyObject *unused);
+/* __copy__: copy(), with a subclass instance's own attributes (its __dict__). */
+PyObject *lb_dunder_copy(PyObject *self, PyObject *unused);
 
 /* _repr_html_ for notebooks: the package's html hook (state.h) of self. */
 PyObject *lb_repr_html(PyObject *self, PyObject *unused);

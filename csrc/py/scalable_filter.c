@@ -497,7 +497,7 @@ static PyMethodDef ScalableFilter_methods[] = {
     {"intersection", ScalableFilter_no_setop, METH_O,
      "intersection(other)\n\nNotSupportedError: not defined for a chain of stages."},
     {"copy", ScalableFilter_copy, METH_NOARGS, "copy() -> ScalableFilter"},
-    {"__copy__", ScalableFilter_copy, METH_NOARGS, NULL},
+    {"__copy__", lb_dunder_copy, METH_NOARGS, NULL},
     {"to_bytes", ScalableFilter_to_bytes, METH_NOARGS, "to_bytes() -> bytes"},
     {"from_bytes", ScalableFilter_from_bytes, METH_O | METH_CLASS,
      "from_bytes(data) -> ScalableFilter"},

@@ -253,8 +253,13 @@ static void build_claim(lb_bitmap *bm, lb_redis_batch *b)
  * a status). */
 static lb_redis_status check_claim(lb_bitmap *bm, lb_redis_status st, lb_reply **rs)
 {
-    if (st == LB_REDIS_ERR_WRONGTYPE)
-        return lb_bitmap_name_wrongtype(bm, UINT64_MAX);
+    if (st == LB_REDIS_ERR_WRONGTYPE) {
+        /* the canary's SETBIT (command 1) names the last part, the rest the meta key */
+        int canary = lb_bitmap_has_canary(bm) && !bm->claim_bare;
+        return lb_bitmap_name_wrongtype(bm, canary && lb_redis_err_index(bm->conn) == 1
+                                                ? bm->nparts - 1
+                                                : UINT64_MAX);
+    }
     if (st != LB_REDIS_OK)
         return st;
     static const lb_reply_want set_nx = {LB_WANT_OK_OR_NIL, 0, 0};

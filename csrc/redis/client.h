@@ -175,7 +175,9 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
  *     st = lb_redis_step_end(r, &replies)       as lb_redis_exec's result
  *
  * Outcomes: CONNECT, TIMEOUT (connect); OK, IO, TIMEOUT (send) with the
- * text; a failed feed (the stream is out of step) is reported as its own
+ * text (text NULL: IO, the server closed the connection; TIMEOUT, no byte for
+ * the operation timeout; worded as the blocking transport words them); a
+ * failed feed (the stream is out of step) is reported as its own
  * status with text NULL.  lb_redis_step_client(r, node) is the client whose
  * connection node is (for wire.h's lb_wire_closed and lb_wire_out_of_step),
  * NULL when there is none. */

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "conn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -428,6 +429,28 @@ void lb_conn_sent(lb_conn *c, lb_redis_status st, const char *text)
     default:
         return;
     }
+}
+
+void lb_conn_sent_worded(lb_conn *c, lb_redis_status st)
+{
+    if (c->phase == X_PROBE) {
+        lb_conn_sent_worded(&c->probe->c, st);
+        return;
+    }
+    if (!c->sending)
+        return;
+    char w[300];
+    where(c, w, sizeof w);
+    char text[LB_ERRSTR_SIZE];
+    if (st == LB_REDIS_ERR_TIMEOUT) {
+        snprintf(text, sizeof text,
+                 "timeout: Redis at %s did not answer within %d ms (%zu of %zu replies read)",
+                 w, c->cfg.timeout_ms, c->s.got, c->s.n);
+    } else {
+        lb_session_closed_error(&c->s, w); /* its text, as the blocking transport's */
+        snprintf(text, sizeof text, "%s", c->s.err->text);
+    }
+    lb_conn_sent(c, st, text);
 }
 
 lb_redis_status lb_conn_end(lb_conn *c, lb_reply ***replies)

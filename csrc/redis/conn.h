@@ -102,6 +102,11 @@ void lb_conn_connected(lb_conn *c, lb_redis_status st, const char *text);
  * failure means the stream is out of step: lb_conn_sent(c, st, NULL). */
 lb_redis_status lb_conn_feed(lb_conn *c, const void *data, size_t len, int *complete);
 void lb_conn_sent(lb_conn *c, lb_redis_status st, const char *text);
+/* lb_conn_sent of a SEND step that failed before every reply came, worded as
+ * the blocking transport words it (the replies read of those asked): st
+ * LB_REDIS_ERR_TIMEOUT, no byte for the operation timeout; LB_REDIS_ERR_IO,
+ * the connection closed by the server. */
+void lb_conn_sent_worded(lb_conn *c, lb_redis_status st);
 /* The status and replies, as lb_redis_exec gives them. */
 lb_redis_status lb_conn_end(lb_conn *c, lb_reply ***replies);
 

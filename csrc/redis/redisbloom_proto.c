@@ -87,6 +87,8 @@ int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out)
         for (int f = 0; f < 5; f++) {
             if (!lb_ci_equal(name->str, name->len, names[f]))
                 continue;
+            if (out->present & (1u << f))
+                return -1; /* a field given twice: neither value can be trusted */
             long long v = info_value(x->element[i + 1]);
             if (v == -2)
                 return -1;

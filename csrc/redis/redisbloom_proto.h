@@ -64,8 +64,8 @@ typedef struct {
 
 /* An integer 0/1 or a boolean: 0 or 1; -1 for any other shape. */
 int lb_bf_reply_bool(const lb_reply *x);
-/* Parse BF.INFO's reply (flat pairs or map).  0; -1 for another shape (or a
- * value of a known field that is not a number); -2 for name/value pairs none of
+/* Parse BF.INFO's reply (flat pairs or map).  0; -1 for another shape (a
+ * value of a known field that is not a number, or a known field named twice); -2 for name/value pairs none of
  * which is a field above (a BF.* implementation that names them otherwise). */
 int lb_bf_parse_info(const lb_reply *x, lb_bf_info *out);
 

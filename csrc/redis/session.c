@@ -218,6 +218,25 @@ size_t lb_session_received(const lb_session *s)
     return lb_resp_reader_received(s->reader);
 }
 
+lb_redis_status lb_session_closed_error(lb_session *s, const char *where)
+{
+    /* the last reply read, when it is an error: what the server said before it
+     * closed (a server at its maxclients writes its error, then closes) */
+    const lb_reply *last = s->got > 0 && s->replies ? s->replies[s->got - 1] : NULL;
+    if (last && last->type == LB_REPLY_ERROR && last->str) {
+        char said[200];
+        return lb_error_set(s->err, LB_REDIS_ERR_IO,
+                            "connection to Redis at %s closed by the server (%zu of %zu "
+                            "replies read; it answered: %s)",
+                            where, s->got, s->n, lb_redis_show(last->str, last->len, said,
+                                                               sizeof said));
+    }
+    return lb_error_set(s->err, LB_REDIS_ERR_IO,
+                        "connection to Redis at %s closed by the server (%zu of %zu "
+                        "replies read)",
+                        where, s->got, s->n);
+}
+
 /* ---------------------------------------------------------------- replies */
 
 lb_redis_status lb_session_errors(lb_redis_error *e, lb_reply **rs, size_t n, int flags)

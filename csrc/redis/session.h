@@ -66,6 +66,11 @@ lb_redis_status lb_session_more_replies(lb_session *s);
 /* 1 when input nobody asked for is buffered. */
 int lb_session_pending(const lb_session *s);
 size_t lb_session_received(const lb_session *s);
+/* The connection was closed by the server before every reply of the round
+ * trip came: IO, with the replies read (and the last one's text when it is an
+ * error reply: what the server said before it closed), as both drivers word
+ * it. */
+lb_redis_status lb_session_closed_error(lb_session *s, const char *where);
 
 /* Unless flags has LB_REDIS_RAW_ERRORS, the first error reply of n makes the
  * status: WRONGTYPE or REPLY, with the server's text and its index in e. */

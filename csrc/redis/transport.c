@@ -385,10 +385,7 @@ lb_redis_status lb_transport_roundtrip(lb_transport *t, lb_session *s, const cha
             progress = 1;
         } else if (k == 0) {
             lb_redis_config_where(cfg, w, sizeof w);
-            return lb_error_set(s->err, LB_REDIS_ERR_IO,
-                                "connection to Redis at %s closed by the server (%zu of %zu "
-                                "replies read)",
-                                w, s->got, s->n);
+            return lb_session_closed_error(s, w);
         } else if (k == -2) {
             return s->err->status;
         }

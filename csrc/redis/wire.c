@@ -125,7 +125,10 @@ static lb_redis_status wire_step_feed(lb_redis *r, const void *data, size_t len,
 
 static void wire_step_sent(lb_redis *r, lb_redis_status st, const char *text)
 {
-    lb_conn_sent(&WIRE(r)->c, st, text);
+    if (!text && (st == LB_REDIS_ERR_IO || st == LB_REDIS_ERR_TIMEOUT))
+        lb_conn_sent_worded(&WIRE(r)->c, st); /* the server's EOF, or a timeout */
+    else
+        lb_conn_sent(&WIRE(r)->c, st, text);
 }
 
 static lb_redis_status wire_step_end(lb_redis *r, lb_reply ***replies)

@@ -108,6 +108,12 @@ int main(void)
     strval.element = el5;
     strval.len = 2;
     CHECK(lb_bf_parse_info(&strval, &info) == 0 && info.capacity == 1);
+    /* a known field named twice: not read as either value */
+    lb_reply *eltwice[4] = {&n[0], &v[0], &n[0], &v[1]};
+    lb_reply twice = mk(LB_REPLY_ARRAY, 0, NULL);
+    twice.element = eltwice;
+    twice.len = 4;
+    CHECK(lb_bf_parse_info(&twice, &info) == -1);
     lb_reply bad = mk(LB_REPLY_STRING, 0, "lots");
     lb_reply *el6[2] = {&n[0], &bad};
     lb_reply badval = mk(LB_REPLY_ARRAY, 0, NULL);

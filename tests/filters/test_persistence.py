@@ -197,6 +197,44 @@ def test_load_missing_file(tmp_path):
         MemoryFilter.load(str(tmp_path / "missing"))
 
 
+class MyMemory(MemoryFilter):
+    pass
+
+
+class MyBlocked(lb.BlockedFilter):
+    pass
+
+
+class MyCounting(CountingFilter):
+    pass
+
+
+class MyScalable(ScalableFilter):
+    pass
+
+
+SUBCLASSES = {"memory": MyMemory, "blocked": MyBlocked, "counting": MyCounting,
+              "scalable": MyScalable}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_pickle_and_copy_keep_a_subclass_instance_attributes(kind):
+    # A subclass instance's own attributes (its __dict__) travel with it, as for any
+    # Python object: pickle and copy.copy gave the filter back without them.
+    import copy
+
+    Mine = SUBCLASSES[kind]
+    f = Mine.from_bytes(make(kind).to_bytes())
+    f.owner, f.tags = "svc", ["a"]
+    for g in [pickle.loads(pickle.dumps(f, protocol=p))
+              for p in range(pickle.HIGHEST_PROTOCOL + 1)] + [copy.copy(f), copy.deepcopy(f)]:
+        assert type(g) is Mine and g == f
+        assert (g.owner, g.tags) == ("svc", ["a"])
+    assert copy.deepcopy(f).tags is not f.tags
+    plain = make(kind)  # no attributes of its own: the reduction has no state
+    assert len(plain.__reduce__()) == 2
+
+
 def test_subclass_round_trips(tmp_path):
     class Mine(MemoryFilter):
         pass

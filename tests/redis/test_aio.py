@@ -561,6 +561,71 @@ def test_late_reply_still_in_the_socket_is_not_taken_as_the_next_answer(clean_re
         run(main())
 
 
+@pytest.mark.parametrize("banner,close,error", [
+    (b"SSH-2.0-OpenSSH_9.2p1\r\n", False, lb.RedisProtocolError),
+    (b"-ERR max number of clients reached\r\n", True, lb.RedisConnectionError)],
+    ids=["banner", "error-and-close"])
+def test_a_server_that_speaks_first_is_answered_as_by_the_blocking_filter(
+        monkeypatch, banner, close, error):
+    # A server that writes before any request: a banner (an SSH or SMTP port given as
+    # Redis's), or an error and the end (Redis at its maxclients).  What it wrote is read
+    # as the first reply, as the blocking filter reads it: a protocol error, or the close
+    # with the server's error.  The asyncio filter took it as input nobody asked for
+    # (before the first send of a new connection too) and reconnected until the tries
+    # ran out ("lost before the request was sent", a RedisConnectionError).
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conns = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            c.sendall(banner)
+            if close:
+                c.shutdown(socket.SHUT_WR)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    made = aio._Wire.connection_made
+
+    def connection_made(self, transport):  # the banner is in the socket before any send
+        made(self, transport)
+        wait_until(lambda: aio._input_waiting(transport), "the banner in the client's socket")
+
+    try:
+        url = f"redis://127.0.0.1:{port}"
+        with RedisFilter.from_url(url, "k", 1000, 0.01, socket_timeout=5) as f:
+            with pytest.raises(lb.RedisError) as blocking:
+                f.add("a")
+        monkeypatch.setattr(aio._Wire, "connection_made", connection_made)
+
+        async def main():
+            async with AsyncRedisFilter.from_url(url, "k", 1000, 0.01, socket_timeout=5) as f:
+                with pytest.raises(lb.RedisError) as e:
+                    await f.add("a")
+                return e
+
+        e = run(main())
+        assert type(blocking.value) is error, repr(blocking.value)
+        assert type(e.value) is error, repr(e.value)
+        assert str(e.value) == str(blocking.value)
+    finally:
+        srv.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        srv.close()
+        for c in conns:
+            c.close()
+        t.join(5)
+
+
 @pytest.mark.parametrize("reply", [
     b"*0\r\n",                                   # no element at all
     lambda a: array(*[integer(7)] * (len(a[2:]) // 3)),  # u1 values of 7

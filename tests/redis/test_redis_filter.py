@@ -751,6 +751,17 @@ def test_server_down_before_the_first_call():
     f.close()
 
 
+def test_a_refused_connection_says_so_in_both_flavors(flavor):
+    # The blocking filter says the system's reason ("Connection refused"); the asyncio
+    # filter said asyncio's text instead ("Connect call failed ('127.0.0.1', 1234)").
+    port = free_port()  # nothing listens there
+    with flavor.RedisFilter.from_url(f"redis://127.0.0.1:{port}", "bf", 1000, 0.01,
+                                     socket_connect_timeout=2) as f:
+        with pytest.raises(lb.RedisConnectionError) as e:
+            f.add("a")
+    assert str(e.value) == f"error connecting to Redis at 127.0.0.1:{port}: Connection refused"
+
+
 @pytest.mark.valkey
 def test_server_down_between_calls_then_restarted(private_redis):
     f = rf(private_redis)

@@ -302,3 +302,31 @@ def test_ssl_false_overrides_the_url(tls_server, certs):
     with RedisFilter("tls:kw", 100, **host_kw) as f:
         f.add("a")
         assert f.test("a")
+
+
+def test_rediss_to_a_plain_port_says_no_tls_handshake_came(flavor, clean_redis):
+    # A plain Redis given as rediss://: it waits for a command and never answers the
+    # client's hello.  Both filters say the handshake did not come, with the hint; the
+    # asyncio filter said only "timeout connecting to Redis at ...".
+    url = f"rediss://127.0.0.1:{clean_redis.port}"
+    with flavor.RedisFilter.from_url(url, "tls:plain", 1000, 0.01, ssl_cert_reqs="none",
+                                     socket_connect_timeout=0.3, socket_timeout=5) as f:
+        with pytest.raises(lb.RedisTimeoutError) as e:
+            f.add("a")
+    assert str(e.value) == (f"timeout connecting to Redis at 127.0.0.1:{clean_redis.port}: "
+                            f"no TLS handshake within 300 ms (does the server speak TLS on "
+                            f"this port?)")
+
+
+def test_a_certificate_that_fails_verification_is_named_alike_in_both_flavors(
+        flavor, tls_server, certs):
+    # OpenSSL's reason, as the blocking filter words it; the asyncio filter gave Python's
+    # text ("TLS handshake with Redis at ... failed: [SSL: CERTIFICATE_VERIFY_FAILED] ...
+    # (_ssl.c:1006)").
+    srv = tls_server("expired")
+    with flavor.RedisFilter.from_url(srv.url, "tls:exp", 1000, 0.01, ssl_ca_certs=certs["ca"],
+                                     socket_connect_timeout=5) as f:
+        with pytest.raises(lb.RedisConnectionError) as e:
+            f.add("a")
+    assert str(e.value) == (f"error connecting to Redis at 127.0.0.1:{srv.port}: TLS handshake "
+                            f"failed: certificate verify failed: certificate has expired")

@@ -221,3 +221,18 @@ def test_cli_inspect_gives_the_reason_a_bf_server_cannot_read_the_key(capsys):
         # the server's BF.* is there: the message says what it lacks, not "no RedisBloom module"
         assert "no RedisBloom module" not in err, err
         assert "BF.INFO" in err, err
+
+
+@pytest.mark.parametrize("field,value", [("Capacity", 5), ("Number of items inserted", 0)])
+def test_info_naming_a_field_twice_is_a_protocol_error_not_its_last_value(flavor, field, value):
+    # A BF.INFO that gives a field twice (no module does) is not read as either value: the
+    # last one was taken, and reserve() raised GeometryMismatchError on a filter that
+    # matches, info() and the CLI showed a capacity the filter does not have.
+    twice = lambda f: redisbloom_info(f) + [("+", field), value]  # noqa: E731
+    with FakeBFServer(info=twice) as s:
+        with flavor.RedisBloomFilter.from_url(s.url, "k", capacity=100) as f:
+            f.add("a")
+            for call in (f.info, f.reserve):
+                with pytest.raises(lb.RedisProtocolError, match="BF.INFO"):
+                    call()
+            assert f.test("a") is True  # the connection dropped, the next call works

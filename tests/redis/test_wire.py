@@ -8,6 +8,7 @@ words them).
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -498,3 +499,147 @@ def test_scandump_bounds_from_a_lying_info_stay_finite():
         finished, err = _run_bounded(f.dump)
         assert finished and err is None, repr(err)
         f.close()
+
+
+@pytest.mark.parametrize("when", ["handshake", "command"])
+def test_a_server_that_closes_mid_round_trip_is_named_alike_in_both_flavors(
+        clean_redis, flavor, when):
+    # The connection closed by the server before its replies: the blocking filter says how
+    # many of them it read; the asyncio filter said only "closed by the server".
+    def script(c, args):
+        name = args[0].upper()
+        if (when == "handshake" and name == b"AUTH") or \
+                (when == "command" and name in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO",
+                                                b"BITFIELD", b"SETBIT", b"GET", b"MGET")):
+            c.close()
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        url = srv.url.replace("redis://", "redis://:pw@") if when == "handshake" else srv.url
+        with flavor.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.test("a")
+    assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{srv.port} closed by the "
+                        r"server \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
+
+
+@pytest.mark.parametrize("when", ["handshake", "command"])
+def test_a_server_that_stops_answering_times_out_alike_in_both_flavors(
+        clean_redis, flavor, when):
+    # No byte for socket_timeout: the blocking filter says how many replies it read; the
+    # asyncio filter said only "did not answer within 300 ms".
+    answered = threading.Event()
+
+    def script(c, args):
+        name = args[0].upper()
+        if (when == "handshake" and name == b"AUTH") or \
+                (when == "command" and name in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO",
+                                                b"BITFIELD", b"SETBIT", b"GET", b"MGET")):
+            answered.wait(10)  # held until the test is over: the client times out
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        url = srv.url.replace("redis://", "redis://:pw@") if when == "handshake" else srv.url
+        try:
+            with flavor.RedisFilter.from_url(url, "bf", 1000, 0.01, socket_timeout=0.3) as f:
+                with pytest.raises(lb.RedisTimeoutError) as e:
+                    f.test("a")
+        finally:
+            answered.set()
+    assert re.fullmatch(rf"timeout: Redis at 127\.0\.0\.1:{srv.port} did not answer within "
+                        r"300 ms \(0 of [1-9]\d* replies read\)", str(e.value)), str(e.value)
+
+
+def test_a_bitmap_key_made_a_list_during_the_claim_is_the_key_named(clean_redis, flavor):
+    # Another client makes the bitmap key a list between the filter's look (TYPE: none) and
+    # its claim (SET meta NX, SETBIT of the canary on the bitmap, the meta read back): the
+    # SETBIT's WRONGTYPE named the meta key, which holds this filter's meta.
+    made = []
+
+    def script(c, args):
+        if args[0].upper() == b"SETBIT" and args[1] == b"bf" and not made:
+            made.append(1)
+            c.forward([b"LPUSH", b"bf", b"x"])
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        with flavor.RedisFilter.from_url(srv.url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.WrongTypeError) as e:
+                f.add("a")
+    assert made
+    assert e.value.key == "bf" and str(e.value).endswith("(key 'bf')"), str(e.value)
+
+
+def test_a_server_that_refuses_a_new_client_says_why_in_both_flavors(flavor):
+    # A server with no room for another client writes its error on the new connection and
+    # closes it, before any request (Redis at its maxclients).  Both filters read the
+    # error as the first reply and say it with the close; the asyncio filter took it as
+    # input nobody asked for ("lost before the request was sent"), and neither said what
+    # the server answered.
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    conns = []
+
+    def drain(c):  # what the client sends is read (a close with unread input resets)
+        try:
+            while c.recv(65536):
+                pass
+        except OSError:  # closed by the test
+            pass
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(c)
+            c.sendall(b"-ERR max number of clients reached\r\n")
+            c.shutdown(socket.SHUT_WR)  # the end, after the error
+            threading.Thread(target=drain, args=(c,), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with flavor.RedisFilter.from_url(f"redis://127.0.0.1:{port}", "bf", 1000, 0.01,
+                                         socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.add("a")
+    finally:
+        srv.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        srv.close()
+        for c in conns:
+            c.close()
+        t.join(5)
+    assert re.fullmatch(rf"connection to Redis at 127\.0\.0\.1:{port} closed by the server "
+                        r"\(1 of [1-9]\d* replies read; it answered: ERR max number of "
+                        r"clients reached\)", str(e.value)), str(e.value)
+
+
+def test_a_connection_reset_mid_round_trip_is_named_alike_in_both_flavors(clean_redis, flavor):
+    # The server resets the connection (RST) instead of answering: the blocking filter
+    # says the system's reason; the asyncio filter said Python's ("[Errno 104] ...").
+    import os
+    import socket
+    import struct
+
+    def script(c, args):
+        if args[0].upper() in (b"EXISTS", b"GETRANGE", b"BITFIELD_RO", b"BITFIELD",
+                               b"SETBIT", b"GET", b"MGET"):
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            os.close(c.sock.detach())  # with a linger of 0: a reset (its reader fails)
+            return b""
+        return None
+
+    with HostileServer(script, upstream_port=clean_redis.port) as srv:
+        with flavor.RedisFilter.from_url(srv.url, "bf", 1000, 0.01, socket_timeout=10) as f:
+            with pytest.raises(lb.RedisConnectionError) as e:
+                f.test("a")
+    assert str(e.value) == (f"connection to Redis at 127.0.0.1:{srv.port} lost: Connection "
+                            f"reset by peer"), str(e.value)
