@@ -241,15 +241,15 @@ def test_subclass():
 def test_counters_of_several_mib_ask_for_huge_pages_and_work_the_same():
     # As MemoryFilter's bits: from 4 MiB on, a mapping with huge pages asked for (the "hg"
     # flag in /proc/self/smaps); before, calloc'd (no such mapping).  The batch's prefetch
-    # ahead gives the counters of single calls.
-    def huge_page_areas():
-        with open("/proc/self/smaps") as f:
-            return sum(1 for line in f if line.startswith("VmFlags:") and " hg" in line)
+    # ahead gives the counters of single calls.  (Where the platform does not show the
+    # advice, under qemu-user, what the filter does with its counters is checked alone.)
+    from huge_pages import advice_shows, huge_page_areas
 
+    one = 1 if advice_shows() else 0
     before = huge_page_areas()
     f, single = CountingFilter(2_000_000, 0.01), CountingFilter(2_000_000, 0.01)
     assert f.nbytes >= 4 << 20
-    assert huge_page_areas() == before + 2
+    assert huge_page_areas() == before + 2 * one
     ks = keys(20_000) + keys(5_000)  # counters of 5,000 keys raised twice
     assert f.add_many(ks) == [single.add(k) for k in ks]
     assert f.to_bytes() == single.to_bytes()
