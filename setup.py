@@ -129,8 +129,9 @@ def compile_in_parallel(compiler, jobs):
     """Make compiler.compile() run its sources `jobs` at a time.  distutils compiles one
     extension's sources one after another; each is a compiler process of its own, so
     threads that wait on them are enough.  The first failure is raised, as before."""
-    if jobs <= 1:
-        return
+    if jobs <= 1 or not all(hasattr(compiler, name)
+                            for name in ("_setup_compile", "_get_cc_args", "_compile")):
+        return  # one at a time, as distutils does (a compiler class without these parts)
     from concurrent.futures import ThreadPoolExecutor
 
     def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0,

@@ -172,3 +172,45 @@ def test_sources_lock_pins_every_file_of_each_library_by_sha256():
         assert len(files) - len(signatures) == 3 and len(signatures) <= 1, files
         assert any(f.endswith(".dsc") for f in files), files
         assert any(".orig.tar." in f for f in files) and any(".debian.tar." in f for f in files), files
+
+
+@pytest.mark.skipif(not (ROOT / "setup.py").exists(), reason="no setup.py beside tests/")
+def test_parallel_compile_leaves_a_compiler_without_distutils_parts_as_it_is():
+    # The parallel compile drives a compiler through distutils' own steps; a compiler class
+    # that lacks them (another setuptools, a custom one) keeps its compile(), one at a time.
+    import runpy
+
+    import setuptools
+
+    real = setuptools.setup
+    setuptools.setup = lambda **kw: None
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        g = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_probe")
+    finally:
+        os.chdir(cwd)
+        setuptools.setup = real
+
+    class Bare:
+        def compile(self, sources, **kw):
+            return ["one.o"]
+
+    bare = Bare()
+    g["compile_in_parallel"](bare, 4)
+    assert "compile" not in vars(bare) and bare.compile(["a.c"]) == ["one.o"]
+
+    class Full(Bare):
+        def _setup_compile(self, *a):
+            return None, ["a.o"], None, None, {"a.o": ("a.c", ".c")}
+
+        def _get_cc_args(self, *a):
+            return []
+
+        def _compile(self, obj, *a):
+            built.append(obj)
+
+    built = []
+    full = Full()
+    g["compile_in_parallel"](full, 4)
+    assert full.compile(["a.c"]) == ["a.o"] and built == ["a.o"]
