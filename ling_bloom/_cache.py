@@ -13,9 +13,11 @@ Every public name here is imported from ``ling_bloom.guard``.
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Optional, Tuple
 
@@ -109,6 +111,20 @@ class Cache(Protocol):
     def delete(self, key: str) -> None: ...
 
 
+# Every MemoryCache, for the child of a fork: a lock held there by another thread of the
+# parent would stay held (that thread is not in the child), and the first lookup hang.
+_MEMORY_CACHES: "weakref.WeakSet[MemoryCache]" = weakref.WeakSet()
+
+
+def _memory_caches_forked() -> None:
+    for c in list(_MEMORY_CACHES):
+        c._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_memory_caches_forked)
+
+
 class MemoryCache:
     """An in-process TTL cache, thread-safe, bounded: at most ``maxsize`` entries, the least
     recently used go first.  ``clock`` (seconds, monotonic) can be replaced in tests."""
@@ -120,6 +136,7 @@ class MemoryCache:
         self.clock = clock
         self._data: "OrderedDict[str, Tuple[Any, float]]" = OrderedDict()
         self._lock = threading.Lock()
+        _MEMORY_CACHES.add(self)
 
     def get(self, key: str) -> Any:
         with self._lock:

@@ -141,6 +141,17 @@ _collectors: "weakref.WeakKeyDictionary[Any, _GuardCollector]" = weakref.WeakKey
 _collectors_lock = threading.Lock()
 
 
+def _collectors_forked() -> None:
+    # held at the fork by another thread of the parent (a guard being made), it would stay
+    # held in the child, and the child's first guard with metrics would hang
+    global _collectors_lock
+    _collectors_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_collectors_forked)
+
+
 class _GuardCollector:
     """One per Prometheus registry: reads the counters of every live guard at scrape time
     (no cost per lookup).  Names are unique among the live guards of one registry

@@ -341,6 +341,12 @@ class AsyncGuard(_GuardBase):
         self._offload = _blocks(self.filter)
         self._bound = _timeout_of(self.filter)
 
+    def _forked(self) -> None:
+        # the lookups in flight at the fork wait on futures of the parent's event loop
+        super()._forked()
+        self._flights = {}
+        self._waiters = {}
+
     async def _within_timeout(self, call: Awaitable[Any]) -> Any:
         """A lookup of a Redis filter ends within one timeout of the filter (the longer of
         socket_timeout and socket_connect_timeout), its wait for a connection included:

@@ -1070,3 +1070,99 @@ def test_the_child_of_a_fork_serves_keys_whose_load_or_lock_the_parent_held():
             pytest.fail("the child's lookups hung on what the parent held at the fork")
         time.sleep(0.01)  # polls the child's exit, with the deadline above
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _child_exit_code(pid, what):
+    """The forked child's exit code, or a failure when it hangs (killed after 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the child hung: {what}")
+        time.sleep(0.01)  # polls the child's exit, with the deadline above
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_the_child_of_a_fork_serves_async_keys_whose_load_the_parent_held():
+    # AsyncGuard keeps its loads in flight (asyncio futures of the parent's loop) across a
+    # fork: the child's lookup of the key awaits a future of a loop that never runs there.
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["slow"])
+    parent = os.getpid()
+    entered, release = threading.Event(), threading.Event()
+
+    async def loader(key):
+        if os.getpid() == parent:
+            entered.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        return f"row {key}"
+
+    g = AsyncGuard(f, MemoryCache(), loader, metrics=False)
+    t = threading.Thread(target=lambda: asyncio.run(g.get("slow")))
+    t.start()
+    try:
+        assert entered.wait(10)  # the load of "slow" is in flight in the parent's loop
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0 if asyncio.run(asyncio.wait_for(g.get("slow"), 5)) == "row slow" else 2
+            except BaseException as e:
+                os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        t.join(10)
+    assert _child_exit_code(pid, "AsyncGuard.get of a key loading at the fork") == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_the_child_of_a_fork_serves_keys_whose_memory_cache_lock_the_parent_held():
+    # The guard's MemoryCache lock, held by a thread of the parent at the fork, stays held
+    # in the child: its first lookup hangs (the guard's own locks are renewed, not its cache's).
+    f = lb.MemoryFilter(1000, 0.01)
+    f.update(["a"])
+    cache = MemoryCache()
+    g = Guard(f, cache, lambda k: f"row {k}", metrics=False)
+    cache._lock.acquire()  # as a thread of the parent in cache.get/set at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0 if g.get("a") == "row a" else 2
+            finally:
+                os._exit(code)
+    finally:
+        cache._lock.release()
+    assert _child_exit_code(pid, "Guard.get with the MemoryCache lock held at the fork") == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_guard_made_in_the_child_of_a_fork_while_the_parent_made_one():
+    # A thread of the parent constructing a guard with metrics at the fork holds the
+    # metrics registration lock: in the child, the first guard with metrics hangs.
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+    from ling_bloom import _metrics
+
+    f = lb.MemoryFilter(1000, 0.01)
+    _metrics._collectors_lock.acquire()  # as _register_metrics in another thread
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                Guard(f, MemoryCache(), lambda k: k, name="forked", metrics=CollectorRegistry())
+                code = 0
+            finally:
+                os._exit(code)
+    finally:
+        _metrics._collectors_lock.release()
+    assert _child_exit_code(pid, "Guard(...) with metrics, registration lock held at the fork") == 0
