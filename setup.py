@@ -116,8 +116,11 @@ def csrc_sources():
 
 def build_jobs():
     """How many compiler processes at once: LING_BLOOM_BUILD_JOBS, else this process's cores."""
-    jobs = os.environ.get("LING_BLOOM_BUILD_JOBS", "")
-    if jobs.isdigit() and int(jobs) > 0:
+    jobs = os.environ.get("LING_BLOOM_BUILD_JOBS", "").strip()
+    if jobs:
+        if not (jobs.isdigit() and int(jobs) > 0):
+            sys.exit(f"LING_BLOOM_BUILD_JOBS={jobs!r}: give a whole number of compiler "
+                     f"processes, 1 or more (unset, it is this machine's cores)")
         return int(jobs)
     try:
         return max(1, len(os.sched_getaffinity(0)))

@@ -151,6 +151,28 @@ def test_setup_py_compiles_every_c_file_under_csrc():
     assert header_dirs <= set(ext.include_dirs)
 
 
+@pytest.mark.skipif(not (ROOT / "setup.py").exists() or not (ROOT / "csrc").is_dir(),
+                    reason="no setup.py and csrc/ beside tests/")
+@pytest.mark.parametrize("value, expected", [("3", 3), (" 2 ", 2), ("abc", None), ("0", None),
+                                             ("-1", None), ("1.5", None)])
+def test_setup_py_build_jobs_is_a_whole_number_or_a_clear_error(monkeypatch, value, expected):
+    import runpy
+
+    import setuptools
+
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: None)
+    monkeypatch.chdir(ROOT)
+    jobs = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_probe")["build_jobs"]
+    monkeypatch.setenv("LING_BLOOM_BUILD_JOBS", value)
+    if expected is not None:
+        assert jobs() == expected
+    else:
+        with pytest.raises(SystemExit, match="LING_BLOOM_BUILD_JOBS=.*whole number"):
+            jobs()
+    monkeypatch.delenv("LING_BLOOM_BUILD_JOBS")
+    assert jobs() >= 1
+
+
 @pytest.mark.skipif(not (ROOT / "packaging" / "sources.lock").exists(), reason="no packaging/")
 def test_sources_lock_pins_every_file_of_each_library_by_sha256():
     # The wheels' and the sdist's C libraries come from these Debian source packages only:
