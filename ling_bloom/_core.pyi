@@ -217,6 +217,12 @@ def key_bytes(key: Key) -> bytes:
     decimal text, a buffer's bytes.  A key no filter takes raises what add(key) raises
     (TypeError, EmptyKeyError, ValueError)."""
 
+def key_bytes_many(keys: Any, *, skip_nulls: bool = ...) -> List[bytes]:
+    """key_bytes of each key of keys, in order: an iterable, or a column read in place as
+    update() reads it (a numpy array of integers, an Arrow array, anything with
+    __arrow_c_array__ or __arrow_c_stream__).  A bad key raises as update(keys) does;
+    skip_nulls=True leaves a column's nulls out."""
+
 def _key(key: Key) -> Union[str, bytes]:
     """key as the filters read it: a str as an exact str, an int or int-like as its decimal
     text (a str), a buffer as bytes; bad keys raise as in key_bytes."""

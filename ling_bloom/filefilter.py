@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from ._addlog import AddLog, BrokenLogError, LogReader, log_key
+from ._core import key_bytes_many
 from ._core import ClosedError
 
 __all__ = ["FileFilter", "UnsharedFilterWarning", "shares_adds"]
@@ -496,10 +497,9 @@ class FileFilter:
 
     __contains__ = test
 
-    def _add(self, keys: List[Any], single: bool) -> Any:
-        # The bytes the filters hash for each key; TypeError, EmptyKeyError before anything
-        # is written.
-        raw = [log_key(k) for k in keys]
+    def _add(self, raw: List[bytes], single: bool) -> Any:
+        # raw: the bytes the filters hash for each key (read before anything is written,
+        # so a bad key raises TypeError or EmptyKeyError first).
         self._after_fork()
         with self._lock:
             self.refresh()  # (ClosedError once closed)
@@ -536,12 +536,15 @@ class FileFilter:
         """Add ``key`` for every process that serves this file (written to the add log
         before returning).  Returns the filter's answer (True when the key was new), or
         None when it is held aside (no file yet, or a read-only mapping)."""
-        return self._add([key], True)
+        return self._add([log_key(key)], True)
 
-    def update(self, keys: Iterable[Any]) -> Any:
-        """Add every key of ``keys`` (one log write for all of them)."""
-        keys = list(keys)
-        return self._add(keys, False) if keys else None
+    def update(self, keys: Iterable[Any], *, skip_nulls: bool = False) -> Any:
+        """Add every key of ``keys`` (one log write for all of them): an iterable, or a
+        column read in place as the filters' ``update`` reads it (a numpy array of
+        integers, an Arrow array, a pandas or polars Series); a column's null raises
+        ValueError naming its position unless ``skip_nulls``."""
+        raw = key_bytes_many(keys, skip_nulls=skip_nulls)
+        return self._add(raw, False) if raw else None
 
     def ensure(self, key: Any) -> None:
         """Add ``key`` unless this process already answers it present (a guard's "the

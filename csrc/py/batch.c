@@ -70,6 +70,67 @@ static PyObject *keys_sequence(PyObject *iterable, int fixed)
     return PySequence_Fast(iterable, "expected an iterable of keys");
 }
 
+PyObject *lb_keys_bytes_list(lb_state *st, PyObject *keys, int skip_nulls)
+{
+    lb_column col;
+    int is_column = lb_column_open(st, keys, skip_nulls, &col);
+    if (is_column < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (is_column == 1) {
+        /* read in place, a chunk at a time: no Python object but the bytes */
+        lb_key *ks = PyMem_Malloc(LB_CHUNK * sizeof *ks);
+        char *digits = PyMem_Malloc((size_t)LB_CHUNK * LB_COLUMN_DIGITS);
+        out = ks && digits ? PyList_New(0) : PyErr_NoMemory();
+        for (size_t done = 0; out && done < col.len;) {
+            size_t consumed = 0;
+            size_t got = lb_column_fill(&col, LB_CHUNK, ks, NULL, digits, &consumed);
+            for (size_t j = 0; j < got && out; j++) {
+                PyObject *b = PyBytes_FromStringAndSize(ks[j].data, (Py_ssize_t)ks[j].len);
+                if (!b || PyList_Append(out, b) < 0)
+                    Py_CLEAR(out);
+                Py_XDECREF(b);
+            }
+            if (consumed == 0)
+                break;
+            done += consumed;
+        }
+        PyMem_Free(ks);
+        PyMem_Free(digits);
+        lb_column_close(&col);
+        return out;
+    }
+    PyObject *seq = keys_sequence(is_column == 2 ? col.objects : keys, 0);
+    if (is_column == 2 && !seq)
+        lb_column_close(&col);
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(seq, i);
+        if (PyBytes_CheckExact(obj) && PyBytes_GET_SIZE(obj) > 0) {
+            PyList_SET_ITEM(out, i, Py_NewRef(obj));
+            continue;
+        }
+        lb_key k;
+        lb_key_hold hold;
+        PyObject *b = NULL;
+        if (lb_key_get(st, obj, &k, &hold) == 0) {
+            b = PyBytes_FromStringAndSize(k.data, (Py_ssize_t)k.len);
+            lb_key_release(&hold);
+        }
+        if (!b)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, b);
+    }
+    Py_DECREF(seq);
+    if (is_column == 2)
+        lb_column_close(&col);
+    return out;
+}
+
 PyObject *lb_keys_checked(lb_state *st, PyObject *seq)
 {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

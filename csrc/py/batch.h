@@ -56,6 +56,14 @@ typedef lb_status (*lb_chunk_fn)(lb_base *self, const lb_key *keys, size_t n, ui
  * exception. */
 PyObject *lb_keys_checked(lb_state *st, PyObject *seq);
 
+/* The bytes every filter hashes for each key of keys (an iterable, or a column
+ * read in place: columns.h), in order: a new list of bytes, or NULL with the
+ * exception add_many(keys) raises for the first bad key (an empty key, a key
+ * no filter takes, a column's null unless skip_nulls, whose nulls are left
+ * out).  For the Python code that keeps keys of its own (a served file's add
+ * log), so that it and the filters never disagree. */
+PyObject *lb_keys_bytes_list(lb_state *st, PyObject *keys, int skip_nulls);
+
 typedef enum {
     LB_RESULT_NONE,  /* return None */
     LB_RESULT_LIST   /* return list[bool] */

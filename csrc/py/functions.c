@@ -1,9 +1,10 @@
 /* functions.c: the functions of ling_bloom._core: estimate, geometry, indices,
- * hash_pair, key_bytes, _key, peek_header, _saved_length and build_info
+ * hash_pair, key_bytes, key_bytes_many, _key, peek_header, _saved_length and build_info
  * (lb_module_functions, the module's method table). */
 #include "functions.h"
 
 #include "args.h"
+#include "batch.h"
 #include "blocked.h"
 #include "errors.h"
 #include "format.h"
@@ -163,6 +164,16 @@ static PyObject *key_bytes(PyObject *module, PyObject *obj)
     PyObject *out = PyBytes_FromStringAndSize(k.data, (Py_ssize_t)k.len);
     lb_key_release(&hold);
     return out;
+}
+
+static PyObject *key_bytes_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    PyObject *keys;
+    int skip_nulls;
+    if (lb_batch_args("key_bytes_many", args, nargs, kwnames, &keys, &skip_nulls) < 0)
+        return NULL;
+    return lb_keys_bytes_list(PyModule_GetState(module), keys, skip_nulls);
 }
 
 static PyObject *key_form(PyObject *module, PyObject *obj)
@@ -408,6 +419,13 @@ PyMethodDef lb_module_functions[] = {
      "key_bytes(key) -> bytes\n\nThe bytes every filter hashes for key: a str's UTF-8, an int's "
      "(or int-like's: __index__) decimal text, a buffer's bytes.  A key no filter takes raises "
      "what add(key) raises (TypeError, EmptyKeyError, ValueError)."},
+    {"key_bytes_many", (PyCFunction)(void (*)(void))key_bytes_many,
+     METH_FASTCALL | METH_KEYWORDS,
+     "key_bytes_many(keys, *, skip_nulls=False) -> list[bytes]\n\nkey_bytes of each key of "
+     "keys, in order: an iterable, or a column read in place as update() reads it (a numpy "
+     "array of integers, an Arrow array or anything with __arrow_c_array__ or "
+     "__arrow_c_stream__).  A bad key raises as update(keys) does; skip_nulls=True leaves a "
+     "column's nulls out."},
     {"_key", key_form, METH_O,
      "_key(key) -> str | bytes\n\nkey as the filters read it: a str as an exact str, an int "
      "or int-like as its decimal text (a str), a buffer as bytes; bad keys raise as in "

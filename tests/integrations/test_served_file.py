@@ -415,6 +415,61 @@ def test_a_key_the_filters_refuse_is_refused_before_anything_is_logged(tmp_path)
     ff.close()
 
 
+def test_update_refuses_a_single_str_and_a_bad_column_before_anything_is_logged(tmp_path):
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    ff = FileFilter(path, check_every=3600)
+    size = os.path.getsize(path + ".adds")
+    with pytest.raises(TypeError, match="single str"):
+        ff.update("abc")                  # one key, not the keys "a", "b", "c"
+    assert not ff.test("a")
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError):
+        ff.update(np.array([1.5, 2.5]))   # a float column is no column of keys
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(ValueError, match="null at position 1"):
+        ff.update(pa.array(["a", None, "b"]))
+    with pytest.raises(lb.EmptyKeyError, match="position 1"):
+        ff.update(pa.array(["a", ""]))
+    assert os.path.getsize(path + ".adds") == size
+    assert ff.update(pa.array(["a", None, "b"]), skip_nulls=True) is None
+    assert ff.test("a") and ff.test("b")
+    ff.close()
+
+
+def test_update_reads_a_column_in_place_and_logs_each_key_as_the_filters_hash_it(tmp_path):
+    np = pytest.importorskip("numpy")
+    pa = pytest.importorskip("pyarrow")
+    path = str(tmp_path / "f.bloom")
+    saved(path)
+    writer = FileFilter(path, check_every=3600)
+    reader = FileFilter(path, check_every=3600)       # another worker, open all along
+    ints = np.arange(-500, 1500, dtype=np.int64)[::3]  # strided: no contiguous buffer
+    texts = pa.chunked_array([["é", "b"], ["c" * 300]]).slice(1)
+    writer.update(ints)
+    writer.update(texts)
+    keys = [int(i) for i in ints] + ["b", "c" * 300]
+    assert lb._core.key_bytes_many(ints) == [log_key(int(i)) for i in ints]
+    assert lb._core.key_bytes_many(texts) == [b"b", b"c" * 300]
+    for ff in (reader, FileFilter(path, check_every=3600)):
+        assert all(ff.test(k) for k in keys)
+        assert all(ff.test(str(k)) for k in keys[:5])     # 42 and "42" are one key
+        assert not ff.test("\u00e9")                     # sliced off: never added
+    writer.close(); reader.close()
+
+
+def test_key_bytes_many_is_key_bytes_of_each_key_for_every_key_form(tmp_path):
+    keys = TRICKY + ["plain", b"bytes", 7, -(2**63)]
+    assert lb._core.key_bytes_many(keys) == [log_key(k) for k in keys]
+    assert lb._core.key_bytes_many(iter(keys)) == [log_key(k) for k in keys]
+    assert lb._core.key_bytes_many([]) == []
+    for bad in ([True], [1.5], [""]):
+        with pytest.raises((TypeError, lb.EmptyKeyError)):
+            lb._core.key_bytes_many(bad)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'skipnulls'"):
+        lb._core.key_bytes_many([], skipnulls=True)
+
+
 # ---- a log truncated under the workers ---------------------------------------------------------
 
 @pytest.mark.parametrize("how", ["emptied", "emptied and written again", "cut short"])
