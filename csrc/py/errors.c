@@ -266,3 +266,36 @@ PyObject *lb_raise_redis_status(lb_state *st, lb_redis_status status,
 {
     return lb_raise_code(st, LB_REDIS_CODE(status), detail);
 }
+
+PyObject *lb_hint_subclass_new(PyTypeObject *type)
+{
+    if (type->tp_init == PyBaseObject_Type.tp_init || !PyErr_ExceptionMatches(PyExc_TypeError))
+        return NULL;
+    PyObject *exc, *val, *tb;
+    PyErr_Fetch(&exc, &val, &tb);
+    PyErr_NormalizeException(&exc, &val, &tb);
+    PyObject *msg = val ? PyObject_Str(val) : NULL;
+    if (!msg) {
+        PyErr_Restore(exc, val, tb);
+        return NULL;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "%U (%.200s is a subclass whose __init__ is its own, but the filter is made, "
+                 "and sized, by __new__ from the same arguments: define __new__ too, calling "
+                 "super().__new__(cls, ...) with the filter's arguments)",
+                 msg, type->tp_name);
+    Py_DECREF(msg);
+    PyObject *e2, *v2, *tb2;
+    PyErr_Fetch(&e2, &v2, &tb2);
+    PyErr_NormalizeException(&e2, &v2, &tb2);
+    if (v2 && val) {
+        Py_INCREF(val);
+        PyException_SetCause(v2, val);
+        PyException_SetContext(v2, Py_NewRef(val));
+    }
+    PyErr_Restore(e2, v2, tb2);
+    Py_XDECREF(exc);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    return NULL;
+}

@@ -41,4 +41,10 @@ PyObject *lb_raise(lb_state *st, lb_status status, const char *detail);
 PyObject *lb_raise_redis_status(lb_state *st, lb_redis_status status,
                                 const lb_error_detail *detail);
 
+/* The constructor of a filter type (tp_new, which sizes the filter from the
+ * call's arguments) failed for type: when type is a subclass whose __init__
+ * is its own and the error is a TypeError, the message says so (such a
+ * subclass defines __new__ too).  Returns NULL. */
+PyObject *lb_hint_subclass_new(PyTypeObject *type);
+
 #endif

@@ -65,7 +65,7 @@ lb_fixed_filter *lb_fixed_new(PyTypeObject *type, const lb_fixed_args *a,
     return f;
 }
 
-PyObject *lb_fixed_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+static PyObject *fixed_make(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     lb_state *st = lb_state_from_type(type);
     if (!st)
@@ -78,6 +78,12 @@ PyObject *lb_fixed_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                           : lb_parse_fixed_args(st, args, kwargs, impl->name, &a)) < 0)
         return NULL;
     return (PyObject *)lb_fixed_new(type, &a, impl);
+}
+
+PyObject *lb_fixed_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *f = fixed_make(type, args, kwargs);
+    return f ? f : lb_hint_subclass_new(type);
 }
 
 void lb_fixed_dealloc(PyObject *self)

@@ -1,6 +1,7 @@
 /* redis_filter.c: RedisFilter, a Bloom filter kept as a Redis bitmap and
  * hashed on the client (csrc/redis/bitmap.h does the Redis side). */
 #include "redis_common.h"
+#include "errors.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -913,6 +914,13 @@ static PyMemberDef rf_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* tp_new: a subclass's own __init__ arguments refused are said to be so. */
+static PyObject *rf_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *self = rf_new(type, args, kwargs);
+    return self ? self : lb_hint_subclass_new(type);
+}
+
 static PyType_Slot rf_slots[] = {
     {Py_tp_doc,
      "RedisFilter(key, capacity, error_rate=0.01, *, hash=\"xxh3-mix\", ttl=None, "
@@ -937,7 +945,7 @@ static PyType_Slot rf_slots[] = {
      "Size: a filter whose bitmap would take more than max_bytes of the server's memory "
      "(default 256 MiB, ceil(m / 8) bytes), or more than the server's maxmemory leaves, "
      "raises InvalidCapacityError before anything is written."},
-    {Py_tp_new, rf_new},
+    {Py_tp_new, rf_new_hinted},
     {Py_tp_dealloc, lb_redis_filter_dealloc},
     {Py_tp_traverse, lb_redis_filter_traverse},
     {Py_tp_methods, rf_methods},

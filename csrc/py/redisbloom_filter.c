@@ -1,6 +1,7 @@
 /* redisbloom_filter.c: RedisBloomFilter, a Bloom filter kept by the RedisBloom
  * module on the server (csrc/redis/redisbloom.h does the Redis side). */
 #include "redis_common.h"
+#include "errors.h"
 
 #include <math.h>
 #include <structmember.h>
@@ -759,6 +760,13 @@ static PyMemberDef rbf_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* tp_new: a subclass's own __init__ arguments refused are said to be so. */
+static PyObject *rbf_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *self = rbf_new(type, args, kwargs);
+    return self ? self : lb_hint_subclass_new(type);
+}
+
 static PyType_Slot rbf_slots[] = {
     {Py_tp_doc,
      "RedisBloomFilter(key, capacity=1000, error_rate=0.001, *, expansion=2, "
@@ -790,7 +798,7 @@ static PyType_Slot rbf_slots[] = {
      "raises WrongTypeError.  That costs one extra round trip once per connection (never "
      "on the hot path); a key replaced by another type later, while the connection stays "
      "open, is not noticed by tests."},
-    {Py_tp_new, rbf_new},
+    {Py_tp_new, rbf_new_hinted},
     {Py_tp_dealloc, lb_redis_filter_dealloc},
     {Py_tp_traverse, lb_redis_filter_traverse},
     {Py_tp_methods, rbf_methods},

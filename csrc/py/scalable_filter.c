@@ -530,13 +530,20 @@ static PyMemberDef ScalableFilter_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* tp_new: a subclass's own __init__ arguments refused are said to be so. */
+static PyObject *ScalableFilter_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *self = ScalableFilter_new(type, args, kwargs);
+    return self ? self : lb_hint_subclass_new(type);
+}
+
 static PyType_Slot ScalableFilter_slots[] = {
     {Py_tp_doc, "ScalableFilter(initial_capacity, error_rate=0.01, growth_ratio=2.0, "
                 "fpr_ratio=0.9, *, hash=\"xxh3-mix\")\n\n"
                 "A scalable Bloom filter (Almeida et al. 2007): a chain of bit arrays that grows "
                 "as keys arrive.  error_rate bounds the false-positive rate of the whole chain, "
                 "however far it grows (the ling-base Go library's option is the first stage's rate)."},
-    {Py_tp_new, ScalableFilter_new},
+    {Py_tp_new, ScalableFilter_new_hinted},
     {Py_tp_dealloc, ScalableFilter_dealloc},
     {Py_tp_traverse, ScalableFilter_traverse},
     {Py_tp_methods, ScalableFilter_methods},

@@ -235,6 +235,31 @@ def test_pickle_and_copy_keep_a_subclass_instance_attributes(kind):
     assert len(plain.__reduce__()) == 2
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_subclass_with_its_own_init_is_told_to_define_new_and_works_when_it_does(kind):
+    base = KINDS[kind]
+
+    class OwnInit(base):
+        def __init__(self, shop):
+            self.shop = shop
+
+    with pytest.raises(TypeError, match="OwnInit is a subclass whose __init__ is its own.*"
+                                        "define __new__ too") as e:
+        OwnInit("products")
+    assert type(e.value.__cause__) is TypeError and "must be a number" in str(e.value.__cause__)
+
+    class WithNew(OwnInit):
+        def __new__(cls, shop):
+            return super().__new__(cls, 1000, 0.01)
+
+    f = WithNew("products")
+    f.add("a")
+    assert "a" in f and f.shop == "products"
+    with pytest.raises(TypeError) as plain:
+        base("products")                      # no subclass: the message as it was
+    assert "subclass" not in str(plain.value)
+
+
 def test_subclass_round_trips(tmp_path):
     class Mine(MemoryFilter):
         pass
