@@ -155,7 +155,9 @@ def test_setup_py_compiles_every_c_file_under_csrc():
 def test_sources_lock_pins_every_file_of_each_library_by_sha256():
     # The wheels' and the sdist's C libraries come from these Debian source packages only:
     # each library's .dsc, upstream tarball (and its upstream signature, where Debian
-    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.
+    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.  Redis 8.0,
+    # a server of the tests and in no wheel, by its upstream tarball alone
+    # (packaging/redis8.sh).
     rows = [line.split() for line in (ROOT / "packaging" / "sources.lock").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
     libs = {}
@@ -164,7 +166,10 @@ def test_sources_lock_pins_every_file_of_each_library_by_sha256():
         libs.setdefault(name, {"versions": set(), "files": []})
         libs[name]["versions"].add(version)
         libs[name]["files"].append(filename)
-    assert set(libs) == {"hiredis", "xxhash", "openssl"}
+    assert set(libs) == {"hiredis", "xxhash", "openssl", "redis"}
+    redis = libs.pop("redis")
+    assert len(redis["versions"]) == 1 and re.fullmatch(r"redis_8\.0\.\d+\.orig\.tar\.gz",
+                                                         "".join(redis["files"])), redis
     for name, lib in libs.items():
         assert len(lib["versions"]) == 1, (name, lib["versions"])
         files = lib["files"]
