@@ -211,13 +211,13 @@ dist: sdist
 # make dist, then: this Python's x86_64 wheel in a clean venv with the suite (not its slow tests); the
 # sdist built with only a C compiler (no hiredis, xxhash or OpenSSL headers); the aarch64
 # wheel of CPython 3.11 under qemu-user (packaging/check_aarch64.sh says what runs there).
-dist-check: dist redis8
+dist-check: dist
 	bash packaging/check_wheel.sh "$$(command -v $(PYTHON))"
 	bash packaging/check_sdist.sh
 	bash packaging/check_aarch64.sh
 
 # The x86_64 wheel of every CPython 3.9-3.13, each with the suite (not its slow tests) in a clean venv.
-every-python: sdist redis8
+every-python: sdist
 	bash packaging/every_python.sh $(PYTHONS)
 
 # The aarch64 smoke test as CI runs it: the CPython 3.11 aarch64 wheel (and the x86_64

@@ -296,13 +296,16 @@ def test_a_test_marked_servers_runs_on_each_server(server_kind, clean_redis, bf_
 
 
 def test_the_marked_tests_run_on_redis_7_redis_8_and_valkey(request):
+    import conftest
     import redis_server
 
     assert redis_server.SERVERS == ("redis", "redis8", "valkey")
+    if "LING_BLOOM_TEST_SERVERS" not in os.environ:
+        assert conftest.MARKED_SERVERS == redis_server.SERVERS
     ids = {item.name for item in request.session.items
            if item.originalname == "test_a_test_marked_servers_runs_on_each_server"}
     assert not ids or ids == {f"test_a_test_marked_servers_runs_on_each_server[{s}]"
-                              for s in redis_server.SERVERS}
+                              for s in conftest.MARKED_SERVERS}
 
 
 def test_a_missing_redis8_server_says_how_to_build_it_and_fails_under_ci(monkeypatch):
