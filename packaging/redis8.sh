@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# packaging/redis8.sh [--start | --path]: Redis 8.0's redis-server and redis-cli, the third
+# packaging/redis8.sh [--start | --path | --dir]: Redis 8.0's redis-server and redis-cli, the third
 # server of the tests of each deployment (tests/support/redis_server.py, server "redis8").
 #
 # Built from the upstream tarball of Debian 13's redis source package, which
@@ -16,6 +16,7 @@
 #                                make test starts it before it installs the venv and builds
 #                                the extension, and waits for it before pytest
 #   packaging/redis8.sh --path   print the bin directory if built, else exit 1 (no build)
+#   packaging/redis8.sh --dir    print the bin directory, built or not
 #
 # LING_BLOOM_REDIS8_SERVER names a redis-server 8 of your own instead (read by the tests,
 # not here).
@@ -69,11 +70,15 @@ redis8_build() {
   echo "$bin"
 }
 
+# One compound command, then exit: bash reads a script as it runs it, and a build running
+# while the script is edited must not read on into the new text.
+{
 case "${1:-}" in
   --path)
     bin="$(redis8_bin)"
     [ -f "$(dirname "$bin")/.ok" ] || exit 1
     echo "$bin" ;;
+  --dir) redis8_bin ;;
   --start)
     bin="$(redis8_bin)"
     if [ ! -f "$(dirname "$bin")/.ok" ]; then
@@ -82,5 +87,7 @@ case "${1:-}" in
       setsid nohup bash "$ROOT/packaging/redis8.sh" > "$CACHE/redis/start.log" 2>&1 < /dev/null &
     fi ;;
   "") redis8_build ;;
-  *) echo "usage: packaging/redis8.sh [--start | --path]" >&2; exit 2 ;;
+  *) echo "usage: packaging/redis8.sh [--start | --path | --dir]" >&2; exit 2 ;;
 esac
+exit
+}
