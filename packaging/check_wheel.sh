@@ -19,7 +19,7 @@
 #      `make test` and `make sanitize` run them.  So are the runs of the tests marked
 #      servers on Redis 8.0 (LING_BLOOM_TEST_SERVERS, default redis,valkey here): the
 #      same C client against another server, which make test and make sanitize run once,
-#      not once per CPython (88 cases, about 30 s a CPython).
+#      not once per CPython (88 cases, 31 s of test time in one run on two cores).
 source "$(dirname "$0")/common.sh"
 
 PY="${1:?usage: check_wheel.sh PYTHON}"
