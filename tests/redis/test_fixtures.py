@@ -377,3 +377,24 @@ def test_the_plain_redis_server_starts_without_the_sanitizer_environment(monkeyp
     srv.stop()
     env = envs[0] if envs[0] is not None else dict(os.environ)  # None: this process's
     assert "ASAN_OPTIONS" not in env and "PYTHONMALLOC" not in env
+
+
+def test_a_slow_marked_test_runs_async_on_the_default_server_only():
+    # the asyncio filters run the blocking ones' C step machines: a slow test's async
+    # flavour (a failover) runs on the default server, its blocking flavour on each
+    import types
+
+    import conftest
+    import redis_server
+
+    def item(kind, flavor, slow=True):
+        marks = {"servers"} | ({"slow"} if slow else set())
+        return types.SimpleNamespace(
+            callspec=types.SimpleNamespace(params={"server_kind": kind, "flavor": flavor}),
+            get_closest_marker=lambda name: name if name in marks else None)
+
+    for kind in redis_server.SERVERS:
+        on_default = kind == conftest.DEFAULT_SERVER
+        assert conftest._twice_over(item(kind, "async")) is not on_default, kind
+        assert not conftest._twice_over(item(kind, "blocking")), kind
+        assert not conftest._twice_over(item(kind, "async", slow=False)), kind
