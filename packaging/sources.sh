@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # packaging/sources.sh NAME...: the pinned Debian source packages of packaging/sources.lock
-# (hiredis, xxhash, openssl), fetched with `apt-get source`, checked against the lock's
+# (hiredis, xxhash, openssl; and redis's upstream tarball alone: orig_tarball), fetched with `apt-get source`, checked against the lock's
 # SHA-256 sums, unpacked with Debian's patches; prints the source directory of each NAME.
 #
 # Sourced by the other packaging scripts for source_dir().  Cached in
@@ -68,6 +68,31 @@ source_dir() {
     rm -rf "$tmp"
   fi
   echo "$dir"
+}
+
+# orig_tarball NAME: the upstream tarball alone (the lock's NAME_VERSION.orig.tar.* line) of
+# NAME's locked source package, checked against the lock's SHA-256; its path, in $CACHE/src.
+# For a package whose .dsc and Debian changes the mirror no longer serves (redis 8.0): apt-get
+# source fetches the tarball, then fails on those, and the tarball's checksum decides.
+orig_tarball() {
+  local name="$1" version sum file dst tmp
+  version="$(lock_version "$name")"
+  read -r sum file < <(awk -v n="$name" '$1 == n && $4 ~ /\.orig\.tar\./ { print $3, $4; exit }' "$LOCK") || true
+  [ -n "$version" ] && [ -n "${sum:-}" ] || { echo "$name has no upstream tarball in $LOCK" >&2; return 1; }
+  dst="$CACHE/src/$file"
+  if [ ! -f "$dst" ] || ! echo "$sum  $dst" | sha256sum --quiet -c - >/dev/null 2>&1; then
+    ensure_deb_src >&2 || return 1
+    mkdir -p "$CACHE/src"
+    tmp="$(mktemp -d "$CACHE/src/.fetch-XXXXXX")"; chmod 755 "$tmp"  # apt's _apt user writes there
+    (cd "$tmp" && apt-get source --download-only -qq "$name=$version") > "$tmp/apt.log" 2>&1 || true
+    [ -f "$tmp/$file" ] \
+      || { cat "$tmp/apt.log" >&2; echo "apt-get source $name=$version fetched no $file (is the version still served? see $LOCK)" >&2; rm -rf "$tmp"; return 1; }
+    (cd "$tmp" && echo "$sum  $file" | sha256sum --quiet -c -) >&2 \
+      || { echo "checksum mismatch for $file: not the sources $LOCK pins" >&2; rm -rf "$tmp"; return 1; }
+    mv "$tmp/$file" "$dst"
+    rm -rf "$tmp"
+  fi
+  echo "$dst"
 }
 
 # vendor: $ROOT/vendor/ (git ignores it) with the C sources of hiredis and xxhash and

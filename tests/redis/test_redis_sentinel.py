@@ -181,6 +181,11 @@ def redis_sentinel_set(redisbloom_module):
 
 
 @pytest.fixture(scope="module")
+def redis8_sentinel_set(redisbloom_module):
+    yield from _module_set(redisbloom_module, "redis8")
+
+
+@pytest.fixture(scope="module")
 def valkey_sentinel_set(redisbloom_module):
     yield from _module_set(redisbloom_module, "valkey")
 
@@ -217,7 +222,7 @@ def test_urls_are_checked(flavor):
         flavor.RedisFilter.from_url("redis+sentinel://h:1/s", "k", 100, 0.01, host="other")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_both_filters_through_the_sentinels(flavor, sentinels):
     url = sentinels.url + "?socket_timeout=5"
     with flavor.RedisFilter.from_url(url, "sent:bits", 10_000, 0.01) as f:
@@ -231,7 +236,7 @@ def test_both_filters_through_the_sentinels(flavor, sentinels):
         assert c.command("EXISTS", "sent:bits") == 1 and c.command("EXISTS", "sent:bf") == 1
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_from_redis_takes_a_redis_py_sentinel_client(flavor, sentinels):
     pytest.importorskip("redis")
     from redis.sentinel import Sentinel
@@ -249,7 +254,7 @@ def test_from_redis_takes_a_redis_py_sentinel_client(flavor, sentinels):
     client.close()
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_from_redis_takes_a_valkey_py_sentinel_client(flavor, sentinels):
     pytest.importorskip("valkey")
     from valkey.sentinel import Sentinel
@@ -268,7 +273,7 @@ def test_from_redis_takes_a_valkey_py_sentinel_client(flavor, sentinels):
 
 
 @pytest.mark.slow
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_failover_moves_the_filter_to_the_new_primary(flavor, sentinels):
     # wait_replicas=1: each write returns once the replica has it, so nothing acknowledged
     # is lost when the replica is promoted (the caller's way to ask for that)
@@ -312,7 +317,7 @@ def own_sentinels(redisbloom_module, server_kind):
 
 
 @pytest.mark.slow
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_killed_primary_and_a_new_connection(flavor, own_sentinels):
     sentinels = own_sentinels
     url = sentinels.url + "?socket_timeout=5&socket_connect_timeout=1"
@@ -520,7 +525,7 @@ def _asking_sentinel(sentinel) -> int:
     return sum("get-master-addr-by-name" in line for line in listing.splitlines())
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_the_connection_that_asked_a_sentinel_is_closed_once_answered(flavor, sentinels):
     url = sentinels.url + "?socket_timeout=5"
     with flavor.RedisFilter.from_url(url, "sent:asked", 1000, 0.01) as f:

@@ -39,7 +39,7 @@ def connects(srv, **kw):
         return f.test("x")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_verified_connection_redis_filter(tls_server, certs):
     srv = tls_server()
     with RedisFilter("tls:bf", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"]) as f:
@@ -66,7 +66,7 @@ def test_url_query_options(tls_server, certs):
         RedisFilter.from_url(f"{srv.url}?ssl_cert_reqs=sometimes", "tls:q", 1000)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_verified_connection_redisbloom(bf_server_factory, certs):
     srv = bf_server_factory(server_args(certs), tls=True)
     with RedisBloomFilter("tls:rb", 10_000, 0.01, url=srv.url, ssl_ca_certs=certs["ca"]) as f:

@@ -72,7 +72,7 @@ def make(target, key, **kw):
 
 # ---------------------------------------------------------------- basics
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_add_test_contains(target, key, r):
     with make(target, key) as f:
         assert f.add("alpha") is True
@@ -87,7 +87,7 @@ def test_add_test_contains(target, key, r):
         assert f.card() == 2
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_batches(target, key):
     with make(target, key) as f:
         assert f.add_many(["a", "b", "a", "c"]) == [True, True, False, True]
@@ -135,7 +135,7 @@ def test_empty_key_batch_changes_nothing(target, key, r):
             f.test_many(["", "a"])
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_options_and_validation(target, key):
     f = make(target, key, capacity=5000, error_rate=0.01, expansion=4, ttl=30)
     assert (f.key, f.capacity, f.error_rate, f.expansion, f.non_scaling, f.no_create) == \
@@ -200,7 +200,7 @@ def test_capacity_and_size_are_checked_before_anything_is_sent(target, key, r):
     assert r.exists(key) == 0
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_maxmemory_is_checked_before_anything_is_written(bf_server_factory):
     srv = bf_server_factory(["--maxmemory", "8mb"])
     with lb.RedisBloomFilter("big", capacity=10_000_000, error_rate=0.01, url=srv.url) as f:
@@ -266,7 +266,7 @@ def test_batch_reserves_too(target, key):
         assert f.is_reserved and f.info().capacity == 321
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_reopening_with_other_parameters_is_a_mismatch(target, key, r):
     with make(target, key, capacity=4242) as other:
         assert other.reserve() is True
@@ -389,7 +389,7 @@ def test_ttl_set_by_writes(target, key, r):
 
 # --------------------------------------------------------------- errors
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_full_error_counts_repeated_keys(target, key, r):
     batch = ["a", "a", "b", "b", "c", "d", "e", "f", "g"]
     for chunk in (10000, 3, 1):
@@ -410,7 +410,7 @@ def test_full_error_counts_repeated_keys(target, key, r):
         r.delete(k)
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_full_non_scaling_filter(target, key, r):
     with make(target, key, capacity=3, non_scaling=True) as f:
         assert f.add_many(["1", "2"]) == [True, True]
@@ -436,7 +436,7 @@ def test_full_reports_added_on_the_module(target, key):
         assert "full" in ei.value.reply
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_wrong_type(target, key, r):
     r.set(key, "a string")
     with make(target, key) as f:
@@ -450,7 +450,7 @@ def test_wrong_type(target, key, r):
     assert r.get(key) == b"a string"
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_missing_key_info_and_dump(target, key):
     with make(target, key) as f:
         with pytest.raises(lb.FilterNotFoundError):
@@ -523,7 +523,7 @@ def test_every_byte_of_a_key_round_trips(flavor, target, db9, k, shards):
             assert server_keys(db9) == want and "item:7" in f
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_module_missing(redis_server_factory):
     plain = redis_server_factory()  # no module loaded: redis-server, or valkey-server
     with lb.RedisBloomFilter("k", url=plain.url) as f:
@@ -543,7 +543,7 @@ def test_module_missing(redis_server_factory):
 
 # -------------------------------------------------------- dump / restore
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_dump_restore_round_trip(target, key, r):
     keys = [f"u{i}" for i in range(500)]
     with make(target, key, capacity=100) as f, make(target, key + ":copy") as g:
@@ -623,7 +623,7 @@ def test_packed_dump_errors():
         chunks_from_bytes(good + b"x")
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_module_details(target, key):
     with make(target, key, capacity=100, expansion=2) as f:
         f.update([f"x{i}" for i in range(1000)])
@@ -901,7 +901,7 @@ def test_never_answering_times_out():
                 f.add_many(["a", "b"])
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_server_restarted_empty_gets_our_parameters_back(bf_server_factory):
     srv = bf_server_factory()
     # a filter with a ttl (one without says it is lost: test_lost_filter.py)

