@@ -117,6 +117,12 @@ lb_redis *lb_redis_step_client(lb_redis *r, int node)
     return r->vt->step_client ? r->vt->step_client(r, node) : NULL;
 }
 
+void lb_redis_step_ready(lb_redis *r, short revents, int poll_errno)
+{
+    if (r->vt->step_ready)
+        r->vt->step_ready(r, revents, poll_errno);
+}
+
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,
                                       const size_t *lens, int flags, lb_reply **reply)
 {

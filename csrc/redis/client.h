@@ -29,7 +29,7 @@ typedef struct lb_redis lb_redis;
 /* A round trip as a step machine, for a client whose connections a transport
  * outside C carries (ling_bloom.aio's asyncio; wire.h, and a Redis Cluster
  * whose nodes are wire clients): what that transport does next. */
-enum { LB_STEP_OVER = 0, LB_STEP_CONNECT, LB_STEP_SEND, LB_STEP_PAUSE };
+enum { LB_STEP_OVER = 0, LB_STEP_CONNECT, LB_STEP_SEND, LB_STEP_PAUSE, LB_STEP_WAIT };
 
 typedef struct {
     int what;                    /* LB_STEP_* */
@@ -38,6 +38,12 @@ typedef struct {
     const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
     const lb_redis_batch *req;   /* SEND: the bytes to write */
     int pause_ms;                /* PAUSE */
+    /* WAIT (a client with sockets of its own, which connects and moves the
+     * bytes itself): poll fd for events until deadline_ms (monotonic, as
+     * lanes.h's clock; 0: none), then lb_redis_step_ready with what it saw. */
+    int fd;
+    short events;
+    int64_t deadline_ms;
 } lb_redis_step;
 
 /* What each implementation supplies. */
@@ -63,6 +69,7 @@ typedef struct {
     lb_redis_status (*step_end)(lb_redis *r, lb_reply ***replies);
     int (*step_open)(const lb_redis *r);
     lb_redis *(*step_client)(lb_redis *r, int node);
+    void (*step_ready)(lb_redis *r, short revents, int poll_errno);
 } lb_redis_vt;
 
 /* The part every implementation starts with. */
@@ -189,6 +196,16 @@ void lb_redis_step_sent(lb_redis *r, lb_redis_status st, const char *text);
 lb_redis_status lb_redis_step_end(lb_redis *r, lb_reply ***replies);
 int lb_redis_step_open(const lb_redis *r);
 lb_redis *lb_redis_step_client(lb_redis *r, int node);
+
+/* A client with sockets of its own (a node, node.h, and a cluster of them)
+ * carries its round trip as steps too, for the blocking driver that serves
+ * many at once on one thread (lanes.h): it connects and moves the bytes
+ * itself, and its steps are only
+ *         LB_STEP_WAIT     poll step.fd for step.events until step.deadline_ms,
+ *                          then lb_redis_step_ready(r, revents, poll_errno)
+ *                          (revents 0: nothing seen; poll_errno: poll failed)
+ *         LB_STEP_PAUSE    wait step.pause_ms */
+void lb_redis_step_ready(lb_redis *r, short revents, int poll_errno);
 
 /* Convenience for one command (tests, handshakes): builds a batch and runs
  * it; *reply valid until the next call. */

@@ -45,6 +45,12 @@ enum { LB_OP_RT = 1, LB_OP_OVER };
 
 /* Run op to its end on op->conn, blocking. */
 lb_redis_status lb_op_run(lb_op *op);
+/* Run the n operations to their ends at once, each on its own client (which
+ * has sockets of its own: a node, or a cluster of them), on this thread: the
+ * blocking driver of lanes.h, polling every lane's socket.  Each outcome is
+ * lb_op_wire_status(ops[i]) (its text on ops[i]->conn); a lane that fails
+ * ends alone.  NOMEM (nothing run) when there is no memory for the lanes. */
+lb_redis_status lb_op_run_lanes(lb_op **ops, size_t n);
 
 /* The same machine over a transport outside C (op->conn a wire client, or a
  * cluster client whose nodes are: lb_cluster_use_wire).  Steps as wire.h's,

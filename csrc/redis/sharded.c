@@ -4,7 +4,6 @@
 #include "op.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@ struct lb_sharded {
     char rec[200];             /* the record's text */
     int reclen;
     lb_redis_status *st;       /* per shard, of the last operation */
+    uint32_t *lane_shard;      /* the blocking driver's lanes: each one's shard */
     uint64_t *count;           /* per shard: keys of the batch, then bitcounts */
     char *tag;                 /* T (see the header) */
     size_t taglen;
@@ -199,10 +199,11 @@ static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keyle
     else
         sh->bf = calloc(shards, sizeof *sh->bf);
     sh->st = calloc(shards, sizeof *sh->st);
+    sh->lane_shard = calloc(shards, sizeof *sh->lane_shard);
     sh->count = calloc(shards, sizeof *sh->count);
     sh->off = calloc(shards + 1, sizeof *sh->off);
     sh->tag = make_tag(key, keylen, &sh->taglen);
-    if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->count || !sh->off || !sh->tag)
+    if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->lane_shard || !sh->count || !sh->off || !sh->tag)
         goto nomem;
     if (!(sh->record = record_name_of(sh->tag, sh->taglen, &sh->recordlen)))
         goto nomem;
@@ -266,6 +267,7 @@ void lb_sharded_free(lb_sharded *sh)
     free(sh->bm);
     free(sh->bf);
     free(sh->st);
+    free(sh->lane_shard);
     free(sh->count);
     free(sh->off);
     free(sh->tag);
@@ -492,89 +494,68 @@ lb_redis_status lb_sharded_read_record(lb_redis *conn, const void *key, size_t k
 
 /* ------------------------------------------------------ running the shards */
 
-typedef struct {
-    lb_sharded *sh;
-    int op;                 /* OP_* */
-    const uint32_t *shards; /* the shards this worker runs */
-    size_t nshards;
-} job;
-
 enum { OP_ADD, OP_TEST, OP_RESET, OP_BITCOUNT, OP_CARD };
 
-static void run_one(lb_sharded *sh, int op, uint32_t i)
+/* Shard i's step machine for op (its keys the grouped ones), in *out. */
+static lb_redis_status begin_one(lb_sharded *sh, int op, uint32_t i, lb_op **out)
 {
     size_t a = sh->off[i], n = sh->off[i + 1] - a;
+    *out = NULL;
     if (sh->bf) {
         lb_redisbloom *bf = sh->bf[i];
-        sh->st[i] = op == OP_ADD    ? lb_bf_add(bf, sh->gk + a, n, sh->gout + a)
-                    : op == OP_TEST ? lb_bf_test(bf, sh->gk + a, n, sh->gout + a)
-                    : op == OP_RESET ? lb_bf_reset(bf)
-                                     : lb_bf_card(bf, &sh->count[i]);
-        return;
+        switch (op) {
+        case OP_ADD:
+        case OP_TEST:
+            return lb_bf_begin(bf, op == OP_ADD ? LB_BF_OP_ADD : LB_BF_OP_TEST, sh->gk + a, n,
+                               sh->gout + a, out);
+        case OP_RESET:
+            return lb_bf_begin(bf, LB_BF_OP_RESET, NULL, 0, NULL, out);
+        default:
+            *out = lb_bf_card_begin(bf, &sh->count[i]);
+            return LB_REDIS_OK;
+        }
     }
     lb_bitmap *bm = sh->bm[i];
     switch (op) {
     case OP_ADD:
-        sh->st[i] = lb_bitmap_add(bm, sh->gk + a, n, sh->gout + a);
-        break;
     case OP_TEST:
-        sh->st[i] = lb_bitmap_test(bm, sh->gk + a, n, sh->gout + a);
-        break;
+        return lb_bitmap_begin(bm, op == OP_ADD ? LB_BITMAP_OP_ADD : LB_BITMAP_OP_TEST,
+                               sh->gk + a, n, sh->gout + a, out);
     case OP_RESET:
-        sh->st[i] = lb_bitmap_reset(bm);
-        break;
+        return lb_bitmap_begin(bm, LB_BITMAP_OP_RESET, NULL, 0, NULL, out);
     default:
-        sh->st[i] = lb_bitmap_bitcount(bm, &sh->count[i]);
-        break;
+        *out = lb_bitmap_bitcount_begin(bm, &sh->count[i]);
+        return LB_REDIS_OK;
     }
 }
 
-static void *worker(void *arg)
-{
-    job *j = arg;
-    for (size_t s = 0; s < j->nshards; s++)
-        run_one(j->sh, j->op, j->shards[s]);
-    return NULL;
-}
-
-/* Run op on the shards listed (each on its own connection), on up to
- * LB_SHARDED_MAX_THREADS threads at once; then the first failure, if any. */
+/* Run op on the shards listed, each on its own connection, all at once on
+ * this thread (op.h's lb_op_run_lanes: one poll over their sockets); then
+ * the first failure by shard, if any. */
 static lb_redis_status run(lb_sharded *sh, int op, const uint32_t *list, size_t nlist)
 {
-    for (size_t s = 0; s < nlist; s++)
-        sh->st[list[s]] = LB_REDIS_OK;
-    size_t nt = nlist < LB_SHARDED_MAX_THREADS ? nlist : LB_SHARDED_MAX_THREADS;
-    if (nt <= 1) {
-        for (size_t s = 0; s < nlist; s++)
-            run_one(sh, op, list[s]);
-    } else {
-        /* worker t takes list[t], list[t + nt], ...: group them first */
-        uint32_t *order = malloc(nlist * sizeof *order);
-        job jobs[LB_SHARDED_MAX_THREADS];
-        pthread_t th[LB_SHARDED_MAX_THREADS];
-        int started[LB_SHARDED_MAX_THREADS] = {0};
-        if (!order)
-            return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
-        size_t k = 0;
-        for (size_t t = 0; t < nt; t++) {
-            jobs[t].sh = sh;
-            jobs[t].op = op;
-            jobs[t].shards = order + k;
-            for (size_t s = t; s < nlist; s += nt)
-                order[k++] = list[s];
-            jobs[t].nshards = (size_t)(order + k - jobs[t].shards);
+    lb_op *small[16];
+    lb_op **ops = nlist <= 16 ? small : malloc(nlist * sizeof *ops);
+    uint32_t *which = sh->lane_shard;
+    if (!ops)
+        return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+    size_t nops = 0;
+    for (size_t s = 0; s < nlist; s++) {
+        uint32_t i = list[s];
+        lb_op *o = NULL;
+        sh->st[i] = begin_one(sh, op, i, &o);
+        if (sh->st[i] == LB_REDIS_OK && o) {
+            which[nops] = i;
+            ops[nops++] = o;
         }
-        for (size_t t = 1; t < nt; t++)
-            started[t] = pthread_create(&th[t], NULL, worker, &jobs[t]) == 0;
-        worker(&jobs[0]);
-        for (size_t t = 1; t < nt; t++) {
-            if (started[t])
-                pthread_join(th[t], NULL);
-            else
-                worker(&jobs[t]); /* no thread to be had: run it here */
-        }
-        free(order);
     }
+    lb_redis_status st = lb_op_run_lanes(ops, nops);
+    for (size_t j = 0; j < nops; j++)
+        sh->st[which[j]] =
+            st == LB_REDIS_OK ? lb_op_wire_status(ops[j])
+                              : lb_redis_set_error(sh->conn[which[j]], st, "out of memory");
+    if (ops != small)
+        free(ops);
     for (size_t s = 0; s < nlist; s++) {
         uint32_t i = list[s];
         if (sh->st[i] != LB_REDIS_OK) {
