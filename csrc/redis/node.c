@@ -203,7 +203,11 @@ static lb_redis_status node_step_end(lb_redis *r, lb_reply ***replies)
             *replies = n->c.s.replies;
         return LB_REDIS_OK;
     }
-    return lb_conn_end(&n->c, replies);
+    lb_reply **rs = NULL;
+    lb_redis_status st = lb_conn_end(&n->c, &rs); /* replies may be NULL (connect) */
+    if (replies)
+        *replies = rs;
+    return st;
 }
 
 static lb_redis *node_step_client(lb_redis *r, int node)
