@@ -203,7 +203,7 @@ lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count);
 /* The same as a step machine (op.h), *count filled when it ends. */
 lb_op *lb_bitmap_bitcount_begin(lb_bitmap *bm, uint64_t *count);
 
-/* The operations as step machines (op.h), for a transport outside C (the
+/* The operations as step machines (op.h), for the wire transport (the
  * binding's asyncio one drives them with lb_op_wire_step and what it reports
  * back, op.h, over a wire client, wire.h) and for the blocking calls above (which run
  * them with lb_op_run): add or test of n keys, or reset.  Each one is the

@@ -363,7 +363,7 @@ static lb_redis *cluster_new_like(const lb_redis *r) { return lb_cluster_new(&CC
 
 /* ------------------------------------- the route as steps, for asyncio */
 
-/* The route's hops carried by a transport outside C: each hop is a round
+/* The route's hops carried by the wire transport: each hop is a round
  * trip of its node's client as steps (a wire client), a pause a step of its
  * own. */
 static lb_redis_status cluster_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
@@ -466,12 +466,12 @@ static lb_redis *cluster_step_client(lb_redis *r, int node)
     return node >= 0 ? lb_cluster_node_conn(r, node) : NULL;
 }
 
-/* A client whose nodes' connections an outside transport carries has no
+/* A client whose nodes' connections the wire transport carries has no
  * socket of its own to drive the route on. */
 static lb_redis_status no_sockets(lb_cluster *c)
 {
     return lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
-                        "this Redis Cluster client's connections are carried by an outside "
+                        "this Redis Cluster client's connections are carried by the wire "
                         "transport (wire.h): it has no socket of its own");
 }
 
@@ -517,7 +517,20 @@ static lb_redis_status cluster_connect(lb_redis *r)
     return st == LB_REDIS_OK ? st : lb_error_copy(&c->base.err, &nc->err);
 }
 
+static lb_redis *cluster_to_wire(lb_redis *r)
+{
+    lb_cluster_use_wire(r);
+    return r;
+}
+
+static int cluster_has_node(const lb_redis *r, int node)
+{
+    return lb_cluster_node_host(r, node) != NULL;
+}
+
 static const lb_redis_vt cluster_vt = {
+    .to_wire = cluster_to_wire,
+    .has_node = cluster_has_node,
     .exec = cluster_exec,
     .connect = cluster_connect,
     .disconnect = cluster_disconnect,

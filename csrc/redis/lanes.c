@@ -10,7 +10,7 @@
 #define LANES_ON_STACK 16
 
 static const char no_socket[] =
-    "this connection is carried by an outside transport (wire.h): it has no socket of its own";
+    "this connection is carried by the wire transport (wire.h): it has no socket of its own";
 
 int64_t lb_lanes_now_ms(void)
 {

@@ -9,7 +9,7 @@
  *
  * Each lane keeps its own timeouts (its connection's inactivity timeout, as
  * it would alone); a lane that fails ends alone, the others run on.  A lane
- * whose client has no socket of its own (a connection carried outside C,
+ * whose client has no socket of its own (a connection carried by the wire transport,
  * wire.h) gets its CONNECT and SEND steps refused (ARG). */
 #ifndef LB_REDIS_LANES_H
 #define LB_REDIS_LANES_H

@@ -8,6 +8,7 @@
 #include "conn.h"
 #include "lanes.h"
 #include "transport.h"
+#include "wire.h"
 
 struct lb_node {
     lb_redis base;
@@ -238,7 +239,10 @@ lb_redis_status lb_node_exec(lb_redis *r, const lb_redis_batch *b, int flags,
     return st;
 }
 
+static lb_redis *node_to_wire(lb_redis *r) { return lb_wire_new_from(r); }
+
 static const lb_redis_vt node_vt = {
+    .to_wire = node_to_wire,
     .exec = lb_node_exec,
     .connect = lb_node_connect,
     .disconnect = lb_node_disconnect,

@@ -2,11 +2,9 @@
 #include "op.h"
 
 #include <limits.h>
-#include <stdlib.h>
 
 #include <string.h>
 
-#include "lanes.h"
 #include "reply.h"
 
 lb_redis_status lb_op_run(lb_op *op)
@@ -23,28 +21,6 @@ lb_redis_status lb_op_run(lb_op *op)
         if (st != LB_REDIS_OK)
             return st;
     }
-}
-
-/* The operations as lanes of the one blocking driver (lanes.h). */
-static int op_lane_next(lb_lane *l, lb_redis_step *s)
-{
-    return lb_op_wire_step((lb_op *)l->arg, s);
-}
-
-lb_redis_status lb_op_run_lanes(lb_op **ops, size_t n)
-{
-    lb_lane small[16];
-    lb_lane *l = n <= 16 ? small : calloc(n, sizeof *l);
-    if (!l)
-        return LB_REDIS_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        lb_lane x = {op_lane_next, ops[i]->conn, ops[i], 0, {0}, 0};
-        l[i] = x;
-    }
-    lb_lanes_run(l, n);
-    if (l != small)
-        free(l);
-    return LB_REDIS_OK;
 }
 
 /* ------------------------------------------------------------------ wire */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "blocked.h"
+#include "lanes.h"
 #include "reply.h"
 #include "slots.h"
 #include "redisbloom.h"
@@ -23,7 +24,6 @@ struct lb_sharded {
     char rec[200];             /* the record's text */
     int reclen;
     lb_redis_status *st;       /* per shard, of the last operation */
-    uint32_t *lane_shard;      /* the blocking driver's lanes: each one's shard */
     uint64_t *count;           /* per shard: keys of the batch, then bitcounts */
     char *tag;                 /* T (see the header) */
     size_t taglen;
@@ -199,11 +199,10 @@ static lb_redis_status sharded_new(lb_redis *conn, const void *key, size_t keyle
     else
         sh->bf = calloc(shards, sizeof *sh->bf);
     sh->st = calloc(shards, sizeof *sh->st);
-    sh->lane_shard = calloc(shards, sizeof *sh->lane_shard);
     sh->count = calloc(shards, sizeof *sh->count);
     sh->off = calloc(shards + 1, sizeof *sh->off);
     sh->tag = make_tag(key, keylen, &sh->taglen);
-    if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->lane_shard || !sh->count || !sh->off || !sh->tag)
+    if (!sh->conn || (!sh->bm && !sh->bf) || !sh->st || !sh->count || !sh->off || !sh->tag)
         goto nomem;
     if (!(sh->record = record_name_of(sh->tag, sh->taglen, &sh->recordlen)))
         goto nomem;
@@ -267,7 +266,6 @@ void lb_sharded_free(lb_sharded *sh)
     free(sh->bm);
     free(sh->bf);
     free(sh->st);
-    free(sh->lane_shard);
     free(sh->count);
     free(sh->off);
     free(sh->tag);
@@ -529,42 +527,73 @@ static lb_redis_status begin_one(lb_sharded *sh, int op, uint32_t i, lb_op **out
     }
 }
 
+/* A shard's lane: its machine begun when the driver first asks for a step,
+ * so that the first shards' requests are out while the next are built. */
+typedef struct {
+    lb_sharded *sh;
+    int op;
+    uint32_t i;
+    lb_op *o; /* NULL until begun (and when begin failed) */
+} shard_lane;
+
+static int shard_lane_next(lb_lane *l, lb_redis_step *s)
+{
+    shard_lane *x = l->arg;
+    if (!x->o) {
+        lb_sharded *sh = x->sh;
+        sh->st[x->i] = begin_one(sh, x->op, x->i, &x->o);
+        if (sh->st[x->i] != LB_REDIS_OK || !x->o) {
+            x->o = NULL;
+            memset(s, 0, sizeof *s);
+            return 0;
+        }
+        sh->st[x->i] = LB_REDIS_ERR_ARG; /* until the machine says */
+    }
+    return lb_op_wire_step(x->o, s);
+}
+
 /* Run op on the shards listed, each on its own connection, all at once on
- * this thread (op.h's lb_op_run_lanes: one poll over their sockets); then
- * the first failure by shard, if any. */
+ * this thread (lanes.h: one poll over their sockets); then the first failure
+ * by shard, if any. */
 static lb_redis_status run(lb_sharded *sh, int op, const uint32_t *list, size_t nlist)
 {
-    lb_op *small[16];
-    lb_op **ops = nlist <= 16 ? small : malloc(nlist * sizeof *ops);
-    uint32_t *which = sh->lane_shard;
-    if (!ops)
-        return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
-    size_t nops = 0;
+    enum { SMALL = 16 };
+    lb_lane small_l[SMALL];
+    shard_lane small_x[SMALL];
+    lb_lane *l = nlist <= SMALL ? small_l : malloc(nlist * sizeof *l);
+    shard_lane *x = nlist <= SMALL ? small_x : malloc(nlist * sizeof *x);
+    lb_redis_status st = LB_REDIS_OK;
+    if (!l || !x) {
+        st = lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     for (size_t s = 0; s < nlist; s++) {
         uint32_t i = list[s];
-        lb_op *o = NULL;
-        sh->st[i] = begin_one(sh, op, i, &o);
-        if (sh->st[i] == LB_REDIS_OK && o) {
-            which[nops] = i;
-            ops[nops++] = o;
-        }
+        shard_lane xs = {sh, op, i, NULL};
+        lb_lane ls = {shard_lane_next, sh->conn[i], &x[s], 0, {0}, 0};
+        x[s] = xs;
+        l[s] = ls;
+        sh->st[i] = LB_REDIS_OK;
     }
-    lb_redis_status st = lb_op_run_lanes(ops, nops);
-    for (size_t j = 0; j < nops; j++)
-        sh->st[which[j]] =
-            st == LB_REDIS_OK ? lb_op_wire_status(ops[j])
-                              : lb_redis_set_error(sh->conn[which[j]], st, "out of memory");
-    if (ops != small)
-        free(ops);
+    lb_lanes_run(l, nlist);
+    for (size_t s = 0; s < nlist; s++)
+        if (x[s].o)
+            sh->st[x[s].i] = lb_op_wire_status(x[s].o);
     for (size_t s = 0; s < nlist; s++) {
         uint32_t i = list[s];
         if (sh->st[i] != LB_REDIS_OK) {
             if (i != 0)
                 lb_redis_take_error(sh->conn[0], sh->conn[i]);
-            return sh->st[i];
+            st = sh->st[i];
+            break;
         }
     }
-    return LB_REDIS_OK;
+out:
+    if (l != small_l)
+        free(l);
+    if (x != small_x)
+        free(x);
+    return st;
 }
 
 static lb_redis_status all_shards(lb_sharded *sh, int op)

@@ -12,7 +12,7 @@
  * node, and a batch one round trip per shard, the shards' round trips running
  * at the same time: each shard has its own connection (shard 0 the caller's,
  * the others made alike), and a batch spanning several shards runs their step
- * machines at once on the calling thread (op.h's lb_op_run_lanes: one poll over
+ * machines at once on the calling thread (lanes.h: one poll over
  * their sockets, lanes.h); no thread is started.
  *
  * Names, for a filter key K and shard i (0 <= i < S):

@@ -479,7 +479,7 @@ static void test_wire_exec_refused(void)
     get_a(&b);
     lb_reply **rs = (lb_reply **)&b;
     CHECK(lb_redis_exec(r, &b, 0, &rs) == LB_REDIS_ERR_ARG && !rs &&
-          strstr(lb_redis_errstr(r), "outside transport"));
+          strstr(lb_redis_errstr(r), "wire transport"));
     CHECK(lb_redis_connect(r) == LB_REDIS_ERR_ARG);
     CHECK(lb_cluster_node_conn(r, 5) == NULL && lb_cluster_node_host(r, 5) == NULL);
     CHECK(lb_cluster_node_conn(r, 0) && lb_wire_is(lb_cluster_node_conn(r, 0)));
