@@ -4,6 +4,7 @@ alone: the call raises its error, the other shards keep what they did."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 
@@ -11,6 +12,7 @@ import pytest
 
 import ling_bloom as lb
 from hostile_server import HostileServer
+from tls_certs import make_certs, server_args
 
 pytestmark = pytest.mark.redis
 
@@ -84,3 +86,23 @@ def test_a_shard_failing_mid_batch_fails_the_call_and_the_others_keep_their_keys
     # shard 1's keys were never written, the others' were
     assert 0 < sum(present) < len(KEYS)
     assert sum(present) > len(KEYS) // 2
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command")
+    return make_certs(str(tmp_path_factory.mktemp("tls")))
+
+
+@pytest.mark.valkey
+def test_sharded_batches_over_tls_answer_every_key(redis_server_factory, certs):
+    # every shard's lane on a TLS session at once, replies of many TLS records each
+    srv = redis_server_factory(server_args(certs, "server", False), tls=True)
+    keys = [f"tls:{i}" for i in range(20_000)]
+    with lb.RedisFilter.from_url(srv.url, "k", 100_000, 0.01, shards=SHARDS,
+                                 ssl_ca_certs=certs["ca"], socket_timeout=5) as f:
+        assert f.add_many(keys) == [True] * len(keys)
+        assert f.test_many(keys) == [True] * len(keys)
+        assert sum(f.test_many([f"other:{i}" for i in range(5000)])) < 200
+        assert len(f) > 0
