@@ -77,23 +77,15 @@ static PyObject *wire_raise(lb_redis_filter *f, lb_redis_status st)
     return NULL;
 }
 
-/* A client carried outside C from now on: a node client becomes a wire
- * client (*out, c to be freed), a cluster client gets wire clients for its
- * nodes (*out = c). */
+/* A client carried by the wire transport from now on (client.h's
+ * lb_redis_to_wire: *out, c to be freed when it differs). */
 static lb_redis_status wire_client(lb_redis *c, lb_redis **out)
 {
-    *out = c;
-    if (lb_wire_is(c))
-        return LB_REDIS_OK;
-    if (lb_redis_get_config(c)->cluster_nodes) {
-        lb_cluster_use_wire(c);
-        return LB_REDIS_OK;
-    }
-    *out = lb_wire_new_from(c);
+    *out = lb_redis_to_wire(c);
     return *out ? LB_REDIS_OK : LB_REDIS_ERR_NOMEM;
 }
 
-/* The filter's connections (and its shards'), carried outside C from now on. */
+/* The filter's connections (and its shards'), carried by the wire transport from now on. */
 static lb_redis_status to_wire(lb_redis_filter *f)
 {
     lb_sharded *sh = f->ops->sharded(f);
@@ -425,9 +417,7 @@ PyObject *lb_wire_method_live(PyObject *self, PyObject *args)
     if (lb_enter(&f->base) < 0)
         return NULL;
     lb_redis *c = shard_conn(f, shard);
-    int live = c && (lb_wire_is(c) || !lb_redis_get_config(c)->cluster_nodes
-                         ? node == 0
-                         : lb_cluster_node_host(c, node) != NULL);
+    int live = c && lb_redis_has_node(c, node);
     lb_leave(&f->base);
     return PyBool_FromLong(live);
 }

@@ -244,7 +244,7 @@ lb_redis_status lb_bitmap_begin(lb_bitmap *bm, int kind, const lb_key *keys, siz
         return lb_redis_set_error(bm->conn, LB_REDIS_ERR_ARG, "unknown wire operation");
     }
     /* The first round trip is built now: the keys need not live longer when
-     * they fit in one chunk (an outside transport's operations do). */
+     * they fit in one chunk (the wire transport's operations do). */
     bm_op *o = (bm_op *)*op;
     int more = 0;
     lb_redis_status st = o->body->next(o, &more, &o->flags);

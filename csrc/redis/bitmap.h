@@ -200,8 +200,10 @@ lb_redis_status lb_bitmap_snapshot(lb_bitmap *bm, uint8_t *out, size_t nbytes);
 
 /* Sum of BITCOUNT over the parts (set bits, for cardinality estimates). */
 lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count);
+/* The same as a step machine (op.h), *count filled when it ends. */
+lb_op *lb_bitmap_bitcount_begin(lb_bitmap *bm, uint64_t *count);
 
-/* The operations as step machines (op.h), for a transport outside C (the
+/* The operations as step machines (op.h), for the wire transport (the
  * binding's asyncio one drives them with lb_op_wire_step and what it reports
  * back, op.h, over a wire client, wire.h) and for the blocking calls above (which run
  * them with lb_op_run): add or test of n keys, or reset.  Each one is the

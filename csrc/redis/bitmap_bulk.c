@@ -438,12 +438,17 @@ static lb_redis_status count_done(bm_op *o, lb_redis_status st, lb_reply **rs)
 
 static const bm_body count_body = {count_next, count_done};
 
-lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count)
+lb_op *lb_bitmap_bitcount_begin(lb_bitmap *bm, uint64_t *count)
 {
     *count = 0;
     bm_op *o = (bm_op *)lb_bitmap_op_start(bm, &count_body, 1);
     o->count = count;
-    return lb_op_run(&o->op);
+    return &o->op;
+}
+
+lb_redis_status lb_bitmap_bitcount(lb_bitmap *bm, uint64_t *count)
+{
+    return lb_op_run(lb_bitmap_bitcount_begin(bm, count));
 }
 
 /* ------------------------------------------------------------- read_meta */

@@ -65,7 +65,7 @@ lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags, l
 static lb_redis_status no_steps(lb_redis *r)
 {
     return lb_redis_set_error(r, LB_REDIS_ERR_ARG,
-                              "the connection is not carried by an outside transport");
+                              "the connection is not carried by the wire transport");
 }
 
 lb_redis_status lb_redis_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
@@ -115,6 +115,22 @@ int lb_redis_step_open(const lb_redis *r)
 lb_redis *lb_redis_step_client(lb_redis *r, int node)
 {
     return r->vt->step_client ? r->vt->step_client(r, node) : NULL;
+}
+
+void lb_redis_step_ready(lb_redis *r, short revents, int poll_errno)
+{
+    if (r->vt->step_ready)
+        r->vt->step_ready(r, revents, poll_errno);
+}
+
+lb_redis *lb_redis_to_wire(lb_redis *r)
+{
+    return r->vt->to_wire(r);
+}
+
+int lb_redis_has_node(const lb_redis *r, int node)
+{
+    return r->vt->has_node ? r->vt->has_node(r, node) : node == 0;
 }
 
 lb_redis_status lb_redis_command_argv(lb_redis *r, int argc, const char *const *argv,

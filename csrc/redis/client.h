@@ -3,7 +3,7 @@
  * implementations: a single node (node.h: its own socket, through a sentinel
  * resolver when the config names a service), a Redis Cluster (cluster.h: it
  * owns one node client per node and routes each batch by slot), and a
- * connection carried by a transport outside C (wire.h: asyncio).
+ * connection carried by the wire transport (wire.h: asyncio).
  *
  * Threads: a client is used by one thread at a time (the binding holds a lock
  * around every call and releases the GIL during it).  There is no locking
@@ -26,10 +26,12 @@
 
 typedef struct lb_redis lb_redis;
 
-/* A round trip as a step machine, for a client whose connections a transport
- * outside C carries (ling_bloom.aio's asyncio; wire.h, and a Redis Cluster
- * whose nodes are wire clients): what that transport does next. */
-enum { LB_STEP_OVER = 0, LB_STEP_CONNECT, LB_STEP_SEND, LB_STEP_PAUSE };
+/* A round trip as a step machine: for a wire client (wire.h: its connections
+ * carried by the wire transport, ling_bloom.aio's asyncio; and a Redis
+ * Cluster whose nodes are wire clients), what that transport does next; for
+ * a client with sockets of its own, what the blocking driver waits for
+ * (lanes.h). */
+enum { LB_STEP_OVER = 0, LB_STEP_CONNECT, LB_STEP_SEND, LB_STEP_PAUSE, LB_STEP_WAIT };
 
 typedef struct {
     int what;                    /* LB_STEP_* */
@@ -38,6 +40,12 @@ typedef struct {
     const lb_redis_config *cfg;  /* CONNECT: where and how; SEND: the connection's settings */
     const lb_redis_batch *req;   /* SEND: the bytes to write */
     int pause_ms;                /* PAUSE */
+    /* WAIT (a client with sockets of its own, which connects and moves the
+     * bytes itself): poll fd for events until deadline_ms (monotonic, as
+     * lanes.h's clock; 0: none), then lb_redis_step_ready with what it saw. */
+    int fd;
+    short events;
+    int64_t deadline_ms;
 } lb_redis_step;
 
 /* What each implementation supplies. */
@@ -63,6 +71,9 @@ typedef struct {
     lb_redis_status (*step_end)(lb_redis *r, lb_reply ***replies);
     int (*step_open)(const lb_redis *r);
     lb_redis *(*step_client)(lb_redis *r, int node);
+    void (*step_ready)(lb_redis *r, short revents, int poll_errno);
+    lb_redis *(*to_wire)(lb_redis *r);
+    int (*has_node)(const lb_redis *r, int node);
 } lb_redis_vt;
 
 /* The part every implementation starts with. */
@@ -155,9 +166,10 @@ unsigned long lb_redis_roundtrip_count(const lb_redis *r);
 lb_redis_status lb_redis_exec(lb_redis *r, const lb_redis_batch *b, int flags,
                               lb_reply ***replies);
 
-/* The round trip of lb_redis_exec as a step machine that a transport outside
- * C drives (a client whose connections it carries: wire.h, or a cluster
- * client after lb_cluster_use_wire; any other client refuses, ARG):
+/* The round trip of lb_redis_exec as a step machine that the wire transport
+ * drives (a wire client, wire.h, or a cluster client after
+ * lb_cluster_use_wire; a client with sockets of its own gives only the
+ * steps below, for lanes.h):
  *
  *     lb_redis_step_begin(r, batch, flags)      as lb_redis_exec's arguments
  *     while (lb_redis_step_next(r, &step)) {
@@ -189,6 +201,26 @@ void lb_redis_step_sent(lb_redis *r, lb_redis_status st, const char *text);
 lb_redis_status lb_redis_step_end(lb_redis *r, lb_reply ***replies);
 int lb_redis_step_open(const lb_redis *r);
 lb_redis *lb_redis_step_client(lb_redis *r, int node);
+
+/* A client with sockets of its own (a node, node.h, and a cluster of them)
+ * carries its round trip as steps too, for the blocking driver that serves
+ * many at once on one thread (lanes.h): it connects and moves the bytes
+ * itself, and its steps are only
+ *         LB_STEP_WAIT     poll step.fd for step.events until step.deadline_ms,
+ *                          then lb_redis_step_ready(r, revents, poll_errno)
+ *                          (revents 0: nothing seen; poll_errno: poll failed)
+ *         LB_STEP_PAUSE    wait step.pause_ms */
+void lb_redis_step_ready(lb_redis *r, short revents, int poll_errno);
+
+/* The client carried by the wire transport from now on (ling_bloom.aio): a
+ * wire client is r itself; a cluster client is r, its nodes now wire clients
+ * (lb_cluster_use_wire); a node client gives a new wire client with its
+ * settings and counts (lb_wire_new_from; r stays the caller's to free).
+ * NULL when out of memory. */
+lb_redis *lb_redis_to_wire(lb_redis *r);
+/* 1 when node names a connection of r: 0 for one server, a node of a Redis
+ * Cluster client that its map still names (it drops the others). */
+int lb_redis_has_node(const lb_redis *r, int node);
 
 /* Convenience for one command (tests, handshakes): builds a batch and runs
  * it; *reply valid until the next call. */

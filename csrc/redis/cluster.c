@@ -1,11 +1,11 @@
 /* cluster.c: see cluster.h.  The client: its nodes, the interface's calls,
  * and the route's two drivers.  The routing is one sans-I/O step machine
  * (the route, lb_cluster_route_*, in cluster_route.c): it hands out hops and
- * pauses and takes each hop's result back.  cluster_exec below is its
- * blocking driver (lb_node_exec on the node's socket, nanosleep);
- * the client interface's steps (lb_redis_step_*, which ling_bloom.aio's
- * transport carries through op.c) drive the same machine on wire clients
- * (lb_cluster_use_wire). */
+ * pauses and takes each hop's result back.  Its hops are its nodes' round
+ * trips as steps (the client interface's, lb_redis_step_*): cluster_exec
+ * below runs them on the nodes' own sockets with the blocking driver of
+ * lanes.h; ling_bloom.aio's transport carries them (through op.c) on wire
+ * clients (lb_cluster_use_wire). */
 #define _POSIX_C_SOURCE 200809L
 #include "cluster.h"
 #include "cluster_state.h"
@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "node.h"
+#include "lanes.h"
 #include "wire.h"
 
 static const lb_redis_vt cluster_vt;
@@ -26,13 +27,6 @@ int64_t lb_cl_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0)
-        ;
 }
 
 uint32_t lb_cl_addr_hash(const char *host, int port)
@@ -367,27 +361,9 @@ static const lb_redis_config *cluster_config(const lb_redis *r) { return &CCLUST
 static lb_redis *cluster_new_like(const lb_redis *r) { return lb_cluster_new(&CCLUSTER(r)->cfg); }
 
 
-/* ------------------------------------------------------ the blocking driver */
-
-/* Run the route on the nodes' own sockets, sleeping its pauses. */
-static lb_redis_status drive(lb_redis *r, lb_reply ***replies)
-{
-    lb_cluster_hop h;
-    while (lb_cluster_route_next(r, &h)) {
-        if (!h.b) {
-            sleep_ms(h.pause_ms);
-            continue;
-        }
-        lb_reply **rs = NULL;
-        lb_redis_status s = lb_node_exec(lb_cluster_node_conn(r, h.node), h.b, h.flags, &rs);
-        lb_cluster_route_done(r, s, s == LB_REDIS_OK ? rs : NULL);
-    }
-    return lb_cluster_route_end(r, replies);
-}
-
 /* ------------------------------------- the route as steps, for asyncio */
 
-/* The route's hops carried by a transport outside C: each hop is a round
+/* The route's hops carried by the wire transport: each hop is a round
  * trip of its node's client as steps (a wire client), a pause a step of its
  * own. */
 static lb_redis_status cluster_step_begin(lb_redis *r, const lb_redis_batch *b, int flags)
@@ -468,17 +444,34 @@ static int cluster_step_open(const lb_redis *r)
     return c->st_node && lb_redis_step_open(c->st_node);
 }
 
+static void cluster_step_ready(lb_redis *r, short revents, int poll_errno)
+{
+    if (CLUSTER(r)->st_node)
+        lb_redis_step_ready(CLUSTER(r)->st_node, revents, poll_errno);
+}
+
+/* ------------------------------------------------------ the blocking driver */
+
+/* The route begun, run to its end on the nodes' own sockets (their round
+ * trips as steps, lanes.h: one driver for a node, a cluster's hops and the
+ * shards of a sharded filter). */
+static lb_redis_status drive(lb_redis *r, lb_reply ***replies)
+{
+    lb_lanes_roundtrip(r);
+    return lb_cluster_route_end(r, replies);
+}
+
 static lb_redis *cluster_step_client(lb_redis *r, int node)
 {
     return node >= 0 ? lb_cluster_node_conn(r, node) : NULL;
 }
 
-/* A client whose nodes' connections an outside transport carries has no
+/* A client whose nodes' connections the wire transport carries has no
  * socket of its own to drive the route on. */
 static lb_redis_status no_sockets(lb_cluster *c)
 {
     return lb_error_set(&c->base.err, LB_REDIS_ERR_ARG,
-                        "this Redis Cluster client's connections are carried by an outside "
+                        "this Redis Cluster client's connections are carried by the wire "
                         "transport (wire.h): it has no socket of its own");
 }
 
@@ -490,7 +483,7 @@ static lb_redis_status cluster_exec(lb_redis *r, const lb_redis_batch *b, int fl
             *replies = NULL;
         return no_sockets(CLUSTER(r));
     }
-    lb_cluster_route_begin(r, b, flags);
+    cluster_step_begin(r, b, flags);
     return drive(r, replies);
 }
 
@@ -503,6 +496,7 @@ static lb_redis_status cluster_connect(lb_redis *r)
         /* a route that only reads the map */
         c->out = NULL;
         c->b = NULL;
+        c->st_node = NULL;
         lb_cl_route_over(c, LB_REDIS_OK);
         lb_cl_map_begin(c, R_OVER);
         lb_redis_status st = drive(r, NULL);
@@ -523,7 +517,20 @@ static lb_redis_status cluster_connect(lb_redis *r)
     return st == LB_REDIS_OK ? st : lb_error_copy(&c->base.err, &nc->err);
 }
 
+static lb_redis *cluster_to_wire(lb_redis *r)
+{
+    lb_cluster_use_wire(r);
+    return r;
+}
+
+static int cluster_has_node(const lb_redis *r, int node)
+{
+    return lb_cluster_node_host(r, node) != NULL;
+}
+
 static const lb_redis_vt cluster_vt = {
+    .to_wire = cluster_to_wire,
+    .has_node = cluster_has_node,
     .exec = cluster_exec,
     .connect = cluster_connect,
     .disconnect = cluster_disconnect,
@@ -543,4 +550,5 @@ static const lb_redis_vt cluster_vt = {
     .step_end = cluster_step_end,
     .step_open = cluster_step_open,
     .step_client = cluster_step_client,
+    .step_ready = cluster_step_ready,
 };

@@ -74,7 +74,7 @@
 lb_redis *lb_cluster_new(const lb_redis_config *cfg);
 /* Times the slot map was read (r a cluster client). */
 unsigned long lb_cluster_map_reads(const lb_redis *r);
-/* Nodes dropped so far (see lb_cluster_node_conn): a transport outside C
+/* Nodes dropped so far (see lb_cluster_node_conn): the wire transport
  * that keeps connections by node index closes the ones of nodes
  * lb_cluster_node_host no longer names when this changes. */
 unsigned long lb_cluster_drops(const lb_redis *r);
@@ -120,7 +120,7 @@ lb_redis_status lb_cluster_route_end(lb_redis *r, lb_reply ***replies);
 lb_redis *lb_cluster_node_conn(lb_redis *r, int node);
 const char *lb_cluster_node_host(const lb_redis *r, int node);
 int lb_cluster_node_port(const lb_redis *r, int node);
-/* From now on the nodes' connections are carried by a transport outside C:
+/* From now on the nodes' connections are carried by the wire transport:
  * node clients are made with lb_wire_new_cfg (wire.h) instead of lb_node_new
  * (existing node clients are freed; call it before the first hop of the
  * asyncio transport).  lb_redis_exec and lb_redis_connect on r then refuse

@@ -122,7 +122,7 @@ struct lb_cluster {
     size_t cursor;           /* R_REFUSED: where to look for the next target */
     lb_redis_batch sb;       /* the sub-batch handed out */
     size_t idx[64], cnt;     /* its commands' indexes in b */
-    /* The route as steps (a transport outside C): the hop in progress. */
+    /* The route as steps (for the wire transport): the hop in progress. */
     lb_redis *st_node;       /* its node's client, NULL: none */
     int st_node_id;
 };

@@ -2,7 +2,7 @@
  * every rule of a connection, written once, whichever transport carries the
  * bytes.  Two drivers: the node client's (node.c: the blocking transport,
  * transport.h, a short loop) and the wire client's (wire.c: its steps are
- * the client interface's, lb_redis_step_*, that a transport outside C
+ * the client interface's, lb_redis_step_*, that the wire transport
  * carries: ling_bloom.aio's asyncio one, through op.c).  The steps are
  * client.h's lb_redis_step.
  *

@@ -46,8 +46,10 @@ enum { LB_OP_RT = 1, LB_OP_OVER };
 /* Run op to its end on op->conn, blocking. */
 lb_redis_status lb_op_run(lb_op *op);
 
-/* The same machine over a transport outside C (op->conn a wire client, or a
- * cluster client whose nodes are: lb_cluster_use_wire).  Steps as wire.h's,
+/* The same machine over the client interface's steps: the wire transport's
+ * (op->conn a wire client, or a cluster client whose nodes are:
+ * lb_cluster_use_wire), and the blocking driver's of many at once (lanes.h:
+ * a sharded filter's shards, whose clients give only WAIT and PAUSE steps).  Steps as wire.h's,
  * s->node naming the connection (a cluster's node index, 0 for one server;
  * with s->probe, that node's one-off connection to a sentinel):
  *
@@ -67,7 +69,7 @@ lb_redis_status lb_op_wire_status(const lb_op *op);
 int lb_op_wire_step_open(const lb_op *op);
 
 /* The wire client of node (a cluster's node index, 0 for one server) of a
- * client carried outside C; NULL when there is none (yet).  For the
+ * client carried by the wire transport; NULL when there is none (yet).  For the
  * transport's lb_wire_is_open, lb_wire_closed, lb_wire_out_of_step.
  * (lb_redis_step_client.) */
 lb_redis *lb_op_wire_client(lb_redis *conn, int node);

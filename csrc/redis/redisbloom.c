@@ -775,7 +775,7 @@ lb_redis_status lb_bf_begin(lb_redisbloom *bf, int kind, const lb_key *keys, siz
         o->n = n;
         o->out = out;
         /* The first chunk is built now: the keys need not live longer when
-         * they fit in one (an outside transport's operations do). */
+         * they fit in one (the wire transport's operations do). */
         if (kind == LB_BF_OP_ADD && n)
             add_chunk_begin(o);
         else if (n) {

@@ -165,6 +165,8 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out);
 /* BF.CARD (0 for a missing key).  A module without BF.CARD (before v2.4.4):
  * BF.INFO's "Number of items inserted" instead. */
 lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out);
+/* The same as a step machine (op.h), *out filled when it ends. */
+lb_op *lb_bf_card_begin(lb_redisbloom *bf, uint64_t *out);
 
 /* One step of BF.SCANDUMP: iter 0 starts.  *next = 0 when the dump is
  * complete (then *data is NULL); otherwise the chunk to replay with

@@ -166,13 +166,18 @@ static lb_redis_status card_done(lb_op *op, lb_redis_status st, lb_reply **rs)
 
 static const lb_op_vt card_vt = {card_next, card_done};
 
-lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
+lb_op *lb_bf_card_begin(lb_redisbloom *bf, uint64_t *out)
 {
     *out = 0;
     lb_bf_clear_call(bf);
     bf_op *o = lb_bf_op_start(bf, &card_vt);
     o->count = out;
-    return lb_op_run(&o->op);
+    return &o->op;
+}
+
+lb_redis_status lb_bf_card(lb_redisbloom *bf, uint64_t *out)
+{
+    return lb_op_run(lb_bf_card_begin(bf, out));
 }
 
 /* ------------------------------------------------------------- scandump */

@@ -2,8 +2,8 @@
  * HTTP): the handshake (AUTH, SELECT), a round trip's state (the replies it
  * expects, the reader fed with what arrives, its bounds), WAIT after writes,
  * and the rule that turns error replies into a status.  Every transport
- * drives one: the blocking one (transport.c: poll, plain or TLS) and one
- * outside C (wire.h: the asyncio transport of ling_bloom.aio).
+ * drives one: the blocking one (transport.c: poll, plain or TLS) and the
+ * wire transport (wire.h: the asyncio transport of ling_bloom.aio).
  *
  *     lb_session_opened(s)             a connection was opened
  *     lb_session_handshake(s, &hb)     its AUTH/SELECT (0 commands: none due);

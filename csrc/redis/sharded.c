@@ -4,12 +4,12 @@
 #include "op.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "blocked.h"
+#include "lanes.h"
 #include "reply.h"
 #include "slots.h"
 #include "redisbloom.h"
@@ -492,98 +492,108 @@ lb_redis_status lb_sharded_read_record(lb_redis *conn, const void *key, size_t k
 
 /* ------------------------------------------------------ running the shards */
 
-typedef struct {
-    lb_sharded *sh;
-    int op;                 /* OP_* */
-    const uint32_t *shards; /* the shards this worker runs */
-    size_t nshards;
-} job;
-
 enum { OP_ADD, OP_TEST, OP_RESET, OP_BITCOUNT, OP_CARD };
 
-static void run_one(lb_sharded *sh, int op, uint32_t i)
+/* Shard i's step machine for op (its keys the grouped ones), in *out. */
+static lb_redis_status begin_one(lb_sharded *sh, int op, uint32_t i, lb_op **out)
 {
     size_t a = sh->off[i], n = sh->off[i + 1] - a;
+    *out = NULL;
     if (sh->bf) {
         lb_redisbloom *bf = sh->bf[i];
-        sh->st[i] = op == OP_ADD    ? lb_bf_add(bf, sh->gk + a, n, sh->gout + a)
-                    : op == OP_TEST ? lb_bf_test(bf, sh->gk + a, n, sh->gout + a)
-                    : op == OP_RESET ? lb_bf_reset(bf)
-                                     : lb_bf_card(bf, &sh->count[i]);
-        return;
+        switch (op) {
+        case OP_ADD:
+        case OP_TEST:
+            return lb_bf_begin(bf, op == OP_ADD ? LB_BF_OP_ADD : LB_BF_OP_TEST, sh->gk + a, n,
+                               sh->gout + a, out);
+        case OP_RESET:
+            return lb_bf_begin(bf, LB_BF_OP_RESET, NULL, 0, NULL, out);
+        default:
+            *out = lb_bf_card_begin(bf, &sh->count[i]);
+            return LB_REDIS_OK;
+        }
     }
     lb_bitmap *bm = sh->bm[i];
     switch (op) {
     case OP_ADD:
-        sh->st[i] = lb_bitmap_add(bm, sh->gk + a, n, sh->gout + a);
-        break;
     case OP_TEST:
-        sh->st[i] = lb_bitmap_test(bm, sh->gk + a, n, sh->gout + a);
-        break;
+        return lb_bitmap_begin(bm, op == OP_ADD ? LB_BITMAP_OP_ADD : LB_BITMAP_OP_TEST,
+                               sh->gk + a, n, sh->gout + a, out);
     case OP_RESET:
-        sh->st[i] = lb_bitmap_reset(bm);
-        break;
+        return lb_bitmap_begin(bm, LB_BITMAP_OP_RESET, NULL, 0, NULL, out);
     default:
-        sh->st[i] = lb_bitmap_bitcount(bm, &sh->count[i]);
-        break;
+        *out = lb_bitmap_bitcount_begin(bm, &sh->count[i]);
+        return LB_REDIS_OK;
     }
 }
 
-static void *worker(void *arg)
+/* A shard's lane: its machine begun when the driver first asks for a step,
+ * so that the first shards' requests are out while the next are built. */
+typedef struct {
+    lb_sharded *sh;
+    int op;
+    uint32_t i;
+    lb_op *o; /* NULL until begun (and when begin failed) */
+} shard_lane;
+
+static int shard_lane_next(lb_lane *l, lb_redis_step *s)
 {
-    job *j = arg;
-    for (size_t s = 0; s < j->nshards; s++)
-        run_one(j->sh, j->op, j->shards[s]);
-    return NULL;
+    shard_lane *x = l->arg;
+    if (!x->o) {
+        lb_sharded *sh = x->sh;
+        sh->st[x->i] = begin_one(sh, x->op, x->i, &x->o);
+        if (sh->st[x->i] != LB_REDIS_OK || !x->o) {
+            x->o = NULL;
+            memset(s, 0, sizeof *s);
+            return 0;
+        }
+        sh->st[x->i] = LB_REDIS_ERR_ARG; /* until the machine says */
+    }
+    return lb_op_wire_step(x->o, s);
 }
 
-/* Run op on the shards listed (each on its own connection), on up to
- * LB_SHARDED_MAX_THREADS threads at once; then the first failure, if any. */
+/* Run op on the shards listed, each on its own connection, all at once on
+ * this thread (lanes.h: one poll over their sockets); then the first failure
+ * by shard, if any. */
 static lb_redis_status run(lb_sharded *sh, int op, const uint32_t *list, size_t nlist)
 {
-    for (size_t s = 0; s < nlist; s++)
-        sh->st[list[s]] = LB_REDIS_OK;
-    size_t nt = nlist < LB_SHARDED_MAX_THREADS ? nlist : LB_SHARDED_MAX_THREADS;
-    if (nt <= 1) {
-        for (size_t s = 0; s < nlist; s++)
-            run_one(sh, op, list[s]);
-    } else {
-        /* worker t takes list[t], list[t + nt], ...: group them first */
-        uint32_t *order = malloc(nlist * sizeof *order);
-        job jobs[LB_SHARDED_MAX_THREADS];
-        pthread_t th[LB_SHARDED_MAX_THREADS];
-        int started[LB_SHARDED_MAX_THREADS] = {0};
-        if (!order)
-            return lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
-        size_t k = 0;
-        for (size_t t = 0; t < nt; t++) {
-            jobs[t].sh = sh;
-            jobs[t].op = op;
-            jobs[t].shards = order + k;
-            for (size_t s = t; s < nlist; s += nt)
-                order[k++] = list[s];
-            jobs[t].nshards = (size_t)(order + k - jobs[t].shards);
-        }
-        for (size_t t = 1; t < nt; t++)
-            started[t] = pthread_create(&th[t], NULL, worker, &jobs[t]) == 0;
-        worker(&jobs[0]);
-        for (size_t t = 1; t < nt; t++) {
-            if (started[t])
-                pthread_join(th[t], NULL);
-            else
-                worker(&jobs[t]); /* no thread to be had: run it here */
-        }
-        free(order);
+    enum { SMALL = 16 };
+    lb_lane small_l[SMALL];
+    shard_lane small_x[SMALL];
+    lb_lane *l = nlist <= SMALL ? small_l : malloc(nlist * sizeof *l);
+    shard_lane *x = nlist <= SMALL ? small_x : malloc(nlist * sizeof *x);
+    lb_redis_status st = LB_REDIS_OK;
+    if (!l || !x) {
+        st = lb_redis_set_error(sh->conn[0], LB_REDIS_ERR_NOMEM, "out of memory");
+        goto out;
     }
+    for (size_t s = 0; s < nlist; s++) {
+        uint32_t i = list[s];
+        shard_lane xs = {sh, op, i, NULL};
+        lb_lane ls = {shard_lane_next, sh->conn[i], &x[s], 0, {0}, 0};
+        x[s] = xs;
+        l[s] = ls;
+        sh->st[i] = LB_REDIS_OK;
+    }
+    lb_lanes_run(l, nlist);
+    for (size_t s = 0; s < nlist; s++)
+        if (x[s].o)
+            sh->st[x[s].i] = lb_op_wire_status(x[s].o);
     for (size_t s = 0; s < nlist; s++) {
         uint32_t i = list[s];
         if (sh->st[i] != LB_REDIS_OK) {
             if (i != 0)
                 lb_redis_take_error(sh->conn[0], sh->conn[i]);
-            return sh->st[i];
+            st = sh->st[i];
+            break;
         }
     }
-    return LB_REDIS_OK;
+out:
+    if (l != small_l)
+        free(l);
+    if (x != small_x)
+        free(x);
+    return st;
 }
 
 static lb_redis_status all_shards(lb_sharded *sh, int op)

@@ -11,8 +11,9 @@
  * that shard as in any RedisFilter of the shard's geometry.  So a key costs one
  * node, and a batch one round trip per shard, the shards' round trips running
  * at the same time: each shard has its own connection (shard 0 the caller's,
- * the others made alike), and a batch spanning several shards runs them on up
- * to LB_SHARDED_MAX_THREADS threads.
+ * the others made alike), and a batch spanning several shards runs their step
+ * machines at once on the calling thread (lanes.h: one poll over
+ * their sockets, lanes.h); no thread is started.
  *
  * Names, for a filter key K and shard i (0 <= i < S):
  *     shard i:  "{" T ":" i "}"      T = K when K holds no '{' or '}', else the
@@ -30,8 +31,9 @@
  * binomially) still keeps p.
  *
  * Errors: the status of the first shard (lowest index) that failed, its text
- * copied to the caller's connection.  Shards that succeeded keep what they
- * did (as chunks of a RedisFilter batch do).  Not thread-safe (one caller at
+ * copied to the caller's connection.  A shard that fails ends alone: the
+ * others' round trips run on, and shards that succeeded keep what they did
+ * (as chunks of a RedisFilter batch do).  Not thread-safe (one caller at
  * a time, as any lb_redis). */
 #ifndef LB_REDIS_SHARDED_H
 #define LB_REDIS_SHARDED_H
@@ -41,7 +43,6 @@
 #include "redisbloom.h"
 
 #define LB_SHARDED_MAX_SHARDS 1024
-#define LB_SHARDED_MAX_THREADS 8
 
 typedef struct lb_sharded lb_sharded;
 

@@ -312,86 +312,127 @@ lb_redis_status lb_transport_connect(lb_transport *t, const lb_redis_config *cfg
 
 /* ----------------------------------------------------------- round trip */
 
-/* Wait for the socket (rev: what the last recv waits for; wev: the last send,
- * when something is left to send).  1 ready, 0 only writable (send next),
- * -1 failed or timed out (error in the session's state). */
-static int wait_ready(lb_transport *t, lb_session *s, short rev, short wev, int sending,
-                      int64_t deadline)
+void lb_transport_rt_begin(lb_transport_rt *rt, const lb_session *s, const char *buf, size_t len)
 {
     const int tmo = s->cfg->timeout_ms;
+    rt->buf = buf;
+    rt->len = len;
+    rt->sent = 0;
+    rt->wev = POLLOUT; /* what the last send / recv waits for */
+    rt->rev = POLLIN;
+    rt->deadline = tmo > 0 ? now_ms() + tmo : 0;
+    rt->complete = s->got == s->n;
+    rt->waiting = 0;
+}
+
+int64_t lb_transport_now_ms(void) { return now_ms(); }
+
+/* The timeout of a wait that saw nothing by the deadline, in the session's state. */
+static lb_redis_status rt_timeout(lb_session *s)
+{
+    char w[160];
+    lb_redis_config_where(s->cfg, w, sizeof w);
+    return lb_error_set(s->err, LB_REDIS_ERR_TIMEOUT,
+                        "timeout: Redis at %s did not answer within %d ms (%zu of %zu replies "
+                        "read)",
+                        w, s->cfg->timeout_ms, s->got, s->n);
+}
+
+int lb_transport_rt_step(lb_transport *t, lb_session *s, lb_transport_rt *rt, short revents,
+                         int poll_errno, short *events, lb_redis_status *st)
+{
+    const lb_redis_config *cfg = s->cfg;
+    const int tmo = cfg->timeout_ms;
     char w[160];
     for (;;) {
-        struct pollfd pfd = {fd_of(t), rev, 0};
-        if (sending)
-            pfd.events |= wev;
-        int wait = -1;
-        if (tmo > 0) {
-            int64_t left = deadline - now_ms();
-            wait = left > 0 ? (int)left : 0;
+        int progress = 0;
+        if (rt->waiting) {
+            /* what the wait for the socket saw */
+            rt->waiting = 0;
+            if (poll_errno) {
+                *st = lb_error_set(s->err, LB_REDIS_ERR_IO, "poll failed: %s", strerror(poll_errno));
+                return 1;
+            }
+            if (!revents) {
+                if (tmo > 0 && now_ms() >= rt->deadline) {
+                    *st = rt_timeout(s);
+                    return 1;
+                }
+                rt->waiting = 1; /* woken for another lane: wait on */
+                *events = (short)(rt->rev | (rt->sent < rt->len ? rt->wev : 0));
+                return 0;
+            }
+            const int ready = t->tls || (revents & (POLLIN | POLLHUP | POLLERR));
+            revents = 0;
+            if (!ready)
+                continue; /* writable only: send on the next turn */
+        } else {
+            if (rt->complete) {
+                *st = rt->sent < rt->len ? lb_session_more_replies(s) : LB_REDIS_OK;
+                return 1;
+            }
+            if (rt->sent < rt->len) {
+                ssize_t k = t->io->send(t, cfg, rt->buf + rt->sent, rt->len - rt->sent, &rt->wev,
+                                        s->err);
+                if (k < 0) {
+                    *st = s->err->status;
+                    return 1;
+                }
+                rt->sent += (size_t)k;
+                progress = k > 0;
+            }
+            if (!progress && !(t->tls && lb_tls_pending(t->tls) > 0)) {
+                rt->waiting = 1;
+                *events = (short)(rt->rev | (rt->sent < rt->len ? rt->wev : 0));
+                return 0;
+            }
         }
-        int pr = poll(&pfd, 1, wait);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr < 0) {
-            int en = errno;
-            lb_error_set(s->err, LB_REDIS_ERR_IO, "poll failed: %s", strerror(en));
-            return -1;
+        rt->rev = POLLIN;
+        ssize_t k = t->io->recv(t, cfg, t->rbuf, LB_RBUF_SIZE, &rt->rev, s->err);
+        if (k > 0) {
+            if (lb_session_feed(s, t->rbuf, (size_t)k, &rt->complete) != LB_REDIS_OK) {
+                *st = s->err->status;
+                return 1;
+            }
+            progress = 1;
+        } else if (k == 0) {
+            lb_redis_config_where(cfg, w, sizeof w);
+            *st = lb_session_closed_error(s, w);
+            return 1;
+        } else if (k == -2) {
+            *st = s->err->status;
+            return 1;
         }
-        if (pr == 0) {
-            lb_redis_config_where(s->cfg, w, sizeof w);
-            lb_error_set(s->err, LB_REDIS_ERR_TIMEOUT,
-                         "timeout: Redis at %s did not answer within %d ms (%zu of %zu replies "
-                         "read)",
-                         w, tmo, s->got, s->n);
-            return -1;
-        }
-        return t->tls || (pfd.revents & (POLLIN | POLLHUP | POLLERR)) ? 1 : 0;
+        if (progress && tmo > 0)
+            rt->deadline = now_ms() + tmo;
     }
 }
 
 lb_redis_status lb_transport_roundtrip(lb_transport *t, lb_session *s, const char *buf,
                                        size_t len)
 {
-    const lb_redis_config *cfg = s->cfg;
-    const int tmo = cfg->timeout_ms;
-    size_t sent = 0;
-    short wev = POLLOUT, rev = POLLIN; /* what the last send / recv waits for */
-    int64_t deadline = tmo > 0 ? now_ms() + tmo : 0;
-    int complete = s->got == s->n;
-    char w[160];
-    for (;;) {
-        if (complete)
-            return sent < len ? lb_session_more_replies(s) : LB_REDIS_OK;
-        int progress = 0;
-        if (sent < len) {
-            ssize_t k = t->io->send(t, cfg, buf + sent, len - sent, &wev, s->err);
-            if (k < 0)
-                return s->err->status;
-            sent += (size_t)k;
-            progress = k > 0;
+    lb_transport_rt rt;
+    lb_redis_status st;
+    short events = 0, revents = 0;
+    int poll_errno = 0;
+    lb_transport_rt_begin(&rt, s, buf, len);
+    while (!lb_transport_rt_step(t, s, &rt, revents, poll_errno, &events, &st)) {
+        struct pollfd pfd = {t->fd, events, 0};
+        int wait = -1;
+        if (rt.deadline) {
+            int64_t left = rt.deadline - now_ms();
+            wait = left > 0 ? (int)left : 0;
         }
-        if (!progress && !(t->tls && lb_tls_pending(t->tls) > 0)) {
-            int ready = wait_ready(t, s, rev, wev, sent < len, deadline);
-            if (ready < 0)
-                return s->err->status;
-            if (!ready)
-                continue; /* writable only: send on the next turn */
-        }
-        rev = POLLIN;
-        ssize_t k = t->io->recv(t, cfg, t->rbuf, LB_RBUF_SIZE, &rev, s->err);
-        if (k > 0) {
-            if (lb_session_feed(s, t->rbuf, (size_t)k, &complete) != LB_REDIS_OK)
-                return s->err->status;
-            progress = 1;
-        } else if (k == 0) {
-            lb_redis_config_where(cfg, w, sizeof w);
-            return lb_session_closed_error(s, w);
-        } else if (k == -2) {
-            return s->err->status;
-        }
-        if (progress && tmo > 0)
-            deadline = now_ms() + tmo;
+        int pr = poll(&pfd, 1, wait);
+        revents = pr > 0 ? (pfd.revents ? pfd.revents : POLLIN) : 0;
+        poll_errno = pr < 0 && errno != EINTR ? errno : 0;
     }
+    return st;
+}
+
+int lb_transport_fd(const lb_transport *t)
+{
+    return t->ctx ? fd_of(t) : -1;
 }
 
 int lb_transport_pending(lb_transport *t, lb_session *s)

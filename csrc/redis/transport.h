@@ -16,6 +16,7 @@
 #ifndef LB_REDIS_TRANSPORT_H
 #define LB_REDIS_TRANSPORT_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "session.h"
@@ -53,6 +54,29 @@ int lb_transport_is_open(const lb_transport *t);
  * TIMEOUT, PROTOCOL, NOMEM) go to the session's error state. */
 lb_redis_status lb_transport_roundtrip(lb_transport *t, lb_session *s, const char *buf,
                                        size_t len);
+
+/* The same round trip in steps, for a driver that waits on many sockets at
+ * once (lanes.h): begin, then step until it returns 1 (*st the outcome, as
+ * lb_transport_roundtrip's).  A step that returns 0 waits: poll t's socket
+ * (lb_transport_fd) for *events until rt->deadline (monotonic ms,
+ * lb_transport_now_ms; 0: no deadline), then step again with what poll saw
+ * (revents 0: nothing yet, the deadline passed or another socket woke the
+ * driver; poll_errno: poll itself failed).  A TLS session's buffered bytes
+ * are read without waiting (the socket need not be readable for them). */
+typedef struct {
+    const char *buf;
+    size_t len, sent;
+    short wev, rev;   /* what the last send / recv waits for */
+    int64_t deadline; /* no byte moved by then: a timeout (0: none) */
+    int complete;
+    int waiting;      /* the last step asked for a wait */
+} lb_transport_rt;
+
+void lb_transport_rt_begin(lb_transport_rt *rt, const lb_session *s, const char *buf, size_t len);
+int lb_transport_rt_step(lb_transport *t, lb_session *s, lb_transport_rt *rt, short revents,
+                         int poll_errno, short *events, lb_redis_status *st);
+int lb_transport_fd(const lb_transport *t);
+int64_t lb_transport_now_ms(void);
 
 /* 1 when the open connection has input nobody asked for: bytes left in the
  * session's reader, or anything readable on the socket (a late or unsolicited

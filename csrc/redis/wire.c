@@ -1,5 +1,5 @@
 /* wire.c: see wire.h.  A client around one connection machine (conn.h):
- * the round trip's steps are the machine's, handed to the outside transport. */
+ * the round trip's steps are the machine's, handed to the wire transport. */
 #include "wire.h"
 
 #include <stdlib.h>
@@ -71,7 +71,7 @@ static lb_redis_status wire_exec(lb_redis *r, const lb_redis_batch *b, int flags
     if (replies)
         *replies = NULL;
     return lb_error_set(&r->err, LB_REDIS_ERR_ARG,
-                        "this connection is carried by an outside transport (wire.h): it has no "
+                        "this connection is carried by the wire transport (wire.h): it has no "
                         "socket of its own");
 }
 
@@ -82,7 +82,7 @@ static lb_redis_status wire_connect(lb_redis *r)
 
 static void wire_disconnect(lb_redis *r)
 {
-    lb_conn_closed(&WIRE(r)->c); /* the outside transport must close its connection too */
+    lb_conn_closed(&WIRE(r)->c); /* the wire transport must close its connection too */
 }
 
 static int wire_is_connected(const lb_redis *r)
@@ -148,7 +148,7 @@ static lb_redis *wire_step_client(lb_redis *r, int node)
 
 static lb_redis_status not_wire(lb_redis *r)
 {
-    return lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a connection of an outside transport");
+    return lb_error_set(&r->err, LB_REDIS_ERR_ARG, "not a connection of the wire transport");
 }
 
 lb_redis_status lb_wire_opened(lb_redis *r)
@@ -175,7 +175,10 @@ void lb_wire_out_of_step(lb_redis *r)
         lb_conn_out_of_step(&WIRE(r)->c);
 }
 
+static lb_redis *wire_to_wire(lb_redis *r) { return r; }
+
 static const lb_redis_vt wire_vt = {
+    .to_wire = wire_to_wire,
     .exec = wire_exec,
     .connect = wire_connect,
     .disconnect = wire_disconnect,

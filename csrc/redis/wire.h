@@ -1,5 +1,6 @@
-/* wire.h: a client (client.h) whose connections are carried by a transport
- * outside C (the asyncio one of ling_bloom.aio): the connection machine
+/* wire.h: a wire client: a client (client.h) whose connections are carried
+ * by the wire transport (ling_bloom.aio's asyncio; "wire" is the one name of
+ * that transport and of its clients in C, Python and the docs): the connection machine
  * (conn.h) that the node client (node.h) drives too, with no I/O.  Its exec
  * refuses (it has no socket of its own); instead its round trip is the
  * client interface's step machine (client.h: lb_redis_step_begin, next,

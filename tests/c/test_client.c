@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdint.h>
 
+#include "lanes.h"
 #include "reply.h"
 #include "sentinel.h"
 
@@ -391,6 +392,67 @@ static void test_sentinel_walk_nomem(void)
     lb_redis_config_free(&cfg);
 }
 
+/* lb_redis_connect on a node client connects, and says so (it read its
+ * replies through a NULL pointer before). */
+static void test_node_connect(void)
+{
+    lb_redis *r = conn_port(srv.port, 2000);
+    CHECK(lb_redis_connect(r) == LB_REDIS_OK);
+    CHECK(lb_redis_is_connected(r) && lb_redis_connect_count(r) == 1);
+    CHECK(cmd(r, NULL, "PING") == LB_REDIS_OK && lb_redis_connect_count(r) == 1);
+    lb_redis_free(r);
+}
+
+/* The blocking driver of lanes.h: round trips of many clients on one thread,
+ * one poll over their sockets; a lane that fails (a server that never
+ * answers: its timeout) ends alone, with the text it has alone. */
+static int lane_next(lb_lane *l, lb_redis_step *s)
+{
+    int more = lb_redis_step_next(l->r, s);
+    if (more)
+        CHECK(s->what == LB_STEP_WAIT || s->what == LB_STEP_PAUSE);
+    return more;
+}
+
+static void test_lanes(void)
+{
+    enum { N = 21 }; /* more than the driver keeps on its stack */
+    int port;
+    int lfd = t_silent_listener(&port);
+    lb_redis *r[N];
+    lb_lane l[N];
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 1, (const char *const[]){"PING"}, NULL);
+    for (int i = 0; i < N; i++) {
+        r[i] = conn_port(i == 7 ? port : srv.port, 300);
+        if (i % 2)
+            CHECK(lb_redis_connect(r[i]) == LB_REDIS_OK || i == 7); /* kept connections too */
+        CHECK(lb_redis_step_begin(r[i], &b, 0) == LB_REDIS_OK);
+        lb_lane x = {lane_next, r[i], NULL, 0, {0}, 0};
+        l[i] = x;
+    }
+    lb_lanes_run(l, N);
+    for (int i = 0; i < N; i++) {
+        lb_reply **rs = NULL;
+        lb_redis_status st = lb_redis_step_end(r[i], &rs);
+        if (i == 7) {
+            CHECK(st == LB_REDIS_ERR_TIMEOUT && !rs);
+            CHECK_MSG(strstr(lb_redis_errstr(r[i]), "did not answer within 300 ms"), "%s",
+                      lb_redis_errstr(r[i]));
+            CHECK(!lb_redis_is_connected(r[i]));
+        } else {
+            CHECK_MSG(st == LB_REDIS_OK && rs && rs[0]->type == LB_REPLY_STATUS &&
+                          strcmp(rs[0]->str, "PONG") == 0,
+                      "lane %d: %s", i, lb_redis_errstr(r[i]));
+            CHECK(lb_redis_is_connected(r[i]) && lb_redis_connect_count(r[i]) == 1);
+        }
+        lb_redis_free(r[i]);
+    }
+    lb_redis_batch_free(&b);
+    close(lfd);
+}
+
 static const t_case cases[] = {
     {"basic_pipeline", test_basic_pipeline},
     {"auth_db_unix", test_auth_db_unix},
@@ -400,6 +462,8 @@ static const t_case cases[] = {
     {"fork", test_fork},
     {"reply_element_bound", test_reply_element_bound},
     {"sentinel_walk_nomem", test_sentinel_walk_nomem},
+    {"node_connect", test_node_connect},
+    {"lanes", test_lanes},
 };
 
 T_MAIN(cases, 1)
