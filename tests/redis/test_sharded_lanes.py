@@ -95,7 +95,7 @@ def certs(tmp_path_factory):
     return make_certs(str(tmp_path_factory.mktemp("tls")))
 
 
-@pytest.mark.valkey
+@pytest.mark.servers
 def test_sharded_batches_over_tls_answer_every_key(redis_server_factory, certs):
     # every shard's lane on a TLS session at once, replies of many TLS records each
     srv = redis_server_factory(server_args(certs, "server", False), tls=True)
