@@ -205,7 +205,7 @@ PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *))
     Py_RETURN_NONE;
 }
 
-PyObject *lb_enter_method(PyObject *self, PyObject *unused)
+static PyObject *lb_enter_method_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_base *b = (lb_base *)self;
@@ -214,6 +214,8 @@ PyObject *lb_enter_method(PyObject *self, PyObject *unused)
     lb_leave(b);
     return Py_NewRef(self);
 }
+
+LB_LOCKED_SELF(lb_enter_method)
 
 PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -226,11 +228,13 @@ PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_FALSE;
 }
 
-PyObject *lb_closed_get(PyObject *self, void *unused)
+static PyObject *lb_closed_get_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     return PyBool_FromLong(((lb_base *)self)->closed);
 }
+
+LB_LOCKED_GETTER(lb_closed_get)
 
 /* ---- len() and truth ------------------------------------------------------ */
 

@@ -37,6 +37,100 @@
  * suspect: the type's after_fork hook replaces it without touching it (the
  * Redis types abandon the connection and build a new one). */
 
+/* Free-threaded CPython (3.13t, Py_GIL_DISABLED): no GIL orders the threads, so
+ * every method of an in-memory filter that reads or changes the object's state
+ * runs in a critical section on the object (two objects: union, ==, a | b):
+ * the per-object lock CPython gives (Py_BEGIN_CRITICAL_SECTION), which, like
+ * the GIL, is let go while the thread waits or runs without the interpreter
+ * (a batch's GIL-free section, a blocking call) and taken back after.  So
+ * everything above, written for the GIL, holds object by object: a field of
+ * the base (busy, users, closed, waiters) is only read and written inside the
+ * object's critical section, and a GIL-free section is still the only time
+ * another thread reaches the storage while this one uses it.  LB_LOCKED_*
+ * define a method as its _unlocked body called inside the section; on a build
+ * with the GIL they are the body itself (the section is the GIL).  What the
+ * storage guarantees to a reader during a GIL-free section: csrc/core/common.h
+ * (LB_ATOMIC_STORAGE). */
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030D0000
+#define LB_LOCK_BEGIN(o) Py_BEGIN_CRITICAL_SECTION(o)
+#define LB_LOCK_END() Py_END_CRITICAL_SECTION()
+#define LB_LOCK2_BEGIN(a, b) Py_BEGIN_CRITICAL_SECTION2(a, b)
+#define LB_LOCK2_END() Py_END_CRITICAL_SECTION2()
+#else
+#define LB_LOCK_BEGIN(o) {
+#define LB_LOCK_END() }
+#define LB_LOCK2_BEGIN(a, b) {
+#define LB_LOCK2_END() }
+#endif
+
+/* METH_NOARGS and METH_O: self locked. */
+#define LB_LOCKED_SELF(name)                                                           \
+    PyObject *name(PyObject *self, PyObject *arg)                                      \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, arg);                                               \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+/* METH_O with another object (union), a binary number slot: both locked. */
+#define LB_LOCKED_PAIR(name)                                                           \
+    PyObject *name(PyObject *a, PyObject *b)                                           \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK2_BEGIN(a, b);                                                          \
+        r_ = name##_unlocked(a, b);                                                    \
+        LB_LOCK2_END();                                                                \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_COMPARE(name)                                                        \
+    PyObject *name(PyObject *a, PyObject *b, int op)                                   \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK2_BEGIN(a, b);                                                          \
+        r_ = name##_unlocked(a, b, op);                                                \
+        LB_LOCK2_END();                                                                \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_CONTAINS(name)                                                       \
+    int name(PyObject *self, PyObject *key)                                            \
+    {                                                                                  \
+        int r_;                                                                        \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, key);                                               \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_GETTER(name)                                                         \
+    PyObject *name(PyObject *self, void *closure)                                      \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, closure);                                           \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_REPR(name)                                                           \
+    PyObject *name(PyObject *self)                                                     \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self);                                                    \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+/* METH_FASTCALL | METH_KEYWORDS. */
+#define LB_LOCKED_FASTCALL_KW(name)                                                    \
+    PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,            \
+                   PyObject *kwnames)                                                  \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, args, nargs, kwnames);                              \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+
 /* How a type runs batches (batch.h defines it). */
 struct lb_batch_ops_s;
 
