@@ -220,8 +220,9 @@ aarch64-check: sdist
 # make python-ft: a free-threaded CPython 3.13 (--disable-gil) built from Debian 13's
 # python3.13 source package, pinned by SHA-256 in packaging/sources.lock
 # (packaging/python_ft.sh; cached in ~/.cache/ling_bloom, so built once per machine).
-# make test-ft: the extension built on it in place (a _core.cpython-313t-*.so beside this
-# Python's), in the venv .venv-ft, and the in-memory filters' tests (tests/filters, not
+# make test-ft: the package installed editable in the venv .venv-ft (the stress tests' workers
+# import it), the extension built on it in place (a _core.cpython-313t-*.so beside this
+# Python's), and the in-memory filters' tests (tests/filters, not
 # those that need a redis-server) run there with the GIL off.  The extension does not
 # declare yet that it runs without the GIL (the Redis types are not made safe for it),
 # so importing it would turn the GIL back on: PYTHON_GIL=0 keeps it off, and the target
@@ -238,7 +239,8 @@ python-ft: python-ft-deps
 
 test-ft: python-ft-deps
 	@py="$$(bash packaging/python_ft.sh)" && { [ -x $(FT_VPY) ] || "$$py" -m venv $(FT_VENV); }
-	$(FT_VPY) -m pip install -q --disable-pip-version-check pytest 'setuptools>=77' xxhash numpy
+	$(FT_VPY) -m pip install -q --disable-pip-version-check pytest 'setuptools>=77' wheel xxhash numpy
+	LING_BLOOM_NO_EXTENSION=1 $(FT_VPY) -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 	@$(FT_VPY) setup.py build_ext --inplace > $(FT_VENV)/build.log 2>&1 || { cat $(FT_VENV)/build.log; exit 1; }
 	PYTHON_GIL=0 $(FT_VPY) -c "import sys, ling_bloom; sys.exit('the GIL is on' if sys._is_gil_enabled() else 0)"
 	PYTHON_GIL=0 $(FT_VPY) -m pytest -p no:cacheprovider -m "not redis" tests/filters $(PYTEST_ARGS)

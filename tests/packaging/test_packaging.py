@@ -153,9 +153,10 @@ def test_setup_py_compiles_every_c_file_under_csrc():
 
 @pytest.mark.skipif(not (ROOT / "packaging" / "sources.lock").exists(), reason="no packaging/")
 def test_sources_lock_pins_every_file_of_each_library_by_sha256():
-    # The wheels' and the sdist's C libraries come from these Debian source packages only:
-    # each library's .dsc, upstream tarball (and its upstream signature, where Debian
-    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.
+    # The wheels' and the sdist's C libraries come from these Debian source packages only,
+    # and so does the free-threaded CPython of make python-ft (python3.13): each one's
+    # .dsc, upstream tarball (and its upstream signature, where Debian carries one:
+    # OpenSSL's and CPython's .asc) and Debian changes, each with its SHA-256.
     rows = [line.split() for line in (ROOT / "packaging" / "sources.lock").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
     libs = {}
@@ -164,7 +165,7 @@ def test_sources_lock_pins_every_file_of_each_library_by_sha256():
         libs.setdefault(name, {"versions": set(), "files": []})
         libs[name]["versions"].add(version)
         libs[name]["files"].append(filename)
-    assert set(libs) == {"hiredis", "xxhash", "openssl"}
+    assert set(libs) == {"hiredis", "xxhash", "openssl", "python3.13"}
     for name, lib in libs.items():
         assert len(lib["versions"]) == 1, (name, lib["versions"])
         files = lib["files"]
