@@ -223,7 +223,8 @@ aarch64-check: sdist
 # make test-ft: the package installed editable in the venv .venv-ft (the stress tests' workers
 # import it), the extension built on it in place (a _core.cpython-313t-*.so beside this
 # Python's), and the in-memory filters' tests (tests/filters, not
-# those that need a redis-server) run there with the GIL off.  The extension does not
+# those that need a redis-server) run there with the GIL off (polars has no wheel for a
+# free-threaded CPython: its two column tests skip).  The extension does not
 # declare yet that it runs without the GIL (the Redis types are not made safe for it),
 # so importing it would turn the GIL back on: PYTHON_GIL=0 keeps it off, and the target
 # checks that it is off after the import.
@@ -239,7 +240,7 @@ python-ft: python-ft-deps
 
 test-ft: python-ft-deps
 	@py="$$(bash packaging/python_ft.sh)" && { [ -x $(FT_VPY) ] || "$$py" -m venv $(FT_VENV); }
-	$(FT_VPY) -m pip install -q --disable-pip-version-check pytest 'setuptools>=77' wheel xxhash numpy
+	$(FT_VPY) -m pip install -q --disable-pip-version-check pytest 'setuptools>=77' wheel xxhash numpy pyarrow pandas
 	LING_BLOOM_NO_EXTENSION=1 $(FT_VPY) -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 	@$(FT_VPY) setup.py build_ext --inplace > $(FT_VENV)/build.log 2>&1 || { cat $(FT_VENV)/build.log; exit 1; }
 	PYTHON_GIL=0 $(FT_VPY) -c "import sys, ling_bloom; sys.exit('the GIL is on' if sys._is_gil_enabled() else 0)"
