@@ -19,6 +19,8 @@
 #                with the suite but its slow tests (make test runs those); make aarch64-check: the aarch64 smoke test
 #   make fuzz    the libFuzzer targets of the core's parsers (fuzz/README.md), FUZZ_SECONDS
 #                each (default 60); make fuzz-brief: 20 s each, as CI runs them
+#   make python-ft    a free-threaded CPython 3.13 built from Debian's source (cached);
+#                make test-ft: the in-memory filters' tests on it with the GIL off
 #   make ci      what CI runs (.ci/run): test, docs, sanitize, every-python, aarch64-check,
 #                fuzz-brief
 #
@@ -36,7 +38,7 @@ APT_PACKAGES := gcc make pkg-config libxxhash-dev libhiredis-dev libssl-dev open
 
 .PHONY: demo docs test test-python test-c redis8 redis8-start soak bench build deps venv venv-test venv-bench venv-demo \
         venv-docs clean sanitize sdist dist dist-check every-python ci fuzz fuzz-brief fuzz-deps \
-        sanitize-deps dist-deps aarch64-check
+        sanitize-deps dist-deps aarch64-check python-ft python-ft-deps test-ft
 
 demo: build venv-demo
 	$(VPY) -m ling_bloom demo
@@ -230,6 +232,36 @@ aarch64-check: sdist
 	[ -n "$$(ls dist/ling_bloom-*-cp311-cp311-manylinux2014_x86_64.*.whl 2>/dev/null)" ] || PYTHONS=3.11 bash packaging/wheels.sh x86_64
 	bash packaging/check_aarch64.sh
 	bash packaging/check_sdist.sh
+
+# ---- free-threaded CPython (3.13t) ------------------------------------------------------
+# make python-ft: a free-threaded CPython 3.13 (--disable-gil) built from Debian 13's
+# python3.13 source package, pinned by SHA-256 in packaging/sources.lock
+# (packaging/python_ft.sh; cached in ~/.cache/ling_bloom, so built once per machine).
+# make test-ft: the package installed editable in the venv .venv-ft (the stress tests' workers
+# import it), the extension built on it in place (a _core.cpython-313t-*.so beside this
+# Python's), and the in-memory filters' tests (tests/filters, not
+# those that need a redis-server) run there with the GIL off (polars has no wheel for a
+# free-threaded CPython: its two column tests skip).  The extension does not
+# declare yet that it runs without the GIL (the Redis types are not made safe for it),
+# so importing it would turn the GIL back on: PYTHON_GIL=0 keeps it off, and the target
+# checks that it is off after the import.
+FT_VENV := .venv-ft
+FT_VPY  := $(FT_VENV)/bin/python
+
+# dpkg-dev: apt-get source (packaging/python_ft.sh installs the headers it builds with)
+python-ft-deps: deps
+	$(call apt_install,dpkg-dev)
+
+python-ft: python-ft-deps
+	bash packaging/python_ft.sh
+
+test-ft: python-ft-deps
+	@py="$$(bash packaging/python_ft.sh)" && { [ -x $(FT_VPY) ] || "$$py" -m venv $(FT_VENV); }
+	$(FT_VPY) -m pip install -q --disable-pip-version-check pytest 'setuptools>=77' wheel xxhash numpy pyarrow pandas
+	LING_BLOOM_NO_EXTENSION=1 $(FT_VPY) -m pip install -q --disable-pip-version-check --no-build-isolation -e .
+	@$(FT_VPY) setup.py build_ext --inplace > $(FT_VENV)/build.log 2>&1 || { cat $(FT_VENV)/build.log; exit 1; }
+	PYTHON_GIL=0 $(FT_VPY) -c "import sys, ling_bloom; sys.exit('the GIL is on' if sys._is_gil_enabled() else 0)"
+	PYTHON_GIL=0 $(FT_VPY) -m pytest -p no:cacheprovider -m "not redis" tests/filters $(PYTEST_ARGS)
 
 # ---- fuzzing (fuzz/Makefile builds and runs the targets; findings go to build/fuzz) ----
 FUZZ_APT := clang libclang-rt-14-dev

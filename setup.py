@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 from setuptools import Extension, setup
@@ -261,6 +262,9 @@ core = Extension(
     # so calls between its own files go direct instead of through the PLT.
     + ["-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter",
        "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
+    # A free-threaded CPython (3.13t): threads run the filters truly in parallel, so the
+    # core sets bits and counters with atomic operations (csrc/core/common.h).
+    define_macros=[("LB_ATOMIC_STORAGE", "1")] if sysconfig.get_config_var("Py_GIL_DISABLED") else [],
 )
 
 no_extension = os.environ.get("LING_BLOOM_NO_EXTENSION") == "1"

@@ -61,12 +61,18 @@ uint64_t lb_bits_popcount(const lb_bits *b)
  * xxh3 schemes the index walk is fused into the probe loop (no array);
  * ling-base keeps lb_indices.  Indices are the same either way. */
 
+static inline unsigned set_bit_shared(uint8_t *d, uint64_t i);
+
 static inline unsigned set_bit(uint8_t *d, uint64_t i)
 {
+#ifdef LB_ATOMIC_STORAGE
+    return set_bit_shared(d, i); /* other threads set bits of this byte too */
+#else
     uint8_t mask = (uint8_t)(0x80u >> (i & 7));
     uint8_t old = d[i >> 3];
     d[i >> 3] = old | mask;
     return !(old & mask);
+#endif
 }
 
 /* set_bit for an array other processes map and add to: the byte is read first
@@ -82,7 +88,7 @@ static inline unsigned set_bit_shared(uint8_t *d, uint64_t i)
 
 static inline int get_bit(const uint8_t *d, uint64_t i)
 {
-    return (d[i >> 3] >> (7 - (i & 7))) & 1;
+    return (LB_LOAD(&d[i >> 3]) >> (7 - (i & 7))) & 1;
 }
 
 /* FOR_EACH_INDEX(g, k, h, IDX, BODY): BODY once per index IDX of h, in order. */
@@ -198,7 +204,7 @@ int lb_bits_add(lb_bits *b, const lb_geometry *g, lb_hash_pair h)
     }
     else
         fresh = b->shared ? add_pair_shared(d, g, k, h) : add_pair(d, g, k, h);
-    b->bits_set += fresh;
+    LB_COUNT_ADD(&b->bits_set, fresh);
     return fresh != 0;
 }
 
@@ -261,7 +267,7 @@ int lb_bits_test(const lb_bits *b, const lb_geometry *g, lb_hash_pair h)
                     out[key_no] = (uint8_t)(fresh != 0);                              \
             });                                                                       \
         }                                                                             \
-        b->bits_set += fresh_total;                                                   \
+        LB_COUNT_ADD(&b->bits_set, fresh_total);                                      \
     }                                                                                 \
     static void test_##SRC(const lb_bits *b, const lb_geometry *g, const SRC_T *SRC,  \
                            size_t n, uint8_t *out)                                    \

@@ -116,29 +116,36 @@ static int cpu_has_avx2(void)
 #endif
 }
 
-/* -1: not chosen yet; then 0 (portable) or 1 (AVX2). */
+/* -1: not chosen yet; then 0 (portable) or 1 (AVX2).  Read and written with
+ * relaxed atomics (plain moves): threads that choose at once all store what
+ * the CPU has, and _simd's choice is for tests that run in one thread. */
 static int use_avx2 = -1;
+#define USE_AVX2() __atomic_load_n(&use_avx2, __ATOMIC_RELAXED)
+#define SET_AVX2(v) __atomic_store_n(&use_avx2, (v), __ATOMIC_RELAXED)
 
 static inline int avx2_on(void)
 {
-    if (LB_UNLIKELY(use_avx2 < 0))
-        use_avx2 = cpu_has_avx2();
-    return use_avx2;
+    int v = USE_AVX2();
+    if (LB_UNLIKELY(v < 0)) {
+        v = cpu_has_avx2();
+        SET_AVX2(v);
+    }
+    return v;
 }
 
 lb_status lb_blocked_set_impl(int which)
 {
     switch (which) {
     case LB_BLOCKED_IMPL_AUTO:
-        use_avx2 = cpu_has_avx2();
+        SET_AVX2(cpu_has_avx2());
         return LB_OK;
     case LB_BLOCKED_IMPL_PORTABLE:
-        use_avx2 = 0;
+        SET_AVX2(0);
         return LB_OK;
     case LB_BLOCKED_IMPL_AVX2:
         if (!cpu_has_avx2())
             return LB_ERR_ARG;
-        use_avx2 = 1;
+        SET_AVX2(1);
         return LB_OK;
     }
     return LB_ERR_ARG;
@@ -151,8 +158,43 @@ const char *lb_blocked_impl_name(void)
 
 /* ---- portable probes ------------------------------------------------------ */
 
+static inline void masks_of(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BLOCKED_LANES]);
+
+#ifdef LB_ATOMIC_STORAGE
+/* Built for threads that add in parallel: each lane's bits go in with one
+ * atomic OR (skipped when the lane has them all), and the fresh bits are the
+ * ones the OR found clear, so a bit two threads set at once counts once.
+ * The AVX2 probes below take these too: a vector store would put back a lane
+ * another thread changed since the vector was loaded. */
+static inline unsigned add_atomic(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    uint64_t mask[LB_BLOCKED_LANES];
+    unsigned fresh = 0;
+    masks_of(rounds, h, mask);
+    for (int i = 0; i < LB_BLOCKED_LANES; i++) {
+        if ((__atomic_load_n(&blk[i], __ATOMIC_RELAXED) & mask[i]) == mask[i])
+            continue;
+        uint64_t old = __atomic_fetch_or(&blk[i], mask[i], __ATOMIC_RELAXED);
+        fresh += (unsigned)__builtin_popcountll(mask[i] & ~old);
+    }
+    return fresh;
+}
+
+static inline int test_atomic(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
+{
+    uint64_t want[LB_BLOCKED_LANES], miss = 0;
+    masks_of(rounds, h, want);
+    for (int i = 0; i < LB_BLOCKED_LANES; i++)
+        miss |= want[i] & ~__atomic_load_n(&blk[i], __ATOMIC_RELAXED);
+    return miss == 0;
+}
+#endif
+
 static inline unsigned add_portable(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
 {
+#ifdef LB_ATOMIC_STORAGE
+    return add_atomic(blk, rounds, h);
+#endif
     unsigned fresh = 0;
     for (uint32_t j = 0; j < rounds; j++) {
         const uint32_t y = round_word(h, j);
@@ -182,6 +224,9 @@ static inline void masks_of(uint32_t rounds, lb_hash_pair h, uint64_t mask[LB_BL
 
 static inline int test_portable(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
 {
+#ifdef LB_ATOMIC_STORAGE
+    return test_atomic(blk, rounds, h);
+#endif
     uint64_t want[LB_BLOCKED_LANES], miss = 0;
     masks_of(rounds, h, want);
     for (int i = 0; i < LB_BLOCKED_LANES; i++)
@@ -246,6 +291,9 @@ LB_AVX2 static inline void avx2_masks(uint32_t rounds, lb_hash_pair h, __m256i *
 
 LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_pair h)
 {
+#ifdef LB_ATOMIC_STORAGE
+    return add_atomic(blk, rounds, h);
+#endif
     __m256i lo = _mm256_load_si256((const __m256i *)blk);
     __m256i hi = _mm256_load_si256((const __m256i *)(blk + 4));
     const __m256i zero = _mm256_setzero_si256();
@@ -263,6 +311,9 @@ LB_AVX2 static inline unsigned add_avx2(uint64_t *blk, uint32_t rounds, lb_hash_
 
 LB_AVX2 static inline int test_avx2(const uint64_t *blk, uint32_t rounds, lb_hash_pair h)
 {
+#ifdef LB_ATOMIC_STORAGE
+    return test_atomic(blk, rounds, h);
+#endif
     __m256i want_lo, want_hi;
     avx2_masks(rounds, h, &want_lo, &want_hi);
     __m256i lo = _mm256_load_si256((const __m256i *)blk);
@@ -274,7 +325,7 @@ LB_AVX2 static inline int test_avx2(const uint64_t *blk, uint32_t rounds, lb_has
 LB_AVX2 static inline int add_one_avx2(lb_blocked *b, lb_hash_pair h)
 {
     unsigned fresh = add_avx2(block_of(b, h), b->rounds, h);
-    b->bits_set += fresh;
+    LB_COUNT_ADD(&b->bits_set, fresh);
     return fresh != 0;
 }
 
@@ -315,7 +366,7 @@ static LB_NOINLINE int test_key_any(const lb_blocked *b, const void *data, size_
 int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len)
 {
 #if LB_HAVE_AVX2_CODE
-    if (LB_LIKELY(use_avx2 > 0 && len <= LB_SHORT_KEY))
+    if (LB_LIKELY(USE_AVX2() > 0 && len <= LB_SHORT_KEY))
         return add_short_key_avx2(b, data, len);
 #endif
     return add_key_any(b, data, len);
@@ -324,7 +375,7 @@ int lb_blocked_add_key(lb_blocked *b, const void *data, size_t len)
 int lb_blocked_test_key(const lb_blocked *b, const void *data, size_t len)
 {
 #if LB_HAVE_AVX2_CODE
-    if (LB_LIKELY(use_avx2 > 0 && len <= LB_SHORT_KEY))
+    if (LB_LIKELY(USE_AVX2() > 0 && len <= LB_SHORT_KEY))
         return test_short_key_avx2(b, data, len);
 #endif
     return test_key_any(b, data, len);
@@ -337,7 +388,7 @@ int lb_blocked_add(lb_blocked *b, lb_hash_pair h)
         return add_one_avx2(b, h);
 #endif
     unsigned fresh = add_portable(block_of(b, h), b->rounds, h);
-    b->bits_set += fresh;
+    LB_COUNT_ADD(&b->bits_set, fresh);
     return fresh != 0;
 }
 
@@ -405,7 +456,7 @@ int lb_blocked_test(const lb_blocked *b, lb_hash_pair h)
             if (out)                                                                     \
                 out[key_no] = (uint8_t)(fresh != 0);                                     \
         });                                                                              \
-        b->bits_set += fresh_total;                                                      \
+        LB_COUNT_ADD(&b->bits_set, fresh_total);                                         \
     }                                                                                    \
     ATTR static void test_##SRC##_##IMPL(const lb_blocked *b, const SRC_T *SRC, size_t n, \
                                           uint8_t *out)                                  \

@@ -44,6 +44,24 @@ typedef enum {
 #define LB_NOINLINE
 #endif
 
+/* LB_ATOMIC_STORAGE (setup.py defines it for a free-threaded CPython, where
+ * threads run the filters truly in parallel): every bit and counter is set with
+ * an atomic read-modify-write (OR for bits, compare-and-swap for a counter's
+ * byte) and read with an atomic load, all relaxed; the counts kept beside them
+ * (bits_set, nonzero) are added to atomically.  Relaxed is enough: a Bloom
+ * filter's bits only go from 0 to 1 between resets, each bit is its own fact
+ * (no other memory is published through it), and a key's add is acknowledged
+ * only after its own atomic ORs returned, so any later test, in any thread,
+ * reads those bits set (coherence of each location).  Without it (a GIL
+ * build) the plain operations stay: one thread writes a filter at a time. */
+#ifdef LB_ATOMIC_STORAGE
+#define LB_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LB_COUNT_ADD(p, v) ((void)__atomic_fetch_add((p), (v), __ATOMIC_RELAXED))
+#else
+#define LB_LOAD(p) (*(p))
+#define LB_COUNT_ADD(p, v) ((void)(*(p) += (v)))
+#endif
+
 /* A key as the core sees it: bytes and a length.  Keys are never empty
  * (callers reject the empty key before they reach the core). */
 typedef struct {

@@ -61,15 +61,37 @@ static int test_indices(const lb_counters *c, const uint64_t *idx, uint32_t k)
     return 1;
 }
 
+/* Cell i one up (up != 0) or one down, unless it is at 15 (never moved again) or,
+ * going down, at 0; returns its value before.  Built for threads that change
+ * cells in parallel (LB_ATOMIC_STORAGE), the byte that holds two cells is
+ * replaced by compare-and-swap, so a step of the other cell of the byte, or of
+ * this one, by another thread is never written over. */
+static inline unsigned counter_step(lb_counters *c, uint64_t i, int up)
+{
+    uint8_t *p = &c->data[i >> 1];
+    const unsigned shift = (i & 1) ? 4 : 0;
+    uint8_t old = LB_LOAD(p), next;
+    unsigned v;
+    do {
+        v = (unsigned)(old >> shift) & 0x0f;
+        if (v == LB_COUNTER_MAX || (!up && v == 0))
+            return v;
+        next = (uint8_t)((old & ~(0x0fu << shift)) | ((up ? v + 1 : v - 1) << shift));
+#ifdef LB_ATOMIC_STORAGE
+    } while (!__atomic_compare_exchange_n(p, &old, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+#else
+        *p = next;
+    } while (0);
+#endif
+    return v;
+}
+
 static int add_indices(lb_counters *c, const uint64_t *idx, uint32_t k)
 {
     int was_present = test_indices(c, idx, k);
     for (uint32_t i = 0; i < k; i++) {
-        unsigned v = lb_counter_get(c, idx[i]);
-        if (v < LB_COUNTER_MAX) {
-            c->nonzero += v == 0;
-            lb_counter_put(c, idx[i], v + 1);
-        }
+        if (counter_step(c, idx[i], 1) == 0)
+            LB_COUNT_ADD(&c->nonzero, 1);
     }
     return !was_present;
 }
@@ -95,13 +117,11 @@ int lb_counters_remove(lb_counters *c, const lb_geometry *g, lb_hash_pair h)
     if (!test_indices(c, idx, g->k))
         return 0;
     for (uint32_t i = 0; i < g->k; i++) {
-        unsigned v = lb_counter_get(c, idx[i]);
-        /* v > 0 here unless an index repeats and an earlier step of this
-         * loop took its cell to zero; never go below zero, never touch 15. */
-        if (v > 0 && v < LB_COUNTER_MAX) {
-            lb_counter_put(c, idx[i], v - 1);
-            c->nonzero -= v == 1;
-        }
+        /* The cell is above 0 here unless an index repeats and an earlier
+         * step of this loop took it to zero (or another thread's remove did);
+         * never go below zero, never touch 15. */
+        if (counter_step(c, idx[i], 0) == 1)
+            LB_COUNT_ADD(&c->nonzero, (uint64_t)-1);
     }
     return 1;
 }

@@ -31,7 +31,7 @@ void lb_counters_recount(lb_counters *c);
 
 static inline unsigned lb_counter_get(const lb_counters *c, uint64_t i)
 {
-    uint8_t b = c->data[i >> 1];
+    uint8_t b = LB_LOAD(&c->data[i >> 1]);
     return (i & 1) ? (unsigned)(b >> 4) : (unsigned)(b & 0x0f);
 }
 

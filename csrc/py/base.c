@@ -19,6 +19,7 @@ int lb_base_init(lb_base *b, PyTypeObject *type)
     }
     b->busy = 0;
     b->fork_generation = lb_fork_generation;
+    b->lock_generation = lb_fork_generation;
     b->waiters = 0;
     b->users = 0;
     b->reads_during_batch = 0;
@@ -75,6 +76,25 @@ int lb_fork_watch_install(void)
     installed = 1;
     return 0;
 }
+
+#ifdef LB_FT_LOCKS
+_Thread_local int lb_method_depth = 0;
+
+void lb_fork_unlock_slow(PyObject *o)
+{
+    if (lb_method_depth != 0)
+        return; /* the forking thread is inside a filter's method: see base.h */
+    if (!lb_state_from_type(Py_TYPE(o))) {
+        PyErr_Clear(); /* not a filter (the other operand of ==, a | b) */
+        return;
+    }
+    lb_base *b = (lb_base *)o;
+    if (b->lock_generation == lb_fork_generation)
+        return;
+    b->lock_generation = lb_fork_generation;
+    o->ob_mutex = (PyMutex){0};
+}
+#endif
 
 /* The first entry in a forked child: a fresh lock state; what another
  * thread was changing at the fork is replaced by the type's hook. */
@@ -205,7 +225,7 @@ PyObject *lb_close_with(lb_base *b, void (*release)(lb_base *))
     Py_RETURN_NONE;
 }
 
-PyObject *lb_enter_method(PyObject *self, PyObject *unused)
+static PyObject *lb_enter_method_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_base *b = (lb_base *)self;
@@ -214,6 +234,8 @@ PyObject *lb_enter_method(PyObject *self, PyObject *unused)
     lb_leave(b);
     return Py_NewRef(self);
 }
+
+LB_LOCKED_SELF(lb_enter_method)
 
 PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -226,11 +248,13 @@ PyObject *lb_exit_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_FALSE;
 }
 
-PyObject *lb_closed_get(PyObject *self, void *unused)
+static PyObject *lb_closed_get_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     return PyBool_FromLong(((lb_base *)self)->closed);
 }
+
+LB_LOCKED_GETTER(lb_closed_get)
 
 /* ---- len() and truth ------------------------------------------------------ */
 

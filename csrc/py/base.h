@@ -37,6 +37,119 @@
  * suspect: the type's after_fork hook replaces it without touching it (the
  * Redis types abandon the connection and build a new one). */
 
+/* Free-threaded CPython (3.13t, Py_GIL_DISABLED): no GIL orders the threads, so
+ * every method of an in-memory filter that reads or changes the object's state
+ * runs in a critical section on the object (two objects: union, ==, a | b):
+ * the per-object lock CPython gives (Py_BEGIN_CRITICAL_SECTION), which, like
+ * the GIL, is let go while the thread waits or runs without the interpreter
+ * (a batch's GIL-free section, a blocking call) and taken back after.  So
+ * everything above, written for the GIL, holds object by object: a field of
+ * the base (busy, users, closed, waiters) is only read and written inside the
+ * object's critical section, and a GIL-free section is still the only time
+ * another thread reaches the storage while this one uses it.  LB_LOCKED_*
+ * define a method as its _unlocked body called inside the section; on a build
+ * with the GIL they are the body itself (the section is the GIL).  What the
+ * storage guarantees to a reader during a GIL-free section: csrc/core/common.h
+ * (LB_ATOMIC_STORAGE). */
+#if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030D0000
+#define LB_FT_LOCKS 1
+/* Fork: CPython stops every other thread before fork(), and a stopped thread
+ * holds no critical section, but a lock its owner handed to a waiting thread
+ * (PyMutex gives a lock straight to a thread that waited long) stays taken
+ * in the child by a thread that is not there.  So in a forked child, the first
+ * method of a filter (lb_fork_unlock) marks its object's lock free, unless
+ * the thread that forked is inside a filter's method itself (then it may hold
+ * that lock: left as it is). */
+#define LB_LOCK_BEGIN(o)                                                               \
+    lb_fork_unlock(o);                                                                 \
+    lb_method_depth++;                                                                 \
+    Py_BEGIN_CRITICAL_SECTION(o)
+#define LB_LOCK_END()                                                                  \
+    Py_END_CRITICAL_SECTION();                                                         \
+    lb_method_depth--
+#define LB_LOCK2_BEGIN(a, b)                                                           \
+    lb_fork_unlock(a);                                                                 \
+    lb_fork_unlock(b);                                                                 \
+    lb_method_depth++;                                                                 \
+    Py_BEGIN_CRITICAL_SECTION2(a, b)
+#define LB_LOCK2_END()                                                                 \
+    Py_END_CRITICAL_SECTION2();                                                        \
+    lb_method_depth--
+#else
+#define LB_LOCK_BEGIN(o) {
+#define LB_LOCK_END() }
+#define LB_LOCK2_BEGIN(a, b) {
+#define LB_LOCK2_END() }
+#endif
+
+/* METH_NOARGS and METH_O: self locked. */
+#define LB_LOCKED_SELF(name)                                                           \
+    PyObject *name(PyObject *self, PyObject *arg)                                      \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, arg);                                               \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+/* METH_O with another object (union), a binary number slot: both locked. */
+#define LB_LOCKED_PAIR(name)                                                           \
+    PyObject *name(PyObject *a, PyObject *b)                                           \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK2_BEGIN(a, b);                                                          \
+        r_ = name##_unlocked(a, b);                                                    \
+        LB_LOCK2_END();                                                                \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_COMPARE(name)                                                        \
+    PyObject *name(PyObject *a, PyObject *b, int op)                                   \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK2_BEGIN(a, b);                                                          \
+        r_ = name##_unlocked(a, b, op);                                                \
+        LB_LOCK2_END();                                                                \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_CONTAINS(name)                                                       \
+    int name(PyObject *self, PyObject *key)                                            \
+    {                                                                                  \
+        int r_;                                                                        \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, key);                                               \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_GETTER(name)                                                         \
+    PyObject *name(PyObject *self, void *closure)                                      \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, closure);                                           \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+#define LB_LOCKED_REPR(name)                                                           \
+    PyObject *name(PyObject *self)                                                     \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self);                                                    \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+/* METH_FASTCALL | METH_KEYWORDS. */
+#define LB_LOCKED_FASTCALL_KW(name)                                                    \
+    PyObject *name(PyObject *self, PyObject *const *args, Py_ssize_t nargs,            \
+                   PyObject *kwnames)                                                  \
+    {                                                                                  \
+        PyObject *r_;                                                                  \
+        LB_LOCK_BEGIN(self);                                                           \
+        r_ = name##_unlocked(self, args, nargs, kwnames);                              \
+        LB_LOCK_END();                                                                 \
+        return r_;                                                                     \
+    }
+
 /* How a type runs batches (batch.h defines it). */
 struct lb_batch_ops_s;
 
@@ -46,6 +159,7 @@ typedef struct lb_base_s {
     PyThread_type_lock lock;
     int busy;
     unsigned long fork_generation;
+    unsigned long lock_generation; /* lb_fork_unlock's: the fork its lock was freed after */
     int waiters;
     long users;       /* operations that entered and have not left */
     int reads_during_batch;
@@ -66,6 +180,22 @@ typedef struct lb_base_s {
     PyObject *weakrefs;
 } lb_base;
 
+/* Bumped in the child after every fork (pthread_atfork). */
+extern unsigned long lb_fork_generation;
+
+#ifdef LB_FT_LOCKS
+/* How many filter methods this thread is inside (LB_LOCK_BEGIN). */
+extern _Thread_local int lb_method_depth;
+/* In a forked child, the first time: o's critical-section lock marked free (see
+ * LB_LOCK_BEGIN); nothing in the parent (no fork yet) or for another object. */
+void lb_fork_unlock_slow(PyObject *o);
+static inline void lb_fork_unlock(PyObject *o)
+{
+    if (LB_UNLIKELY(lb_fork_generation != 0))
+        lb_fork_unlock_slow(o);
+}
+#endif
+
 /* Watch for fork() (pthread_atfork), once per process (module exec).  0, or
  * -1 with OSError. */
 int lb_fork_watch_install(void);
@@ -76,9 +206,6 @@ int lb_read_only_error(lb_base *b);
 /* Initialise the base in tp_new (allocates the lock). */
 int lb_base_init(lb_base *b, PyTypeObject *type);
 void lb_base_fini(lb_base *b);
-
-/* Bumped in the child after every fork (pthread_atfork). */
-extern unsigned long lb_fork_generation;
 
 /* The slow path of lb_wait_open: a fork to recover from, or a GIL-free
  * section to wait for.  0, or -1 with an exception. */

@@ -859,20 +859,26 @@ static PyObject *batch_method(const char *name, PyObject *self, PyObject *const 
                         ops->gil_always ? LB_GIL_ALWAYS : LB_GIL_LARGE, b->chunk);
 }
 
-PyObject *lb_add_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+static PyObject *lb_add_many_method_unlocked(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                              PyObject *kwnames)
 {
     return batch_method("add_many", self, args, nargs, kwnames, 1, LB_RESULT_LIST);
 }
 
-PyObject *lb_update_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+LB_LOCKED_FASTCALL_KW(lb_add_many_method)
+
+static PyObject *lb_update_method_unlocked(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
     return batch_method("update", self, args, nargs, kwnames, 1, LB_RESULT_NONE);
 }
 
-PyObject *lb_test_many_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+LB_LOCKED_FASTCALL_KW(lb_update_method)
+
+static PyObject *lb_test_many_method_unlocked(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
     return batch_method("test_many", self, args, nargs, kwnames, 0, LB_RESULT_LIST);
 }
+
+LB_LOCKED_FASTCALL_KW(lb_test_many_method)

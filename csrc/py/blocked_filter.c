@@ -206,7 +206,7 @@ static PyObject *BlockedFilter_hash(PyObject *self, void *unused)
     return PyUnicode_FromString(BLOCKED_HASH_NAME);
 }
 
-static PyObject *BlockedFilter_current_error_rate(PyObject *self, PyObject *unused)
+static PyObject *BlockedFilter_current_error_rate_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     BlockedFilter *f = AS_BLOCKED(self);
@@ -217,7 +217,9 @@ static PyObject *BlockedFilter_current_error_rate(PyObject *self, PyObject *unus
     return PyFloat_FromDouble(r);
 }
 
-static PyObject *BlockedFilter_repr(PyObject *self)
+static LB_LOCKED_SELF(BlockedFilter_current_error_rate)
+
+static PyObject *BlockedFilter_repr_unlocked(PyObject *self)
 {
     BlockedFilter *f = AS_BLOCKED(self);
     const char *tname = strrchr(Py_TYPE(self)->tp_name, '.');
@@ -230,6 +232,8 @@ static PyObject *BlockedFilter_repr(PyObject *self)
                                 (unsigned long long)f->bits.nblocks,
                                 (unsigned long long)f->bits.bits_set);
 }
+
+static LB_LOCKED_REPR(BlockedFilter_repr)
 
 /* ---- the theory, as static methods --------------------------------------- */
 

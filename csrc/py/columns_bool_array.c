@@ -161,12 +161,12 @@ PyTypeObject *lb_bool_array_type(PyObject *module)
 
 /* numpy, imported the first time a column's answers are made; 1 once it
  * could not be (then every answer is a BoolArray, and no import is tried
- * again). */
+ * again).  Relaxed atomics: threads that find it missing at once all store 1. */
 static int numpy_missing;
 
 PyObject *lb_bool_array_result(PyObject *arr)
 {
-    if (!arr || numpy_missing)
+    if (!arr || __atomic_load_n(&numpy_missing, __ATOMIC_RELAXED))
         return arr;
     PyObject *np = PyImport_ImportModule("numpy");
     if (!np) {
@@ -175,7 +175,7 @@ PyObject *lb_bool_array_result(PyObject *arr)
             return NULL;
         }
         PyErr_Clear();
-        numpy_missing = 1;
+        __atomic_store_n(&numpy_missing, 1, __ATOMIC_RELAXED);
         return arr;
     }
     PyObject *r = PyObject_CallMethod(np, "frombuffer", "Os", arr, "?");

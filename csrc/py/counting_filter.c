@@ -99,7 +99,7 @@ const lb_fixed_impl lb_counting_impl = {
 
 /* ---- removing and counting: what only a counting filter has ------------------- */
 
-static PyObject *CountingFilter_discard(PyObject *self, PyObject *key)
+static PyObject *CountingFilter_discard_unlocked(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
     if (lb_fixed_enter_hashed(&AS_COUNTING(self)->f, key, 0, &h) < 0)
@@ -109,9 +109,11 @@ static PyObject *CountingFilter_discard(PyObject *self, PyObject *key)
     return PyBool_FromLong(r);
 }
 
-static PyObject *CountingFilter_remove(PyObject *self, PyObject *key)
+static LB_LOCKED_SELF(CountingFilter_discard)
+
+static PyObject *CountingFilter_remove_unlocked(PyObject *self, PyObject *key)
 {
-    PyObject *r = CountingFilter_discard(self, key);
+    PyObject *r = CountingFilter_discard_unlocked(self, key);
     if (r == Py_False) {
         Py_DECREF(r);
         PyErr_SetObject(PyExc_KeyError, key);
@@ -123,7 +125,9 @@ static PyObject *CountingFilter_remove(PyObject *self, PyObject *key)
     Py_RETURN_NONE;
 }
 
-static PyObject *CountingFilter_count(PyObject *self, PyObject *key)
+static LB_LOCKED_SELF(CountingFilter_remove)
+
+static PyObject *CountingFilter_count_unlocked(PyObject *self, PyObject *key)
 {
     lb_hash_pair h;
     if (lb_fixed_enter_hashed(&AS_COUNTING(self)->f, key, 1, &h) < 0)
@@ -133,13 +137,17 @@ static PyObject *CountingFilter_count(PyObject *self, PyObject *key)
     return PyLong_FromUnsignedLong(n);
 }
 
-static PyObject *CountingFilter_repr(PyObject *self)
+static LB_LOCKED_SELF(CountingFilter_count)
+
+static PyObject *CountingFilter_repr_unlocked(PyObject *self)
 {
     char extra[64];
     PyOS_snprintf(extra, sizeof(extra), "cells_used=%llu",
                   (unsigned long long)AS_COUNTING(self)->c.nonzero);
     return lb_fixed_repr(&AS_COUNTING(self)->f, extra);
 }
+
+static LB_LOCKED_REPR(CountingFilter_repr)
 
 static PyMethodDef CountingFilter_methods[] = {
     {"add", lb_fixed_add, METH_O,

@@ -104,12 +104,14 @@ int lb_fixed_traverse(PyObject *self, visitproc visit, void *arg)
     return 0;
 }
 
-PyObject *lb_fixed_close(PyObject *self, PyObject *unused)
+static PyObject *lb_fixed_close_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     return lb_close_with(&f->base, f->impl->release);
 }
+
+LB_LOCKED_SELF(lb_fixed_close)
 
 /* ---- single keys ----------------------------------------------------------- */
 
@@ -138,7 +140,7 @@ static LB_NOINLINE int fixed_contains_full(lb_fixed_filter *f, PyObject *key)
     return r;
 }
 
-PyObject *lb_fixed_add(PyObject *self, PyObject *key)
+static PyObject *lb_fixed_add_unlocked(PyObject *self, PyObject *key)
 {
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     const void *data;
@@ -148,7 +150,9 @@ PyObject *lb_fixed_add(PyObject *self, PyObject *key)
     return fixed_add_full(f, key);
 }
 
-int lb_fixed_contains(PyObject *self, PyObject *key)
+LB_LOCKED_SELF(lb_fixed_add)
+
+static int lb_fixed_contains_unlocked(PyObject *self, PyObject *key)
 {
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     const void *data;
@@ -158,13 +162,17 @@ int lb_fixed_contains(PyObject *self, PyObject *key)
     return fixed_contains_full(f, key);
 }
 
-PyObject *lb_fixed_test(PyObject *self, PyObject *key)
+LB_LOCKED_CONTAINS(lb_fixed_contains)
+
+static PyObject *lb_fixed_test_unlocked(PyObject *self, PyObject *key)
 {
-    int r = lb_fixed_contains(self, key);
+    int r = lb_fixed_contains_unlocked(self, key);
     if (r < 0)
         return NULL;
     return Py_NewRef(r ? Py_True : Py_False);
 }
+
+LB_LOCKED_SELF(lb_fixed_test)
 
 int lb_fixed_enter_hashed(lb_fixed_filter *f, PyObject *key, int read_only, lb_hash_pair *h)
 {
@@ -220,7 +228,7 @@ static void fixed_recount(lb_fixed_filter *f)
         f->impl->recount(f);
 }
 
-PyObject *lb_fixed_reset(PyObject *self, PyObject *unused)
+static PyObject *lb_fixed_reset_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
@@ -233,19 +241,23 @@ PyObject *lb_fixed_reset(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+LB_LOCKED_SELF(lb_fixed_reset)
+
 PyObject *lb_fixed_get_nbytes(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromSize_t(lb_fixed_nbytes((lb_fixed_filter *)self));
 }
 
-PyObject *lb_fixed_get_cells_used(PyObject *self, void *unused)
+static PyObject *lb_fixed_get_cells_used_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     fixed_recount(f);
     return PyLong_FromUnsignedLongLong(*f->cells_used);
 }
+
+LB_LOCKED_GETTER(lb_fixed_get_cells_used)
 
 PyObject *lb_fixed_sizeof(PyObject *self, PyObject *unused)
 {
@@ -257,7 +269,7 @@ PyObject *lb_fixed_sizeof(PyObject *self, PyObject *unused)
                              (held ? lb_fixed_nbytes(f) + f->impl->alloc_slack : 0));
 }
 
-PyObject *lb_fixed_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *lb_fixed_richcompare_unlocked(PyObject *self, PyObject *other, int op)
 {
     lb_fixed_filter *a = (lb_fixed_filter *)self;
     if ((op != Py_EQ && op != Py_NE) ||
@@ -279,7 +291,9 @@ PyObject *lb_fixed_richcompare(PyObject *self, PyObject *other, int op)
     return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 
-PyObject *lb_fixed_to_bytes_method(PyObject *self, PyObject *unused)
+LB_LOCKED_COMPARE(lb_fixed_richcompare)
+
+static PyObject *lb_fixed_to_bytes_method_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
@@ -293,6 +307,8 @@ PyObject *lb_fixed_to_bytes_method(PyObject *self, PyObject *unused)
     lb_leave(&f->base);
     return r;
 }
+
+LB_LOCKED_SELF(lb_fixed_to_bytes_method)
 
 PyObject *lb_fixed_from_bytes(PyObject *cls, PyObject *data)
 {
@@ -355,7 +371,7 @@ PyObject *lb_fixed_get_error_rate(PyObject *self, void *offset)
     return PyFloat_FromDouble(a->error_rate);
 }
 
-PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
+static PyObject *lb_fixed_approximate_count_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
@@ -369,6 +385,8 @@ PyObject *lb_fixed_approximate_count(PyObject *self, PyObject *unused)
     return PyLong_FromDouble(floor(n + 0.5));
 }
 
+LB_LOCKED_SELF(lb_fixed_approximate_count)
+
 /* The share of cells in use (counted again first where the filter needs it), or
  * -1 with the exception set. */
 static double fixed_fill(lb_fixed_filter *f)
@@ -381,20 +399,24 @@ static double fixed_fill(lb_fixed_filter *f)
     return fill;
 }
 
-PyObject *lb_fixed_fill_ratio(PyObject *self, PyObject *unused)
+static PyObject *lb_fixed_fill_ratio_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     double fill = fixed_fill((lb_fixed_filter *)self);
     return fill < 0 ? NULL : PyFloat_FromDouble(fill);
 }
 
-PyObject *lb_fixed_current_error_rate(PyObject *self, PyObject *unused)
+LB_LOCKED_SELF(lb_fixed_fill_ratio)
+
+static PyObject *lb_fixed_current_error_rate_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
     double fill = fixed_fill(f);
     return fill < 0 ? NULL : PyFloat_FromDouble(pow(fill, (double)f->args.k));
 }
+
+LB_LOCKED_SELF(lb_fixed_current_error_rate)
 
 /* ---- saved format, repr, comparing ------------------------------------------ */
 
@@ -497,7 +519,7 @@ lb_fixed_filter *lb_fixed_copy_of(lb_fixed_filter *src)
     return dst;
 }
 
-PyObject *lb_fixed_copy(PyObject *self, PyObject *unused)
+static PyObject *lb_fixed_copy_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     lb_fixed_filter *f = (lb_fixed_filter *)self;
@@ -507,6 +529,8 @@ PyObject *lb_fixed_copy(PyObject *self, PyObject *unused)
     lb_leave(&f->base);
     return r;
 }
+
+LB_LOCKED_SELF(lb_fixed_copy)
 
 static PyObject *fixed_combine(PyObject *self, PyObject *other, int is_union, int in_place)
 {
@@ -526,15 +550,19 @@ static PyObject *fixed_combine(PyObject *self, PyObject *other, int is_union, in
     return (PyObject *)r;
 }
 
-PyObject *lb_fixed_union(PyObject *self, PyObject *other)
+static PyObject *lb_fixed_union_unlocked(PyObject *self, PyObject *other)
 {
     return fixed_combine(self, other, 1, 0);
 }
 
-PyObject *lb_fixed_intersection(PyObject *self, PyObject *other)
+LB_LOCKED_PAIR(lb_fixed_union)
+
+static PyObject *lb_fixed_intersection_unlocked(PyObject *self, PyObject *other)
 {
     return fixed_combine(self, other, 0, 0);
 }
+
+LB_LOCKED_PAIR(lb_fixed_intersection)
 
 /* a | b and friends: the slot of a's type or of b's (reflected); NotImplemented
  * unless a is a fixed filter and b is of the same type. */
@@ -552,22 +580,30 @@ static PyObject *fixed_binary(PyObject *a, PyObject *b, int is_union, int in_pla
     return fixed_combine(a, b, is_union, in_place);
 }
 
-PyObject *lb_fixed_nb_or(PyObject *a, PyObject *b)
+static PyObject *lb_fixed_nb_or_unlocked(PyObject *a, PyObject *b)
 {
     return fixed_binary(a, b, 1, 0);
 }
 
-PyObject *lb_fixed_nb_and(PyObject *a, PyObject *b)
+LB_LOCKED_PAIR(lb_fixed_nb_or)
+
+static PyObject *lb_fixed_nb_and_unlocked(PyObject *a, PyObject *b)
 {
     return fixed_binary(a, b, 0, 0);
 }
 
-PyObject *lb_fixed_nb_ior(PyObject *a, PyObject *b)
+LB_LOCKED_PAIR(lb_fixed_nb_and)
+
+static PyObject *lb_fixed_nb_ior_unlocked(PyObject *a, PyObject *b)
 {
     return fixed_binary(a, b, 1, 1);
 }
 
-PyObject *lb_fixed_nb_iand(PyObject *a, PyObject *b)
+LB_LOCKED_PAIR(lb_fixed_nb_ior)
+
+static PyObject *lb_fixed_nb_iand_unlocked(PyObject *a, PyObject *b)
 {
     return fixed_binary(a, b, 0, 1);
 }
+
+LB_LOCKED_PAIR(lb_fixed_nb_iand)

@@ -141,7 +141,7 @@ static MemoryFilter *MemoryFilter_new_from(PyTypeObject *type, const lb_fixed_ar
 }
 
 /* The raw bit array: ceil(m/8) bytes in Redis's SETBIT order. */
-static PyObject *MemoryFilter_to_bitmap(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_to_bitmap_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     MemoryFilter *f = AS_MEMORY(self);
@@ -151,6 +151,8 @@ static PyObject *MemoryFilter_to_bitmap(PyObject *self, PyObject *unused)
     lb_leave(&f->f.base);
     return r;
 }
+
+static LB_LOCKED_SELF(MemoryFilter_to_bitmap)
 
 static PyObject *MemoryFilter_from_bitmap(PyObject *cls, PyObject *args, PyObject *kwargs)
 {
@@ -201,7 +203,7 @@ done:
     return result;
 }
 
-static PyObject *MemoryFilter_repr(PyObject *self)
+static PyObject *MemoryFilter_repr_unlocked(PyObject *self)
 {
     MemoryFilter *f = AS_MEMORY(self);
     if (f->path && !f->f.base.closed) {
@@ -217,6 +219,8 @@ static PyObject *MemoryFilter_repr(PyObject *self)
     PyOS_snprintf(extra, sizeof(extra), "bits_set=%llu", (unsigned long long)f->bits.bits_set);
     return lb_fixed_repr(&f->f, extra);
 }
+
+static LB_LOCKED_REPR(MemoryFilter_repr)
 
 /* ---- a file mapped by several processes ---------------------------------- */
 
@@ -386,7 +390,7 @@ fail:
     return NULL;
 }
 
-static PyObject *MemoryFilter_flush(PyObject *self, PyObject *unused)
+static PyObject *MemoryFilter_flush_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     MemoryFilter *f = AS_MEMORY(self);
@@ -406,6 +410,8 @@ static PyObject *MemoryFilter_flush(PyObject *self, PyObject *unused)
     }
     Py_RETURN_NONE;
 }
+
+static LB_LOCKED_SELF(MemoryFilter_flush)
 
 static PyObject *MemoryFilter_get_path(PyObject *self, void *unused)
 {

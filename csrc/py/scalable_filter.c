@@ -117,7 +117,7 @@ static int ScalableFilter_traverse(PyObject *self, visitproc visit, void *arg)
     return 0;
 }
 
-static PyObject *ScalableFilter_add(PyObject *self, PyObject *key)
+static PyObject *ScalableFilter_add_unlocked(PyObject *self, PyObject *key)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
@@ -134,7 +134,9 @@ static PyObject *ScalableFilter_add(PyObject *self, PyObject *key)
     return PyBool_FromLong(added);
 }
 
-static int ScalableFilter_contains(PyObject *self, PyObject *key)
+static LB_LOCKED_SELF(ScalableFilter_add)
+
+static int ScalableFilter_contains_unlocked(PyObject *self, PyObject *key)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     lb_key k;
@@ -146,11 +148,15 @@ static int ScalableFilter_contains(PyObject *self, PyObject *key)
     return r;
 }
 
-static PyObject *ScalableFilter_test(PyObject *self, PyObject *key)
+static LB_LOCKED_CONTAINS(ScalableFilter_contains)
+
+static PyObject *ScalableFilter_test_unlocked(PyObject *self, PyObject *key)
 {
-    int r = ScalableFilter_contains(self, key);
+    int r = ScalableFilter_contains_unlocked(self, key);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
+
+static LB_LOCKED_SELF(ScalableFilter_test)
 
 static lb_status ScalableFilter_add_hashed(lb_base *b, const lb_hash_pair *pairs, size_t n,
                                            uint8_t *out, size_t *done)
@@ -182,7 +188,7 @@ static const lb_batch_ops ScalableFilter_batch = {
     .key_scheme = ScalableFilter_key_scheme,
 };
 
-static PyObject *ScalableFilter_reset(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_reset_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -194,13 +200,17 @@ static PyObject *ScalableFilter_reset(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *ScalableFilter_close(PyObject *self, PyObject *unused)
+static LB_LOCKED_SELF(ScalableFilter_reset)
+
+static PyObject *ScalableFilter_close_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     return lb_close_with(&AS_SCALABLE(self)->base, ScalableFilter_release);
 }
 
-static PyObject *ScalableFilter_approximate_count(PyObject *self, PyObject *unused)
+static LB_LOCKED_SELF(ScalableFilter_close)
+
+static PyObject *ScalableFilter_approximate_count_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -210,7 +220,9 @@ static PyObject *ScalableFilter_approximate_count(PyObject *self, PyObject *unus
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *ScalableFilter_current_error_rate(PyObject *self, PyObject *unused)
+static LB_LOCKED_SELF(ScalableFilter_approximate_count)
+
+static PyObject *ScalableFilter_current_error_rate_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -220,7 +232,9 @@ static PyObject *ScalableFilter_current_error_rate(PyObject *self, PyObject *unu
     return PyFloat_FromDouble(r);
 }
 
-static PyObject *ScalableFilter_stages(PyObject *self, PyObject *unused)
+static LB_LOCKED_SELF(ScalableFilter_current_error_rate)
+
+static PyObject *ScalableFilter_stages_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     ScalableFilter *f = AS_SCALABLE(self);
@@ -248,9 +262,11 @@ static PyObject *ScalableFilter_stages(PyObject *self, PyObject *unused)
     return list;
 }
 
+static LB_LOCKED_SELF(ScalableFilter_stages)
+
 static PyObject *entered_to_bytes(ScalableFilter *f);
 
-static PyObject *ScalableFilter_to_bytes(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_to_bytes_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
     ScalableFilter *f = AS_SCALABLE(self);
@@ -260,6 +276,8 @@ static PyObject *ScalableFilter_to_bytes(PyObject *self, PyObject *unused)
     lb_leave(&f->base);
     return out;
 }
+
+static LB_LOCKED_SELF(ScalableFilter_to_bytes)
 
 /* to_bytes of an entered filter. */
 static PyObject *entered_to_bytes(ScalableFilter *f)
@@ -335,16 +353,18 @@ static PyObject *ScalableFilter_from_bytes(PyObject *cls, PyObject *data)
     return (PyObject *)f;
 }
 
-static PyObject *ScalableFilter_copy(PyObject *self, PyObject *unused)
+static PyObject *ScalableFilter_copy_unlocked(PyObject *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *data = ScalableFilter_to_bytes(self, NULL);
+    PyObject *data = ScalableFilter_to_bytes_unlocked(self, NULL);
     if (!data)
         return NULL;
     PyObject *r = ScalableFilter_from_bytes((PyObject *)Py_TYPE(self), data);
     Py_DECREF(data);
     return r;
 }
+
+static LB_LOCKED_SELF(ScalableFilter_copy)
 
 /* Not defined for a chain: OR-ing stage i of two chains puts up to twice its
  * capacity in it (past the rate its stage promises), and a key that went to
@@ -379,7 +399,7 @@ static PyObject *ScalableFilter_nb_setop(PyObject *a, PyObject *b)
     return ScalableFilter_no_setop(a, b);
 }
 
-static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int op)
+static PyObject *ScalableFilter_richcompare_unlocked(PyObject *self, PyObject *other, int op)
 {
     lb_state *st = AS_SCALABLE(self)->base.st;
     if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(other, st->ScalableFilter))
@@ -388,10 +408,10 @@ static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int
      * A closed filter against another one raises ClosedError (lb_enter2). */
     if (self == other)
         return PyBool_FromLong(op == Py_EQ);
-    PyObject *a = ScalableFilter_to_bytes(self, NULL);
+    PyObject *a = ScalableFilter_to_bytes_unlocked(self, NULL);
     if (!a)
         return NULL;
-    PyObject *b = ScalableFilter_to_bytes(other, NULL);
+    PyObject *b = ScalableFilter_to_bytes_unlocked(other, NULL);
     if (!b) {
         Py_DECREF(a);
         return NULL;
@@ -401,6 +421,8 @@ static PyObject *ScalableFilter_richcompare(PyObject *self, PyObject *other, int
     Py_DECREF(b);
     return r;
 }
+
+static LB_LOCKED_COMPARE(ScalableFilter_richcompare)
 
 static PyObject *ScalableFilter_get_initial_capacity(PyObject *self, void *unused)
 {
@@ -432,14 +454,16 @@ static PyObject *ScalableFilter_get_hash(PyObject *self, void *unused)
     return PyUnicode_FromString(lb_hash_scheme_name(AS_SCALABLE(self)->s.scheme));
 }
 
-static PyObject *ScalableFilter_get_nsub(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_nsub_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromUnsignedLong(AS_SCALABLE(self)->s.nstages);
 }
 
+static LB_LOCKED_GETTER(ScalableFilter_get_nsub)
+
 /* The stage array moves when a batch grows the chain: what reads it enters. */
-static PyObject *ScalableFilter_get_capacity(PyObject *self, void *unused)
+static PyObject *ScalableFilter_get_capacity_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -449,7 +473,9 @@ static PyObject *ScalableFilter_get_capacity(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *ScalableFilter_get_nbytes(PyObject *self, void *unused)
+static LB_LOCKED_GETTER(ScalableFilter_get_capacity)
+
+static PyObject *ScalableFilter_get_nbytes_unlocked(PyObject *self, void *unused)
 {
     (void)unused;
     if (lb_enter(&AS_SCALABLE(self)->base) < 0)
@@ -459,7 +485,9 @@ static PyObject *ScalableFilter_get_nbytes(PyObject *self, void *unused)
     return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *ScalableFilter_repr(PyObject *self)
+static LB_LOCKED_GETTER(ScalableFilter_get_nbytes)
+
+static PyObject *ScalableFilter_repr_unlocked(PyObject *self)
 {
     ScalableFilter *f = AS_SCALABLE(self);
     if (lb_enter(&f->base) < 0) {
@@ -474,6 +502,8 @@ static PyObject *ScalableFilter_repr(PyObject *self)
                                 (unsigned long long)f->s.initial_capacity, stages,
                                 (unsigned long long)count);
 }
+
+static LB_LOCKED_REPR(ScalableFilter_repr)
 
 static PyMethodDef ScalableFilter_methods[] = {
     {"add", ScalableFilter_add, METH_O,

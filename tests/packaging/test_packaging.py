@@ -176,9 +176,10 @@ def test_setup_py_build_jobs_is_a_whole_number_or_a_clear_error(monkeypatch, val
 
 @pytest.mark.skipif(not (ROOT / "packaging" / "sources.lock").exists(), reason="no packaging/")
 def test_sources_lock_pins_every_file_of_each_library_by_sha256():
-    # The wheels' and the sdist's C libraries come from these Debian source packages only:
-    # each library's .dsc, upstream tarball (and its upstream signature, where Debian
-    # carries one: OpenSSL's .asc) and Debian changes, each with its SHA-256.  Redis 8.0,
+    # The wheels' and the sdist's C libraries come from these Debian source packages only,
+    # and so does the free-threaded CPython of make python-ft (python3.13): each one's
+    # .dsc, upstream tarball (and its upstream signature, where Debian carries one:
+    # OpenSSL's and CPython's .asc) and Debian changes, each with its SHA-256.  Redis 8.0,
     # a server of the tests and in no wheel, by its upstream tarball alone
     # (packaging/redis8.sh).
     rows = [line.split() for line in (ROOT / "packaging" / "sources.lock").read_text().splitlines()
@@ -189,7 +190,7 @@ def test_sources_lock_pins_every_file_of_each_library_by_sha256():
         libs.setdefault(name, {"versions": set(), "files": []})
         libs[name]["versions"].add(version)
         libs[name]["files"].append(filename)
-    assert set(libs) == {"hiredis", "xxhash", "openssl", "redis"}
+    assert set(libs) == {"hiredis", "xxhash", "openssl", "redis", "python3.13"}
     redis = libs.pop("redis")
     assert len(redis["versions"]) == 1 and re.fullmatch(r"redis_8\.0\.\d+\.orig\.tar\.gz",
                                                          "".join(redis["files"])), redis
