@@ -177,9 +177,12 @@ class HostileServer:
         read yet), from /proc/net/tcp."""
         client_port = self._conns[index].sock.getpeername()[1]
         sent = unread = 0
+        mark = f":{client_port:04X} "  # in both lines wanted: split only those
         with open("/proc/net/tcp") as f:
             next(f)
             for line in f:
+                if mark not in line:
+                    continue
                 cols = line.split()
                 local = int(cols[1].rsplit(":", 1)[1], 16)
                 remote = int(cols[2].rsplit(":", 1)[1], 16)

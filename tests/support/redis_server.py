@@ -640,9 +640,12 @@ class RedisServer:
         a request has reached it -- what a test waits for before it asserts that the call
         is still waiting, instead of sleeping."""
         total = 0
+        mark = f":{self.port:04X} "  # in every line wanted: split only those
         with open("/proc/net/tcp") as f:
             next(f)
             for line in f:
+                if mark not in line:
+                    continue
                 cols = line.split()
                 local, state, queues = cols[1], cols[3], cols[4]
                 if state == "01" and int(local.rsplit(":", 1)[1], 16) == self.port:
