@@ -732,6 +732,21 @@ class SentinelServer(RedisServer):
                     f"sentinel parallel-syncs {self.service} 1\n")
         return [self.executable, self.conf, "--sentinel"] + self.extra_args
 
+    def _wait_ready(self) -> bool:
+        if not super()._wait_ready():
+            return False
+        # A sentinel reads each server's INFO every 10 s, and demotes an old primary that is
+        # still up after a failover 4 hello periods (2 s each) after it first saw it claim
+        # to be a primary; then it sees that server's link to the new one at its next INFO.
+        # INFO every 1 s and a hello every 0.5 s (SENTINEL DEBUG, Redis 7.0 and Valkey): a
+        # failover and the set's check after it waited 25 s for these periods.
+        try:
+            with self.client() as c:
+                c.command("SENTINEL", "DEBUG", "info-period", "1000", "publish-period", "500")
+        except RedisReplyError:
+            pass  # a server without SENTINEL DEBUG: the default period, only slower
+        return True
+
     def primary(self) -> Tuple[str, int]:
         """What this sentinel says the primary is now."""
         with self.client() as c:
