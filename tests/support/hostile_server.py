@@ -259,7 +259,7 @@ class HostileServer:
         self.stop()
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll cond until it holds (True) or timeout seconds passed (False): for waiting on a
     late reply to have been written, never as a timed assertion."""
     deadline = time.monotonic() + timeout
