@@ -211,15 +211,16 @@ def test_from_bytes_of_a_large_filter_lets_other_threads_run():
     # through from_bytes' checksum and copy: 200 ms for 90 MB with no other thread run.
     # With the switch interval out of reach, another thread runs during the call only if
     # the call releases the GIL.  Whether the woken thread is scheduled inside the
-    # call's few milliseconds is up to a busy machine's OS, so the call is tried up to 25
-    # times: a call that holds the GIL never lets it run, in any try.
+    # call's few milliseconds is up to a busy machine's OS, so the call is tried up to 200
+    # times (a loaded 2-core machine may miss the window many times in a row; a success
+    # ends the loop): a call that holds the GIL never lets it run, in any try.
     data = lb.MemoryFilter(8_000_000, 0.01).to_bytes()   # ~9.6 MB
     assert len(data) > 1 << 20
     old = sys.getswitchinterval()
     tries = []
     try:
         sys.setswitchinterval(1000.0)
-        for _ in range(25):
+        for _ in range(200):
             ready, go, ran = threading.Event(), threading.Event(), []
 
             def other():

@@ -330,7 +330,7 @@ def loaded(flt, reloads):
     """Wait until the FileFilter's thread has loaded its ``reloads``-th file."""
     import time
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a bound on a hang on a loaded machine
     while flt.reloads < reloads and time.monotonic() < deadline:
         time.sleep(0.005)
     assert flt.reloads == reloads
@@ -608,7 +608,7 @@ def test_a_file_filter_reload_after_a_publish_does_not_hold_the_event_loop(tmp_p
         assert r.status_code == 200                   # passed (not a false 404) meanwhile
         assert loading.wait(10)
         gate.set()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a bound on a hang on a loaded machine
         while flt.reloads < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert flt.reloads == 2

@@ -357,7 +357,7 @@ def test_flask_warm_up_in_another_process_updates_the_running_server(db, tmp_pat
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "saved to" in proc.stdout and "warning" not in proc.stderr
-    deadline = time.monotonic() + 10   # a margin of seconds over LING_BLOOM_CHECK_EVERY=0.2
+    deadline = time.monotonic() + 30   # a margin of seconds over LING_BLOOM_CHECK_EVERY=0.2
     while client.get("/products/99999").status_code != 404 or not bloom_warmed(shop):
         assert time.monotonic() < deadline, "the running app never reloaded the file"
         time.sleep(0.1)

@@ -621,12 +621,16 @@ def test_threads_adding_and_testing_while_publishes_reload_see_every_added_key(t
     missed, stop, rows = [], threading.Event(), []
 
     def work(me):
-        for i in range(400):
+        # at least 400 keys, and on until the reader has reloaded twice (publishes under
+        # the threads), so that the reloads raced do not depend on the machine's speed
+        i = 0
+        while i < 400 or (reader.reloads < 2 and i < 50 * 400):
             key = f"{me}-{i}"
             rows.append(key)                                # the row is committed
             writer.add(key)
             if not reader.test(key):
                 missed.append(key)
+            i += 1
 
     def publisher():
         while not stop.is_set():

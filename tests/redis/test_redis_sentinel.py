@@ -71,7 +71,9 @@ def bits_on(srv, key):
 
 class SentinelSet:
     def __init__(self, module, server="redis"):
-        load = ["--loadmodule", module]
+        # either server may be the primary a replica syncs from: at once, not after the
+        # 5 s diskless-sync delay (each set's start and each failover paid it)
+        load = ["--loadmodule", module, "--repl-diskless-sync-delay", "0"]
         self.a = _new_server(extra_args=load, unix_socket=False, server=server)
         self.a.start()
         self.b = _new_server(extra_args=load + ["--replicaof", HOST, str(self.a.port)],
@@ -465,8 +467,9 @@ def test_a_demoted_primary_readonly_sends_the_filter_back_to_the_sentinels(
     # A failover that leaves the client's connection open: the old primary answers writes
     # with -READONLY.  The filter drops that connection, asks the sentinels again, and sends
     # the (idempotent) batch to the new primary: the caller sees no error.
-    a = redis_server_factory()
-    b = redis_server_factory(["--replicaof", HOST, str(a.port)])
+    nodelay = ["--repl-diskless-sync-delay", "0"]  # a replica syncs at once, not after 5 s
+    a = redis_server_factory(nodelay)
+    b = redis_server_factory(nodelay + ["--replicaof", HOST, str(a.port)])
     wait_for("b in sync", lambda: SentinelSet._link_up(b))
     fake = ScriptedSentinel(a.port)
     try:

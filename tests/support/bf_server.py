@@ -201,6 +201,10 @@ class ScriptedServer(_Stoppable):
 
     def stop(self) -> None:
         self._stop.set()
+        try:  # wakes the accept() waiting in _serve now, not at its next 0.1 s timeout
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         for c in self._conns:
             try:

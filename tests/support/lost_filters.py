@@ -82,7 +82,7 @@ class MismatchedFilter:
     add = test
 
 
-def wait_for(condition, what, timeout=10.0):
+def wait_for(condition, what, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

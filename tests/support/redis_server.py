@@ -678,9 +678,12 @@ class RedisServer:
         a request has reached it -- what a test waits for before it asserts that the call
         is still waiting, instead of sleeping."""
         total = 0
+        mark = f":{self.port:04X} "  # in every line wanted: split only those
         with open("/proc/net/tcp") as f:
             next(f)
             for line in f:
+                if mark not in line:
+                    continue
                 cols = line.split()
                 local, state, queues = cols[1], cols[3], cols[4]
                 if state == "01" and int(local.rsplit(":", 1)[1], 16) == self.port:
@@ -766,6 +769,21 @@ class SentinelServer(RedisServer):
                     f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}\n"
                     f"sentinel parallel-syncs {self.service} 1\n")
         return [self.executable, self.conf, "--sentinel"] + self.extra_args
+
+    def _wait_ready(self) -> bool:
+        if not super()._wait_ready():
+            return False
+        # A sentinel reads each server's INFO every 10 s, and demotes an old primary that is
+        # still up after a failover 4 hello periods (2 s each) after it first saw it claim
+        # to be a primary; then it sees that server's link to the new one at its next INFO.
+        # INFO every 1 s and a hello every 0.5 s (SENTINEL DEBUG, Redis 7.0 and Valkey): a
+        # failover and the set's check after it waited 25 s for these periods.
+        try:
+            with self.client() as c:
+                c.command("SENTINEL", "DEBUG", "info-period", "1000", "publish-period", "500")
+        except RedisReplyError:
+            pass  # a server without SENTINEL DEBUG: the default period, only slower
+        return True
 
     def primary(self) -> Tuple[str, int]:
         """What this sentinel says the primary is now."""

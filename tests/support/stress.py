@@ -106,6 +106,14 @@ class Run:
     def running(self) -> bool:
         return time.monotonic() < self.deadline and len(self.problems) < 20
 
+    def rounds(self):
+        """A thread's rounds: at least one, then while the run lasts.  On a loaded machine
+        a thread may first be scheduled after the deadline; it still does its thing once,
+        so that operations, forks and closes all happened whatever the machine's speed."""
+        yield
+        while self.running():
+            yield
+
     def problem(self, what: str) -> None:
         self.problems.append(what)
 
@@ -133,7 +141,7 @@ class Run:
     def adder(self) -> None:
         f = self.stable
         turn = 0
-        while self.running():
+        for _ in self.rounds():
             keys = self.fresh_keys(self.batch_size())
             turn += 1
             if turn % 3 == 0:
@@ -154,7 +162,7 @@ class Run:
 
     def reader(self) -> None:
         f = self.stable
-        while self.running():
+        for _ in self.rounds():
             keys = self.sample()
             if keys:
                 self.expect_true(f, keys, "the stable filter (reader)")
@@ -174,7 +182,7 @@ class Run:
 
     def copier(self) -> None:
         f = self.stable
-        while self.running():
+        for _ in self.rounds():
             keys = self.sample()
             if self.kind in ("redis", "redis-blocked"):
                 c = f.snapshot()
@@ -206,7 +214,7 @@ class Run:
             self.counts["operations"] += 8
 
     def churner(self) -> None:
-        while self.running():
+        for _ in self.rounds():
             b = self.box[0]
             try:
                 self.churn_once(b)
@@ -263,7 +271,7 @@ class Run:
                 b.add(key)
 
     def closer(self) -> None:
-        while self.running():
+        for _ in self.rounds():
             # pacing: a close at a random moment of the other threads' calls
             time.sleep(random.uniform(0.0005, 0.004))
             old = self.box[0]
@@ -281,7 +289,7 @@ class Run:
             # Python 3.12+: fork() of a process with threads warns; forking such a
             # process is what this test is about.
             warnings.simplefilter("ignore", DeprecationWarning)
-            while self.running():
+            for _ in self.rounds():
                 # pacing: a fork at a random moment of the other threads' calls
                 time.sleep(random.uniform(0.01, 0.04))
                 before = self.sample(128)
