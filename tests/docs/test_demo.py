@@ -56,8 +56,11 @@ def test_the_guard_in_front_of_a_web_app():
     assert guarded["queries"] == 20 + (80 - guarded["rejected"])
     assert "http://127.0.0.1:" in text and "gunicorn stopped" in text
     # Several worker processes serve the one filter file: a product created through one of
-    # them is found (200, not a guarded 404) through every other one at once.
-    assert _demo_web.WORKERS > 1 and guarded["workers"] > 1, text
+    # them is found (200, not a guarded 404) through every other one at once.  (Which
+    # worker takes each of the phase's 100 connections is the kernel's choice: a loaded
+    # machine can give them all to one, so the spread is checked where the demo asks until
+    # every worker has answered.)
+    assert _demo_web.WORKERS > 1 and guarded["workers"] >= 1, text
     shared = results["shared"]
     assert len(shared["statuses"]) == _demo_web.WORKERS, text     # every worker answered
     assert all(s == 200 for codes in shared["statuses"].values() for s in codes), text
