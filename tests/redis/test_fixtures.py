@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,6 +307,21 @@ def test_the_marked_tests_run_on_redis_7_redis_8_and_valkey(request):
            if item.originalname == "test_a_test_marked_servers_runs_on_each_server"}
     assert not ids or ids == {f"test_a_test_marked_servers_runs_on_each_server[{s}]"
                               for s in conftest.MARKED_SERVERS}
+
+
+@pytest.mark.parametrize("servers, ids", [
+    ("", "redis redis8 valkey"), ("  ", "redis redis8 valkey"),
+    ("redis,redis", "redis"), ("redis8, redis8 ,valkey", "redis8 valkey")])
+def test_ling_bloom_test_servers_blank_means_every_server_and_a_repeat_runs_once(servers, ids):
+    # the ids of a marked test stay [name] (skips.py and the xdist groups go by them)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "--collect-only",
+         "-q", __file__, "-k", "test_a_test_marked_servers_runs_on_each_server"],
+        env=dict(os.environ, LING_BLOOM_TEST_SERVERS=servers), capture_output=True,
+        text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.findall(r"each_server\[(.*?)\]", out.stdout) == ids.split()
 
 
 def test_a_missing_redis8_server_says_how_to_build_it_and_fails_under_ci(monkeypatch):
