@@ -44,7 +44,10 @@ redis8_build() {
   dir="$(dirname "$bin")"
   mkdir -p "$CACHE/redis"
   exec 9>"$CACHE/redis/.lock"
-  flock 9
+  if ! flock -n 9; then
+    echo "== waiting for the Redis $(redis8_upstream) build under way (another make redis8, or make test's in the background: $CACHE/redis/start.log)" >&2
+    flock 9
+  fi
   if [ ! -f "$dir/.ok" ]; then
     for tool in gcc make pkg-config; do
       command -v "$tool" >/dev/null || { echo "$tool is missing (make deps installs it)" >&2; return 1; }

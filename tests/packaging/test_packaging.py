@@ -382,3 +382,48 @@ def test_make_test_goes_on_when_the_background_redis8_build_cannot_start(tmp_pat
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "redis8" in out.stdout + out.stderr
+
+
+@pytest.mark.skipif(not (ROOT / "packaging" / "redis8.sh").exists(), reason="no packaging/")
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("flock") is None,
+                    reason="no make or flock")
+def test_a_redis8_build_waiting_for_another_says_so_then_finds_or_makes_the_build(tmp_path):
+    # make test's `redis8` waits for the build that redis8-start began in the background
+    # (minutes, on a fresh machine): it says whose build it waits for, not a silent make.
+    tree = _fake_redis8_tree(tmp_path)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, LING_BLOOM_CACHE=str(cache))
+    script = ["bash", str(tree / "packaging" / "redis8.sh")]
+    (cache / "hang").touch()
+    first = subprocess.Popen(script, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    second = None
+    orphan = []
+    try:
+        _wait_for(cache / "making", first)
+        orphan = [int(p) for p in (cache / "making").read_text().split()]
+        with open(tmp_path / "second.err", "w") as err:
+            second = subprocess.Popen(script, env=env, stdout=subprocess.PIPE, stderr=err,
+                                      text=True)
+        import time
+
+        end = time.monotonic() + 60
+        while "waiting for the Redis" not in (tmp_path / "second.err").read_text():
+            assert second.poll() is None and time.monotonic() < end, \
+                (tmp_path / "second.err").read_text()
+            time.sleep(0.05)
+        (cache / "hang").unlink()
+        first.kill()  # the first build dies: the second takes over and builds
+        first.communicate()
+        out, _ = second.communicate(timeout=60)
+        assert second.returncode == 0, (tmp_path / "second.err").read_text()
+        assert (Path(out.strip()).parent / ".ok").exists()
+        assert str(cache / "redis" / "start.log") in (tmp_path / "second.err").read_text()
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+        for pid in orphan:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
