@@ -89,7 +89,8 @@ test-c: deps
 # A build that fails (no deb-src entry and not root, say) leaves its tests to skip, saying
 # why, or under CI=true to fail.
 redis8-start: deps
-	@bash packaging/redis8.sh --start
+	@bash packaging/redis8.sh --start \
+	  || echo "make: the Redis 8.0 build did not start (see above): make redis8 tries again"
 
 redis8: deps
 	@bash packaging/redis8.sh > /dev/null \

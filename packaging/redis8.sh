@@ -44,20 +44,27 @@ redis8_build() {
   dir="$(dirname "$bin")"
   mkdir -p "$CACHE/redis"
   exec 9>"$CACHE/redis/.lock"
-  flock 9
+  if ! flock -n 9; then
+    echo "== waiting for the Redis $(redis8_upstream) build under way (another make redis8, or make test's in the background: $CACHE/redis/start.log)" >&2
+    flock 9
+  fi
   if [ ! -f "$dir/.ok" ]; then
     for tool in gcc make pkg-config; do
       command -v "$tool" >/dev/null || { echo "$tool is missing (make deps installs it)" >&2; return 1; }
     done
-    tarball="$(orig_tarball redis)"
-    rm -rf "$dir"
+    tarball="$(orig_tarball redis 9>&-)"
+    # the trees of builds killed midway (this lock is free: none of them runs on; a make
+    # orphaned by a kill -9 of this script stops when its tree goes)
+    rm -rf "$dir" "$CACHE/redis"/.build-*
     src="$(mktemp -d "$CACHE/redis/.build-XXXXXX")"
     log="$src/build.log"
     start=$SECONDS
     echo "== Redis $(redis8_upstream) (make $REDIS8_MAKE_FLAGS), for the tests: $bin" >&2
     # shellcheck disable=SC2086
+    # 9>&-: the lock is this script's alone, so that a make orphaned by a kill -9 of it does
+    # not hold it (the next build would wait for that make, then build anew)
     (tar -xzf "$tarball" -C "$src" --strip-components=1 \
-       && make -C "$src" -j"$(nproc)" $REDIS8_MAKE_FLAGS) > "$log" 2>&1 \
+       && make -C "$src" -j"$(nproc)" $REDIS8_MAKE_FLAGS) > "$log" 2>&1 9>&- \
       || { tail -40 "$log" >&2; echo "the Redis $(redis8_upstream) build failed: $log" >&2; return 1; }
     mkdir -p "$bin"
     cp "$src/src/redis-server" "$src/src/redis-cli" "$bin/"

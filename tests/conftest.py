@@ -200,9 +200,11 @@ if DEFAULT_SERVER not in SERVERS:
 # The servers a test marked servers runs on: every one, or those LING_BLOOM_TEST_SERVERS
 # lists (comma-separated): packaging/check_wheel.sh, which runs the suite once per CPython
 # against a wheel, leaves Redis 8.0 to make test.
-MARKED_SERVERS = tuple(
-    s.strip() for s in os.environ.get("LING_BLOOM_TEST_SERVERS", ",".join(SERVERS)).split(",")
-    if s.strip())
+# (unset, empty or blank: every one; a name listed twice runs once, its id [name] as ever)
+MARKED_SERVERS = tuple(dict.fromkeys(
+    s.strip() for s in (os.environ.get("LING_BLOOM_TEST_SERVERS", "").strip()
+                        or ",".join(SERVERS)).split(",")
+    if s.strip()))
 if not MARKED_SERVERS or not set(MARKED_SERVERS) <= set(SERVERS):
     raise pytest.UsageError(
         f"LING_BLOOM_TEST_SERVERS={','.join(MARKED_SERVERS)!r}: some of {SERVERS}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -308,12 +309,29 @@ def test_the_marked_tests_run_on_redis_7_redis_8_and_valkey(request):
                               for s in conftest.MARKED_SERVERS}
 
 
+@pytest.mark.parametrize("servers, ids", [
+    ("", "redis redis8 valkey"), ("  ", "redis redis8 valkey"),
+    ("redis,redis", "redis"), ("redis8, redis8 ,valkey", "redis8 valkey")])
+def test_ling_bloom_test_servers_blank_means_every_server_and_a_repeat_runs_once(servers, ids):
+    # the ids of a marked test stay [name] (skips.py and the xdist groups go by them)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n0", "--collect-only",
+         "-q", __file__, "-k", "test_a_test_marked_servers_runs_on_each_server"],
+        env=dict(os.environ, LING_BLOOM_TEST_SERVERS=servers), capture_output=True,
+        text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.findall(r"each_server\[(.*?)\]", out.stdout) == ids.split()
+
+
 def test_a_missing_redis8_server_says_how_to_build_it_and_fails_under_ci(monkeypatch):
     import conftest
     import redis_server
     import skips
 
-    monkeypatch.setenv(redis_server.REDIS8_ENV, "/nonexistent/redis-server")
+    monkeypatch.delenv(redis_server.REDIS8_ENV, raising=False)
+    monkeypatch.setattr(redis_server, "REDIS8_SCRIPT", "/nonexistent/packaging/redis8.sh")
+    monkeypatch.setattr(redis_server, "_redis8_built", None)
     with pytest.raises(redis_server.RedisServerNotInstalled, match="make redis8"):
         redis_server.RedisServer(server="redis8")
     monkeypatch.setenv("CI", "true")
@@ -325,6 +343,47 @@ def test_a_missing_redis8_server_says_how_to_build_it_and_fails_under_ci(monkeyp
     # make test builds it: no skip of it is listed
     assert not skips.allowed("tests/redis/test_redis_filter.py::test_batches[redis8]",
                              str(skipped.value))
+
+
+def _fake_server(path, says: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{says}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_redis8_server_named_by_the_environment_must_be_an_executable_redis_8(
+        monkeypatch, tmp_path):
+    # LING_BLOOM_REDIS8_SERVER naming a missing or non-executable file is said so (not
+    # "not built"), and a Redis 7 or a Valkey named there is refused: the tests on redis8
+    # would run on it unnoticed.  A path with spaces is fine.
+    import redis_server
+
+    env = redis_server.REDIS8_ENV
+    for path in ("/nonexistent/redis-server", str(tmp_path)):
+        monkeypatch.setenv(env, path)
+        with pytest.raises(redis_server.RedisServerNotInstalled,
+                           match=f"{env}=.* is not an executable file"):
+            redis_server.RedisServer(server="redis8")
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    monkeypatch.setenv(env, str(plain))
+    with pytest.raises(redis_server.RedisServerNotInstalled, match="not an executable file"):
+        redis_server.RedisServer(server="redis8")
+    for says in ("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64",
+                 "Valkey server v=8.1.8 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64", ""):
+        monkeypatch.setenv(env, _fake_server(tmp_path / says[:12] / "redis-server", says))
+        with pytest.raises(redis_server.RedisServerNotInstalled,
+                           match=f"is not Redis 8 .*{env} names it"):
+            redis_server.RedisServer(server="redis8")
+    good = _fake_server(tmp_path / "a dir with spaces" / "redis-server",
+                        "Redis server v=8.0.2 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64")
+    monkeypatch.setenv(env, good)
+    srv = redis_server.RedisServer(server="redis8")
+    try:
+        assert srv.executable == good
+    finally:
+        srv.stop()
 
 
 def test_an_unmarked_test_runs_on_the_default_server(server_kind, clean_redis):

@@ -139,7 +139,7 @@ def redis8_server_path() -> Optional[str]:
     global _redis8_built
     env = os.environ.get(REDIS8_ENV)
     if env:
-        return env if os.access(env, os.X_OK) else None
+        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
     if _redis8_built is None and os.path.isfile(REDIS8_SCRIPT):
         try:
             out = subprocess.run(["bash", REDIS8_SCRIPT, "--path"], capture_output=True,
@@ -206,19 +206,22 @@ def cli_path(server: str = "redis") -> Optional[str]:
 _versions: dict = {}
 
 
+def _version_of(exe: str) -> str:
+    """What `exe --version` says, "" if it says nothing (cached by path)."""
+    if exe not in _versions:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                 timeout=30, env=server_env()).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _versions[exe] = out
+    return _versions[exe]
+
+
 def server_version(server: str = "redis") -> str:
     """What `<server> --version` says (e.g. "Valkey server v=8.1.8 ..."), "" if absent."""
-    if server not in _versions:
-        exe = server_path(server)
-        out = ""
-        if exe:
-            try:
-                out = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                     timeout=30, env=server_env()).stdout.strip()
-            except (OSError, subprocess.SubprocessError):
-                out = ""
-        _versions[server] = out
-    return _versions[server]
+    exe = server_path(server)
+    return _version_of(exe) if exe else ""
 
 
 def in_ci() -> bool:
@@ -443,6 +446,8 @@ class ServerWithoutTLS(RedisServerNotInstalled):
 
 
 def _not_installed(server: str) -> str:
+    if server == "redis8" and os.environ.get(REDIS8_ENV):
+        return f"{REDIS8_ENV}={os.environ[REDIS8_ENV]!r} is not an executable file"
     if server == "redis8":
         return ("Redis 8.0's redis-server is not built (`make redis8`, which `make test` runs, "
                 "builds it from the pinned source: packaging/redis8.sh; or set "
@@ -463,6 +468,14 @@ class RedisServer:
         exe = executable or server_path(server)
         if not exe:
             raise RedisServerNotInstalled(_not_installed(server))
+        if server == "redis8" and not executable:
+            # the tests on "redis8" must run on Redis 8, not on the Redis 7 or Valkey that
+            # LING_BLOOM_REDIS8_SERVER may name by mistake
+            said = _version_of(exe)
+            if not said.startswith("Redis server v=8."):
+                raise RedisServerNotInstalled(
+                    f"{exe} is not Redis 8 (`--version` says {said!r})"
+                    + (f": {REDIS8_ENV} names it" if os.environ.get(REDIS8_ENV) else ""))
         self.server = server
         self.executable = exe
         self.extra_args: List[str] = list(extra_args)
