@@ -362,7 +362,9 @@ int lb_transport_rt_step(lb_transport *t, lb_session *s, lb_transport_rt *rt, sh
                 *events = (short)(rt->rev | (rt->sent < rt->len ? rt->wev : 0));
                 return 0;
             }
-            const int ready = t->tls || (revents & (POLLIN | POLLHUP | POLLERR));
+            /* POLLNVAL too: a socket no longer open is read, and its error ends the
+             * round trip (waiting on it again would see POLLNVAL at once, for ever) */
+            const int ready = t->tls || (revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL));
             revents = 0;
             if (!ready)
                 continue; /* writable only: send on the next turn */

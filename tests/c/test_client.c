@@ -453,6 +453,41 @@ static void test_lanes(void)
     close(lfd);
 }
 
+/* A wait that poll answers with POLLNVAL (the socket is no longer open) ends
+ * the round trip with the read's error; it was taken as "not readable" and
+ * waited on again, which poll answers at once: a lane that never ended. */
+static void test_lane_on_a_closed_socket_ends(void)
+{
+    int port;
+    int lfd = t_silent_listener(&port);
+    lb_redis *r = conn_port(port, 2000);
+    CHECK(lb_redis_connect(r) == LB_REDIS_OK);
+    lb_redis_batch b;
+    lb_redis_batch_init(&b);
+    lb_redis_batch_argv(&b, 1, (const char *const[]){"PING"}, NULL);
+    CHECK(lb_redis_step_begin(r, &b, 0) == LB_REDIS_OK);
+    lb_redis_step s;
+    int more = lb_redis_step_next(r, &s);
+    CHECK(more && s.what == LB_STEP_WAIT && s.fd >= 0);
+    if (more && s.what == LB_STEP_WAIT && s.fd >= 0) {
+        close(s.fd);
+        int turns = 0;
+        while (more && turns < 5) {
+            lb_redis_step_ready(r, POLLNVAL, 0);
+            more = lb_redis_step_next(r, &s);
+            turns++;
+        }
+        CHECK_MSG(!more, "still waiting after %d turns of POLLNVAL", turns);
+        lb_reply **rs = NULL;
+        CHECK(lb_redis_step_end(r, &rs) != LB_REDIS_OK && !rs);
+        CHECK_MSG(strstr(lb_redis_errstr(r), "Bad file descriptor") != NULL, "%s",
+                  lb_redis_errstr(r));
+    }
+    lb_redis_batch_free(&b);
+    lb_redis_free(r);
+    close(lfd);
+}
+
 static const t_case cases[] = {
     {"basic_pipeline", test_basic_pipeline},
     {"auth_db_unix", test_auth_db_unix},
@@ -464,6 +499,7 @@ static const t_case cases[] = {
     {"sentinel_walk_nomem", test_sentinel_walk_nomem},
     {"node_connect", test_node_connect},
     {"lanes", test_lanes},
+    {"lane_on_a_closed_socket_ends", test_lane_on_a_closed_socket_ends},
 };
 
 T_MAIN(cases, 1)
