@@ -719,7 +719,8 @@ class RedisBloomFilter(_Filter):
     def _exists(self) -> bool:
         """Whether the key exists (PTTL; one round trip, nothing written)."""
     def card(self) -> int:
-        """BF.CARD: items added."""
+        """BF.CARD: items added (0 for a missing key; FilterLostError for a filter made
+        without a ttl that this client saw and that is gone)."""
     def dump(self) -> List[Tuple[int, bytes]]:
         """The filter as BF.SCANDUMP's (iterator, chunk) steps."""
     def restore(self, chunks: Iterable[Tuple[int, bytes]], *, replace: bool = ...) -> None:

@@ -710,7 +710,8 @@ static PyMethodDef rbf_methods[] = {
     {"_exists", lb_redis_exists, METH_NOARGS,
      "_exists() -> bool\n\nWhether the key exists (PTTL; one round trip, nothing written)."},
     {"card", rbf_card, METH_NOARGS,
-     "card() -> int\n\nBF.CARD: items added (0 for a missing key)."},
+     "card() -> int\n\nBF.CARD: items added (0 for a missing key; FilterLostError for a filter made "
+     "without a ttl that this client saw and that is gone)."},
     {"dump", rbf_dump, METH_NOARGS,
      "dump() -> list[tuple[int, bytes]]\n\nThe filter as BF.SCANDUMP's steps: (iterator, "
      "chunk) pairs, what BF.LOADCHUNK replays (redis-py's loadchunk takes them too).  Do not "

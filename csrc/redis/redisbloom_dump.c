@@ -102,7 +102,15 @@ lb_redis_status lb_bf_info_get(lb_redisbloom *bf, lb_bf_info *out)
 }
 
 /* card: BF.CARD (0 for a missing key); a module without it (before v2.4.4):
- * BF.INFO's "Number of items inserted". */
+ * BF.INFO's "Number of items inserted".  A filter made without a ttl that
+ * this client saw (see lost in redisbloom.c) and that is gone now is
+ * LB_REDIS_ERR_LOST, as for a test, never a count of 0: TYPE key is asked in
+ * the same round trip. */
+static int card_guards_loss(const lb_redisbloom *bf)
+{
+    return bf->opt.ttl_ms == 0 && bf->seen;
+}
+
 enum { CD_CARD = 0, CD_CARDING, CD_INFO, CD_INFOING, CD_OVER };
 
 static lb_redis_status card_next(lb_op *op, const lb_redis_batch **req, int *flags)
@@ -117,6 +125,14 @@ static lb_redis_status card_next(lb_op *op, const lb_redis_batch **req, int *fla
         lb_bf_arg_key(bf);
         lb_redis_batch_expect_elements(b, 0);
         lb_redis_batch_expect_bytes(b, 0);
+        o->typed = card_guards_loss(bf);
+        if (o->typed) {
+            lb_redis_batch_cmd(b, 2);
+            lb_redis_batch_arg(b, "TYPE", 4);
+            lb_bf_arg_key(bf);
+            lb_redis_batch_expect_elements(b, 0);
+            lb_redis_batch_expect_bytes(b, 64);
+        }
         *req = b;
         *flags = BF_READ;
         o->stage = CD_CARDING;
@@ -137,7 +153,7 @@ static lb_redis_status card_done(lb_op *op, lb_redis_status st, lb_reply **rs)
         o->stage = CD_OVER;
         st = info_reply(bf, st, rs, &info, "card() on a server without BF.CARD");
         if (st == LB_REDIS_ERR_NOTFOUND)
-            return LB_REDIS_OK;
+            return card_guards_loss(bf) ? lb_bf_lost(bf, 0) : LB_REDIS_OK;
         if (st == LB_REDIS_OK && !(info.present & LB_BF_INFO_ITEMS))
             return lb_bf_info_unreadable(bf, "card() on a server without BF.CARD",
                                          "Number of items inserted");
@@ -160,6 +176,12 @@ static lb_redis_status card_done(lb_op *op, lb_redis_status st, lb_reply **rs)
         return lb_bf_fail_reply(bf, x, "BF.CARD", 0);
     if (x->type != LB_REPLY_INTEGER || x->integer < 0)
         return lb_bf_bad_reply(bf, "BF.CARD");
+    if (o->typed) {
+        const lb_reply *t = rs[1];
+        if ((t->type == LB_REPLY_STATUS || t->type == LB_REPLY_STRING) && t->str &&
+            lb_ci_equal(t->str, t->len, "none"))
+            return lb_bf_lost(bf, 0);
+    }
     *o->count = (uint64_t)x->integer;
     return LB_REDIS_OK;
 }

@@ -40,6 +40,7 @@ typedef struct {
     const lb_bf_chunk *chunks;
     size_t nchunks, first;
     int replace, sent_any;
+    int typed;  /* card: TYPE key was asked after BF.CARD (see lost) */
     char *tmp;
     size_t tlen;
     lb_redis_status failed;
