@@ -17,6 +17,7 @@ import threading
 import pytest
 
 import ling_bloom as lb
+from hang_guard import run_threads
 
 N_THREADS = 8
 PER_THREAD = 3_000
@@ -42,27 +43,6 @@ def make(kind: str, path, capacity: int = N_THREADS * PER_THREAD):
     if kind == "counting":
         return lb.CountingFilter(capacity, 0.01)
     return lb.ScalableFilter(capacity // 20, 0.01)  # grows while the threads add
-
-
-def run_threads(targets, timeout: float = 300):
-    errors: list[BaseException] = []
-
-    def wrap(fn):
-        def run():
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-        return run
-
-    threads = [threading.Thread(target=wrap(t)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-        assert not t.is_alive(), "a thread is stuck"
-    if errors:
-        raise errors[0]
 
 
 def keys_of(t: int) -> list[str]:
@@ -95,7 +75,7 @@ def test_parallel_adds_of_disjoint_keys_lose_nothing(kind, tmp_path):
             assert all(f.test_many(mine))  # nothing of this thread's got lost since
         return run
 
-    run_threads([adder(t) for t in range(N_THREADS)])
+    run_threads([adder(t) for t in range(N_THREADS)], limit=300)
     everything = [k for t in range(N_THREADS) for k in keys_of(t)]
     assert all(f.test_many(everything))
     if kind != "scalable":  # a chain's stages depend on the order of the adds
@@ -199,7 +179,7 @@ def test_reset_copy_union_and_close_race_with_adders(kind, tmp_path):
         f.close()
 
     n_adders = N_THREADS - 3
-    run_threads([adder(t) for t in range(n_adders)] + [resetter, copier, closer])
+    run_threads([adder(t) for t in range(n_adders)] + [resetter, copier, closer], limit=300)
     assert not problems, problems[:5]
     assert f.closed
     for op in (lambda: f.add("x"), lambda: f.test("x"), lambda: f.update(["x"]), f.reset, f.copy):

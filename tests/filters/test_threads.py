@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import ling_bloom as lb
+from hang_guard import run_threads
 
 N_THREADS = 6
 PER_THREAD = 30_000  # > several 2048-key chunks per batch
@@ -29,27 +30,6 @@ def fast_switching():
     sys.setswitchinterval(1e-5)  # switch threads often, to interleave single calls and chunks
     yield
     sys.setswitchinterval(old)
-
-
-def run_all(targets):
-    errors: list[BaseException] = []
-
-    def wrap(fn):
-        def run():
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-        return run
-
-    threads = [threading.Thread(target=wrap(t)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive()
-    if errors:
-        raise errors[0]
 
 
 @pytest.mark.parametrize("kind", ["memory", "counting", "scalable", "blocked"])
@@ -76,7 +56,7 @@ def test_concurrent_add_and_test(kind):
                 assert all(f.test_many(mine[: j + 5000]))
         return run
 
-    run_all([worker(t) for t in range(N_THREADS)])
+    run_threads([worker(t) for t in range(N_THREADS)])
     everything = [f"t{t}:{i}" for t in range(N_THREADS) for i in range(PER_THREAD)]
     assert all(f.test_many(everything))
     if kind == "scalable":
@@ -119,7 +99,7 @@ def test_close_while_others_work(kind):
             f.test_many(preload[:2048])
         f.close()
 
-    run_all([worker(t) for t in range(N_THREADS - 1)] + [closer])
+    run_threads([worker(t) for t in range(N_THREADS - 1)] + [closer])
     assert sorted(closed_seen) == list(range(N_THREADS - 1))
     assert f.closed
     for op in (lambda: f.add("x"), lambda: f.test("x"), lambda: f.update(["x"]),
@@ -149,7 +129,7 @@ def test_reset_and_copy_race_with_batches():
             assert f.fill_ratio() >= 0.0
         stop.set()
 
-    run_all([writer, writer, other])
+    run_threads([writer, writer, other])
     f.update(keys)
     assert all(f.test_many(keys))
 

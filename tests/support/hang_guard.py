@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, List
 
 HUNG = 120.0  # seconds; a call that takes longer fails the test instead of hanging the suite
 
@@ -117,3 +117,27 @@ def waits_on_a_lock(thread) -> bool:
     with open(f"/proc/self/task/{tid}/stat", "rb") as f:
         stat = f.read()
     return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"S"
+
+
+def run_threads(targets: Iterable[Callable[[], Any]], limit: float = HUNG) -> None:
+    """Run each function of targets on a thread of its own, all at once; wait for them
+    (a thread still running after limit seconds fails the test: "a thread is stuck"), then
+    raise the first exception any of them raised."""
+    errors: List[BaseException] = []
+
+    def wrap(fn: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+        return run
+
+    threads = [threading.Thread(target=wrap(t)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(limit)
+        assert not t.is_alive(), "a thread is stuck"
+    if errors:
+        raise errors[0]
