@@ -52,7 +52,8 @@ import select
 import socket
 import ssl
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar,
+                    Union)
 
 from ._core import (
     ClosedError,
@@ -535,13 +536,18 @@ class _AsyncRedis:
         """A new blocking filter of this one's arguments (a pool member, or the worker's)."""
         return self._sync(*self._args, **self._kwargs)
 
-    async def _in_thread(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    async def _in_thread(self, name: Union[str, Callable[..., Any]], *args: Any,
+                         **kwargs: Any) -> Any:
+        """The twin's method name (or name(twin, ...)), on a worker thread."""
         if self._closed:
             raise ClosedError("the filter is closed")
         loop = asyncio.get_running_loop()
 
         def call() -> Any:
-            return getattr(self._twin_filter(), name)(*args, **kwargs)
+            twin = self._twin_filter()
+            if callable(name):
+                return name(twin, *args, **kwargs)
+            return getattr(twin, name)(*args, **kwargs)
 
         fut = loop.run_in_executor(None, call)
         self._twin_calls.add(fut)
@@ -964,7 +970,18 @@ class AsyncRedisBloomFilter(_AsyncRedis):
         return await self._in_thread("info")
 
     async def card(self) -> int:
-        """BF.CARD: items added (0 for a missing key)."""
+        """BF.CARD: items added (0 for a missing key; FilterLostError for a filter made
+        without a ttl that this filter saw and that is gone)."""
+        # The blocking twin that runs it is told which shards this filter's connections
+        # saw the filter on, so that a lost one is not counted 0.
+        with self._pools_lock:
+            members = list(self._spare) + [s for p in self._pools.values() for s in p.slots]
+        seen = [any(flags) for flags in zip(*(m.f._seen for m in members))]
+        if any(seen):
+            def count(twin: Any) -> int:
+                twin._seen = seen
+                return twin.card()
+            return await self._in_thread(count)
         return await self._in_thread("card")
 
     async def reserve(self) -> bool:

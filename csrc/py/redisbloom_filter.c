@@ -655,6 +655,64 @@ static PyObject *rbf_get_is_reserved(PyObject *self, void *unused)
     return PyBool_FromLong(reserved);
 }
 
+/* _seen: per shard (one for an unsharded filter), whether this object saw the
+ * filter there (lb_bf_seen); set from an iterable of bools, which marks the
+ * shards given true (never unmarks): an asyncio filter tells its blocking twin
+ * what its own members saw, so that the twin's card() knows a lost filter. */
+static lb_redisbloom *rbf_shard(RedisBloomFilter *f, uint32_t i)
+{
+    return f->sh ? lb_sharded_bf(f->sh, i) : i == 0 ? f->bf : NULL;
+}
+
+static PyObject *rbf_get_seen(PyObject *self, void *unused)
+{
+    (void)unused;
+    RedisBloomFilter *f = RB(self);
+    uint32_t n = f->sh ? lb_sharded_count(f->sh) : 1;
+    PyObject *t = PyTuple_New(n);
+    for (uint32_t i = 0; t && i < n; i++) {
+        lb_redisbloom *bf = rbf_shard(f, i);
+        PyTuple_SET_ITEM(t, i, PyBool_FromLong(bf ? lb_bf_seen(bf) : 0));
+    }
+    return t;
+}
+
+static int rbf_set_seen(PyObject *self, PyObject *value, void *unused)
+{
+    (void)unused;
+    RedisBloomFilter *f = RB(self);
+    if (!value) {
+        PyErr_SetString(PyExc_AttributeError, "_seen cannot be deleted");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(value, "_seen: an iterable of bools, one per shard");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    uint32_t shards = f->sh ? lb_sharded_count(f->sh) : 1;
+    if (n != (Py_ssize_t)shards) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "_seen: %u values, one per shard, not %zd", shards, n);
+        return -1;
+    }
+    if (lb_enter(&f->r.base) < 0) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
+        int v = PyObject_IsTrue(PySequence_Fast_GET_ITEM(seq, i));
+        lb_redisbloom *bf = rbf_shard(f, (uint32_t)i);
+        if (v < 0)
+            rc = -1;
+        else if (v && bf)
+            lb_bf_mark_seen(bf);
+    }
+    lb_leave(&f->r.base);
+    Py_DECREF(seq);
+    return rc;
+}
+
 static PyObject *rbf_repr(PyObject *self)
 {
     RedisBloomFilter *f = RB(self);
@@ -749,6 +807,9 @@ static PyGetSetDef rbf_getset[] = {
     {"no_create", rbf_get_no_create, NULL, "never creates the filter (BF.INSERT ... NOCREATE)", NULL},
     {"ttl", lb_redis_get_ttl, NULL, "expiry in seconds after the last write, or None", NULL},
     {"chunk_size", rbf_get_chunk_size, NULL, "keys per BF.INSERT / BF.MEXISTS round trip", NULL},
+    {"_seen", rbf_get_seen, rbf_set_seen,
+     "per shard, whether this object saw the filter there (for the asyncio filter's twin)",
+     NULL},
     {"is_reserved", rbf_get_is_reserved, NULL,
      "whether this connection checked the key (a matching filter, or none yet) or created "
      "it (False again after reset)", NULL},

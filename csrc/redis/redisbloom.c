@@ -136,6 +136,8 @@ void lb_bf_set_conn(lb_redisbloom *bf, lb_redis *conn)
     bf->op.op.conn = conn;
 }
 int lb_bf_is_reserved(const lb_redisbloom *bf) { return bf->reserved; }
+int lb_bf_seen(const lb_redisbloom *bf) { return bf->seen; }
+void lb_bf_mark_seen(lb_redisbloom *bf) { bf->seen = 1; }
 long long lb_bf_full_processed(const lb_redisbloom *bf) { return bf->full_processed; }
 long long lb_bf_last_new(const lb_redisbloom *bf) { return bf->last_new; }
 const char *lb_bf_reply_text(const lb_redisbloom *bf) { return bf->reply_text; }

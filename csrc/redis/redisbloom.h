@@ -115,6 +115,14 @@ void lb_bf_set_conn(lb_redisbloom *bf, lb_redis *conn);
  * wrote it; 0 again after reset. */
 int lb_bf_is_reserved(const lb_redisbloom *bf);
 
+/* 1 once this client saw the filter at its key (found, created or restored
+ * it): from then on a filter made without a ttl that is gone is lost
+ * (LB_REDIS_ERR_LOST), never made again by a write nor counted 0.
+ * lb_bf_mark_seen: another client of the same filter saw it (an asyncio
+ * filter's blocking twin, told what the asyncio one saw). */
+int lb_bf_seen(const lb_redisbloom *bf);
+void lb_bf_mark_seen(lb_redisbloom *bf);
+
 /* After LB_REDIS_ERR_FULL: keys of the failed call (add) processed before
  * the first one the filter rejected (each of them is in the filter now), or
  * -1 when the server did not say. */

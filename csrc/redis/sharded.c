@@ -67,6 +67,11 @@ size_t lb_sharded_record_name(const lb_sharded *sh, char *buf, size_t cap)
     return sh->recordlen;
 }
 
+lb_redisbloom *lb_sharded_bf(const lb_sharded *sh, uint32_t i)
+{
+    return sh->bf && i < sh->n ? sh->bf[i] : NULL;
+}
+
 /* T: the key itself, or the hex of its hash when a brace would break the tag. */
 static char *make_tag(const void *key, size_t keylen, size_t *len)
 {

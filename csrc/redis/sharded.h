@@ -66,6 +66,8 @@ void lb_sharded_free(lb_sharded *sh);
 void lb_sharded_abandon(lb_sharded *sh);
 
 uint32_t lb_sharded_count(const lb_sharded *sh);
+/* A RedisBloom shard (NULL for a bitmap filter's, or i out of range). */
+lb_redisbloom *lb_sharded_bf(const lb_sharded *sh, uint32_t i);
 lb_bitmap *lb_sharded_shard(const lb_sharded *sh, uint32_t i);
 /* The shard of a hashed key. */
 uint32_t lb_sharded_pick(lb_hash_pair h, uint32_t shards);
