@@ -267,9 +267,10 @@ PyObject *lb_raise_redis_status(lb_state *st, lb_redis_status status,
     return lb_raise_code(st, LB_REDIS_CODE(status), detail);
 }
 
-PyObject *lb_hint_subclass_new(PyTypeObject *type)
+PyObject *lb_hint_subclass_new(PyTypeObject *type, newfunc own)
 {
-    if (type->tp_init == PyBaseObject_Type.tp_init || !PyErr_ExceptionMatches(PyExc_TypeError))
+    if (type->tp_init == PyBaseObject_Type.tp_init || type->tp_new != own ||
+        !PyErr_ExceptionMatches(PyExc_TypeError))
         return NULL;
     PyObject *exc, *val, *tb;
     PyErr_Fetch(&exc, &val, &tb);
