@@ -342,7 +342,8 @@ def test_a_closed_file_filter_raises_closed_error_on_every_call(tmp_path):
     ff.close()                                        # idempotent
     assert ff.closed
     for call in (lambda: ff.test("k"), lambda: "k" in ff, lambda: ff.add("k"),
-                 lambda: ff.update(["k"]), lambda: ff.ensure("k"), lambda: ff.refresh(True),
+                 lambda: ff.update(["k"]), lambda: ff.update([]), lambda: ff.update(iter(())),
+                 lambda: ff.ensure("k"), lambda: ff.refresh(True),
                  lambda: ff.filter, lambda: ff.warmed, lambda: ff.swap(),
                  lambda: ff.error_rate):
         with pytest.raises(lb.ClosedError):
