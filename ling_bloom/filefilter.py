@@ -544,7 +544,10 @@ class FileFilter:
         integers, an Arrow array, a pandas or polars Series); a column's null raises
         ValueError naming its position unless ``skip_nulls``."""
         raw = key_bytes_many(keys, skip_nulls=skip_nulls)
-        return self._add(raw, False) if raw else None
+        if not raw:
+            self._check_open()  # no keys: nothing to log, but a closed filter still says so
+            return None
+        return self._add(raw, False)
 
     def ensure(self, key: Any) -> None:
         """Add ``key`` unless this process already answers it present (a guard's "the

@@ -100,7 +100,8 @@ PyObject *lb_keys_bytes_list(lb_state *st, PyObject *keys, int skip_nulls)
         lb_column_close(&col);
         return out;
     }
-    PyObject *seq = keys_sequence(is_column == 2 ? col.objects : keys, 0);
+    /* fixed: a key's __index__ or __buffer__ may change a list under the loop */
+    PyObject *seq = keys_sequence(is_column == 2 ? col.objects : keys, 1);
     if (is_column == 2 && !seq)
         lb_column_close(&col);
     if (!seq)

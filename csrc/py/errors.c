@@ -267,12 +267,16 @@ PyObject *lb_raise_redis_status(lb_state *st, lb_redis_status status,
     return lb_raise_code(st, LB_REDIS_CODE(status), detail);
 }
 
-PyObject *lb_hint_subclass_new(PyTypeObject *type)
+PyObject *lb_hint_subclass_new(PyTypeObject *type, newfunc own)
 {
-    if (type->tp_init == PyBaseObject_Type.tp_init || !PyErr_ExceptionMatches(PyExc_TypeError))
+    if (type->tp_init == PyBaseObject_Type.tp_init || type->tp_new != own)
         return NULL;
     PyObject *exc, *val, *tb;
     PyErr_Fetch(&exc, &val, &tb);
+    if (exc != PyExc_TypeError) { /* a subclass keeps its class: `except` still catches it */
+        PyErr_Restore(exc, val, tb);
+        return NULL;
+    }
     PyErr_NormalizeException(&exc, &val, &tb);
     PyObject *msg = val ? PyObject_Str(val) : NULL;
     if (!msg) {

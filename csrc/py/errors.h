@@ -43,8 +43,9 @@ PyObject *lb_raise_redis_status(lb_state *st, lb_redis_status status,
 
 /* The constructor of a filter type (tp_new, which sizes the filter from the
  * call's arguments) failed for type: when type is a subclass whose __init__
- * is its own and the error is a TypeError, the message says so (such a
- * subclass defines __new__ too).  Returns NULL. */
-PyObject *lb_hint_subclass_new(PyTypeObject *type);
+ * is its own and the error is a TypeError (exactly), the message says so (such a
+ * subclass defines __new__ too; not when a class of type's defines __new__,
+ * which is then not own, the filter type's tp_new).  Returns NULL. */
+PyObject *lb_hint_subclass_new(PyTypeObject *type, newfunc own);
 
 #endif

@@ -83,7 +83,7 @@ static PyObject *fixed_make(PyTypeObject *type, PyObject *args, PyObject *kwargs
 PyObject *lb_fixed_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *f = fixed_make(type, args, kwargs);
-    return f ? f : lb_hint_subclass_new(type);
+    return f ? f : lb_hint_subclass_new(type, lb_fixed_tp_new);
 }
 
 void lb_fixed_dealloc(PyObject *self)

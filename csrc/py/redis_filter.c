@@ -918,7 +918,7 @@ static PyMemberDef rf_members[] = {
 static PyObject *rf_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *self = rf_new(type, args, kwargs);
-    return self ? self : lb_hint_subclass_new(type);
+    return self ? self : lb_hint_subclass_new(type, rf_new_hinted);
 }
 
 static PyType_Slot rf_slots[] = {

@@ -826,7 +826,7 @@ static PyMemberDef rbf_members[] = {
 static PyObject *rbf_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *self = rbf_new(type, args, kwargs);
-    return self ? self : lb_hint_subclass_new(type);
+    return self ? self : lb_hint_subclass_new(type, rbf_new_hinted);
 }
 
 static PyType_Slot rbf_slots[] = {

@@ -564,7 +564,7 @@ static PyMemberDef ScalableFilter_members[] = {
 static PyObject *ScalableFilter_new_hinted(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *self = ScalableFilter_new(type, args, kwargs);
-    return self ? self : lb_hint_subclass_new(type);
+    return self ? self : lb_hint_subclass_new(type, ScalableFilter_new_hinted);
 }
 
 static PyType_Slot ScalableFilter_slots[] = {

@@ -260,6 +260,43 @@ def test_a_subclass_with_its_own_init_is_told_to_define_new_and_works_when_it_do
     assert "subclass" not in str(plain.value)
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_subclass_that_defines_new_is_not_told_to_define_new(kind):
+    # Its __new__ passed the filter wrong arguments: the error is the filter's own, not
+    # advice to do what the class already does.
+    class BadNew(KINDS[kind]):
+        def __new__(cls, shop):
+            return super().__new__(cls, shop)
+
+        def __init__(self, shop):
+            self.shop = shop
+
+    with pytest.raises(TypeError) as e:
+        BadNew("products")
+    assert "must be a number" in str(e.value) and "__new__" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_subclass_of_type_error_reaches_a_subclass_with_its_own_init_unchanged(kind):
+    # The hint is for the filter's own refusal (a TypeError): an error of another class
+    # raised while reading the arguments keeps its class, so `except` still catches it.
+    class Refused(TypeError):
+        pass
+
+    class Capacity:
+        def __index__(self):
+            raise Refused("no")
+
+        __int__ = __float__ = __index__
+
+    class OwnInit(KINDS[kind]):
+        def __init__(self, *args):
+            pass
+
+    with pytest.raises(Refused, match="^no$"):
+        OwnInit(Capacity())
+
+
 def test_subclass_round_trips(tmp_path):
     class Mine(MemoryFilter):
         pass

@@ -342,7 +342,8 @@ def test_a_closed_file_filter_raises_closed_error_on_every_call(tmp_path):
     ff.close()                                        # idempotent
     assert ff.closed
     for call in (lambda: ff.test("k"), lambda: "k" in ff, lambda: ff.add("k"),
-                 lambda: ff.update(["k"]), lambda: ff.ensure("k"), lambda: ff.refresh(True),
+                 lambda: ff.update(["k"]), lambda: ff.update([]), lambda: ff.update(iter(())),
+                 lambda: ff.ensure("k"), lambda: ff.refresh(True),
                  lambda: ff.filter, lambda: ff.warmed, lambda: ff.swap(),
                  lambda: ff.error_rate):
         with pytest.raises(lb.ClosedError):
@@ -468,6 +469,24 @@ def test_key_bytes_many_is_key_bytes_of_each_key_for_every_key_form(tmp_path):
             lb._core.key_bytes_many(bad)
     with pytest.raises(TypeError, match="unexpected keyword argument 'skipnulls'"):
         lb._core.key_bytes_many([], skipnulls=True)
+
+
+def test_key_bytes_many_survives_a_key_that_empties_its_list(tmp_path):
+    # A key's __index__ clearing the list being read freed the keys after it under the
+    # loop, which then read past the list's new end (a crash): the keys are read from a
+    # copy taken first, as the filters' batches do.
+    class Clears:
+        def __init__(self, keys):
+            self.keys = keys
+
+        def __index__(self):
+            self.keys.clear()
+            return 3
+
+    keys = []
+    keys.extend([Clears(keys), "b", b"c"])
+    assert lb._core.key_bytes_many(keys) == [b"3", b"b", b"c"]
+    assert keys == []
 
 
 # ---- a log truncated under the workers ---------------------------------------------------------

@@ -483,6 +483,19 @@ def test_the_count_of_a_lost_redisbloom_filter_raises(flavor, bf_server, shards)
             g.close()
 
 
+def test_a_sharded_count_with_shards_never_written_counts_them_0_until_the_written_one_is_lost(
+        flavor, bf_server):
+    with bf_server.client() as c:
+        c.command("FLUSHALL")
+        f = flavor.RedisBloomFilter("rb", 5000, 0.01, url=bf_server.url, shards=8)
+        f.add("one")                              # one shard made, seven never
+        assert f.card() == 1
+        c.command("FLUSHALL")
+        with pytest.raises(lb.FilterLostError):
+            f.card()
+        f.close()
+
+
 @pytest.mark.parametrize("other", [("SET", "rb", "x"), ("LPUSH", "rb", "x"),
                                    ("SETBIT", "rb", 5, 1)])
 def test_a_redisbloom_filter_replaced_by_a_key_of_another_type(flavor, bf_server, other):
@@ -496,7 +509,8 @@ def test_a_redisbloom_filter_replaced_by_a_key_of_another_type(flavor, bf_server
         assert all(f.test_many(KEYS))
         c.command("DEL", "rb")
         c.command(*other)
-        for call in (lambda: f.test_many(KEYS), lambda: f.test(KEYS[0]), lambda: f.add("z")):
+        for call in (lambda: f.test_many(KEYS), lambda: f.test(KEYS[0]), lambda: f.add("z"),
+                     lambda: f.card()):       # a key of another type, not a lost filter
             with pytest.raises(lb.WrongTypeError):
                 call()
         c.command("FLUSHALL")
