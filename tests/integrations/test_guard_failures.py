@@ -609,8 +609,11 @@ def test_a_rebuild_that_fails_mid_way_never_turns_an_existing_row_away(policy, m
     # a lookup after the retry delay starts the next rebuild (the filter raises nothing
     # any more); once one is done the filter decides again
     fail[0] = False
-    wait_for(lambda: g.check("no such row") and g.stats().rebuilds == 1,
-             "a rebuild to be done")
+    def looked_up_then_rebuilt():
+        g.check("no such row")          # a lookup: starts a rebuild, none being under way
+        return g.stats().rebuilds == 1  # (the lookup's own answer depends on the race)
+
+    wait_for(looked_up_then_rebuilt, "a rebuild to be done")
     assert [k for k in rows if g.get(k) is None] == []
     assert g.check("no such row") is False and not g.stats().filter_lost
 
